@@ -1,0 +1,41 @@
+"""hookbus: TensorFlow training observable and controllable through one event bus."""
+
+from hookbus._bus import EventBus, UnknownKeyError
+from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
+from hookbus._hook import EventBusHook
+from hookbus._schedule import Schedule
+from hookbus._session import monitored_training_session
+from hookbus._subscriber import (
+    PRIORITY_CHECKPOINT,
+    PRIORITY_DEFAULT,
+    PRIORITY_EARLY_STOPPING,
+    PRIORITY_NAN_GUARD,
+    PRIORITY_STOP_AT_STEP,
+    SIGNALS,
+    Sink,
+    Subscription,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "PRIORITY_CHECKPOINT",
+    "PRIORITY_DEFAULT",
+    "PRIORITY_EARLY_STOPPING",
+    "PRIORITY_NAN_GUARD",
+    "PRIORITY_STOP_AT_STEP",
+    "SIGNALS",
+    "CheckpointSaved",
+    "Event",
+    "EventBus",
+    "EventBusHook",
+    "ExceptionRaised",
+    "Schedule",
+    "Sink",
+    "StopRequest",
+    "SubscriberError",
+    "Subscription",
+    "UnknownKeyError",
+    "__version__",
+    "monitored_training_session",
+]

@@ -1,0 +1,512 @@
+"""The event bus: signals, subscribers, ordered and isolated dispatch, stop and run scope."""
+
+from __future__ import annotations
+
+import logging
+import signal as signal_module
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
+
+import blinker
+
+from hookbus._events import Event, ExceptionRaised, StopRequest, SubscriberError
+from hookbus._schedule import Schedule
+from hookbus._subscriber import (
+    PRIORITY_DEFAULT,
+    SIGNALS,
+    STEP_SIGNALS,
+    Sink,
+    Subscriber,
+    Subscription,
+    check_keys,
+    check_on_error,
+    check_priority,
+)
+
+if TYPE_CHECKING:
+    from types import FrameType, TracebackType
+
+__all__ = ["EventBus", "UnknownKeyError", "Publisher"]
+
+logger = logging.getLogger("hookbus")
+
+_SIGNAL_DOCS = {
+    "begin": "A publisher began (graph built, before any session). Payload: event=Event.",
+    "after_create_session": "A session was created. Payload: event=Event(step).",
+    "session_created": "A (re)created session is a resume point. Payload: event=Event(step, restored).",
+    "before_run": "A due training step is about to run. Payload: event=Event(step=expected step).",
+    "after_run": "A due step ran, or an evaluation finished. Payload: event=Event(step, mode, values).",
+    "end": "A publisher ended cleanly. Payload: event=Event(step).",
+    "stop_requested": "A subscriber or a signal asked to stop. Payload: event=StopRequest.",
+    "subscriber_error": "A subscriber raised. Payload: event=SubscriberError.",
+    "exception": "Training raised; subscribers are closed next. Payload: event=ExceptionRaised.",
+    "checkpoint_saved": "A checkpoint became visible. Payload: event=CheckpointSaved.",
+}
+
+
+class UnknownKeyError(ValueError):
+    """A subscriber asked for a key that no publisher attached to the bus provides."""
+
+
+class Publisher(Protocol):
+    """What the bus needs to know of a publisher."""
+
+    @property
+    def bus_keys(self) -> frozenset[str]: ...
+
+    @property
+    def mode(self) -> str: ...
+
+
+class EventBus:
+    """Publishes the training lifecycle to subscribers in a deterministic, isolated order.
+
+    Signals live in the bus's own :class:`blinker.Namespace` and are attributes of the bus
+    (``bus.after_run``, ...). Raw blinker receivers (``bus.after_run.connect(fn)``) get every
+    published event, unplanned and not isolated; :meth:`on` and :meth:`attach` are the
+    scheduled, ordered, isolated path.
+
+    ``with bus:`` is one run: SIGTERM becomes a stop request, an exception from the block is
+    published as ``exception`` before every subscriber is closed (exactly once), and the
+    exception surfaces unchanged.
+
+    Args:
+        clock: Monotonic clock for schedules (default :func:`time.monotonic`).
+        wall_clock: Clock for ``Event.wall_time`` (default :func:`time.time`).
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.namespace = blinker.Namespace()
+        self.signals: dict[str, blinker.NamedSignal] = {
+            name: self.namespace.signal(name, doc=_SIGNAL_DOCS[name]) for name in SIGNALS
+        }
+        self._subscribers: list[Subscriber] = []
+        self._publishers: list[Publisher] = []
+        self._order = 0
+        self.version = 0  # bumped on every (un)subscription; publishers re-plan on change
+        self._reset_run()
+
+    # -- signals as attributes --------------------------------------------------------------
+    @property
+    def begin(self) -> blinker.NamedSignal:
+        return self.signals["begin"]
+
+    @property
+    def after_create_session(self) -> blinker.NamedSignal:
+        return self.signals["after_create_session"]
+
+    @property
+    def session_created(self) -> blinker.NamedSignal:
+        return self.signals["session_created"]
+
+    @property
+    def before_run(self) -> blinker.NamedSignal:
+        return self.signals["before_run"]
+
+    @property
+    def after_run(self) -> blinker.NamedSignal:
+        return self.signals["after_run"]
+
+    @property
+    def end(self) -> blinker.NamedSignal:
+        return self.signals["end"]
+
+    @property
+    def stop_requested(self) -> blinker.NamedSignal:
+        return self.signals["stop_requested"]
+
+    @property
+    def subscriber_error(self) -> blinker.NamedSignal:
+        return self.signals["subscriber_error"]
+
+    @property
+    def exception(self) -> blinker.NamedSignal:
+        return self.signals["exception"]
+
+    @property
+    def checkpoint_saved(self) -> blinker.NamedSignal:
+        return self.signals["checkpoint_saved"]
+
+    # -- run state ---------------------------------------------------------------------------
+    def _reset_run(self) -> None:
+        self.stop_reason: str | None = None
+        self.should_stop = False
+        self.step = 0
+        self.started = False
+        self._start_time: float | None = None
+        self._closed: set[int] = set()
+        self._depth = 0
+        self._pending_stops: list[StopRequest] = []
+        self._deferred: list[Callable[[], None]] = []
+        self._signal_stop: str | None = None
+        self._current: Subscriber | None = None
+        self._previous_handler: Any = None
+        self._in_run = False
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the run began (0 before)."""
+        return 0.0 if self._start_time is None else self.clock() - self._start_time
+
+    def event(self, signal: str, *, step: int, mode: str = "train", **fields: Any) -> Event:
+        """Build an :class:`Event` stamped with this bus's clocks."""
+        return Event(
+            signal,
+            step,
+            mode,
+            wall_time=self.wall_clock(),
+            elapsed=self.elapsed,
+            bus=self,
+            **fields,
+        )
+
+    # -- subscribing -------------------------------------------------------------------------
+    @property
+    def subscribers(self) -> list[Subscriber]:
+        """Every subscriber, in dispatch order (priority, then registration)."""
+        return list(self._subscribers)
+
+    @property
+    def sinks(self) -> list[Sink]:
+        """The attached sinks, in dispatch order."""
+        return [s.sink for s in self._subscribers if s.sink is not None]
+
+    def _add(self, record: Subscriber) -> None:
+        if self.started:
+            raise RuntimeError(
+                f"cannot subscribe {record.name!r} after the run began; attach every sink and "
+                "function before the first session starts"
+            )
+        self._subscribers.append(record)
+        self._subscribers.sort(key=lambda s: s.sort_key)
+        self.version += 1
+
+    def attach(self, sink: Sink) -> Sink:
+        """Subscribe every ``on_<signal>`` method ``sink`` overrides; returns the sink.
+
+        Raises:
+            TypeError: if ``sink`` is not a :class:`Sink`.
+            ValueError: if it is already attached.
+            RuntimeError: once the run has begun.
+        """
+        if not isinstance(sink, Sink):
+            raise TypeError(f"attach() takes a hookbus.Sink (got {sink!r}); use bus.on() for a function")
+        if any(s.sink is sink for s in self._subscribers):
+            raise ValueError(f"{sink!r} is already attached to this bus")
+        self._order += 1
+        self._add(
+            Subscriber(
+                name=sink.name,
+                handlers=sink.handlers(),
+                schedule=sink.schedule,
+                keys=sink.keys,
+                priority=sink.priority,
+                on_error=sink.on_error,
+                order=self._order,
+                sink=sink,
+            )
+        )
+        return sink
+
+    def detach(self, sink: Sink) -> None:
+        """Unsubscribe ``sink`` (it is not closed). Raises ValueError if it is not attached."""
+        for record in self._subscribers:
+            if record.sink is sink:
+                self.remove(record)
+                return
+        raise ValueError(f"{sink!r} is not attached to this bus")
+
+    def on(
+        self,
+        signal: str,
+        fn: Callable[[Any], Any] | None = None,
+        *,
+        every_n_steps: int | None = None,
+        every_n_secs: float | None = None,
+        at_begin: bool = False,
+        at_end: bool = False,
+        keys: str | Iterable[str] | None = None,
+        priority: int = PRIORITY_DEFAULT,
+        on_error: str = "raise",
+        name: str | None = None,
+    ) -> Any:
+        """Subscribe a function to ``signal``; usable as a decorator.
+
+        The function is held strongly (a lambda or closure cannot vanish) and receives the
+        signal's payload. For ``before_run`` and ``after_run`` the schedule arguments apply
+        (default: every step); other signals take no schedule.
+
+        Args:
+            signal: One of the bus's signal names.
+            fn: The function; omit it to use ``on`` as a decorator.
+            every_n_steps, every_n_secs, at_begin, at_end: The schedule (:class:`Schedule`).
+            keys: Keys the function needs (default ``None``: every key).
+            priority: Lower runs first (default 100, after control sinks and checkpoints).
+            on_error: ``"raise"`` (default), ``"isolate"`` or ``"disable"``.
+            name: Shown in reports (default: the function's qualified name).
+
+        Returns:
+            A :class:`Subscription` (callable like the function; ``disconnect()``; a context
+            manager), or, without ``fn``, a decorator returning one.
+        """
+        if signal not in self.signals:
+            raise ValueError(f"unknown signal {signal!r}; expected one of {', '.join(SIGNALS)}")
+        schedule = Schedule(every_n_steps, every_n_secs, at_begin, at_end)
+        if signal in STEP_SIGNALS:
+            if schedule == Schedule():
+                schedule = Schedule(every_n_steps=1)
+        elif schedule != Schedule():
+            raise ValueError(f"schedule arguments apply to 'before_run' and 'after_run' only (got them for {signal!r})")
+        checked_keys = check_keys(keys)
+        checked_priority = check_priority(priority)
+        checked_policy = check_on_error(on_error)
+
+        def subscribe(func: Callable[[Any], Any]) -> Subscription:
+            if not callable(func):
+                raise TypeError(f"bus.on() needs a callable (got {func!r})")
+            self._order += 1
+            record = Subscriber(
+                name=name or getattr(func, "__qualname__", repr(func)),
+                handlers={signal: func},
+                schedule=schedule,
+                keys=checked_keys,
+                priority=checked_priority,
+                on_error=checked_policy,
+                order=self._order,
+            )
+            self._add(record)
+            return Subscription(self, signal, func, record)
+
+        return subscribe if fn is None else subscribe(fn)
+
+    def remove(self, record: Subscriber) -> None:
+        """Remove a subscriber record (what :meth:`Subscription.disconnect` calls)."""
+        if record in self._subscribers:
+            self._subscribers.remove(record)
+            self.version += 1
+
+    def is_subscribed(self, record: Subscriber) -> bool:
+        return record in self._subscribers
+
+    # -- publishers and keys -----------------------------------------------------------------
+    def register(self, publisher: Publisher) -> None:
+        """Make ``publisher``'s keys known to the bus (publishers call this on construction)."""
+        if publisher not in self._publishers:
+            self._publishers.append(publisher)
+
+    @property
+    def known_keys(self) -> frozenset[str]:
+        """Every key the registered publishers provide (eval keys with their ``eval/`` prefix)."""
+        return frozenset().union(*(p.bus_keys for p in self._publishers))
+
+    def check_keys(self) -> None:
+        """Fail, naming the key and the known ones, if a subscriber needs an unknown key."""
+        known = self.known_keys
+        for record in self._subscribers:
+            missing = sorted((record.keys or frozenset()) - known)
+            if missing:
+                raise UnknownKeyError(
+                    f"subscriber {record.name!r} needs key {missing[0]!r}, which no publisher "
+                    f"attached to this bus provides; known keys: {sorted(known)}. Construct every "
+                    "publisher (an eval EventBusHook too) before the first session starts."
+                )
+
+    def start(self) -> None:
+        """Mark the run as begun (first publisher ``begin``): keys checked, subscriptions closed."""
+        if not self.started:
+            self.check_keys()
+            self.started = True
+            if self._start_time is None:
+                self._start_time = self.clock()
+
+    # -- dispatch ----------------------------------------------------------------------------
+    def publish(self, signal: str, payload: Any, subscribers: Iterable[Subscriber] | None = None) -> None:
+        """Deliver ``payload`` to ``subscribers`` (default: all with a handler), then to raw receivers.
+
+        Subscribers run in order; each failure is handled by that subscriber's ``on_error``
+        policy without keeping the event from the others. A ``"raise"`` failure is re-raised
+        once every subscriber has had the event.
+        """
+        targets = self._subscribers if subscribers is None else subscribers
+        first_error: BaseException | None = None
+        self._depth += 1
+        try:
+            for record in targets:
+                handler = record.handlers.get(signal)
+                if handler is None or record.disabled:
+                    continue
+                previous, self._current = self._current, record
+                try:
+                    handler(payload)
+                except Exception as error:  # policy decides; KeyboardInterrupt passes
+                    if self._report(record, signal, payload, error) and first_error is None:
+                        first_error = error
+                finally:
+                    self._current = previous
+            raw = self.signals[signal]
+            if raw.receivers:
+                raw.send(self, event=payload)
+        finally:
+            self._depth -= 1
+        if first_error is not None:
+            self._pending_stops.clear()
+            self._deferred.clear()
+            raise first_error
+        if self._depth == 0:
+            self._drain()
+
+    def _report(self, record: Subscriber, signal: str, payload: Any, error: Exception) -> bool:
+        """Apply ``record``'s error policy; True if the error must propagate."""
+        record.errors += 1
+        if record.on_error == "disable":
+            record.disabled = True
+        if record.on_error != "raise" and (record.errors == 1 or record.on_error == "disable"):
+            logger.error(
+                "subscriber %r raised while handling %r (on_error=%r%s)",
+                record.name,
+                signal,
+                record.on_error,
+                "; it is disabled" if record.on_error == "disable" else "; further errors are counted",
+                exc_info=error,
+            )
+        if signal not in ("subscriber_error", "exception"):
+            report = SubscriberError(
+                record.name, signal, getattr(payload, "step", self.step), error, record.errors, record.on_error
+            )
+            self._depth += 1
+            try:
+                for other in self._subscribers:
+                    handler = other.handlers.get("subscriber_error")
+                    if handler is not None and not other.disabled and other is not record:
+                        self._call_quietly(other, "subscriber_error", handler, report)
+                if self.signals["subscriber_error"].receivers:
+                    self.signals["subscriber_error"].send(self, event=report)
+            finally:
+                self._depth -= 1
+        return record.on_error == "raise"
+
+    def _call_quietly(self, record: Subscriber, signal: str, handler: Callable[[Any], None], payload: Any) -> None:
+        try:
+            handler(payload)
+        except Exception:  # a failing error/exception handler must not mask the first
+            record.errors += 1
+            logger.exception("subscriber %r raised while handling %r", record.name, signal)
+
+    def call_after_dispatch(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` once the event being dispatched has reached every subscriber.
+
+        A checkpoint sink runs early (priority) but must save only after the writers have
+        received the step; it defers its save with this. Outside a dispatch, ``fn`` runs now.
+        """
+        if self._depth == 0:
+            fn()
+        else:
+            self._deferred.append(fn)
+
+    def _drain(self) -> None:
+        while self._pending_stops or self._deferred:
+            if self._pending_stops:
+                request = self._pending_stops.pop(0)
+                self.publish("stop_requested", request)
+            else:
+                self._deferred.pop(0)()
+
+    # -- stop --------------------------------------------------------------------------------
+    def request_stop(self, reason: str, *, step: int | None = None, source: str | None = None) -> None:
+        """Stop training at the end of the current step.
+
+        The first reason of the run is kept in :attr:`stop_reason`; every request is
+        published as ``stop_requested`` once the current event has reached every subscriber.
+        """
+        if not isinstance(reason, str) or not reason:
+            raise ValueError(f"reason must be a non-empty string (got {reason!r})")
+        if source is None:
+            source = self._current.name if self._current is not None else "user"
+        request = StopRequest(reason, source, self.step if step is None else step, self.wall_clock())
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.should_stop = True
+        self._pending_stops.append(request)
+        if self._depth == 0:
+            self._drain()
+
+    def poll_signals(self) -> None:
+        """Turn a signal received since the last call into a stop request (publishers call it)."""
+        if self._signal_stop is not None:
+            name, self._signal_stop = self._signal_stop, None
+            self.request_stop(f"received {name}", source="signal")
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        # Runs between bytecodes on the main thread: only set a flag, the publisher acts on it.
+        self._signal_stop = signal_module.Signals(signum).name
+        self.should_stop = True
+
+    # -- run scope ---------------------------------------------------------------------------
+    def __enter__(self) -> EventBus:
+        if self._in_run:
+            raise RuntimeError("this bus is already running; one `with bus:` at a time")
+        self._reset_run()
+        self._in_run = True
+        self._start_time = self.clock()
+        if threading.current_thread() is threading.main_thread():
+            self._previous_handler = signal_module.signal(signal_module.SIGTERM, self._on_sigterm)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if exc is not None:
+                self.publish_exception(exc)
+            self.close(raise_errors=exc is None)
+        finally:
+            if self._previous_handler is not None:
+                signal_module.signal(signal_module.SIGTERM, self._previous_handler)
+                self._previous_handler = None
+            self._in_run = False
+
+    def publish_exception(self, error: BaseException) -> None:
+        """Publish ``exception`` to every subscriber; their failures are logged, never raised."""
+        payload = ExceptionRaised(error, self.step)
+        for record in self._subscribers:
+            handler = record.handlers.get("exception")
+            if handler is not None:
+                self._call_quietly(record, "exception", handler, payload)
+        if self.signals["exception"].receivers:
+            try:
+                self.signals["exception"].send(self, event=payload)
+            except Exception:  # must not mask the training error
+                logger.exception("a raw receiver of 'exception' raised")
+
+    def close(self, *, raise_errors: bool = True) -> None:
+        """Close every attached sink exactly once (idempotent).
+
+        Every sink is closed even if another's ``close`` raises; afterwards the first error of a
+        sink whose policy is ``"raise"`` is re-raised when ``raise_errors``.
+        """
+        first: BaseException | None = None
+        for record in self._subscribers:
+            sink = record.sink
+            if sink is None or id(sink) in self._closed:
+                continue
+            self._closed.add(id(sink))
+            try:
+                sink.close()
+            except Exception as error:  # close the rest first
+                logger.exception("closing %r failed", sink)
+                if record.on_error == "raise" and first is None:
+                    first = error
+        if first is not None and raise_errors:
+            raise first

@@ -1,0 +1,108 @@
+"""Immutable payloads carried by the bus's signals."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hookbus._bus import EventBus
+
+__all__ = ["CheckpointSaved", "Event", "ExceptionRaised", "StopRequest", "SubscriberError"]
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Event:
+    """A lifecycle or step event.
+
+    Attributes:
+        signal: The signal's name (``"after_run"``, ``"begin"``, ...).
+        step: Completed training steps: the global step after the run. In eval mode, the
+            training step being evaluated.
+        mode: ``"train"`` or ``"eval"``.
+        values: Read-only mapping of the keys fetched for this event (eval keys carry the
+            ``eval/`` prefix). Scalars are floats, arrays numpy arrays, bytes stay bytes.
+        wall_time: ``time.time()`` when the event was made.
+        elapsed: Seconds since the run (``with bus:``) or the first publisher began.
+        restored: For ``session_created``: whether the session started from saved state
+            (a checkpoint, or a re-creation after a recoverable error).
+        final: True for the event published at the end for ``at_end`` subscribers.
+    """
+
+    signal: str
+    step: int
+    mode: str = "train"
+    values: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    wall_time: float = 0.0
+    elapsed: float = 0.0
+    restored: bool = False
+    final: bool = False
+    bus: EventBus | None = field(default=None, repr=False, compare=False)
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the publisher to stop training at the end of this step.
+
+        Args:
+            reason: Why; it becomes ``bus.stop_reason`` (the first reason of a run is kept).
+        """
+        if self.bus is None:
+            raise RuntimeError("this event is not attached to a bus; nothing can be stopped")
+        self.bus.request_stop(reason, step=self.step)
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """Payload of ``stop_requested``: who asked to stop, why, and at which step."""
+
+    reason: str
+    source: str
+    step: int
+    wall_time: float
+
+
+@dataclass(frozen=True)
+class SubscriberError:
+    """Payload of ``subscriber_error``: a subscriber raised while handling a signal.
+
+    Attributes:
+        subscriber: The subscriber's name.
+        signal: The signal it was handling.
+        step: The step of the event.
+        error: The exception.
+        count: How many times this subscriber has failed in this run.
+        policy: Its ``on_error`` policy (``"isolate"``, ``"disable"`` or ``"raise"``).
+    """
+
+    subscriber: str
+    signal: str
+    step: int
+    error: BaseException
+    count: int
+    policy: str
+
+
+@dataclass(frozen=True)
+class ExceptionRaised:
+    """Payload of ``exception``: training raised; every subscriber is closed next."""
+
+    error: BaseException
+    step: int
+
+
+@dataclass(frozen=True)
+class CheckpointSaved:
+    """Payload of ``checkpoint_saved``: a checkpoint became visible.
+
+    Attributes:
+        path: The checkpoint prefix (what ``tf.train.latest_checkpoint`` returns).
+        step: The step it holds.
+        value: The monitored value at that step, if a monitor is set.
+    """
+
+    path: str
+    step: int
+    value: float | None = None

@@ -1,0 +1,261 @@
+"""EventBusHook: the MonitoredSession publisher (a ``tf.compat.v1.train.SessionRunHook``)."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from hookbus._publisher import PublisherCore
+
+try:
+    import tensorflow as tf
+
+    _HookBase: Any = tf.compat.v1.train.SessionRunHook
+except ImportError:  # hookbus runs without TensorFlow; only the publishers need it
+    tf = None
+    _HookBase = object
+
+if TYPE_CHECKING:
+    from hookbus._bus import EventBus
+
+__all__ = ["EventBusHook"]
+
+AGGREGATIONS = ("mean", "final")
+
+
+def require_tensorflow(what: str) -> Any:
+    if tf is None:
+        raise ImportError(f"{what} needs TensorFlow: pip install 'hookbus[tf-cpu]' (or 'hookbus[tf]')")
+    return tf
+
+
+def _graph_names(graph: Any) -> list[str]:
+    names: list[str] = []
+    for op in graph.get_operations():
+        names.append(op.name)
+        names.extend(t.name for t in op.outputs)
+    return names
+
+
+def resolve(graph: Any, what: str, value: Any) -> Any:
+    """The graph element ``value`` (a tensor, operation, variable or name) names in ``graph``."""
+    if isinstance(value, str):
+        try:
+            return graph.as_graph_element(value)
+        except (KeyError, ValueError):
+            close = difflib.get_close_matches(value, _graph_names(graph), n=3)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise ValueError(f"{what} {value!r} is not in the graph{hint}") from None
+    if isinstance(value, tf.Variable):
+        element = value
+        owner = value.graph
+    elif isinstance(value, tf.Tensor | tf.Operation):
+        element = value
+        owner = value.graph
+    else:
+        raise TypeError(f"{what} must be a tensor, an operation, a variable or a name (got {value!r})")
+    if owner is not graph:
+        raise ValueError(f"{what} {getattr(value, 'name', value)!r} belongs to another graph than the one being run")
+    return element
+
+
+def _op_of(element: Any) -> Any:
+    return element.op if isinstance(element, tf.Tensor | tf.Variable) else element
+
+
+class EventBusHook(_HookBase):  # type: ignore[misc]
+    """Publishes a MonitoredSession's lifecycle and fetched values on an :class:`EventBus`.
+
+    In train mode, a run that includes ``train_op`` is one training step. On steps where a
+    subscriber is due the hook fetches the union of the due subscribers' keys and the step
+    after the run: a read of the global step ordered after ``train_op`` (built in ``begin``),
+    so ``event.step`` is exact. Other steps fetch nothing. Without ``train_op`` every run
+    counts as one step, counted from a read of the global step at session creation.
+
+    In eval mode every run is one evaluation batch; values are aggregated over the session
+    (``"mean"`` by default, or ``"final"``: read once at the end, for streaming metrics) and
+    published at its end as ``eval/<key>``, with the training step the session restored.
+
+    Args:
+        bus: The bus to publish on.
+        fetches: ``{key: tensor | variable | operation | tensor name}``. Default: none.
+        train_op: The training op; strongly recommended in train mode (exact steps).
+        mode: ``"train"`` (default) or ``"eval"``.
+        aggregate: Eval aggregation, ``"mean"`` (default) or ``"final"``, or a mapping from key
+            to either (keys not named use ``"mean"``).
+
+    Raises:
+        ValueError, TypeError: at construction for malformed arguments; in ``begin()``, before
+            the first step, for names not in the graph or elements of another graph.
+    """
+
+    def __init__(
+        self,
+        bus: EventBus,
+        fetches: Mapping[str, Any] | None = None,
+        *,
+        train_op: Any = None,
+        mode: str = "train",
+        aggregate: str | Mapping[str, str] = "mean",
+    ) -> None:
+        require_tensorflow("EventBusHook")
+        if fetches is None:
+            fetches = {}
+        if not isinstance(fetches, Mapping):
+            raise TypeError(f"fetches must be a mapping of key to tensor or tensor name (got {fetches!r})")
+        for key, value in fetches.items():
+            if not isinstance(value, str | tf.Tensor | tf.Operation | tf.Variable):
+                raise TypeError(
+                    f"fetches[{key!r}] must be a tensor, an operation, a variable or a tensor name (got {value!r})"
+                )
+        self._core = PublisherCore(bus, fetches.keys(), mode=mode)
+        if self._core.mode == "eval" and train_op is not None:
+            raise ValueError("an eval EventBusHook takes no train_op: evaluation runs are not training steps")
+        self._fetches = dict(fetches)
+        self._train_op_arg = train_op
+        self._aggregate = self._check_aggregate(aggregate)
+        self.bus = bus
+        self._step = 0
+        self._planned: tuple[str, ...] | None = None
+        self._training_run = False
+        self._step_after: Any = None
+        self._global_step: Any = None
+        self._train_ops: frozenset[Any] = frozenset()
+        self._elements: dict[str, Any] = {}
+        self._run_args: dict[tuple[str, ...], Any] = {}
+        self._sums: dict[str, Any] = {}
+        self._batches = 0
+
+    def _check_aggregate(self, aggregate: str | Mapping[str, str]) -> dict[str, str]:
+        if isinstance(aggregate, str):
+            per_key = dict.fromkeys(self._fetches, aggregate)
+        elif isinstance(aggregate, Mapping):
+            unknown = sorted(set(aggregate) - set(self._fetches))
+            if unknown:
+                raise ValueError(f"aggregate names key {unknown[0]!r}, which is not in fetches {sorted(self._fetches)}")
+            per_key = {k: aggregate.get(k, "mean") for k in self._fetches}
+        else:
+            raise TypeError(f"aggregate must be 'mean', 'final' or a mapping of key to one of them (got {aggregate!r})")
+        for key, how in per_key.items():
+            if how not in AGGREGATIONS:
+                raise ValueError(f"aggregate for {key!r} must be 'mean' or 'final' (got {how!r})")
+        return per_key
+
+    @property
+    def mode(self) -> str:
+        return self._core.mode
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self._core.keys
+
+    # -- SessionRunHook ------------------------------------------------------------------------
+    def begin(self) -> None:
+        graph = tf.compat.v1.get_default_graph()
+        self._elements = {k: resolve(graph, "fetch", v) for k, v in self._fetches.items()}
+        self._global_step = tf.compat.v1.train.get_global_step(graph)
+        self._run_args = {}
+        if self._train_op_arg is not None:
+            train_op = resolve(graph, "train_op", self._train_op_arg)
+            if self._global_step is None:
+                raise ValueError(
+                    "train_op is given but the graph has no global step; create it with "
+                    "tf.compat.v1.train.get_or_create_global_step() before building the train op"
+                )
+            self._train_ops = frozenset({train_op, _op_of(train_op)})
+            with graph.control_dependencies([train_op]):
+                # A read ordered after the train op: the only exact step (see DESIGN, pitfalls).
+                self._step_after = tf.identity(self._global_step.read_value(), name="hookbus_step_after")
+        self._core.begin()
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        self._step = int(session.run(self._global_step)) if self._global_step is not None else 0
+        self._sums, self._batches = {}, 0
+        self._core.session_created(self._step)
+
+    def _is_training_run(self, run_context: Any) -> bool:
+        if not self._train_ops:
+            return True
+        fetches = run_context.original_args.fetches
+        if not isinstance(fetches, list | tuple | dict):
+            return fetches in self._train_ops
+        return any(f in self._train_ops for f in tf.nest.flatten(fetches))
+
+    def before_run(self, run_context: Any) -> Any:
+        if self._core.mode == "eval":
+            return self._before_eval_run()
+        self._planned = None
+        self._training_run = self._is_training_run(run_context)
+        if not self._training_run:
+            return None
+        keys = self._core.plan(self._step + 1)
+        if keys is None:
+            return None
+        self._planned = keys
+        args = self._run_args.get(keys)
+        if args is None:
+            fetch: dict[str, Any] = {"values": {k: self._elements[k] for k in keys}}
+            if self._step_after is not None:
+                fetch["step"] = self._step_after
+            args = self._run_args[keys] = tf.compat.v1.train.SessionRunArgs(fetch)
+        return args
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        bus = self.bus
+        if self._core.mode == "eval":
+            self._after_eval_run(run_values)
+        elif self._training_run:
+            if self._planned is not None:
+                results = run_values.results
+                step = int(results["step"]) if "step" in results else self._step + 1
+                self._step = step
+                self._core.publish_step(step, results["values"])
+            else:
+                self._step += 1
+                bus.step = self._step
+        bus.poll_signals()
+        if bus.should_stop:
+            run_context.request_stop()
+
+    def end(self, session: Any) -> None:
+        if self._core.mode == "eval":
+            self._end_eval(session)
+            return
+        keys = self._core.final_keys(self._step)
+        if keys is not None:
+            values = session.run({k: self._elements[k] for k in keys}) if keys else {}
+            self._core.publish_final(self._step, values)
+        self._core.end(self._step)
+
+    # -- evaluation ----------------------------------------------------------------------------
+    def _mean_keys(self) -> tuple[str, ...]:
+        return tuple(k for k in self._core.keys if self._aggregate[k] == "mean")
+
+    def _before_eval_run(self) -> Any:
+        keys = self._mean_keys()
+        if not keys or not self._core.eval_wanted():
+            return None
+        args = self._run_args.get(keys)
+        if args is None:
+            args = self._run_args[keys] = tf.compat.v1.train.SessionRunArgs({k: self._elements[k] for k in keys})
+        return args
+
+    def _after_eval_run(self, run_values: Any) -> None:
+        results = run_values.results
+        if not results:
+            return
+        self._batches += 1
+        for key, value in results.items():
+            total = self._sums.get(key)
+            self._sums[key] = value if total is None else total + value
+
+    def _end_eval(self, session: Any) -> None:
+        if self._core.eval_wanted():
+            values: dict[str, Any] = {k: v / self._batches for k, v in self._sums.items()} if self._batches else {}
+            finals = [k for k in self._core.keys if self._aggregate[k] == "final"]
+            if finals:
+                values.update(session.run({k: self._elements[k] for k in finals}))
+            if values:
+                self._core.publish_eval(self._step, values)
+        self._core.end(self._step)

@@ -1,0 +1,240 @@
+"""What every publisher shares: keys, per-step planning, conversion and publication.
+
+The TensorFlow hook, the Keras callback and the loop publisher wrap a :class:`PublisherCore`;
+so does :mod:`hookbus.testing`. Planning is the hot path: on a step where no subscriber is due
+:meth:`PublisherCore.plan` compares two numbers and returns ``None``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hookbus._subscriber import Subscriber
+
+if TYPE_CHECKING:
+    from hookbus._bus import EventBus
+
+__all__ = ["EVAL_PREFIX", "MODES", "RESERVED_KEYS", "PublisherCore", "check_fetch_keys", "to_value"]
+
+MODES = ("train", "eval")
+EVAL_PREFIX = "eval/"
+#: Names that sinks use for their own columns; a fetch key may not take them.
+RESERVED_KEYS = frozenset({"step", "wall_time", "mode", "elapsed"})
+
+
+def check_fetch_keys(keys: Iterable[object]) -> tuple[str, ...]:
+    """Validate publisher keys: non-empty strings, not reserved, no ``eval/`` prefix."""
+    checked: list[str] = []
+    for key in keys:
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"fetch keys must be non-empty strings (got {key!r})")
+        if key in RESERVED_KEYS:
+            raise ValueError(
+                f"fetch key {key!r} is reserved (reserved: {sorted(RESERVED_KEYS)}); rename it, e.g. {key + '_value'!r}"
+            )
+        if key.startswith(EVAL_PREFIX):
+            raise ValueError(
+                f"fetch key {key!r} must not start with {EVAL_PREFIX!r}; an eval publisher "
+                "(mode='eval') adds that prefix itself"
+            )
+        checked.append(key)
+    return tuple(checked)
+
+
+def check_mode(mode: object) -> str:
+    if mode not in MODES:
+        raise ValueError(f"mode must be 'train' or 'eval' (got {mode!r})")
+    return str(mode)
+
+
+def to_value(value: Any) -> Any:
+    """Scalars to Python floats, arrays stay numpy arrays, bytes stay bytes; NaN/inf pass."""
+    if isinstance(value, float):
+        return value
+    if isinstance(value, np.ndarray):
+        if value.ndim == 0:
+            return float(value) if value.dtype.kind in "biuf" else value.item()
+        return value
+    if isinstance(value, bool | int | np.number | np.bool_):
+        return float(value)
+    return value
+
+
+class PublisherCore:
+    """Keys, schedules and publication for one publisher on one bus.
+
+    Args:
+        bus: The bus to publish on; the publisher registers its keys there.
+        keys: The keys it can fetch (its ``fetches``' names).
+        mode: ``"train"`` (scheduled steps) or ``"eval"`` (one aggregated event per evaluation,
+            keys published as ``eval/<key>``).
+    """
+
+    def __init__(self, bus: EventBus, keys: Iterable[object], *, mode: str = "train") -> None:
+        from hookbus._bus import EventBus
+
+        if not isinstance(bus, EventBus):
+            raise TypeError(f"bus must be a hookbus.EventBus (got {bus!r})")
+        self.bus = bus
+        self.mode = check_mode(mode)
+        self.keys = check_fetch_keys(keys)
+        prefix = EVAL_PREFIX if self.mode == "eval" else ""
+        self.bus_keys = frozenset(prefix + k for k in self.keys)
+        self._version = -1
+        self._subs: list[Subscriber] = []
+        self._next_step = -math.inf
+        self._next_time = -math.inf
+        self._due: list[Subscriber] = []
+        self._due_step = 0
+        self._due_now = 0.0
+        self._fetch_cache: dict[frozenset[str], tuple[str, ...]] = {}
+        self.sessions = 0
+        bus.register(self)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def begin(self) -> None:
+        """Publish ``begin`` (checks every subscriber's keys first)."""
+        self.bus.start()
+        self.bus.publish("begin", self.bus.event("begin", step=self.bus.step, mode=self.mode))
+
+    def session_created(self, step: int, restored: bool | None = None) -> None:
+        """A session exists at ``step``: reset schedules there and publish the resume point."""
+        bus = self.bus
+        self.sessions += 1
+        if restored is None:
+            restored = step > 0 or self.sessions > 1
+        if self.mode == "train":
+            bus.step = step
+            self._refresh()
+            for record in self._subs:
+                record.timer.reset(step)
+            self._bounds()
+        bus.publish("after_create_session", bus.event("after_create_session", step=step, mode=self.mode))
+        bus.publish(
+            "session_created",
+            bus.event("session_created", step=step, mode=self.mode, restored=bool(restored)),
+        )
+
+    def end(self, step: int) -> None:
+        """Publish ``end``."""
+        self.bus.publish("end", self.bus.event("end", step=step, mode=self.mode))
+
+    # -- planning ----------------------------------------------------------------------------
+    def _refresh(self) -> None:
+        bus = self.bus
+        self._version = bus.version
+        self._fetch_cache.clear()
+        self._subs = [
+            r
+            for r in bus.subscribers
+            if ("after_run" in r.handlers or "before_run" in r.handlers) and r.wants(self.bus_keys)
+        ]
+
+    def _bounds(self) -> None:
+        live = [r.timer for r in self._subs if not r.disabled]
+        self._next_step = min((t.next_step() for t in live), default=math.inf)
+        self._next_time = min((t.next_time() for t in live), default=math.inf)
+
+    def plan(self, step: int) -> tuple[str, ...] | None:
+        """Which keys to fetch for the coming training step ``step``, or ``None`` if none is due.
+
+        Publishes ``before_run`` to the due subscribers that listen to it.
+        """
+        bus = self.bus
+        if self._version != bus.version:
+            self._refresh()
+            self._bounds()
+        if step < self._next_step and self._next_time == math.inf:
+            return None
+        now = bus.clock()
+        if step < self._next_step and now < self._next_time:
+            return None
+        due = [r for r in self._subs if not r.disabled and r.timer.is_due(step, now)]
+        if not due:
+            self._bounds()
+            return None
+        self._due, self._due_step, self._due_now = due, step, now
+        before = [r for r in due if "before_run" in r.handlers]
+        if before:
+            bus.publish("before_run", bus.event("before_run", step=step, mode=self.mode), before)
+        return self._fetch_keys(due)
+
+    def _fetch_keys(self, due: Iterable[Subscriber]) -> tuple[str, ...]:
+        wanted: set[str] = set()
+        for record in due:
+            if "after_run" not in record.handlers:
+                continue
+            if record.keys is None:
+                return self.keys
+            wanted |= record.keys
+        frozen = frozenset(wanted)
+        cached = self._fetch_cache.get(frozen)
+        if cached is None:
+            # Keep the declared order, so equal due sets always make the same fetch structure.
+            cached = self._fetch_cache[frozen] = tuple(k for k in self.keys if k in frozen)
+        return cached
+
+    def publish_step(self, step: int, raw: Mapping[str, Any]) -> None:
+        """Publish the planned step's ``after_run`` with the fetched ``raw`` values.
+
+        ``step`` is the real step after the run; subscribers planned for another step are
+        re-checked against it.
+        """
+        bus = self.bus
+        due, self._due = self._due, []
+        now = self._due_now
+        if step != self._due_step:
+            due = [r for r in due if r.timer.is_due(step, now)]
+        for record in due:
+            record.timer.fire(step, now)
+        self._bounds()
+        bus.step = step
+        if not due:
+            return
+        self._publish_values(step, raw, due, final=False)
+
+    def final_keys(self, step: int) -> tuple[str, ...] | None:
+        """Keys for the ``at_end`` subscribers still owed a final event at ``step``, or None."""
+        if self._version != self.bus.version:
+            self._refresh()
+        due = [r for r in self._subs if not r.disabled and r.timer.is_due_at_end(step)]
+        if not due:
+            return None
+        self._due, self._due_step = due, step
+        return self._fetch_keys(due)
+
+    def publish_final(self, step: int, raw: Mapping[str, Any]) -> None:
+        """Publish the final ``after_run`` (``event.final``) to the ``at_end`` subscribers."""
+        due, self._due = self._due, []
+        now = self.bus.clock()
+        for record in due:
+            record.timer.fire(step, now)
+        self._publish_values(step, raw, due, final=True)
+
+    def _publish_values(self, step: int, raw: Mapping[str, Any], due: list[Subscriber], *, final: bool) -> None:
+        values = {k: to_value(v) for k, v in raw.items()}
+        keyset = frozenset(values)
+        targets = [r for r in due if "after_run" in r.handlers and (r.keys is None or not r.keys.isdisjoint(keyset))]
+        event = self.bus.event("after_run", step=step, mode=self.mode, values=MappingProxyType(values), final=final)
+        self.bus.publish("after_run", event, targets)
+
+    # -- evaluation --------------------------------------------------------------------------
+    def eval_wanted(self) -> bool:
+        """Whether any subscriber wants this eval publisher's keys."""
+        return any("after_run" in r.handlers and r.wants(self.bus_keys) for r in self.bus.subscribers)
+
+    def publish_eval(self, step: int, values: Mapping[str, Any]) -> None:
+        """Publish one evaluation's aggregated ``values`` as ``eval/<key>`` at training ``step``.
+
+        Evaluations are not scheduled: every subscriber wanting one of the keys receives it.
+        """
+        prefixed = {EVAL_PREFIX + k: to_value(v) for k, v in values.items()}
+        keyset = frozenset(prefixed)
+        targets = [r for r in self.bus.subscribers if "after_run" in r.handlers and not r.disabled and r.wants(keyset)]
+        event = self.bus.event("after_run", step=step, mode="eval", values=MappingProxyType(prefixed))
+        self.bus.publish("after_run", event, targets)

@@ -1,0 +1,137 @@
+"""When a subscriber is due: step multiples, wall-clock intervals, begin and end."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = ["Schedule"]
+
+
+def _check_steps(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"every_n_steps must be a positive int (got {value!r})")
+    return value
+
+
+def _check_secs(value: object) -> float | None:
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"every_n_secs must be a positive finite number of seconds (got {value!r})")
+    return float(value)
+
+
+def _check_flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False (got {value!r})")
+    return value
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A subscriber's schedule over training steps.
+
+    Args:
+        every_n_steps: Due when the step reaches a new multiple of ``n``: ``step // n`` grew
+            since the subscriber last fired (so a step that jumps past several multiples fires
+            once). Default ``None`` (off).
+        every_n_secs: Due at the first step seen, then once this many seconds have passed since
+            it last fired. Default ``None`` (off). With both, whichever comes first.
+        at_begin: Also due at the first training step of each session. Default ``False``.
+        at_end: Also due once at the end, with the final values, unless it already fired at the
+            final step. Default ``False``.
+
+    Raises:
+        ValueError: naming the argument and the value, when a value is invalid.
+    """
+
+    every_n_steps: int | None = None
+    every_n_secs: float | None = None
+    at_begin: bool = False
+    at_end: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "every_n_steps", _check_steps(self.every_n_steps))
+        object.__setattr__(self, "every_n_secs", _check_secs(self.every_n_secs))
+        _check_flag("at_begin", self.at_begin)
+        _check_flag("at_end", self.at_end)
+
+    @property
+    def is_empty(self) -> bool:
+        """True when the schedule never fires on a step (only, perhaps, at the end)."""
+        return self.every_n_steps is None and self.every_n_secs is None and not self.at_begin
+
+    def timer(self) -> ScheduleTimer:
+        """A fresh, mutable tracker of when this schedule last fired."""
+        return ScheduleTimer(self)
+
+
+class ScheduleTimer:
+    """Mutable state of one schedule: which step multiple and time it last fired at.
+
+    The decisions are pure reads (:meth:`is_due`, :meth:`next_step`, :meth:`next_time`);
+    :meth:`fire` and :meth:`reset` are the only writes.
+    """
+
+    __slots__ = ("_begin_pending", "_bucket", "_last_step", "_last_time", "schedule")
+
+    def __init__(self, schedule: Schedule) -> None:
+        self.schedule = schedule
+        self._bucket = 0
+        self._last_time: float | None = None
+        self._last_step: int | None = None
+        self._begin_pending = schedule.at_begin
+
+    def reset(self, step: int) -> None:
+        """Start counting from ``step`` (a new session, possibly rewound)."""
+        n = self.schedule.every_n_steps
+        self._bucket = step // n if n else 0
+        self._begin_pending = self.schedule.at_begin
+        if self._last_step is not None and self._last_step > step:
+            self._last_step = None
+
+    def is_due(self, step: int, now: float) -> bool:
+        """Whether the subscriber should fire at ``step`` (at clock time ``now``)."""
+        s = self.schedule
+        if self._begin_pending:
+            return True
+        if s.every_n_steps is not None and step // s.every_n_steps > self._bucket:
+            return True
+        if s.every_n_secs is not None:
+            return self._last_time is None or now - self._last_time >= s.every_n_secs
+        return False
+
+    def is_due_at_end(self, step: int) -> bool:
+        """Whether the at-end firing is still owed at final step ``step``."""
+        return self.schedule.at_end and self._last_step != step
+
+    def fire(self, step: int, now: float) -> None:
+        """Record that the subscriber fired at ``step`` and ``now``."""
+        n = self.schedule.every_n_steps
+        if n is not None:
+            self._bucket = max(self._bucket, step // n)
+        self._last_time = now
+        self._last_step = step
+        self._begin_pending = False
+
+    def next_step(self) -> float:
+        """The smallest step at which a step rule could make it due (``inf`` if none)."""
+        if self._begin_pending:
+            return -math.inf
+        n = self.schedule.every_n_steps
+        return (self._bucket + 1) * n if n is not None else math.inf
+
+    def next_time(self) -> float:
+        """The earliest clock time at which the time rule could make it due."""
+        secs = self.schedule.every_n_secs
+        if secs is None:
+            return math.inf
+        return -math.inf if self._last_time is None else self._last_time + secs

@@ -1,0 +1,62 @@
+"""A MonitoredTrainingSession without TensorFlow's own step-counter, summary and checkpoint hooks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from hookbus._hook import require_tensorflow
+
+__all__ = ["monitored_training_session"]
+
+
+def monitored_training_session(
+    *,
+    checkpoint_dir: str | None = None,
+    hooks: Sequence[Any] | None = None,
+    chief_only_hooks: Sequence[Any] | None = None,
+    master: str = "",
+    is_chief: bool = True,
+    scaffold: Any = None,
+    config: Any = None,
+    stop_grace_period_secs: int = 120,
+    max_wait_secs: int = 7200,
+    **kwargs: Any,
+) -> Any:
+    """``tf.compat.v1.train.MonitoredTrainingSession`` with TF's own hooks turned off.
+
+    With ``checkpoint_dir`` TensorFlow would silently add a StepCounterHook (a fetch every
+    step), a SummarySaverHook and a CheckpointSaverHook (a save at step 0, its own retention).
+    They would fight hookbus's sinks, so this wrapper disables all three and keeps only the
+    restore from the latest checkpoint in ``checkpoint_dir``. Other arguments pass through.
+
+    Raises:
+        TypeError: if ``kwargs`` tries to turn one of those hooks back on.
+    """
+    tf = require_tensorflow("monitored_training_session")
+    owned = {"save_checkpoint_secs", "save_checkpoint_steps", "save_summaries_steps",
+             "save_summaries_secs", "log_step_count_steps"}
+    clash = sorted(owned & set(kwargs))
+    if clash:
+        raise TypeError(
+            f"monitored_training_session() does not take {clash[0]!r}: hookbus sinks do that work "
+            "(CheckpointSink, TensorBoardSink); call tf.compat.v1.train.MonitoredTrainingSession "
+            "directly if you want TensorFlow's hooks"
+        )
+    return tf.compat.v1.train.MonitoredTrainingSession(
+        master=master,
+        is_chief=is_chief,
+        checkpoint_dir=checkpoint_dir,
+        scaffold=scaffold,
+        hooks=list(hooks or []),
+        chief_only_hooks=list(chief_only_hooks or []),
+        save_checkpoint_secs=None,
+        save_checkpoint_steps=None,
+        save_summaries_steps=None,
+        save_summaries_secs=None,
+        log_step_count_steps=None,
+        config=config,
+        stop_grace_period_secs=stop_grace_period_secs,
+        max_wait_secs=max_wait_secs,
+        **kwargs,
+    )

@@ -1,0 +1,256 @@
+"""Subscribers: the Sink base class, function subscriptions and their handles."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from hookbus._schedule import Schedule, ScheduleTimer
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from hookbus._bus import EventBus
+
+__all__ = [
+    "ON_ERROR_POLICIES",
+    "PRIORITY_CHECKPOINT",
+    "PRIORITY_DEFAULT",
+    "PRIORITY_EARLY_STOPPING",
+    "PRIORITY_NAN_GUARD",
+    "PRIORITY_STOP_AT_STEP",
+    "SIGNALS",
+    "STEP_SIGNALS",
+    "Sink",
+    "Subscription",
+]
+
+#: Every signal a bus publishes, in lifecycle order.
+SIGNALS: tuple[str, ...] = (
+    "begin",
+    "after_create_session",
+    "session_created",
+    "before_run",
+    "after_run",
+    "end",
+    "stop_requested",
+    "subscriber_error",
+    "exception",
+    "checkpoint_saved",
+)
+#: Signals that follow the subscribers' schedules; the others are delivered every time.
+STEP_SIGNALS: frozenset[str] = frozenset({"before_run", "after_run"})
+ON_ERROR_POLICIES = ("raise", "isolate", "disable")
+
+#: Lower runs first. Control sinks run before the checkpoint, which runs before the rest.
+PRIORITY_NAN_GUARD = 0
+PRIORITY_EARLY_STOPPING = 10
+PRIORITY_STOP_AT_STEP = 20
+PRIORITY_CHECKPOINT = 50
+PRIORITY_DEFAULT = 100
+
+
+def check_on_error(value: object) -> str:
+    if value not in ON_ERROR_POLICIES:
+        raise ValueError(f"on_error must be one of {', '.join(map(repr, ON_ERROR_POLICIES))} (got {value!r})")
+    return str(value)
+
+
+def check_priority(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"priority must be an int (got {value!r})")
+    return value
+
+
+def check_keys(value: object, argument: str = "keys") -> frozenset[str] | None:
+    if value is None:
+        return None
+    items: Iterable[object] = (value,) if isinstance(value, str) else value  # type: ignore[assignment]
+    try:
+        keys = tuple(items)
+    except TypeError:
+        raise ValueError(f"{argument} must be a key, a list of keys or None (got {value!r})") from None
+    if not keys or not all(isinstance(k, str) and k for k in keys):
+        raise ValueError(f"{argument} must be non-empty strings (got {value!r})")
+    return frozenset(keys)  # type: ignore[arg-type]
+
+
+class Sink:
+    """Base class for a subscriber with state: override the ``on_<signal>`` methods you need.
+
+    Every overridden ``on_<signal>`` method is subscribed when the sink is attached
+    (``bus.attach(sink)``). ``on_before_run`` and ``on_after_run`` follow the sink's schedule;
+    the other signals (``begin``, ``session_created``, ``end``, ``stop_requested``, ...) are
+    delivered every time. Each method receives the signal's payload.
+
+    Args:
+        keys: Keys this sink needs (default ``None``: every key). On a due step the publisher
+            fetches the union of the due subscribers' keys; the sink receives an ``after_run``
+            event only when it carries at least one of its keys.
+        every_n_steps, every_n_secs, at_begin, at_end: The schedule (see :class:`Schedule`).
+            When none is given the class's ``default_schedule`` applies.
+        priority: Order among subscribers, lower first (default: the class's ``priority``).
+        on_error: ``"raise"``, ``"isolate"`` or ``"disable"`` (default: the class's).
+        name: Shown in reports (default: the class name).
+    """
+
+    default_schedule: ClassVar[Schedule] = Schedule(every_n_steps=1)
+    priority: int = PRIORITY_DEFAULT
+    on_error: str = "isolate"
+
+    def __init__(
+        self,
+        *,
+        keys: str | Iterable[str] | None = None,
+        every_n_steps: int | None = None,
+        every_n_secs: float | None = None,
+        at_begin: bool = False,
+        at_end: bool = False,
+        priority: int | None = None,
+        on_error: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        given = Schedule(every_n_steps, every_n_secs, at_begin, at_end)
+        self.schedule = self.default_schedule if given == Schedule() else given
+        self.keys = check_keys(keys)
+        if priority is not None:
+            self.priority = check_priority(priority)
+        if on_error is not None:
+            self.on_error = check_on_error(on_error)
+        self.name = name if name is not None else type(self).__name__
+
+    def handlers(self) -> dict[str, Callable[[Any], None]]:
+        """The bound ``on_<signal>`` methods this sink overrides, by signal name."""
+        found: dict[str, Callable[[Any], None]] = {}
+        for signal in SIGNALS:
+            method = getattr(type(self), f"on_{signal}", None)
+            if method is not None and method is not getattr(Sink, f"on_{signal}", None):
+                found[signal] = getattr(self, f"on_{signal}")
+        return found
+
+    def state_dict(self) -> dict[str, Any]:
+        """State to save beside a checkpoint (default: none)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Restore what :meth:`state_dict` returned (default: nothing to restore)."""
+
+    def flush(self) -> None:  # noqa: B027 - optional hook
+        """Block until everything received so far is handed to the OS (checkpoint barrier).
+
+        Writers override it; the checkpoint sink calls it on every sink before a save.
+        """
+
+    def status(self) -> str | None:
+        """A short line for dashboards (e.g. ``"patience 2/5"``), or ``None`` (default)."""
+        return None
+
+    @property
+    def total_steps(self) -> int | None:
+        """The step at which this sink will stop the run, if it knows (default ``None``)."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources. The bus calls it once at the end of the run, also after errors."""
+
+    def __enter__(self) -> Sink:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class Subscription:
+    """Handle returned by :meth:`EventBus.on`.
+
+    Calling it calls the function (so ``@bus.on(...)`` keeps the function usable);
+    :meth:`disconnect` removes it, and ``with bus.on(...):`` subscribes for a block only.
+    """
+
+    def __init__(self, bus: EventBus, signal: str, fn: Callable[[Any], Any], record: Subscriber) -> None:
+        self.bus = bus
+        self.signal = signal
+        self.fn = fn
+        self._record = record
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    @property
+    def connected(self) -> bool:
+        """Whether the function is still subscribed."""
+        return self.bus.is_subscribed(self._record)
+
+    def disconnect(self) -> None:
+        """Unsubscribe; harmless if already done."""
+        self.bus.remove(self._record)
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.disconnect()
+
+    def __repr__(self) -> str:
+        return f"<Subscription {self._record.name!r} to {self.signal!r}>"
+
+
+class Subscriber:
+    """The bus's record of one subscriber (a sink or a function): what, when, how."""
+
+    __slots__ = (
+        "disabled",
+        "errors",
+        "handlers",
+        "keys",
+        "name",
+        "on_error",
+        "order",
+        "priority",
+        "sink",
+        "timer",
+    )
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        handlers: dict[str, Callable[[Any], None]],
+        schedule: Schedule,
+        keys: frozenset[str] | None,
+        priority: int,
+        on_error: str,
+        order: int,
+        sink: Sink | None = None,
+    ) -> None:
+        self.name = name
+        self.handlers = handlers
+        self.timer: ScheduleTimer = schedule.timer()
+        self.keys = keys
+        self.priority = priority
+        self.on_error = on_error
+        self.order = order
+        self.sink = sink
+        self.errors = 0
+        self.disabled = False
+
+    @property
+    def sort_key(self) -> tuple[int, int]:
+        return (self.priority, self.order)
+
+    def wants(self, keys: frozenset[str]) -> bool:
+        """Whether an event carrying ``keys`` concerns this subscriber."""
+        return self.keys is None or not self.keys.isdisjoint(keys)

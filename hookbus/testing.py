@@ -1,0 +1,124 @@
+"""Drive a bus with scripted steps and values, without TensorFlow, to test sinks.
+
+Example::
+
+    bus = hookbus.EventBus(clock=clock)
+    bus.attach(MySink())
+    pub = ScriptedPublisher(bus, keys=["loss"])
+    with bus:
+        pub.run({"loss": 1.0 / s} for s in range(1, 101))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from hookbus._publisher import PublisherCore
+
+if TYPE_CHECKING:
+    from hookbus._bus import EventBus
+
+__all__ = ["FakeClock", "ScriptedPublisher"]
+
+Values = Mapping[str, Any] | Callable[[int], Mapping[str, Any]]
+
+
+class FakeClock:
+    """A clock that moves only when told: pass it as ``EventBus(clock=...)``.
+
+    Args:
+        start: The initial reading (default 0.0).
+        tick: Added after every reading (default 0.0).
+    """
+
+    def __init__(self, start: float = 0.0, tick: float = 0.0) -> None:
+        self.now = start
+        self.tick = tick
+
+    def __call__(self) -> float:
+        now = self.now
+        self.now += self.tick
+        return now
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward by ``seconds``."""
+        self.now += seconds
+
+
+class ScriptedPublisher:
+    """A publisher whose steps and values come from a script instead of a session.
+
+    It plans exactly as the real publishers do: values are read (a callable is called) only on
+    steps where a subscriber is due, and only the due subscribers' keys are taken.
+
+    Args:
+        bus: The bus to publish on.
+        keys: The keys it provides.
+        mode: ``"train"`` (default) or ``"eval"``.
+
+    Attributes:
+        step: The current training step.
+        fetched: ``(step, keys)`` for every step on which something was fetched.
+    """
+
+    def __init__(self, bus: EventBus, keys: Iterable[str], *, mode: str = "train") -> None:
+        self.core = PublisherCore(bus, keys, mode=mode)
+        self.bus = bus
+        self.step = 0
+        self.fetched: list[tuple[int, tuple[str, ...]]] = []
+
+    def begin(self) -> None:
+        """Publish ``begin`` (keys are checked)."""
+        self.core.begin()
+
+    def session(self, step: int = 0, restored: bool | None = None) -> None:
+        """A session starts (or restarts, rewound) at ``step``."""
+        self.step = step
+        self.core.session_created(step, restored)
+
+    def advance(self, values: Values, *, step: int | None = None) -> bool:
+        """Run one training step; returns whether a stop was requested.
+
+        Args:
+            values: The step's values, or a function of the step returning them.
+            step: The step after the run (default: one more than the last).
+        """
+        actual = self.step + 1 if step is None else step
+        keys = self.core.plan(actual)
+        if keys is not None:
+            got = values(actual) if callable(values) else values
+            self.fetched.append((actual, keys))
+            self.core.publish_step(actual, {k: got[k] for k in keys if k in got})
+        else:
+            self.bus.step = actual
+        self.step = actual
+        self.bus.poll_signals()
+        return self.bus.should_stop
+
+    def evaluate(self, values: Mapping[str, Any], *, step: int | None = None) -> None:
+        """Publish one evaluation (eval mode) of ``values`` at training ``step``."""
+        self.core.publish_eval(self.step if step is None else step, values)
+
+    def end(self, final_values: Values | None = None) -> None:
+        """Publish the ``at_end`` event (if owed) and ``end``."""
+        keys = self.core.final_keys(self.step)
+        if keys is not None:
+            got = final_values(self.step) if callable(final_values) else (final_values or {})
+            self.core.publish_final(self.step, {k: got[k] for k in keys if k in got})
+        self.core.end(self.step)
+
+    def run(self, steps: Iterable[Values], *, start: int = 0) -> int:
+        """``begin``, a session at ``start``, one step per item until a stop, ``end``.
+
+        Returns the last step.
+        """
+        self.begin()
+        self.session(start)
+        last: Values | None = None
+        for values in steps:
+            last = values
+            if self.advance(values):
+                break
+        self.end(last)
+        return self.step
