@@ -1,0 +1,69 @@
+"""``hookbus demo``: the seed's linear regression, trained on built-in synthetic data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["LinearRegression", "build_linear_regression"]
+
+
+@dataclass
+class LinearRegression:
+    """The tensors of the demo graph (built in the current default graph)."""
+
+    global_step: Any
+    loss: Any
+    accuracy: Any
+    train_op: Any
+    eval_loss: Any
+    eval_accuracy: Any
+    weights: Any
+    bias: Any
+
+
+def build_linear_regression(
+    *,
+    features: int = 3,
+    batch_size: int = 32,
+    learning_rate: float = 0.05,
+    noise: float = 0.1,
+    seed: int = 0,
+) -> LinearRegression:
+    """Build the seed's model, fixed: y = x·w + b on synthetic data, squared loss, SGD.
+
+    The training batch is drawn anew every step from a fixed random true model; the
+    evaluation batch is a fixed held-out set. ``accuracy`` is the share of predictions within
+    0.25 of the target, named ``accuracy:0`` as in the seed.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    rng = np.random.default_rng(seed)
+    true_w = rng.normal(size=(features, 1)).astype("float32")
+    true_b = np.float32(rng.normal())
+    v1.set_random_seed(seed)
+    global_step = v1.train.get_or_create_global_step()
+
+    def batch(n: int, op_seed: int | None) -> tuple[Any, Any]:
+        x = v1.random_normal([n, features], seed=op_seed)
+        y = tf.matmul(x, true_w) + true_b + noise * v1.random_normal([n, 1], seed=None if op_seed is None else op_seed + 1)
+        return x, y
+
+    weights = v1.get_variable("weights", [features, 1], initializer=v1.zeros_initializer())
+    bias = v1.get_variable("bias", [1], initializer=v1.zeros_initializer())
+
+    def metrics(x: Any, y: Any, suffix: str) -> tuple[Any, Any]:
+        prediction = tf.matmul(x, weights) + bias
+        loss = tf.reduce_mean(tf.square(prediction - y), name="loss" + suffix)
+        accuracy = tf.reduce_mean(tf.cast(tf.abs(prediction - y) < 0.25, tf.float32), name="accuracy" + suffix)
+        return loss, accuracy
+
+    x, y = batch(batch_size, None)
+    loss, accuracy = metrics(x, y, "")
+    train_op = v1.train.GradientDescentOptimizer(learning_rate).minimize(loss, global_step=global_step)
+    held_x = tf.constant(rng.normal(size=(256, features)).astype("float32"))
+    held_y = tf.matmul(held_x, true_w) + true_b
+    eval_loss, eval_accuracy = metrics(held_x, held_y, "_eval")
+    return LinearRegression(global_step, loss, accuracy, train_op, eval_loss, eval_accuracy, weights, bias)
