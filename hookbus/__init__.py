@@ -5,6 +5,7 @@ from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest
 from hookbus._hook import EventBusHook
 from hookbus._schedule import Schedule
 from hookbus._session import monitored_training_session
+from hookbus._train_eval import train_and_evaluate
 from hookbus._subscriber import (
     PRIORITY_CHECKPOINT,
     PRIORITY_DEFAULT,
@@ -38,4 +39,5 @@ __all__ = [
     "UnknownKeyError",
     "__version__",
     "monitored_training_session",
+    "train_and_evaluate",
 ]

@@ -164,9 +164,12 @@ class EventBusHook(_HookBase):  # type: ignore[misc]
                     "tf.compat.v1.train.get_or_create_global_step() before building the train op"
                 )
             self._train_ops = frozenset({train_op, _op_of(train_op)})
-            with graph.control_dependencies([train_op]):
-                # A read ordered after the train op: the only exact step (see DESIGN, pitfalls).
-                self._step_after = tf.identity(self._global_step.read_value(), name="hookbus_step_after")
+            if self._step_after is None or self._step_after.graph is not graph:
+                # The graph is finalized after the first session; a train/evaluate loop
+                # begins again on the same graph and reuses this read.
+                with graph.control_dependencies([train_op]):
+                    # A read ordered after the train op: the only exact step (DESIGN, pitfalls).
+                    self._step_after = tf.identity(self._global_step.read_value(), name="hookbus_step_after")
         self._core.begin()
 
     def after_create_session(self, session: Any, coord: Any) -> None:

@@ -1,0 +1,99 @@
+"""The seed's train-then-evaluate flow on MonitoredSession, until a sink stops the run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from hookbus._hook import require_tensorflow
+from hookbus._session import monitored_training_session
+
+if TYPE_CHECKING:
+    from hookbus._bus import EventBus
+
+__all__ = ["train_and_evaluate"]
+
+
+def _positive(name: str, value: object, *, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int{' or None' if optional else ''} (got {value!r})")
+
+
+def train_and_evaluate(
+    bus: EventBus,
+    *,
+    train_op: Any,
+    eval_fetches: Any,
+    checkpoint_dir: str,
+    steps_per_round: int,
+    train_hooks: Sequence[Any],
+    eval_hooks: Sequence[Any],
+    eval_steps: int | None = None,
+    max_rounds: int | None = None,
+    run_step: Callable[[Any], Any] | None = None,
+    scaffold: Any = None,
+    config: Any = None,
+) -> int:
+    """Alternate training and evaluation, as ``estimator.train`` / ``evaluate`` did, until stopped.
+
+    Each round trains ``steps_per_round`` steps in a :func:`monitored_training_session` on
+    ``checkpoint_dir`` (restoring the latest checkpoint), then evaluates the checkpoint that
+    round ended with in a fresh ``MonitoredSession`` restored from ``checkpoint_dir``, running
+    ``eval_fetches`` ``eval_steps`` times (default ``None``: until the input is exhausted,
+    ``OutOfRangeError``). An eval :class:`EventBusHook` in ``eval_hooks`` publishes
+    ``eval/<key>`` at the end of each evaluation, so ``EarlyStoppingSink(monitor="eval/loss")``
+    stops the run at the evaluation its rule implies. The loop ends when a subscriber requests a
+    stop (``bus.should_stop``) or after ``max_rounds`` rounds (default ``None``: no limit).
+
+    A checkpoint must exist after every training round: attach a ``CheckpointSink`` on
+    ``checkpoint_dir`` (it saves at the end of each session).
+
+    Args:
+        bus: The bus the hooks publish on (use it as ``with bus:`` around this call).
+        train_op: What one training step runs.
+        eval_fetches: What one evaluation batch runs.
+        checkpoint_dir: Where checkpoints are saved and restored.
+        steps_per_round: Training steps between evaluations.
+        train_hooks: Hooks for the training sessions (the train EventBusHook).
+        eval_hooks: Hooks for the evaluation sessions (the eval EventBusHook).
+        eval_steps: Batches per evaluation (default ``None``: until ``OutOfRangeError``).
+        max_rounds: At most this many rounds (default ``None``).
+        run_step: ``run_step(session)`` runs one training step (default: ``session.run(train_op)``).
+        scaffold, config: Passed to both kinds of session.
+
+    Returns:
+        The number of evaluations run.
+    """
+    tf = require_tensorflow("train_and_evaluate")
+    _positive("steps_per_round", steps_per_round)
+    _positive("eval_steps", eval_steps, optional=True)
+    _positive("max_rounds", max_rounds, optional=True)
+    step = run_step if run_step is not None else (lambda session: session.run(train_op))
+    rounds = 0
+    while not bus.should_stop and (max_rounds is None or rounds < max_rounds):
+        with monitored_training_session(
+            checkpoint_dir=checkpoint_dir, hooks=train_hooks, scaffold=scaffold, config=config
+        ) as session:
+            for _ in range(steps_per_round):
+                if session.should_stop():
+                    break
+                step(session)
+        if bus.should_stop:
+            break
+        if tf.train.latest_checkpoint(checkpoint_dir) is None:
+            raise RuntimeError(
+                f"no checkpoint in {checkpoint_dir!r} after training: attach a "
+                "hookbus.sinks.CheckpointSink on that directory so each round can be evaluated"
+            )
+        creator = tf.compat.v1.train.ChiefSessionCreator(
+            checkpoint_dir=checkpoint_dir, scaffold=scaffold, config=config
+        )
+        with tf.compat.v1.train.MonitoredSession(session_creator=creator, hooks=eval_hooks) as session:
+            batches = 0
+            while not session.should_stop() and (eval_steps is None or batches < eval_steps):
+                session.run(eval_fetches)
+                batches += 1
+        rounds += 1
+    return rounds
