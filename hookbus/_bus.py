@@ -7,7 +7,7 @@ import signal as signal_module
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import blinker
 
@@ -28,9 +28,12 @@ from hookbus._subscriber import (
 if TYPE_CHECKING:
     from types import FrameType, TracebackType
 
+    from hookbus._checkpoint import CheckpointBackend
+
 __all__ = ["EventBus", "UnknownKeyError", "Publisher"]
 
 logger = logging.getLogger("hookbus")
+_SinkT = TypeVar("_SinkT", bound=Sink)
 
 _SIGNAL_DOCS = {
     "begin": "A publisher began (graph built, before any session). Payload: event=Event.",
@@ -75,6 +78,11 @@ class EventBus:
     Args:
         clock: Monotonic clock for schedules (default :func:`time.monotonic`).
         wall_clock: Clock for ``Event.wall_time`` (default :func:`time.time`).
+
+    Attributes:
+        checkpoint_backend: How the training publisher's model is saved and restored (a
+            :class:`hookbus._checkpoint.CheckpointBackend`); set by a train-mode publisher in
+            its ``begin``, ``None`` before. Checkpoint sinks use it.
     """
 
     def __init__(
@@ -93,6 +101,7 @@ class EventBus:
         self._publishers: list[Publisher] = []
         self._order = 0
         self.version = 0  # bumped on every (un)subscription; publishers re-plan on change
+        self.checkpoint_backend: CheckpointBackend | None = None
         self._reset_run()
 
     # -- signals as attributes --------------------------------------------------------------
@@ -190,7 +199,7 @@ class EventBus:
         self._subscribers.sort(key=lambda s: s.sort_key)
         self.version += 1
 
-    def attach(self, sink: Sink) -> Sink:
+    def attach(self, sink: _SinkT) -> _SinkT:
         """Subscribe every ``on_<signal>`` method ``sink`` overrides; returns the sink.
 
         Raises:
@@ -216,6 +225,20 @@ class EventBus:
             )
         )
         return sink
+
+    def reschedule(self, sink: Sink, schedule: Schedule) -> None:
+        """Give an attached ``sink`` a new schedule, counted from the current step.
+
+        For sinks whose due step is known only once a session exists (``StopAtStepSink``'s
+        ``num_steps``); publishers re-plan on their next step.
+        """
+        for record in self._subscribers:
+            if record.sink is sink:
+                record.timer = schedule.timer()
+                record.timer.reset(self.step)
+                self.version += 1
+                return
+        raise ValueError(f"{sink!r} is not attached to this bus")
 
     def detach(self, sink: Sink) -> None:
         """Unsubscribe ``sink`` (it is not closed). Raises ValueError if it is not attached."""
@@ -275,7 +298,7 @@ class EventBus:
                 raise TypeError(f"bus.on() needs a callable (got {func!r})")
             self._order += 1
             record = Subscriber(
-                name=name or getattr(func, "__qualname__", repr(func)),
+                name=name or str(getattr(func, "__qualname__", repr(func))),
                 handlers={signal: func},
                 schedule=schedule,
                 keys=checked_keys,
@@ -336,7 +359,8 @@ class EventBus:
         policy without keeping the event from the others. A ``"raise"`` failure is re-raised
         once every subscriber has had the event.
         """
-        targets = self._subscribers if subscribers is None else subscribers
+        # A snapshot: a handler may disconnect itself (or another) while the event is delivered.
+        targets = tuple(self._subscribers) if subscribers is None else subscribers
         first_error: BaseException | None = None
         self._depth += 1
         try:
@@ -384,7 +408,7 @@ class EventBus:
             )
             self._depth += 1
             try:
-                for other in self._subscribers:
+                for other in tuple(self._subscribers):
                     handler = other.handlers.get("subscriber_error")
                     if handler is not None and not other.disabled and other is not record:
                         self._call_quietly(other, "subscriber_error", handler, report)
@@ -476,11 +500,12 @@ class EventBus:
                 signal_module.signal(signal_module.SIGTERM, self._previous_handler)
                 self._previous_handler = None
             self._in_run = False
+            self.started = False  # the run is over: sinks and functions may be (un)subscribed again
 
     def publish_exception(self, error: BaseException) -> None:
         """Publish ``exception`` to every subscriber; their failures are logged, never raised."""
         payload = ExceptionRaised(error, self.step)
-        for record in self._subscribers:
+        for record in tuple(self._subscribers):
             handler = record.handlers.get("exception")
             if handler is not None:
                 self._call_quietly(record, "exception", handler, payload)
@@ -497,7 +522,7 @@ class EventBus:
         sink whose policy is ``"raise"`` is re-raised when ``raise_errors``.
         """
         first: BaseException | None = None
-        for record in self._subscribers:
+        for record in tuple(self._subscribers):  # a sink may detach itself when closed
             sink = record.sink
             if sink is None or id(sink) in self._closed:
                 continue

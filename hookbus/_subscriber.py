@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from hookbus._bus import EventBus
+    from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
 
 __all__ = [
     "ON_ERROR_POLICIES",
@@ -127,6 +128,38 @@ class Sink:
             if method is not None and method is not getattr(Sink, f"on_{signal}", None):
                 found[signal] = getattr(self, f"on_{signal}")
         return found
+
+    # The handlers a subclass may override. Only overridden ones are subscribed, so a sink
+    # that ignores a signal costs nothing when it is published.
+    def on_begin(self, event: Event) -> None:
+        """A publisher began (before any session)."""
+
+    def on_after_create_session(self, event: Event) -> None:
+        """A session was created (``event.step``)."""
+
+    def on_session_created(self, event: Event) -> None:
+        """A (re)created session is a resume point at ``event.step`` (``event.restored``)."""
+
+    def on_before_run(self, event: Event) -> None:
+        """A due training step is about to run (scheduled)."""
+
+    def on_after_run(self, event: Event) -> None:
+        """A due step ran (scheduled), or an evaluation finished (``event.mode == "eval"``)."""
+
+    def on_end(self, event: Event) -> None:
+        """A publisher ended cleanly."""
+
+    def on_stop_requested(self, event: StopRequest) -> None:
+        """A subscriber or a signal asked to stop."""
+
+    def on_subscriber_error(self, event: SubscriberError) -> None:
+        """Another subscriber raised."""
+
+    def on_exception(self, event: ExceptionRaised) -> None:
+        """Training raised; :meth:`close` follows."""
+
+    def on_checkpoint_saved(self, event: CheckpointSaved) -> None:
+        """A checkpoint became visible."""
 
     def state_dict(self) -> dict[str, Any]:
         """State to save beside a checkpoint (default: none)."""

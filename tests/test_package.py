@@ -1,0 +1,139 @@
+"""The package: its public surface, importing without TensorFlow, and the wheel."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import hookbus
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_public_surface_is_pinned() -> None:
+    assert sorted(hookbus.__all__) == [
+        "CheckpointSaved",
+        "Event",
+        "EventBus",
+        "EventBusHook",
+        "ExceptionRaised",
+        "PRIORITY_CHECKPOINT",
+        "PRIORITY_DEFAULT",
+        "PRIORITY_EARLY_STOPPING",
+        "PRIORITY_NAN_GUARD",
+        "PRIORITY_STOP_AT_STEP",
+        "SIGNALS",
+        "Schedule",
+        "Sink",
+        "StopRequest",
+        "SubscriberError",
+        "Subscription",
+        "UnknownKeyError",
+        "__version__",
+        "monitored_training_session",
+        "train_and_evaluate",
+    ]
+    for name in hookbus.__all__:
+        assert hasattr(hookbus, name), name
+
+
+def run_python(code: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**_base_env(), **env},
+        check=False,
+    )
+
+
+def _base_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+@pytest.mark.subprocess
+def test_imports_and_scripted_run_without_tensorflow() -> None:
+    result = run_python(
+        """
+        import sys
+        sys.modules["tensorflow"] = None  # any import of TensorFlow now fails
+        import hookbus, hookbus.sinks, hookbus.testing
+        from hookbus.testing import FakeClock, ScriptedPublisher
+
+        bus = hookbus.EventBus(clock=FakeClock())
+        got = []
+        bus.on("after_run", lambda e: got.append((e.step, e.values["loss"])), every_n_steps=2)
+        pub = ScriptedPublisher(bus, keys=["loss"])
+        with bus:
+            pub.run({"loss": float(s)} for s in range(1, 6))
+        assert got == [(2, 2.0), (4, 4.0)], got
+        try:
+            hookbus.EventBusHook(bus, {})
+        except ImportError as error:
+            assert "needs TensorFlow" in str(error), error
+        else:
+            raise AssertionError("EventBusHook without TensorFlow did not raise")
+        assert sys.modules["tensorflow"] is None
+        print("ok")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+@pytest.mark.subprocess
+def test_wheel_ships_the_sinks_package_and_py_typed(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for name in ("hookbus", "sinks"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    dist = tmp_path / "dist"
+    build = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert build.returncode == 0, build.stdout + build.stderr
+    (wheel,) = dist.glob("hookbus-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"hookbus/__init__.py", "hookbus/py.typed", "hookbus/sinks/__init__.py"} <= names
+    assert not any(name.startswith("sinks/") for name in names)
+
+    target = tmp_path / "site"
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target", str(target), str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert install.returncode == 0, install.stdout + install.stderr
+    result = run_python(
+        """
+        import sys
+        sys.modules["tensorflow"] = None
+        import hookbus, hookbus.sinks
+        print(hookbus.__file__)
+        print(hookbus.sinks.__file__)
+        """,
+        cwd=tmp_path,  # not the checkout: `-c` puts the working directory first on sys.path
+        PYTHONPATH=str(target),
+    )
+    assert result.returncode == 0, result.stderr
+    hookbus_file, sinks_file = result.stdout.split()
+    assert Path(hookbus_file).is_relative_to(target)
+    assert Path(sinks_file) == target / "hookbus" / "sinks" / "__init__.py"
