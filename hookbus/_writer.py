@@ -1,0 +1,221 @@
+"""A background writer: a thread behind a bounded queue that blocks when full and never drops.
+
+Sinks that write files (CSV) hand rows to a :class:`BackgroundWriter` so that the training thread
+only enqueues. The contract, which the checkpoint barrier relies on:
+
+- :meth:`BackgroundWriter.put` blocks while the queue is full (training slows down only if the
+  disk cannot keep up on average); nothing is dropped.
+- The thread flushes every ``flush_secs`` while it has unflushed writes.
+- :meth:`BackgroundWriter.flush` returns once everything enqueued before it is written and
+  flushed to the OS.
+- :meth:`BackgroundWriter.close` drains within a deadline; what it could not write is reported
+  with a :class:`WriterWarning` naming the writer and the count of rows lost.
+- An exception in the thread is never swallowed: the next ``put``, ``call``, ``flush`` or
+  ``close`` raises :class:`WriterError` from it.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+__all__ = ["BackgroundWriter", "WriterError", "WriterWarning", "check_writable_dir"]
+
+T = TypeVar("T")
+
+_ITEM, _CALL, _FLUSH, _STOP = range(4)
+_POLL_SECS = 0.05  # how often a blocked caller re-checks that the thread is still alive
+
+
+def check_writable_dir(directory: str, what: str) -> None:
+    """Fail now if ``directory`` could not be created or written (cheap: nothing is created).
+
+    Args:
+        directory: Where files will go; it or its nearest existing ancestor is checked.
+        what: Names the argument in the message (e.g. ``"logdir"``).
+    """
+    probe = os.path.abspath(directory)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise ValueError(f"{what} {directory!r} cannot be created: {probe!r} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise PermissionError(f"{what} {directory!r} is not writable: no write permission on {probe!r}")
+
+
+class WriterError(RuntimeError):
+    """The background writer's thread failed; the original exception is the ``__cause__``."""
+
+
+class WriterWarning(RuntimeWarning):
+    """A writer closed before everything it was given could be written."""
+
+
+class BackgroundWriter(Generic[T]):
+    """Writes items on its own thread, in order, through a bounded blocking queue.
+
+    The callbacks run on the writer's thread only, so the file they touch needs no lock.
+
+    Args:
+        name: Shown in warnings and errors (e.g. the sink's name).
+        write: Writes one item.
+        flush: Hands what ``write`` wrote to the OS (e.g. ``file.flush``).
+        close: Releases the file once the thread stops (default: nothing).
+        max_queue_size: Items that may wait before :meth:`put` blocks (default 1024).
+        flush_secs: Longest time written items stay unflushed (default 5.0).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        write: Callable[[T], None],
+        flush: Callable[[], None],
+        close: Callable[[], None] | None = None,
+        *,
+        max_queue_size: int = 1024,
+        flush_secs: float = 5.0,
+    ) -> None:
+        if isinstance(max_queue_size, bool) or not isinstance(max_queue_size, int) or max_queue_size < 1:
+            raise ValueError(f"max_queue_size must be a positive int (got {max_queue_size!r})")
+        if isinstance(flush_secs, bool) or not isinstance(flush_secs, int | float) or not flush_secs > 0:
+            raise ValueError(f"flush_secs must be a positive number (got {flush_secs!r})")
+        self.name = name
+        self._write = write
+        self._flush = flush
+        self._close = close
+        self._flush_secs = float(flush_secs)
+        self._queue: queue.Queue[tuple[int, Any]] = queue.Queue(max_queue_size)
+        self._enqueued = 0
+        self._written = 0
+        self._error: BaseException | None = None
+        self._closed = False
+        self._abandoned = False
+        self._thread = threading.Thread(target=self._run, name=f"hookbus-writer[{name}]", daemon=True)
+        self._thread.start()
+
+    @property
+    def pending(self) -> int:
+        """Items given to :meth:`put` and not written yet."""
+        return self._enqueued - self._written
+
+    # -- caller side -------------------------------------------------------------------------
+    def put(self, item: T) -> None:
+        """Enqueue ``item``; blocks while the queue is full. Raises :class:`WriterError`."""
+        self._enqueue(_ITEM, item)
+        self._enqueued += 1
+
+    def call(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the writer's thread, after everything enqueued before it."""
+        self._enqueue(_CALL, fn)
+
+    def flush(self) -> None:
+        """Block until everything enqueued so far is written and flushed to the OS."""
+        done = threading.Event()
+        self._enqueue(_FLUSH, done)
+        while not done.wait(_POLL_SECS):
+            if not self._thread.is_alive():
+                break
+        self._raise_if_failed()
+
+    def close(self, deadline: float = 10.0) -> None:
+        """Drain and stop the thread, waiting at most ``deadline`` seconds (idempotent).
+
+        Warns with :class:`WriterWarning` (naming the writer and the count of rows not
+        written) if the thread could not finish in time; raises :class:`WriterError` if it
+        failed.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        end = time.monotonic() + deadline
+        stopped = self._offer((_STOP, None), end)
+        self._thread.join(max(0.0, end - time.monotonic()))
+        if not stopped or self._thread.is_alive():
+            # The thread stops at its next item and leaves the rest: nothing may write after close.
+            self._abandoned = True
+            lost = self.pending
+            warnings.warn(
+                f"{self.name}: {lost} row{'s' if lost != 1 else ''} could not be written within the "
+                f"{deadline:g} s close deadline and are lost (is the disk stalled?)",
+                WriterWarning,
+                stacklevel=2,
+            )
+            return
+        self._raise_if_failed()
+
+    def _enqueue(self, kind: int, payload: Any) -> None:
+        self._raise_if_failed()
+        if self._closed:
+            raise WriterError(f"{self.name}: the writer is closed")
+        self._offer((kind, payload), None)
+        self._raise_if_failed()
+
+    def _offer(self, entry: tuple[int, Any], end: float | None) -> bool:
+        """Put ``entry``, blocking while full; False if ``end`` passed or the thread died."""
+        try:
+            self._queue.put_nowait(entry)
+            return True
+        except queue.Full:
+            pass
+        while self._thread.is_alive():
+            timeout = _POLL_SECS if end is None else min(_POLL_SECS, end - time.monotonic())
+            if timeout <= 0:
+                return False
+            try:
+                self._queue.put(entry, timeout=timeout)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _raise_if_failed(self) -> None:
+        error = self._error
+        if error is not None:
+            raise WriterError(
+                f"{self.name}: background write failed ({type(error).__name__}: {error}); "
+                f"{self.pending} rows not written"
+            ) from error
+
+    # -- writer thread -----------------------------------------------------------------------
+    def _run(self) -> None:
+        dirty = False
+        flush_at = 0.0
+        try:
+            while not self._abandoned:
+                timeout = max(0.0, flush_at - time.monotonic()) if dirty else None
+                try:
+                    kind, payload = self._queue.get(timeout=timeout)
+                except queue.Empty:
+                    self._flush()
+                    dirty = False
+                    continue
+                if self._abandoned:
+                    break
+                if kind == _ITEM:
+                    self._write(payload)
+                    self._written += 1
+                elif kind == _CALL:
+                    payload()
+                else:
+                    self._flush()
+                    dirty = False
+                    if kind == _STOP:
+                        break
+                    payload.set()
+                    continue
+                if not dirty:
+                    dirty, flush_at = True, time.monotonic() + self._flush_secs
+        except BaseException as error:  # surfaced to the caller by _raise_if_failed
+            self._error = error
+        finally:
+            if self._close is not None:
+                try:
+                    self._close()
+                except Exception as error:  # keep the first failure, report either
+                    if self._error is None:
+                        self._error = error

@@ -1,0 +1,242 @@
+"""CSVSink: one row per step of scalar values, train and eval in sibling files, resumable."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import math
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import ClassVar
+
+from hookbus._events import Event
+from hookbus._publisher import EVAL_PREFIX
+from hookbus._schedule import Schedule
+from hookbus._subscriber import Sink
+from hookbus._writer import BackgroundWriter, check_writable_dir
+
+__all__ = ["CSVSink"]
+
+_FIXED = ("step", "wall_time")
+Row = tuple[int, float, dict[str, float]]
+
+
+def _cell(value: float) -> str:
+    # repr round-trips floats and spells non-finite values nan/inf/-inf, which pandas and float() read.
+    return repr(value) if math.isfinite(value) else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
+
+
+def _line(cells: Iterable[str]) -> str:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerow(cells)
+    return out.getvalue()
+
+
+class _File:
+    """One CSV file, touched only on the writer's thread (after :meth:`CSVSink.on_begin`)."""
+
+    def __init__(self, path: Path, columns: list[str]) -> None:
+        self.path = path
+        self.columns = columns  # the value columns, after step and wall_time
+        self.last_step = -1
+        self.resume_at: int | None = None
+        self.handle: io.TextIOWrapper | None = None
+
+    def read_header(self) -> list[str] | None:
+        """The columns of an existing file (None if absent or empty); fails on a foreign file."""
+        try:
+            with self.path.open(newline="") as f:
+                first = f.readline()
+        except FileNotFoundError:
+            return None
+        if not first.endswith("\n"):
+            return None  # empty, or a header torn by a kill: rewritten whole at the resume point
+        header = next(csv.reader([first]))
+        if tuple(header[:2]) != _FIXED:
+            raise ValueError(
+                f"{self.path} exists and is not a CSVSink file (its header starts {header[:2]}); "
+                "choose another path or remove it"
+            )
+        return header[2:]
+
+    def resume(self, step: int) -> io.TextIOWrapper:
+        """Keep complete rows with step <= ``step``, widen the header, rewrite atomically if changed."""
+        self.close()
+        old = self.read_header()
+        text = self.path.read_text() if old is not None else ""
+        lines = text.splitlines(keepends=True)[1:]
+        # A last line without its newline was torn by a kill; its step is regenerated after S.
+        kept = [ln for ln in lines if ln.endswith("\n") and int(ln.split(",", 1)[0]) <= step]
+        self.columns = (old or []) + [c for c in self.columns if c not in (old or [])]
+        self.last_step = int(kept[-1].split(",", 1)[0]) if kept else -1
+        if old != self.columns or len(kept) != len(lines):
+            extra = "," * (len(self.columns) - len(old or []))  # old rows: new cells empty
+            self.replace(_line([*_FIXED, *self.columns]) + "".join(ln[:-1] + extra + "\n" for ln in kept))
+        self.handle = self.path.open("a", newline="")
+        return self.handle
+
+    def start_session(self, step: int) -> None:
+        """A session starts at ``step``: resume now, or at the first row if there is no file yet."""
+        self.resume_at = step
+        if self.columns or self.path.exists():
+            self.resume(step)
+        else:
+            self.close()  # no columns and no file (no eval publisher yet): no empty file
+
+    def replace(self, text: str) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+        with os.fdopen(fd, "w", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def write(self, row: Row) -> None:
+        step, wall_time, values = row
+        handle = self.handle
+        if handle is None:  # no session announced, or a file deferred by start_session
+            handle = self.resume(step - 1 if self.resume_at is None else self.resume_at)
+        if step <= self.last_step:
+            return  # one row per step: a repeat of a step already in the file is dropped
+        new = [k for k in values if k not in self.columns]
+        if new:
+            self.columns += new
+            handle = self.resume(self.last_step)
+        self.last_step = step
+        cells = [str(step), repr(wall_time)] + [_cell(values[c]) if c in values else "" for c in self.columns]
+        handle.write(_line(cells))
+
+    def flush(self) -> None:
+        if self.handle is not None:
+            self.handle.flush()
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+
+
+class CSVSink(Sink):
+    """Writes scalar values as CSV: train rows to ``path``, eval rows to ``<stem>.eval.csv``.
+
+    Columns are ``step``, ``wall_time`` and one per scalar key (eval keys without their
+    ``eval/`` prefix), fixed at begin from the publishers' keys; a key first seen later rewrites
+    the file atomically with a wider header (old rows keep their values, new cells stay empty).
+    Each file holds at most one row per step. Every session start at step S is a resume point:
+    rows with step > S, and a last line torn by a kill, are dropped before appending. NaN and
+    infinities are written ``nan``, ``inf``, ``-inf``. Arrays and bytes are not written.
+
+    Rows are written by a :class:`~hookbus._writer.BackgroundWriter` thread; :meth:`flush` (the
+    checkpoint barrier) blocks until they are handed to the OS.
+
+    Args:
+        path: The train file (``str`` or path-like); its directory is created at begin.
+        every_n_steps: Write every n steps (default 10; ``None`` with ``every_n_secs``).
+        keys: Keys to write (default ``None``: every scalar key).
+        every_n_secs: Also (or instead) write every t seconds (default ``None``).
+        flush_secs: Longest time rows stay unflushed (default 5.0).
+        max_queue_size: Rows that may wait before training blocks (default 1024).
+        close_deadline: Seconds ``close`` waits for the writer (default 10.0).
+        priority, on_error, name: See :class:`hookbus.Sink` (default ``on_error="isolate"``).
+    """
+
+    default_schedule: ClassVar[Schedule] = Schedule(every_n_steps=10)
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        every_n_steps: int | None = 10,
+        keys: str | Iterable[str] | None = None,
+        *,
+        every_n_secs: float | None = None,
+        flush_secs: float = 5.0,
+        max_queue_size: int = 1024,
+        close_deadline: float = 10.0,
+        priority: int | None = None,
+        on_error: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(
+            keys=keys, every_n_steps=every_n_steps, every_n_secs=every_n_secs,
+            priority=priority, on_error=on_error, name=name,
+        )  # fmt: skip
+        if not isinstance(path, str | os.PathLike) or not os.fspath(path):
+            raise ValueError(f"path must be a non-empty str or os.PathLike (got {path!r})")
+        self.path = Path(path)
+        if self.path.is_dir():
+            raise ValueError(f"path must be a file, not a directory (got {str(self.path)!r})")
+        check_writable_dir(str(self.path.parent), "path's directory")
+        self.eval_path = self.path.with_name(self.path.stem + ".eval.csv")
+        # The writer is made at begin; its arguments must fail now, before training starts.
+        for arg, value in (("flush_secs", flush_secs), ("close_deadline", close_deadline)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(f"{arg} must be a positive number (got {value!r})")
+        if isinstance(max_queue_size, bool) or not isinstance(max_queue_size, int) or max_queue_size < 1:
+            raise ValueError(f"max_queue_size must be a positive int (got {max_queue_size!r})")
+        self.flush_secs, self.max_queue_size, self.close_deadline = flush_secs, max_queue_size, close_deadline
+        self._files: dict[str, _File] = {}
+        self._writer: BackgroundWriter[tuple[str, Row]] | None = None
+
+    def on_begin(self, event: Event) -> None:
+        if self._writer is not None:
+            return  # a second publisher (eval) began in the same run
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:  # fail now, with the path, rather than on the writer's thread at the first row
+            tempfile.TemporaryFile(dir=self.path.parent).close()
+        except OSError as error:
+            raise OSError(f"{self.name} cannot write in {str(self.path.parent)!r}: {error}") from error
+        known = event.bus.known_keys if event.bus is not None else frozenset()
+        wanted = sorted(k for k in known if self.keys is None or k in self.keys)
+        self._files = {
+            "train": _File(self.path, [k for k in wanted if not k.startswith(EVAL_PREFIX)]),
+            "eval": _File(self.eval_path, [k[len(EVAL_PREFIX) :] for k in wanted if k.startswith(EVAL_PREFIX)]),
+        }
+        for f in self._files.values():
+            f.read_header()  # a foreign file fails here, before training
+        self._writer = BackgroundWriter(
+            self.name, self._write, self._flush_files, self._close_files,
+            max_queue_size=self.max_queue_size, flush_secs=self.flush_secs,
+        )  # fmt: skip
+
+    def on_session_created(self, event: Event) -> None:
+        if event.mode != "train" or self._writer is None:
+            return  # an eval session evaluates a checkpoint; it is no resume point
+        for f in self._files.values():
+            self._writer.call(functools.partial(f.start_session, event.step))
+
+    def on_after_run(self, event: Event) -> None:
+        if self._writer is None:
+            return
+        eval_mode = event.mode == "eval"
+        values = {
+            k[len(EVAL_PREFIX) :] if eval_mode and k.startswith(EVAL_PREFIX) else k: float(v)
+            for k, v in event.values.items()
+            if isinstance(v, float) and (self.keys is None or k in self.keys)
+        }
+        if values:
+            self._writer.put(("eval" if eval_mode else "train", (event.step, event.wall_time, values)))
+
+    def flush(self) -> None:
+        """Block until every row received so far is handed to the OS (checkpoint barrier)."""
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        """Write what is queued (within ``close_deadline``) and close the files; idempotent."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close(self.close_deadline)
+
+    def _write(self, item: tuple[str, Row]) -> None:
+        self._files[item[0]].write(item[1])
+
+    def _flush_files(self) -> None:
+        for f in self._files.values():
+            f.flush()
+
+    def _close_files(self) -> None:
+        for f in self._files.values():
+            f.close()

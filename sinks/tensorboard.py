@@ -1,0 +1,204 @@
+"""TensorBoardSink: scalars, histograms, raw summaries, steps/sec and hparams as TensorBoard events."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+from tensorboard.compat.proto.event_pb2 import Event as EventProto
+from tensorboard.compat.proto.event_pb2 import SessionLog
+from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary
+from tensorboard.plugins.hparams import summary_v2 as hparams_summary
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+from hookbus._events import Event
+from hookbus._publisher import EVAL_PREFIX
+from hookbus._schedule import Schedule
+from hookbus._subscriber import Sink
+from hookbus._writer import check_writable_dir
+
+__all__ = ["TensorBoardSink"]
+
+_EVENT_FILE_TIME = re.compile(r"tfevents\.(\d+)\.")
+HParamValue = bool | int | float | str
+
+
+def _histogram(array: np.ndarray[Any, Any], bins: int = 30) -> HistogramProto | None:
+    values = np.asarray(array, dtype=np.float64).ravel() if array.dtype.kind in "biuf" else np.empty(0)
+    values = values[np.isfinite(values)]  # np.histogram cannot bin NaN or inf
+    if values.size == 0:
+        return None
+    counts, edges = np.histogram(values, bins=bins)
+    return HistogramProto(
+        min=float(values.min()), max=float(values.max()), num=float(values.size),
+        sum=float(values.sum()), sum_squares=float(np.dot(values, values)),
+        bucket_limit=edges[1:].tolist(), bucket=counts.astype(np.float64).tolist(),
+    )  # fmt: skip
+
+
+def _new_event_file(logdir: str, flush_secs: float, max_queue_size: int) -> EventFileWriter:
+    """An EventFileWriter whose file name sorts after every event file already in ``logdir``.
+
+    Names start ``events.out.tfevents.<whole seconds>.<host>.<pid>``: two files made in the
+    same second sort by pid, not by age, and readers take files in name order. Waiting for the
+    next second (only ever needed when a file was made this very second) keeps creation order.
+    """
+    stamps = [int(m.group(1)) for n in os.listdir(logdir) if (m := _EVENT_FILE_TIME.search(n))]
+    while stamps and int(time.time()) <= max(stamps):
+        time.sleep(max(stamps) + 1 - time.time())
+    return EventFileWriter(logdir, max_queue_size=max_queue_size, flush_secs=flush_secs, filename_suffix=".hookbus")
+
+
+class TensorBoardSink(Sink):
+    """Writes the run as TensorBoard event files under ``logdir`` (eval values in ``logdir/eval``).
+
+    Float values become scalars, numpy arrays histograms, ``bytes`` values (serialized
+    ``Summary`` protos, e.g. ``tf.summary.merge_all()``) are written as they are, and every
+    train firing adds ``steps/sec`` (steps since the previous firing or session start, over
+    the wall seconds between them). Eval values (``eval/<key>``) go to the ``eval`` sub-run
+    without the prefix, so TensorBoard overlays train and eval.
+
+    Each run (``with bus:``) starts a new event file whose name sorts after the existing ones.
+    Every train session start at step S writes a ``SessionLog.START`` marker at S+1 into each
+    sub-run, the first session included: the legacy reader purges steps >= S+1 on every marker,
+    the ``--load_fast=false`` reader on every marker but a run's first, and the Rust data server
+    drops a tag's steps when it is re-logged, so all three show each step once.
+
+    TensorBoard's own ``EventFileWriter`` thread is the background writer: its bounded queue
+    blocks when full. It flushes every ``flush_secs``, at :meth:`flush` and on close.
+
+    Args:
+        logdir: Directory for the event files (``str`` or path-like); created at begin.
+        every_n_steps: Write every n steps (default 100; ``None`` with ``every_n_secs``).
+        keys: Keys to write (default ``None``: every key).
+        flush_secs: Longest time events stay unflushed (default 5.0).
+        hparams: Hyperparameters (name to bool, int, float or str) for the HParams dashboard,
+            written at begin (default ``None``: none).
+        every_n_secs: Also (or instead) write every t seconds (default ``None``).
+        max_queue_size: Events that may wait before training blocks (default 1024).
+        histogram_bins: Buckets per histogram (default 30).
+        priority, on_error, name: See :class:`hookbus.Sink` (default ``on_error="isolate"``).
+    """
+
+    default_schedule: ClassVar[Schedule] = Schedule(every_n_steps=100)
+
+    def __init__(
+        self,
+        logdir: str | os.PathLike[str],
+        every_n_steps: int | None = 100,
+        keys: str | Iterable[str] | None = None,
+        flush_secs: float = 5.0,
+        hparams: Mapping[str, HParamValue] | None = None,
+        *,
+        every_n_secs: float | None = None,
+        max_queue_size: int = 1024,
+        histogram_bins: int = 30,
+        priority: int | None = None,
+        on_error: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(
+            keys=keys, every_n_steps=every_n_steps, every_n_secs=every_n_secs,
+            priority=priority, on_error=on_error, name=name,
+        )  # fmt: skip
+        if not isinstance(logdir, str | os.PathLike) or not os.fspath(logdir):
+            raise ValueError(f"logdir must be a non-empty str or os.PathLike (got {logdir!r})")
+        self.logdir = os.fspath(logdir)
+        if os.path.isfile(self.logdir):
+            raise ValueError(f"logdir must be a directory, but {self.logdir!r} is an existing file")
+        check_writable_dir(self.logdir, "logdir")
+        if isinstance(flush_secs, bool) or not isinstance(flush_secs, int | float) or not flush_secs > 0:
+            raise ValueError(f"flush_secs must be a positive number (got {flush_secs!r})")
+        for arg, count in (("max_queue_size", max_queue_size), ("histogram_bins", histogram_bins)):
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ValueError(f"{arg} must be a positive int (got {count!r})")
+        if hparams is not None and not (
+            isinstance(hparams, Mapping)
+            and all(isinstance(k, str) and isinstance(v, HParamValue) for k, v in hparams.items())
+        ):
+            raise ValueError(f"hparams must map names to bool, int, float or str (got {hparams!r})")
+        self.flush_secs, self.max_queue_size, self.histogram_bins = flush_secs, max_queue_size, histogram_bins
+        self.hparams = dict(hparams) if hparams is not None else None
+        self._writers: dict[str, EventFileWriter] = {}
+        self._open = False
+        self._session_step = 0
+        self._rate_from: tuple[int, float] | None = None
+
+    def on_begin(self, event: Event) -> None:
+        if self._open:
+            return  # a second publisher (eval) began in the same run
+        try:  # fail now with the path, not inside TensorBoard's writer
+            os.makedirs(self.logdir, exist_ok=True)
+            tempfile.TemporaryFile(dir=self.logdir).close()
+        except OSError as error:
+            raise OSError(f"{self.name} cannot write event files in {self.logdir!r}: {error}") from error
+        self._open = True
+        writer = self._writer("train")
+        if self.hparams is not None:
+            summary = hparams_summary.hparams_pb(self.hparams, start_time_secs=int(event.wall_time))
+            writer.add_event(EventProto(wall_time=event.wall_time, step=0, summary=summary))
+
+    def _writer(self, run: str) -> EventFileWriter:
+        writer = self._writers.get(run)
+        if writer is None:
+            logdir = self.logdir if run == "train" else os.path.join(self.logdir, run)
+            os.makedirs(logdir, exist_ok=True)
+            writer = self._writers[run] = _new_event_file(logdir, self.flush_secs, self.max_queue_size)
+            if run != "train":  # made lazily: the current session's marker must come first
+                writer.add_event(self._marker(time.time()))
+        return writer
+
+    def _marker(self, wall_time: float) -> EventProto:
+        return EventProto(
+            wall_time=wall_time, step=self._session_step + 1, session_log=SessionLog(status=SessionLog.START)
+        )
+
+    def on_session_created(self, event: Event) -> None:
+        if event.mode != "train" or not self._open:
+            return  # an eval session evaluates a checkpoint; it is no restart
+        self._session_step = event.step
+        self._rate_from = (event.step, event.wall_time)
+        for writer in self._writers.values():
+            writer.add_event(self._marker(event.wall_time))
+
+    def on_after_run(self, event: Event) -> None:
+        if not self._open:
+            return
+        eval_mode = event.mode == "eval"
+        values: list[Summary.Value] = []
+        raw: list[Summary] = []
+        for key, value in event.values.items():
+            if self.keys is not None and key not in self.keys:
+                continue
+            tag = key[len(EVAL_PREFIX) :] if eval_mode and key.startswith(EVAL_PREFIX) else key
+            if isinstance(value, float):
+                values.append(Summary.Value(tag=tag, simple_value=value))
+            elif isinstance(value, np.ndarray) and (histo := _histogram(value, self.histogram_bins)) is not None:
+                values.append(Summary.Value(tag=tag, histo=histo))
+            elif isinstance(value, bytes):
+                raw.append(Summary.FromString(value))  # a malformed proto raises (isolated by the bus)
+        if not eval_mode:
+            last, self._rate_from = self._rate_from, (event.step, event.wall_time)
+            if last is not None and event.step > last[0] and event.wall_time > last[1]:
+                values.append(
+                    Summary.Value(tag="steps/sec", simple_value=(event.step - last[0]) / (event.wall_time - last[1]))
+                )
+        writer = self._writer("eval" if eval_mode else "train")
+        for summary in ([Summary(value=values)] if values else []) + raw:
+            writer.add_event(EventProto(wall_time=event.wall_time, step=event.step, summary=summary))
+
+    def flush(self) -> None:
+        """Block until every event received so far is written to the OS (checkpoint barrier)."""
+        for writer in self._writers.values():
+            writer.flush()
+
+    def close(self) -> None:
+        """Flush and close the event files (idempotent); a later run starts new files."""
+        writers, self._writers, self._open = self._writers, {}, False
+        for writer in writers.values():
+            writer.close()

@@ -1,0 +1,432 @@
+"""CSVSink: rows, header, resume, torn lines, non-finite values, SIGKILL + resume exactly once."""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import hookbus
+from hookbus.sinks import CSVSink
+from hookbus.testing import FakeClock, ScriptedPublisher
+
+
+def read(path: Path) -> list[dict[str, str]]:
+    text = path.read_text()
+    assert text.endswith("\n")
+    return list(csv.DictReader(text.splitlines()))
+
+
+def header(path: Path) -> list[str]:
+    return path.read_text().splitlines()[0].split(",")
+
+
+def make(path: Path, published: list[str], every: int = 1, **kwargs: Any) -> tuple[hookbus.EventBus, CSVSink, Any]:
+    bus = hookbus.EventBus(clock=FakeClock(), wall_clock=FakeClock(1000.0, 1.0))
+    sink = bus.attach(CSVSink(path, every_n_steps=every, **kwargs))
+    return bus, sink, ScriptedPublisher(bus, published)
+
+
+def test_rows_every_n_steps_with_header_from_the_publishers_keys(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "metrics.csv"
+    bus, _, pub = make(path, ["loss", "acc"], every=10)
+    evaluate = ScriptedPublisher(bus, ["loss"], mode="eval")
+    with bus:
+        pub.begin()
+        evaluate.begin()
+        pub.session(0)
+        for step in range(1, 31):
+            pub.advance({"loss": 1 / step, "acc": step / 100})
+            if step % 15 == 0:
+                evaluate.evaluate({"loss": step * 2.0}, step=step)
+        pub.end()
+    assert header(path) == ["step", "wall_time", "acc", "loss"]
+    rows = read(path)
+    assert [int(r["step"]) for r in rows] == [10, 20, 30]
+    assert [float(r["loss"]) for r in rows] == [1 / 10, 1 / 20, 1 / 30]
+    assert all(float(r["wall_time"]) >= 1000.0 for r in rows)
+    eval_path = tmp_path / "sub" / "metrics.eval.csv"
+    assert header(eval_path) == ["step", "wall_time", "loss"]
+    assert [(r["step"], r["loss"]) for r in read(eval_path)] == [("15", "30.0"), ("30", "60.0")]
+
+
+def test_nan_and_inf_are_readable_by_pandas_and_csv(tmp_path: Path) -> None:
+    path = tmp_path / "m.csv"
+    bus, _, pub = make(path, ["a"])
+    with bus:
+        pub.run([{"a": math.nan}, {"a": math.inf}, {"a": -math.inf}, {"a": 0.1}])
+    assert [r["a"] for r in read(path)] == ["nan", "inf", "-inf", "0.1"]
+    frame = pd.read_csv(path)
+    assert math.isnan(frame["a"][0])
+    assert frame["a"][1] == math.inf
+    assert frame["a"][2] == -math.inf
+    assert frame["a"][3] == 0.1
+
+
+def test_arrays_and_bytes_are_not_written_and_keys_filter(tmp_path: Path) -> None:
+    import numpy as np
+
+    path = tmp_path / "m.csv"
+    bus, _, pub = make(path, ["loss", "w", "s"], keys=["loss", "w"])
+    with bus:
+        pub.run([{"loss": 1.0, "w": np.zeros(3), "s": b"x"}])
+    assert header(path) == ["step", "wall_time", "loss", "w"]
+    assert read(path)[0]["w"] == ""
+
+
+def test_a_key_appearing_later_widens_the_header_atomically(tmp_path: Path) -> None:
+    path = tmp_path / "m.csv"
+    bus = hookbus.EventBus(clock=FakeClock())
+    sink = bus.attach(CSVSink(path, every_n_steps=1))
+    pub = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        pub.begin()
+        pub.session(0)
+        pub.advance({"loss": 1.0})
+        pub.advance({"loss": 2.0})
+        # A publisher made after begin (not the recommended way) brings a new key mid-run.
+        late = ScriptedPublisher(bus, ["acc"], mode="train")
+        late.core.session_created(2)
+        bus.publish("after_run", bus.event("after_run", step=3, values={"loss": 3.0, "acc": 0.5}))
+        sink.flush()
+        pub.end()
+    assert path.read_text().count("step") == 1  # never a second header
+    rows = read(path)
+    assert header(path) == ["step", "wall_time", "loss", "acc"]
+    assert [(r["step"], r["loss"], r["acc"]) for r in rows] == [("1", "1.0", ""), ("2", "2.0", ""), ("3", "3.0", "0.5")]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp file left
+
+
+def test_resume_in_process_drops_later_rows(tmp_path: Path) -> None:
+    path = tmp_path / "m.csv"
+    bus, _, pub = make(path, ["x"])
+    evaluate = ScriptedPublisher(bus, ["x"], mode="eval")
+    with bus:
+        pub.begin()
+        pub.session(0)
+        for _ in range(10):
+            pub.advance(lambda s: {"x": float(s)})
+        evaluate.evaluate({"x": 1.0}, step=5)
+        evaluate.evaluate({"x": 2.0}, step=10)
+        pub.session(6)  # re-created after a recoverable error, rewound to 6
+        for _ in range(4):
+            pub.advance(lambda s: {"x": s + 0.5})
+        pub.end()
+    assert [(r["step"], r["x"]) for r in read(path)] == [(str(s), f"{s}.0") for s in range(1, 7)] + [
+        (str(s), f"{s}.5") for s in range(7, 11)
+    ]
+    assert [r["step"] for r in read(tmp_path / "m.eval.csv")] == ["5"]
+
+
+def test_resume_after_restart_drops_later_rows_and_a_torn_line(tmp_path: Path) -> None:
+    path = tmp_path / "m.csv"
+    path.write_text("step,wall_time,x\n1,1.0,1.0\n2,2.0,2.0\n3,3.0,3.0\n4,4.0,4")  # killed mid-row
+    bus, _, pub = make(path, ["x", "y"])
+    with bus:
+        pub.begin()
+        pub.session(2, restored=True)
+        pub.advance({"x": 30.0, "y": 1.0})
+        pub.end()
+    assert header(path) == ["step", "wall_time", "x", "y"]
+    assert [(r["step"], r["x"], r["y"]) for r in read(path)] == [
+        ("1", "1.0", ""),
+        ("2", "2.0", ""),
+        ("3", "30.0", "1.0"),
+    ]
+
+
+def test_torn_last_line_is_dropped_even_with_nothing_to_rewind(tmp_path: Path) -> None:
+    path = tmp_path / "m.csv"
+    path.write_text("step,wall_time,x\n1,1.0,1.0\n2,2.0,")
+    bus, _, pub = make(path, ["x"])
+    with bus:
+        pub.begin()
+        pub.session(5, restored=True)
+        pub.advance({"x": 6.0})
+        pub.end()
+    assert [r["step"] for r in read(path)] == ["1", "6"]
+
+
+def test_repeated_step_is_written_once(tmp_path: Path) -> None:
+    path = tmp_path / "m.csv"
+    bus, _, pub = make(path, ["x"])
+    evaluate = ScriptedPublisher(bus, ["x"], mode="eval")
+    with bus:
+        pub.begin()
+        pub.session(0)
+        pub.advance({"x": 1.0})
+        evaluate.evaluate({"x": 1.0}, step=1)
+        evaluate.evaluate({"x": 2.0}, step=1)
+        pub.end()
+    assert [r["x"] for r in read(tmp_path / "m.eval.csv")] == ["1.0"]
+
+
+def test_no_eval_file_without_eval_values(tmp_path: Path) -> None:
+    bus, _, pub = make(tmp_path / "m.csv", ["x"])
+    with bus:
+        pub.run([{"x": 1.0}])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.csv"]
+
+
+def test_flush_is_the_checkpoint_barrier(tmp_path: Path) -> None:
+    path = tmp_path / "m.csv"
+    bus, sink, pub = make(path, ["x"], flush_secs=3600)
+    with bus:
+        pub.begin()
+        pub.session(0)
+        for _ in range(5):
+            pub.advance({"x": 1.0})
+        sink.flush()
+        assert [r["step"] for r in read(path)] == ["1", "2", "3", "4", "5"]
+        pub.end()
+
+
+def test_foreign_file_fails_at_begin(tmp_path: Path) -> None:
+    path = tmp_path / "m.csv"
+    path.write_text("a,b\n1,2\n")
+    bus = hookbus.EventBus()
+    bus.attach(CSVSink(path, on_error="raise"))
+    pub = ScriptedPublisher(bus, ["x"])
+    with pytest.raises(ValueError, match="is not a CSVSink file"), bus:
+        pub.begin()
+    assert path.read_text() == "a,b\n1,2\n"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"every_n_steps": 0}, r"every_n_steps must be a positive int \(got 0\)"),
+        ({"flush_secs": 0}, r"flush_secs must be a positive number \(got 0\)"),
+        ({"max_queue_size": 0}, r"max_queue_size must be a positive int \(got 0\)"),
+        ({"close_deadline": -1}, r"close_deadline must be a positive number \(got -1\)"),
+        ({"keys": ""}, "keys must be non-empty strings"),
+    ],
+)
+def test_invalid_arguments_fail_at_construction(tmp_path: Path, kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        CSVSink(tmp_path / "m.csv", **kwargs)
+
+
+def test_invalid_paths_fail_at_construction(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="path must be a file, not a directory"):
+        CSVSink(tmp_path)
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ValueError, match="is not a directory"):
+        CSVSink(tmp_path / "f" / "m.csv")
+    with pytest.raises(ValueError, match="path must be a non-empty str or os.PathLike"):
+        CSVSink(None)  # type: ignore[arg-type]
+
+
+# -- resume as a property ------------------------------------------------------------------
+
+Process = list[tuple[int, int]]  # sessions: (steps to rewind by, steps to run)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    processes=st.lists(
+        st.lists(st.tuples(st.integers(0, 12), st.integers(0, 15)), min_size=1, max_size=3), min_size=1, max_size=4
+    ),
+    every=st.sampled_from([1, 3]),
+)
+def test_resume_property_each_step_exactly_once(processes: list[Process], every: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "m.csv"
+        expected: dict[int, float] = {}
+        step = 0
+        for gen, sessions in enumerate(processes):
+            bus, _, pub = make(path, ["x"], every=every)
+            with bus:
+                pub.begin()
+                for back, run in sessions:
+                    step = max(0, step - back)
+                    expected = {s: v for s, v in expected.items() if s <= step}
+                    pub.session(step, restored=step > 0)
+                    for _ in range(run):
+                        step += 1
+                        pub.advance(lambda s, g=gen: {"x": s + g / 8})  # type: ignore[misc]
+                        if step % every == 0:
+                            expected[step] = step + gen / 8
+                pub.end()
+        rows = read(path) if path.exists() else []
+        assert [int(r["step"]) for r in rows] == sorted(expected)
+        assert [float(r["x"]) for r in rows] == [expected[s] for s in sorted(expected)]
+
+
+# -- SIGKILL at a random moment, then resume at the last flushed step ----------------------
+
+CHILD = textwrap.dedent(
+    """
+    import os, sys, time
+    sys.modules["tensorflow"] = None  # the CSV path needs no TensorFlow; start fast
+    import hookbus
+    from hookbus.sinks import CSVSink
+    from hookbus.testing import ScriptedPublisher
+
+    path, side, start, stop, gen = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+    bus = hookbus.EventBus()
+    sink = bus.attach(CSVSink(path, every_n_steps=1, flush_secs=0.01))
+    pub = ScriptedPublisher(bus, ["x", "y"])
+    with bus:
+        pub.begin()
+        pub.session(start)
+        for step in range(start + 1, stop + 1):
+            pub.advance({"x": step + gen / 4, "y": float("nan") if step % 11 == 0 else -step})
+            if step % 100 == 0:  # the checkpoint barrier: flush, then record the checkpoint
+                sink.flush()
+                with open(side + ".tmp", "w") as f:
+                    f.write(str(step))
+                os.replace(side + ".tmp", side)
+            time.sleep(0.0005)
+        pub.end()
+    """
+)
+STOP = 1500
+
+
+def _child(tmp_path: Path, start: int, gen: int) -> subprocess.Popen[bytes]:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    args = [
+        sys.executable,
+        str(script),
+        str(tmp_path / "m.csv"),
+        str(tmp_path / "side"),
+        str(start),
+        str(STOP),
+        str(gen),
+    ]
+    return subprocess.Popen(args, stderr=subprocess.PIPE)
+
+
+def _sigkill_trial(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    side = tmp_path / "side"
+    starts = [0]
+    for gen in range(2):  # two kills, then a run to the end
+        target = rng.randrange(starts[-1] + 100, STOP - 300)
+        proc = _child(tmp_path, starts[-1], gen)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            if side.exists() and int(side.read_text()) >= target:
+                break
+            time.sleep(0.002)
+        time.sleep(rng.random() * 0.08)  # land anywhere between two checkpoints
+        if proc.poll() is not None:
+            pytest.fail(f"the child ended before it was killed: {proc.communicate()[1].decode()}")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        starts.append(int(side.read_text()))
+    proc = _child(tmp_path, starts[-1], 2)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()
+    lines = (tmp_path / "m.csv").read_text().splitlines()
+    assert lines[0] == "step,wall_time,x,y"
+    rows = list(csv.reader(lines[1:]))  # every line parses
+    assert [int(r[0]) for r in rows] == list(range(1, STOP + 1))
+    # Each step holds the value of the last process that wrote it: the surviving timeline.
+    gens = [sum(int(r[0]) > s for s in starts) - 1 for r in rows]
+    assert [float(r[2]) for r in rows] == [int(r[0]) + g / 4 for r, g in zip(rows, gens, strict=True)]
+    assert all(len(r) == 4 for r in rows)
+    assert len(pd.read_csv(tmp_path / "m.csv")) == STOP
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sigkill_then_resume_leaves_every_step_exactly_once(tmp_path: Path, seed: int) -> None:
+    _sigkill_trial(tmp_path, seed)
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+@pytest.mark.parametrize("seed", range(3, 33))
+def test_sigkill_many_trials(tmp_path: Path, seed: int) -> None:
+    _sigkill_trial(tmp_path, seed)
+
+
+# -- a slow disk -----------------------------------------------------------------------------
+
+
+def test_slow_disk_blocks_training_only_when_the_queue_is_full(tmp_path: Path) -> None:
+    import threading
+
+    csv_module = importlib.import_module("hookbus.sinks.csv")
+
+    gate = threading.Event()
+    original = csv_module._File.write
+
+    def slow_write(self: Any, row: Any) -> None:
+        gate.wait()
+        original(self, row)
+
+    path = tmp_path / "m.csv"
+    bus, sink, pub = make(path, ["x"], max_queue_size=3)
+    published = 0
+
+    def train() -> None:
+        nonlocal published
+        with bus:
+            pub.begin()
+            pub.session(0)
+            for _ in range(10):
+                pub.advance({"x": 1.0})
+                published += 1
+            pub.end()
+
+    csv_module._File.write = slow_write  # type: ignore[method-assign]
+    try:
+        trainer = threading.Thread(target=train, daemon=True)
+        trainer.start()
+        end = time.monotonic() + 10
+        while published < 4 and time.monotonic() < end:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        assert published == 4  # one row in the stalled write, three queued, the fifth step blocks
+        gate.set()
+        trainer.join(10)
+    finally:
+        csv_module._File.write = original  # type: ignore[method-assign]
+    assert [r["step"] for r in read(path)] == [str(s) for s in range(1, 11)]
+
+
+def test_hung_writer_close_warns_with_sink_name_and_count(tmp_path: Path) -> None:
+    import threading
+
+    from hookbus._writer import WriterWarning
+
+    csv_module = importlib.import_module("hookbus.sinks.csv")
+
+    gate = threading.Event()
+    original = csv_module._File.write
+
+    def hung_write(self: Any, row: Any) -> None:
+        gate.wait()
+        original(self, row)
+
+    bus, sink, pub = make(tmp_path / "m.csv", ["x"], close_deadline=0.2, name="metrics")
+    csv_module._File.write = hung_write  # type: ignore[method-assign]
+    try:
+        pub.begin()
+        pub.session(0)
+        for _ in range(4):
+            pub.advance({"x": 1.0})
+        with pytest.warns(WriterWarning, match="metrics: 4 rows could not be written"):
+            sink.close()
+    finally:
+        gate.set()
+        csv_module._File.write = original  # type: ignore[method-assign]

@@ -1,0 +1,171 @@
+"""BackgroundWriter: blocks when full, never drops, flush barrier, close deadline, errors surface."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from hookbus._writer import BackgroundWriter, WriterError, WriterWarning
+
+
+class Gate:
+    """A write callback that blocks until opened: an artificially slow disk."""
+
+    def __init__(self) -> None:
+        self.opened = threading.Event()
+        self.written: list[int] = []
+        self.flushed: list[int] = []  # len(written) at each flush
+        self.closed = 0
+
+    def write(self, item: int) -> None:
+        self.opened.wait()
+        self.written.append(item)
+
+    def flush(self) -> None:
+        self.flushed.append(len(self.written))
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def _wait_for(condition: object, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not condition() and time.monotonic() < end:  # type: ignore[operator]
+        time.sleep(0.01)
+
+
+def test_put_blocks_only_once_the_queue_is_full_and_nothing_is_dropped() -> None:
+    gate = Gate()
+    writer = BackgroundWriter("slow", gate.write, gate.flush, gate.close, max_queue_size=4)
+    returned = 0
+
+    def produce() -> None:
+        nonlocal returned
+        for i in range(20):
+            writer.put(i)
+            returned += 1
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    _wait_for(lambda: returned >= 5)
+    time.sleep(0.2)  # give a wrongly non-blocking put the chance to show itself
+    # One item is in the stalled write, four wait in the queue; the sixth put blocks.
+    assert returned == 5
+    assert producer.is_alive()
+    gate.opened.set()
+    producer.join(10)
+    writer.flush()
+    assert gate.written == list(range(20))
+    writer.close()
+    assert gate.closed == 1
+
+
+def test_flush_returns_after_everything_before_it_is_written_and_flushed() -> None:
+    gate = Gate()
+    gate.opened.set()
+    writer = BackgroundWriter("w", gate.write, gate.flush, flush_secs=3600)
+    for i in range(100):
+        writer.put(i)
+    writer.flush()
+    assert gate.written == list(range(100))
+    assert gate.flushed[-1] == 100
+    assert writer.pending == 0
+    writer.close()
+
+
+def test_periodic_flush_without_a_flush_call() -> None:
+    gate = Gate()
+    gate.opened.set()
+    writer = BackgroundWriter("w", gate.write, gate.flush, flush_secs=0.05)
+    writer.put(1)
+    _wait_for(lambda: gate.flushed)
+    assert gate.flushed == [1]
+    writer.close()
+
+
+def test_calls_run_in_order_on_the_writer_thread() -> None:
+    seen: list[object] = []
+    writer = BackgroundWriter("w", seen.append, lambda: None)
+    writer.put(1)
+    writer.call(lambda: seen.append(threading.current_thread().name))
+    writer.put(2)
+    writer.flush()
+    assert seen == [1, "hookbus-writer[w]", 2]
+    writer.close()
+
+
+def test_hung_close_returns_after_its_deadline_and_warns_with_the_count() -> None:
+    gate = Gate()
+    writer = BackgroundWriter("CSVSink 'metrics'", gate.write, gate.flush, gate.close, max_queue_size=8)
+    for i in range(5):
+        writer.put(i)
+    with pytest.warns(WriterWarning, match=r"CSVSink 'metrics': 5 rows could not be written within the 0.2 s"):
+        writer.close(deadline=0.2)
+    gate.opened.set()  # the disk recovers: the abandoned thread writes at most its current item
+    _wait_for(lambda: gate.closed)
+    assert gate.written in ([], [0])
+    assert gate.closed == 1
+    writer.close()  # idempotent, no second warning
+
+
+def test_hung_close_with_a_full_queue_still_returns() -> None:
+    gate = Gate()
+    writer = BackgroundWriter("w", gate.write, gate.flush, max_queue_size=2)
+    for i in range(3):
+        writer.put(i)
+    with pytest.warns(WriterWarning, match="w: 3 rows could not be written"):
+        writer.close(deadline=0.1)
+    gate.opened.set()
+
+
+def test_write_errors_surface_on_the_next_call() -> None:
+    def write(item: int) -> None:
+        if item == 2:
+            raise OSError("disk full")
+
+    writer = BackgroundWriter("w", write, lambda: None)
+    writer.put(1)
+    writer.put(2)
+    with pytest.raises(WriterError, match=r"w: background write failed \(OSError: disk full\)") as info:
+        writer.flush()
+    assert isinstance(info.value.__cause__, OSError)
+    with pytest.raises(WriterError):
+        writer.put(3)
+    with pytest.raises(WriterError):
+        writer.close()
+
+
+def test_put_blocked_on_a_full_queue_raises_when_the_thread_dies() -> None:
+    release = threading.Event()
+
+    def write(item: int) -> None:
+        release.wait()
+        raise OSError("gone")
+
+    writer = BackgroundWriter("w", write, lambda: None, max_queue_size=1)
+    writer.put(1)
+    writer.put(2)
+    threading.Timer(0.1, release.set).start()
+    with pytest.raises(WriterError, match="gone"):
+        writer.put(3)  # blocked on the full queue until the thread died
+
+
+def test_closed_writer_refuses_puts() -> None:
+    writer = BackgroundWriter("w", lambda item: None, lambda: None)
+    writer.close()
+    with pytest.raises(WriterError, match="w: the writer is closed"):
+        writer.put(1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_queue_size": 0}, r"max_queue_size must be a positive int \(got 0\)"),
+        ({"flush_secs": -1}, r"flush_secs must be a positive number \(got -1\)"),
+    ],
+)
+def test_invalid_arguments(kwargs: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        BackgroundWriter("w", lambda item: None, lambda: None, **kwargs)  # type: ignore[arg-type]
