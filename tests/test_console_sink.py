@@ -1,0 +1,617 @@
+"""ConsoleSink: the dashboard's text, plain mode, logging routing and terminal restoration."""
+
+from __future__ import annotations
+
+import io
+import logging
+import math
+import os
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pyte
+import pytest
+from _pty import run_in_pty
+from rich.console import Console
+
+import hookbus
+from hookbus import CheckpointSaved, Schedule
+from hookbus.sinks import ConsoleSink
+from hookbus.sinks import _console_render as render
+from hookbus.sinks._console_render import goal_for_key
+from hookbus.sinks._console_terminal import wants_live
+from hookbus.testing import FakeClock, ScriptedPublisher
+
+
+class StopAt(hookbus.Sink):
+    """A stand-in for a stop-at-step sink: knows the total, reports a status, stops."""
+
+    def __init__(self, last: int, status: str | None = "patience 2/5") -> None:
+        super().__init__(every_n_steps=1, name="StopAt")
+        self.last = last
+        self._status = status
+
+    @property
+    def total_steps(self) -> int | None:
+        return self.last
+
+    def status(self) -> str | None:
+        return self._status
+
+    def on_after_run(self, event: hookbus.Event) -> None:
+        if event.step >= self.last:
+            event.request_stop(f"reached step {self.last}")
+
+
+class Broken(hookbus.Sink):
+    """An observability sink that always fails (isolated by the bus)."""
+
+    def on_after_run(self, event: hookbus.Event) -> None:
+        raise ValueError("disk full")
+
+
+def text_of(sink: ConsoleSink, width: int = 120) -> str:
+    """The dashboard as it would be drawn now, as plain text."""
+    console = Console(file=io.StringIO(), width=width, record=True, color_system=None)
+    console.print(sink.renderable())
+    return console.export_text()
+
+
+def terminal(output: str, cols: int = 120, rows: int = 60) -> pyte.Screen:
+    """What a terminal shows after ``output``."""
+    screen = pyte.Screen(cols, rows)
+    screen.set_mode(pyte.modes.LNM)  # a StringIO gets bare "\n"; a pty would add the "\r"
+    pyte.Stream(screen).feed(output)
+    return screen
+
+
+def make(
+    clock: FakeClock, *, live: bool | None = False, terminal_console: bool = False, **kwargs: Any
+) -> tuple[hookbus.EventBus, ConsoleSink, Console]:
+    console = Console(file=io.StringIO(), force_terminal=terminal_console, width=120)
+    bus = hookbus.EventBus(clock=clock)
+    sink = ConsoleSink(console, run_name="exp-1", clock=clock, live=live, **kwargs)
+    bus.attach(sink)
+    return bus, sink, console
+
+
+# -- the dashboard's content -----------------------------------------------------------------
+
+
+def test_header_shows_step_rate_total_progress_and_eta(clock: FakeClock) -> None:
+    bus, sink, _ = make(clock, every_n_steps=1)
+    bus.attach(StopAt(1000))
+    pub = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        pub.begin()
+        pub.session(0)
+        for _ in range(100):
+            clock.advance(0.1)
+            pub.advance({"loss": 0.5})
+        text = text_of(sink)
+    assert "exp-1" in text
+    assert "train" in text
+    assert "step 100/1,000" in text
+    assert "10.0 steps/s" in text  # 1 step per 0.1 s
+    assert "10%" in text
+    assert "ETA 0:01:30" in text  # 900 steps at 10 steps/s
+    assert "elapsed 0:00:10" in text
+
+
+def test_header_without_a_known_total_has_no_progress_bar(clock: FakeClock) -> None:
+    bus, sink, _ = make(clock, every_n_steps=1)
+    pub = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        pub.begin()
+        pub.session(0)
+        for _ in range(5):
+            clock.advance(1.0)
+            pub.advance({"loss": 0.5})
+        text = text_of(sink)
+    assert "step 5 " in text
+    assert "ETA" not in text
+    assert "%" not in text
+
+
+def test_metrics_table_shows_last_best_and_step_of_best(clock: FakeClock) -> None:
+    bus, sink, _ = make(clock, every_n_steps=1)
+    pub = ScriptedPublisher(bus, ["loss", "accuracy", "lr"])
+    losses = [0.9, 0.5, 0.25, 0.4, 0.3]
+    accuracies = [0.1, 0.8, 0.6, 0.7, 0.75]
+    with bus:
+        pub.begin()
+        pub.session(0)
+        for loss, acc in zip(losses, accuracies, strict=True):
+            clock.advance(0.5)
+            pub.advance({"loss": loss, "accuracy": acc, "lr": 0.01})
+        rows = {row.key: row for row in sink.snapshot.train}
+        text = text_of(sink)
+    assert (rows["loss"].last, rows["loss"].best, rows["loss"].best_step, rows["loss"].goal) == (0.3, 0.25, 3, "min")
+    assert (rows["accuracy"].best, rows["accuracy"].best_step, rows["accuracy"].goal) == (0.8, 2, "max")
+    lines = {line.split()[1]: line for line in text.splitlines() if len(line.split()) > 2}
+    assert lines["loss"].split()[2:6] == ["0.3", "0.25", "min", "3"]
+    assert lines["accuracy"].split()[2:6] == ["0.75", "0.8", "max", "2"]
+    assert lines["lr"].split()[2:6] == ["0.01", "0.01", "min", "1"]
+
+
+def test_non_finite_values_are_shown_but_never_best(clock: FakeClock) -> None:
+    bus, sink, _ = make(clock, every_n_steps=1)
+    pub = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        pub.run([{"loss": 1.0}, {"loss": math.nan}, {"loss": -math.inf}])
+    (row,) = sink.snapshot.train
+    assert (row.best, row.best_step) == (1.0, 1)
+    assert math.isinf(row.last)
+    assert "-inf" in text_of(sink)
+
+
+def test_non_scalar_values_are_left_out(clock: FakeClock) -> None:
+    np = pytest.importorskip("numpy")
+    bus, sink, _ = make(clock, every_n_steps=1)
+    pub = ScriptedPublisher(bus, ["loss", "weights", "summary"])
+    with bus:
+        pub.run([{"loss": 1.0, "weights": np.zeros(3), "summary": b"\x00"}])
+    assert [row.key for row in sink.snapshot.train] == ["loss"]
+
+
+def test_goals_override_the_direction_of_best(clock: FakeClock) -> None:
+    bus, sink, _ = make(clock, every_n_steps=1, goals={"reward": "max"})
+    pub = ScriptedPublisher(bus, ["reward"])
+    with bus:
+        pub.run([{"reward": 1.0}, {"reward": 5.0}, {"reward": 2.0}])
+    assert sink.snapshot.train[0].best == 5.0
+
+
+@pytest.mark.parametrize(
+    ("key", "goal"),
+    [
+        ("loss", "min"),
+        ("eval/loss", "min"),
+        ("val_error", "min"),
+        ("accuracy", "max"),
+        ("eval/top5_acc", "max"),
+        ("auc", "max"),
+        ("lr", "min"),
+        ("accuracy_loss", "min"),
+    ],
+)
+def test_goal_for_key(key: str, goal: str) -> None:
+    assert goal_for_key(key) == goal
+
+
+def test_evaluation_section_appears_when_eval_values_arrive(clock: FakeClock) -> None:
+    bus, sink, _ = make(clock, every_n_steps=1)
+    pub = ScriptedPublisher(bus, ["loss"])
+    evaluator = ScriptedPublisher(bus, ["loss", "accuracy"], mode="eval")
+    with bus:
+        pub.begin()
+        pub.session(0)
+        for _ in range(10):
+            pub.advance({"loss": 1.0})
+        before = text_of(sink)
+        evaluator.evaluate({"loss": 0.7, "accuracy": 0.6}, step=10)
+        after = text_of(sink)
+    assert "evaluation" not in before
+    assert "eval/loss" not in before
+    assert "evaluation at step 10" in after
+    eval_lines = [line for line in after.splitlines() if "eval/" in line]
+    assert any("eval/loss" in line and "0.7" in line and "min" in line for line in eval_lines)
+    assert any("eval/accuracy" in line and "0.6" in line and "max" in line for line in eval_lines)
+
+
+def test_status_line_shows_checkpoint_stop_other_sinks_and_errors(clock: FakeClock) -> None:
+    bus, sink, _ = make(clock, every_n_steps=1)
+    bus.attach(StopAt(6, status="patience 1/3"))
+    bus.attach(Broken(name="uploader"))
+    pub = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        pub.begin()
+        pub.session(0)
+        for _ in range(4):
+            pub.advance({"loss": 1.0})
+        bus.publish("checkpoint_saved", CheckpointSaved("runs/exp/ckpt/model.ckpt-4", 4, 0.5))
+        while not pub.advance({"loss": 1.0}):
+            pass
+        pub.end({"loss": 1.0})
+        text = text_of(sink, width=200)
+    assert "checkpoint step 4 (value 0.5): runs/exp/ckpt/model.ckpt-4" in text
+    assert "stop at step 6: reached step 6 (StopAt)" in text
+    assert "StopAt: patience 1/3" in text
+    assert "errors: uploader ×6" in text
+    assert "(stopping)" in text
+    assert "(stopped)" in text_of(sink, width=200)
+
+
+def test_resume_resets_the_rate_and_is_noted(clock: FakeClock) -> None:
+    bus, sink, _ = make(clock, every_n_steps=1)
+    pub = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        pub.begin()
+        pub.session(0)
+        for _ in range(5):
+            clock.advance(1.0)
+            pub.advance({"loss": 1.0})
+        assert sink.snapshot.rate == pytest.approx(1.0)
+        pub.session(3, restored=True)
+        assert sink.snapshot.rate is None
+        assert sink.snapshot.step == 3
+        text = text_of(sink)
+    assert "resumed at step 3" in text
+    assert "- steps/s" in text
+
+
+def test_sessions_ending_between_rounds_do_not_end_the_run(clock: FakeClock) -> None:
+    bus, sink, console = make(clock, every_n_steps=1, plain_every_n_secs=0)
+    pub = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        pub.run([{"loss": 1.0}, {"loss": 0.5}])  # one round of train-and-evaluate
+        pub.session(2, restored=True)
+        clock.advance(1.0)
+        pub.advance({"loss": 0.25})
+        assert sink.snapshot.running
+        assert "(" not in text_of(sink).splitlines()[1]  # no phase shown while running
+    assert "(finished)" in text_of(sink)
+    assert "resumed at step 2" in console.file.getvalue().splitlines()  # type: ignore[attr-defined]
+
+
+def test_sparkline_history_is_bounded(clock: FakeClock) -> None:
+    bus, sink, _ = make(clock, every_n_steps=1, history=5)
+    pub = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        pub.run([{"loss": float(s)} for s in range(1, 1001)])
+    (row,) = sink.snapshot.train
+    assert row.history == (996.0, 997.0, 998.0, 999.0, 1000.0)
+    assert row.best_step == 1  # the best survives the history window
+
+
+def test_sparkline_scales_between_min_and_max() -> None:
+    assert render.sparkline((0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0)) == "▁▂▃▄▅▆▇█"
+    assert render.sparkline((3.0, 3.0)) == "▄▄"
+    assert render.sparkline((1.0, math.nan, 2.0)) == "▁!█"
+    assert render.sparkline((math.nan,)) == "!"
+    assert render.sparkline((0.0, 7.0), ascii_only=True) == "_#"
+
+
+def test_default_schedule_is_time_based_and_fetches_only_due_steps(clock: FakeClock) -> None:
+    assert ConsoleSink().schedule == Schedule(every_n_secs=0.25, at_end=True)
+    assert ConsoleSink(refresh_per_second=2).schedule == Schedule(every_n_secs=0.5, at_end=True)
+    assert ConsoleSink(every_n_steps=10).schedule == Schedule(every_n_steps=10, at_end=True)
+    bus, sink, _ = make(clock)
+    pub = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        pub.begin()
+        pub.session(0)
+        for _ in range(10):
+            clock.advance(0.1)
+            pub.advance({"loss": 1.0})
+        pub.end({"loss": 2.0})
+    assert [step for step, _ in pub.fetched] == [1, 4, 7, 10]
+    assert sink.snapshot.train[0].last == 1.0  # step 10 was fetched, so no extra final event
+
+
+def test_a_failing_drawing_is_shown_instead_of_raising(clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    def explode(*args: Any, **kwargs: Any) -> Any:
+        raise ZeroDivisionError("bad frame")
+
+    monkeypatch.setattr(render, "build", explode)
+    sink = ConsoleSink(Console(file=io.StringIO()), clock=clock)
+    assert "dashboard could not be drawn: ZeroDivisionError: bad frame" in text_of(sink)
+
+
+def test_renderable_survives_a_failing_clock() -> None:
+    def broken_clock() -> float:
+        raise OSError("no clock")
+
+    sink = ConsoleSink(Console(file=io.StringIO()), clock=lambda: 0.0, run_name="r")
+    sink.clock = broken_clock
+    assert "r" in text_of(sink)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"refresh_per_second": 0}, "refresh_per_second must be a positive number (got 0)"),
+        ({"history": 0}, "history must be a positive int (got 0)"),
+        ({"plain_every_n_secs": -1}, "plain_every_n_secs must be a number of seconds >= 0 (got -1)"),
+        ({"live": "yes"}, "live must be True, False or None (got 'yes')"),
+        ({"console": "stdout"}, "console must be a rich.console.Console or None (got 'stdout')"),
+        ({"goals": {"loss": "down"}}, "goals['loss'] must be 'min' or 'max' (got 'down')"),
+        ({"every_n_secs": 0}, "every_n_secs must be a positive finite number of seconds (got 0)"),
+    ],
+)
+def test_invalid_arguments_fail_at_construction(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        ConsoleSink(**kwargs)
+
+
+def test_exported_from_hookbus_sinks() -> None:
+    import hookbus.sinks
+
+    assert "ConsoleSink" in hookbus.sinks.__all__
+    assert hookbus.sinks.ConsoleSink is ConsoleSink
+    assert ConsoleSink().on_error == "isolate"
+
+
+# -- plain mode ------------------------------------------------------------------------------
+
+
+def test_plain_mode_prints_periodic_lines_without_cursor_codes(clock: FakeClock) -> None:
+    bus, sink, console = make(clock, live=None, every_n_steps=1, plain_every_n_secs=10)
+    bus.attach(StopAt(100, status=None))
+    pub = ScriptedPublisher(bus, ["loss", "accuracy"])
+    evaluator = ScriptedPublisher(bus, ["loss"], mode="eval")
+    with bus:
+        pub.begin()
+        pub.session(0)
+        while True:
+            clock.advance(1.0)
+            if pub.advance(lambda s: {"loss": 1.0 / s, "accuracy": s / 100}):
+                break
+            if pub.step == 50:
+                evaluator.evaluate({"loss": 0.123}, step=50)
+                bus.publish("checkpoint_saved", CheckpointSaved("ckpt/model-50", 50))
+        assert not sink.is_live
+        pub.end()
+    output = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "\x1b[" not in output
+    lines = output.splitlines()
+    progress = [line for line in lines if line.startswith("step ")]
+    # one line at the first step, then at most one per 10 s of (fake) time: 100 s -> 10 more
+    assert progress[0] == "step 1/100 | loss 1 | accuracy 0.01 | - steps/s"
+    assert len(progress) == 10
+    assert "step 11/100 | loss 0.09091 | accuracy 0.11 | 1.0 steps/s | ETA 0:01:29" in progress
+    assert "eval at step 50 | eval/loss 0.123" in lines
+    assert "checkpoint step 50: ckpt/model-50" in lines
+    assert "stop at step 100: reached step 100 (StopAt)" in lines
+    assert "exp-1: stopped at step 100 after 0:01:40 (1.0 steps/s)" in lines
+    assert "  loss: last 0.01, best (min) 0.01 at step 100" in lines
+    assert "  eval/loss: last 0.123, best (min) 0.123 at step 50" in lines
+
+
+def test_tty_interactive_0_forces_plain_mode(clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TTY_INTERACTIVE", "0")
+    bus, sink, console = make(clock, live=None, terminal_console=True)
+    assert console.is_terminal
+    pub = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        pub.begin()
+        pub.session(0)
+        pub.advance({"loss": 0.5})
+        assert not sink.is_live
+    output = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "step 1 | loss 0.5" in output
+    assert "\x1b[" not in output
+
+
+def test_a_pipe_is_plain_even_when_force_color_makes_it_look_like_a_terminal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.delenv("TTY_INTERACTIVE", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    read_fd, write_fd = os.pipe()
+    os.close(read_fd)
+    with open(write_fd, "w") as pipe:
+        console = Console(file=pipe)
+        assert console.is_terminal  # rich believes FORCE_COLOR
+        assert not wants_live(console)
+    master, slave = os.openpty()
+    try:
+        with open(slave, "w") as tty:
+            assert wants_live(Console(file=tty))
+    finally:
+        os.close(master)
+
+
+def test_in_memory_files_follow_rich(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TTY_INTERACTIVE", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    assert wants_live(Console(file=io.StringIO(), force_terminal=True))
+    assert not wants_live(Console(file=io.StringIO(), force_terminal=False))
+    assert not wants_live(Console(file=io.StringIO(), force_terminal=True, force_interactive=False))
+
+
+# -- live mode: terminal and logging restored ------------------------------------------------
+
+
+def test_live_dashboard_runs_and_leaves_the_final_frame_and_a_visible_cursor(clock: FakeClock) -> None:
+    bus, sink, console = make(clock, live=None, terminal_console=True, every_n_steps=1)
+    bus.attach(StopAt(20, status=None))
+    pub = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        pub.begin()
+        pub.session(0)
+        assert sink.is_live
+        assert console.is_terminal
+        while not pub.advance(lambda s: {"loss": 1.0 / s}):
+            clock.advance(0.5)
+        pub.end()
+    assert not sink.is_live
+    assert not console.is_alt_screen
+    screen = terminal(console.file.getvalue())  # type: ignore[attr-defined]
+    shown = "\n".join(screen.display)
+    assert not screen.cursor.hidden
+    assert "step 20/20" in shown
+    assert "(stopped)" in shown
+    assert "0.05" in shown  # loss at step 20
+
+
+def run_then_raise(bus: hookbus.EventBus, error: BaseException, seen_stdout: list[Any] | None = None) -> None:
+    """One training step on ``bus``, then ``error`` from inside the run (noting ``sys.stdout`` there)."""
+    pub = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        pub.begin()
+        pub.session(0)
+        pub.advance({"loss": 0.5})
+        if seen_stdout is not None:
+            seen_stdout.append(sys.stdout)
+        raise error
+
+
+def test_close_is_idempotent_and_restores_the_terminal_after_an_exception(clock: FakeClock) -> None:
+    bus, sink, console = make(clock, live=True, terminal_console=True, every_n_steps=1)
+    stdout, seen_stdout = sys.stdout, []
+    with pytest.raises(RuntimeError, match="boom"):
+        run_then_raise(bus, RuntimeError("boom"), seen_stdout)
+    assert seen_stdout[0] is not stdout  # rich's redirect of print was on
+    assert sys.stdout is stdout
+    assert not sink.is_live
+    output = console.file.getvalue()  # type: ignore[attr-defined]
+    sink.close()
+    sink.close()
+    assert console.file.getvalue() == output  # type: ignore[attr-defined]
+    screen = terminal(output)
+    assert not screen.cursor.hidden
+    assert "failed at step 1: RuntimeError: boom" in "\n".join(screen.display)
+
+
+def test_keyboard_interrupt_is_shown_as_interrupted(clock: FakeClock) -> None:
+    bus, sink, console = make(clock, live=True, terminal_console=True, every_n_steps=1)
+    with pytest.raises(KeyboardInterrupt):
+        run_then_raise(bus, KeyboardInterrupt())
+    screen = terminal(console.file.getvalue())  # type: ignore[attr-defined]
+    assert not screen.cursor.hidden
+    assert "(interrupted)" in "\n".join(screen.display)
+
+
+class _AbslLikeHandler(logging.Handler):
+    """Like absl's handler: not a stream handler itself, it wraps one."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__()
+        self.python_handler = logging.StreamHandler(stream)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.python_handler.emit(record)
+
+
+def test_logging_goes_through_the_console_and_is_restored(clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_stderr = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", real_stderr)
+    tf_logger = logging.getLogger("tensorflow")
+    absl_logger = logging.getLogger("absl-like")
+    handler = logging.StreamHandler(sys.stderr)  # made before the dashboard: past rich's redirect
+    absl_handler = _AbslLikeHandler(sys.stderr)
+    file_like = io.StringIO()
+    other = logging.StreamHandler(file_like)  # not the terminal: left alone
+    tf_logger.addHandler(handler)
+    tf_logger.addHandler(other)
+    absl_logger.addHandler(absl_handler)
+    before = {name: list(logging.getLogger(name).handlers) for name in ("", "tensorflow", "absl-like")}
+    try:
+        bus, sink, console = make(clock, live=True, terminal_console=True, every_n_steps=1)
+        pub = ScriptedPublisher(bus, ["loss"])
+        with bus:
+            pub.begin()
+            pub.session(0)
+            pub.advance({"loss": 0.5})
+            tf_logger.warning("tf says hello")
+            absl_logger.warning("absl says hello")
+            print("printed line")
+            assert handler.stream is not real_stderr
+            assert other.stream is file_like
+        assert handler.stream is real_stderr
+        assert absl_handler.python_handler.stream is real_stderr
+        after = {name: list(logging.getLogger(name).handlers) for name in ("", "tensorflow", "absl-like")}
+    finally:
+        tf_logger.removeHandler(handler)
+        tf_logger.removeHandler(other)
+        absl_logger.removeHandler(absl_handler)
+    assert after == before
+    assert real_stderr.getvalue() == ""
+    assert "tf says hello" in file_like.getvalue()
+    shown = "\n".join(terminal(console.file.getvalue()).display)  # type: ignore[attr-defined]
+    for line in ("tf says hello", "absl says hello", "printed line"):
+        assert line in shown
+    assert shown.count("╭─ exp-1") == 1  # the log lines sit above one dashboard, not inside frames
+
+
+def test_a_second_run_starts_afresh(clock: FakeClock) -> None:
+    bus, sink, console = make(clock, every_n_steps=1)
+    pub = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        pub.run([{"loss": 3.0}, {"loss": 2.0}])
+    with bus:
+        pub.begin()
+        pub.session(2, restored=True)
+        pub.advance({"loss": 5.0})
+    assert sink.snapshot.train[0].best == 5.0
+    assert sink.snapshot.step == 3
+
+
+# -- a real terminal -------------------------------------------------------------------------
+
+_SCRIPT = """
+import logging, signal, sys, time
+sys.modules["tensorflow"] = None  # the dashboard needs no TensorFlow; importing it costs seconds
+import hookbus
+from hookbus.sinks import ConsoleSink
+from hookbus.testing import ScriptedPublisher
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+logging.basicConfig(level=logging.INFO)  # a handler on the real stderr, made before the dashboard
+
+
+class StopAt(hookbus.Sink):
+    total_steps = {last}
+
+    def on_after_run(self, event):
+        if event.step >= self.total_steps:
+            event.request_stop("enough")
+
+
+bus = hookbus.EventBus()
+bus.attach(ConsoleSink(run_name="pty-run", refresh_per_second=20))
+bus.attach(StopAt(every_n_steps=1))
+pub = ScriptedPublisher(bus, ["loss", "accuracy"])
+values = lambda s: {{"loss": 1.0 / s, "accuracy": min(1.0, s / 150)}}
+with bus:
+    pub.begin()
+    pub.session(0)
+    while not pub.advance(values):
+        if pub.step == 60:
+            logging.getLogger("train").info("log marker")
+            print("print marker")
+        time.sleep(0.01)
+    pub.end(values)
+print("after the run")
+"""
+
+
+def _script(tmp_path: Path, last: int) -> list[str]:
+    path = tmp_path / "dashboard.py"
+    path.write_text(textwrap.dedent(_SCRIPT.format(last=last)))
+    return [sys.executable, str(path)]
+
+
+@pytest.mark.subprocess
+def test_dashboard_in_a_real_terminal(tmp_path: Path) -> None:
+    result = run_in_pty(_script(tmp_path, 150), cols=100, rows=40, timeout=60)
+    text = result.text
+    assert result.returncode == 0, text
+    assert result.cursor_visible
+    assert "pty-run" in text
+    assert "step 150/150" in text
+    assert "(stopped)" in text
+    assert "100%" in text
+    rows = {line.split()[1]: line.split() for line in result.lines if line.startswith("│ ") and len(line.split()) > 5}
+    assert rows["loss"][2:4] == ["0.006667", "0.006667"]
+    assert rows["accuracy"][2:4] == ["1", "1"]
+    assert "INFO:train:log marker" in result.lines
+    assert "print marker" in result.lines
+    assert text.count("╭─ pty-run") == 1  # earlier frames were overwritten in place
+    assert result.lines.index("print marker") < next(i for i, line in enumerate(result.lines) if "╭─ pty-run" in line)
+    assert "after the run" in result.lines
+
+
+@pytest.mark.subprocess
+def test_ctrl_c_in_a_real_terminal_restores_it(tmp_path: Path) -> None:
+    result = run_in_pty(_script(tmp_path, 10**9), cols=100, rows=40, timeout=60, interrupt_on=b"print marker")
+    assert result.interrupted
+    assert result.returncode != 0
+    assert result.cursor_visible
+    assert "(interrupted)" in result.text
+    assert "KeyboardInterrupt" in result.text
+    assert "after the run" not in result.text
