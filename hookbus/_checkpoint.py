@@ -1,0 +1,212 @@
+"""Checkpoint backends: how a publisher's model is saved and restored, and the files around it.
+
+A publisher provides a :class:`CheckpointBackend` on ``bus.checkpoint_backend``; the
+:class:`~hookbus.sinks.CheckpointSink` decides *when* and *what else* (the barrier, retention,
+the pointer) and asks the backend only to write or read the model's variables. The TF1
+:class:`SaverBackend` wraps ``tf.compat.v1.train.Saver``; a ``tf.train.Checkpoint`` backend is
+``save = checkpoint.write``, ``restore = checkpoint.read``.
+
+The file helpers below work on TensorFlow's checkpoint layout (``<prefix>.index``,
+``<prefix>.data-*``, ``<prefix>.meta`` and the ``checkpoint`` state file), shared by ``Saver``
+and ``tf.train.Checkpoint``. Beside each checkpoint hookbus keeps ``<prefix>.hookbus.json``,
+the sinks' states. TensorFlow is imported lazily: importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import tempfile
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = [
+    "STATE_SUFFIX",
+    "CheckpointBackend",
+    "SaverBackend",
+    "copy_checkpoint",
+    "list_checkpoints",
+    "read_state_file",
+    "record_checkpoints",
+    "remove_checkpoint",
+    "step_of",
+    "write_state_file",
+]
+
+#: Suffix of the file holding the sinks' states beside a checkpoint prefix.
+STATE_SUFFIX = ".hookbus.json"
+_STEP = re.compile(r"-(\d+)$")
+
+
+@runtime_checkable
+class CheckpointBackend(Protocol):
+    """What a publisher provides so that a checkpoint sink can save and restore its model.
+
+    A backend only moves variables; the sink owns the schedule, the barrier, the pointer
+    (``checkpoint`` file) and retention.
+    """
+
+    @property
+    def ready(self) -> bool:
+        """Whether a model (a live session) is there to save or restore now."""
+        ...
+
+    def save(self, path: str) -> str:
+        """Write the model's variables to checkpoint prefix ``path``; return the prefix written.
+
+        Must not touch the ``checkpoint`` state file nor delete anything.
+        """
+        ...
+
+    def restore(self, path: str) -> None:
+        """Load the variables saved at prefix ``path`` into the live model."""
+        ...
+
+
+def _tf() -> Any:
+    import tensorflow as tf
+
+    return tf
+
+
+class SaverBackend:
+    """The TF1 backend: a ``tf.compat.v1.train.Saver`` over the graph's saveable variables.
+
+    :meth:`prepare` builds the Saver and must run in the hook's ``begin()`` (the graph is
+    finalized after); :meth:`attach_session` gives it the session of ``after_create_session``.
+    The Saver keeps every file (``max_to_keep=None``) and never writes the state file: the
+    sink records and prunes checkpoints itself, after the new one is complete.
+
+    Args:
+        write_meta_graph: Also write ``<prefix>.meta`` (default ``True``, like
+            ``CheckpointSaverHook``), for ``tf.compat.v1.train.import_meta_graph``.
+    """
+
+    def __init__(self, *, write_meta_graph: bool = True) -> None:
+        self.write_meta_graph = write_meta_graph
+        self._saver: Any = None
+        self._session: Any = None
+
+    def prepare(self) -> None:
+        """Build the Saver in the current default graph (call from ``begin()``)."""
+        tf = _tf()
+        self._session = None
+        graph = tf.compat.v1.get_default_graph()
+        saveable = graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES) + graph.get_collection(
+            tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS
+        )
+        # A graph without variables has nothing to checkpoint; save() then says so.
+        self._saver = tf.compat.v1.train.Saver(max_to_keep=None) if saveable else None
+
+    def attach_session(self, session: Any) -> None:
+        """Use ``session`` (the raw session of ``after_create_session``; ``None`` at the end)."""
+        self._session = session
+
+    @property
+    def ready(self) -> bool:
+        return self._saver is not None and self._session is not None
+
+    def _check(self) -> None:
+        if self._saver is None:
+            raise RuntimeError("nothing to checkpoint: the graph has no variables (or begin() has not run)")
+        if self._session is None:
+            raise RuntimeError("no live session to checkpoint: the training session has not started or has ended")
+
+    def save(self, path: str) -> str:
+        self._check()
+        written = self._saver.save(
+            self._session, path, write_meta_graph=self.write_meta_graph, write_state=False
+        )
+        return str(written)
+
+    def restore(self, path: str) -> None:
+        self._check()
+        self._saver.restore(self._session, path)
+
+
+# -- files --------------------------------------------------------------------------------------
+def step_of(path: str) -> int | None:
+    """The step in a checkpoint prefix's ``-N`` suffix, or ``None``."""
+    found = _STEP.search(path)
+    return int(found.group(1)) if found else None
+
+
+def _exists(path: str) -> bool:
+    return os.path.exists(path + ".index")
+
+
+def list_checkpoints(directory: str) -> list[str]:
+    """Existing checkpoints recorded in ``directory``'s state file, oldest first (absolute prefixes).
+
+    This is how a new process recovers the checkpoints of earlier ones, so ``keep`` holds
+    across restarts.
+    """
+    if not os.path.exists(os.path.join(directory, "checkpoint")):
+        return []
+    state = _tf().compat.v1.train.get_checkpoint_state(directory)
+    if state is None:
+        return []
+    paths = [os.path.abspath(p) for p in state.all_model_checkpoint_paths]
+    latest = os.path.abspath(state.model_checkpoint_path)
+    if latest not in paths:
+        paths.append(latest)
+    return [p for p in paths if _exists(p)]
+
+
+def record_checkpoints(directory: str, paths: list[str]) -> None:
+    """Atomically write ``directory``'s state file: ``paths`` (oldest first), the last the latest.
+
+    Paths are written relative to ``directory`` so it can be moved.
+    """
+    tf = _tf()
+    names = [os.path.relpath(p, directory) for p in paths]
+    tf.compat.v1.train.update_checkpoint_state(directory, names[-1], all_model_checkpoint_paths=names)
+
+
+def remove_checkpoint(path: str) -> None:
+    """Delete every file of checkpoint prefix ``path``, its state file included."""
+    for name in glob.glob(glob.escape(path) + ".*"):
+        if re.fullmatch(r"\.(index|meta|data-\d+-of-\d+|hookbus\.json)", name[len(path) :]):
+            os.remove(name)
+
+
+def copy_checkpoint(path: str, directory: str) -> str:
+    """Copy checkpoint prefix ``path`` (all its files) into ``directory``; return the new prefix."""
+    os.makedirs(directory, exist_ok=True)
+    target = os.path.join(directory, os.path.basename(path))
+    for name in glob.glob(glob.escape(path) + ".*"):
+        shutil.copyfile(name, target + name[len(path) :])
+    return target
+
+
+def write_state_file(path: str, data: dict[str, Any]) -> str:
+    """Write ``data`` (JSON) beside checkpoint prefix ``path``, atomically; return the file.
+
+    Temp file in the same directory, fsync, then ``os.replace``: a crash leaves either no file
+    or the whole new one, never half of one.
+    """
+    target = path + STATE_SUFFIX
+    handle, temp = tempfile.mkstemp(prefix=".hookbus-", suffix=".tmp", dir=os.path.dirname(target) or ".")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            json.dump(data, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, target)
+    except BaseException:
+        if os.path.exists(temp):
+            os.remove(temp)
+        raise
+    return target
+
+
+def read_state_file(path: str) -> dict[str, Any] | None:
+    """What :func:`write_state_file` wrote beside checkpoint prefix ``path``, or ``None``."""
+    try:
+        with open(path + STATE_SUFFIX, encoding="utf-8") as file:
+            data = json.load(file)
+    except FileNotFoundError:
+        return None
+    return dict(data)

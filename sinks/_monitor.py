@@ -1,0 +1,80 @@
+"""The "monitor" shared by early stopping and checkpoint-on-best: a key, a direction, a margin."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["MODES", "Monitor", "check_number", "resolve_mode"]
+
+MODES = ("min", "max", "auto")
+
+
+def check_number(name: str, value: object, *, allow_none: bool = False, non_negative: bool = False) -> float | None:
+    """Validate a finite real number argument (``None`` allowed when ``allow_none``)."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number (got {value!r})")
+    if non_negative and value < 0:
+        raise ValueError(f"{name} must be a non-negative number (got {value!r})")
+    return float(value)
+
+
+def resolve_mode(monitor: str, mode: object) -> str:
+    """``"min"`` or ``"max"`` for ``monitor``; ``"auto"`` only where the key's name is unambiguous.
+
+    ``auto`` means min for keys containing ``loss`` or ``error``, max for keys containing ``acc``
+    (``accuracy``, ``val_acc``); any other key, or one matching both, needs an explicit mode.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be 'min', 'max' or 'auto' (got {mode!r})")
+    if mode != "auto":
+        return str(mode)
+    name = monitor.lower()
+    lower = "loss" in name or "error" in name
+    higher = "acc" in name
+    if lower != higher:
+        return "min" if lower else "max"
+    raise ValueError(
+        f"mode='auto' cannot tell whether {monitor!r} should go down or up; pass mode='min' or mode='max'"
+    )
+
+
+@dataclass(frozen=True)
+class Monitor:
+    """A monitored quantity: which key, which direction, how much counts as better.
+
+    Args:
+        key: The event value to watch (e.g. ``"eval/loss"``).
+        mode: ``"min"`` or ``"max"`` (resolve ``"auto"`` with :func:`resolve_mode` first).
+        min_delta: An improvement must beat the reference by more than this (default 0.0);
+            its sign is ignored, as in Keras.
+    """
+
+    key: str
+    mode: str
+    min_delta: float = 0.0
+
+    def value(self, values: Mapping[str, Any]) -> float | None:
+        """The monitored scalar in ``values``, or ``None`` if absent or not a scalar."""
+        value = values.get(self.key)
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    def is_improvement(self, value: float, reference: float | None) -> bool:
+        """Whether ``value`` improves on ``reference`` by more than ``min_delta`` (``None``: always).
+
+        The same comparison as Keras's ``MonitorCallback._is_improvement``: NaN never improves.
+        """
+        if reference is None:
+            return True
+        delta = abs(self.min_delta)
+        if self.mode == "min":
+            return value + delta < reference
+        return value - delta > reference
+
+    def better(self, value: float, other: float) -> bool:
+        """Whether ``value`` ranks strictly better than ``other`` (no margin), for top-k lists."""
+        return value < other if self.mode == "min" else value > other

@@ -1,0 +1,276 @@
+"""CheckpointSink: saves the model behind the checkpoint barrier, keeps the last and the best."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from typing import TYPE_CHECKING, ClassVar
+
+from hookbus import _checkpoint as files
+from hookbus._events import CheckpointSaved
+from hookbus._schedule import Schedule
+from hookbus._subscriber import PRIORITY_CHECKPOINT, Sink
+
+from ._monitor import Monitor, resolve_mode
+from .nan_guard import NanGuardSink, find_nonfinite
+
+if TYPE_CHECKING:
+    from hookbus._bus import EventBus
+    from hookbus._checkpoint import CheckpointBackend
+    from hookbus._events import Event, StopRequest
+
+__all__ = ["CheckpointSink"]
+
+logger = logging.getLogger("hookbus")
+
+
+def _count(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        kind = "positive" if minimum > 0 else "non-negative"
+        raise ValueError(f"{name} must be a {kind} int (got {value!r})")
+    return value
+
+
+class CheckpointSink(Sink):
+    """Saves checkpoints on a schedule, at the end and on a stop request (``CheckpointSaverHook``).
+
+    A save at step S is the checkpoint barrier (DESIGN): (1) every attached sink is flushed,
+    (2) every stateful sink's ``state_dict()`` is written atomically beside the checkpoint
+    (``<prefix>.hookbus.json``, keyed by sink name), (3) the publisher's backend writes the
+    model, (4) the ``checkpoint`` pointer is updated; only then are checkpoints beyond ``keep``
+    deleted and ``checkpoint_saved`` published. A save runs after the step reached every
+    subscriber, never twice for one step, and never from a step with a non-finite value (its
+    own values, or a :class:`NanGuardSink`'s finding). On ``session_created`` from a checkpoint
+    of ``directory`` the saved sink states are loaded back.
+
+    Args:
+        directory: Where checkpoints go (pass the same as the session's ``checkpoint_dir``).
+        every_n_steps: Save when the step reaches a new multiple (default ``None``).
+        every_n_secs: Save at most this often (default 600; with ``every_n_steps`` whichever
+            comes first; pass ``None`` to save on steps only).
+        keep: How many recent checkpoints to keep, across restarts (default 5).
+        keep_best: Also keep this many best checkpoints by ``monitor`` in ``directory/best``
+            (default 0: off).
+        monitor: The key ranking checkpoints for ``keep_best`` (default ``None``); also
+            reported in ``checkpoint_saved``.
+        mode: ``"min"`` (default), ``"max"`` or ``"auto"`` for ``monitor``.
+        basename: Checkpoint file prefix (default ``"model.ckpt"``, files ``model.ckpt-<step>``).
+        name: Name in reports (default the class name).
+
+    Raises:
+        ValueError: at construction for invalid settings; at ``begin`` without a publisher that
+            provides a checkpoint backend, or when two stateful sinks share a name.
+    """
+
+    default_schedule: ClassVar[Schedule] = Schedule(every_n_secs=600)
+    priority = PRIORITY_CHECKPOINT
+    on_error = "raise"
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        every_n_steps: int | None = None,
+        every_n_secs: float | None = 600,
+        keep: int = 5,
+        keep_best: int = 0,
+        monitor: str | None = None,
+        mode: str = "min",
+        *,
+        basename: str = "model.ckpt",
+        name: str | None = None,
+    ) -> None:
+        if not isinstance(directory, str | os.PathLike) or not os.fspath(directory):
+            raise ValueError(f"directory must be a non-empty path (got {directory!r})")
+        if every_n_steps is None and every_n_secs is None:
+            raise ValueError("give every_n_steps or every_n_secs (both are None): the sink would save only at the end")
+        super().__init__(every_n_steps=every_n_steps, every_n_secs=every_n_secs, name=name)
+        self.directory = os.path.abspath(os.fspath(directory))
+        self.best_directory = os.path.join(self.directory, "best")
+        self.keep = _count("keep", keep, 1)
+        self.keep_best = _count("keep_best", keep_best, 0)
+        if monitor is not None and (not isinstance(monitor, str) or not monitor):
+            raise ValueError(f"monitor must be a non-empty key or None (got {monitor!r})")
+        if self.keep_best and monitor is None:
+            raise ValueError(f"keep_best={keep_best} needs monitor=<key> to rank checkpoints by")
+        self.monitor = monitor
+        self._monitor = None if monitor is None else Monitor(monitor, resolve_mode(monitor, mode))
+        if not isinstance(basename, str) or not basename or os.sep in basename:
+            raise ValueError(f"basename must be a file name (got {basename!r})")
+        self.basename = basename
+        self._bus: EventBus | None = None
+        self._kept: list[str] = []
+        self._best: list[tuple[float, str]] = []  # best last
+        self._saved: set[int] = set()
+        self._nonfinite_step: int | None = None
+        self._frozen = False  # after restore_best: the live model no longer matches its step
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def on_begin(self, event: Event) -> None:
+        if event.mode != "train" or event.bus is None:
+            return
+        bus = self._bus = event.bus
+        if bus.checkpoint_backend is None:
+            raise ValueError(
+                f"{self.name} needs a publisher that provides a checkpoint backend (a train-mode "
+                "EventBusHook, the Keras callback or the loop publisher) on the same bus"
+            )
+        seen: dict[str, Sink] = {}
+        for sink in bus.sinks:
+            if type(sink).state_dict is Sink.state_dict:
+                continue
+            if sink.name in seen:
+                raise ValueError(
+                    f"two sinks with state are named {sink.name!r} ({seen[sink.name]!r} and {sink!r}); "
+                    "their states are saved by name: pass name=... to tell them apart"
+                )
+            seen[sink.name] = sink
+        os.makedirs(self.directory, exist_ok=True)
+        # The disk is the truth: this also recovers what earlier processes saved, so keep holds.
+        self._kept = files.list_checkpoints(self.directory)
+        self._best = []
+        for path in files.list_checkpoints(self.best_directory):
+            data = files.read_state_file(path) or {}
+            if isinstance(data.get("value"), int | float):
+                self._best.append((float(data["value"]), path))
+        self._saved = {s for s in map(files.step_of, self._kept) if s is not None}
+
+    def on_session_created(self, event: Event) -> None:
+        if event.mode != "train":
+            return
+        self._frozen = False
+        if self._nonfinite_step is not None and event.step < self._nonfinite_step:
+            self._nonfinite_step = None
+        if not event.restored or event.bus is None:
+            return
+        restored = [p for p in self._kept if files.step_of(p) == event.step]
+        data = files.read_state_file(restored[-1]) if restored else None
+        if data is None:
+            return
+        states = data.get("sinks", {})
+        for sink in event.bus.sinks:
+            if sink.name in states:
+                sink.load_state_dict(states[sink.name])
+
+    def on_after_run(self, event: Event) -> None:
+        bus = event.bus
+        if bus is None:
+            return
+        if find_nonfinite(event.values, event.values) is not None:
+            if event.mode == "train" and (self._nonfinite_step is None or event.step < self._nonfinite_step):
+                self._nonfinite_step = event.step
+            return
+        value = self._monitor.value(event.values) if self._monitor is not None else None
+        step = event.step
+        if event.mode == "train" and not event.final:
+            bus.call_after_dispatch(lambda: self._save(step, value))
+        if value is not None and self.keep_best:
+            bus.call_after_dispatch(lambda: self._consider_best(step, value))
+
+    def on_stop_requested(self, event: StopRequest) -> None:
+        self._save_if_live()  # the step has reached every subscriber already
+
+    def on_end(self, event: Event) -> None:
+        if event.mode == "train" and event.bus is not None:
+            event.bus.call_after_dispatch(self._save_if_live)
+
+    # -- saving --------------------------------------------------------------------------------
+    def _backend(self) -> CheckpointBackend:
+        backend = self._bus.checkpoint_backend if self._bus is not None else None
+        if backend is None:
+            raise RuntimeError(f"{self.name}: no checkpoint backend; did the train publisher begin?")
+        return backend
+
+    def _save_if_live(self) -> None:
+        if self._bus is not None and self._backend().ready:
+            self._save(self._bus.step, None)
+
+    def _savable(self, step: int) -> bool:
+        if self._frozen or self._bus is None:
+            return False
+        bad = [self._nonfinite_step] + [s.nonfinite_step for s in self._bus.sinks if isinstance(s, NanGuardSink)]
+        return not any(b is not None and step >= b for b in bad)
+
+    def _write(self, directory: str, step: int, value: float | None) -> str:
+        """Barrier steps 1-3 for a checkpoint at ``step`` in ``directory``; returns its prefix."""
+        assert self._bus is not None
+        path = os.path.join(directory, f"{self.basename}-{step}")
+        for sink in self._bus.sinks:
+            sink.flush()
+        states = {s.name: state for s in self._bus.sinks if (state := s.state_dict())}
+        os.makedirs(directory, exist_ok=True)
+        files.write_state_file(path, {"step": step, "value": value, "sinks": states})
+        try:
+            return self._backend().save(path)
+        except BaseException:
+            files.remove_checkpoint(path)  # the pointer still names the previous checkpoint
+            raise
+
+    def _save(self, step: int, value: float | None) -> None:
+        if step in self._saved or not self._savable(step):
+            return
+        path = self._write(self.directory, step, value)
+        kept = [*self._kept, path]
+        files.record_checkpoints(self.directory, kept[-self.keep :])  # barrier step 4
+        for old in kept[: -self.keep]:
+            files.remove_checkpoint(old)
+        self._kept = kept[-self.keep :]
+        self._saved.add(step)
+        self._publish(path, step, value)
+
+    def _consider_best(self, step: int, value: float) -> None:
+        assert self._monitor is not None
+        if not math.isfinite(value) or any(files.step_of(p) == step for _, p in self._best):
+            return
+        ranked = self._best
+        if len(ranked) >= self.keep_best and not self._monitor.better(value, ranked[0][0]):
+            return
+        regular = [p for p in self._kept if files.step_of(p) == step]
+        if regular:
+            path = files.copy_checkpoint(regular[-1], self.best_directory)
+        elif self._bus is not None and self._bus.step == step and self._backend().ready and self._savable(step):
+            path = self._write(self.best_directory, step, value)
+        else:
+            logger.warning("%s: no checkpoint of step %d to keep as best (%s=%g)", self.name, step, self.monitor, value)
+            return
+        sign = -1.0 if self._monitor.mode == "min" else 1.0
+        ranked = sorted([*ranked, (value, path)], key=lambda item: sign * item[0])  # worst first
+        dropped, self._best = ranked[: -self.keep_best], ranked[-self.keep_best :]
+        files.record_checkpoints(self.best_directory, [p for _, p in self._best])
+        for _, old in dropped:
+            files.remove_checkpoint(old)
+        self._publish(path, step, value)
+
+    def _publish(self, path: str, step: int, value: float | None) -> None:
+        if self._bus is not None:
+            self._bus.publish("checkpoint_saved", CheckpointSaved(path, step, value))
+
+    # -- restoring -------------------------------------------------------------------------------
+    @property
+    def best_checkpoint(self) -> str | None:
+        """The prefix of the best checkpoint kept in ``directory/best``, if any."""
+        return self._best[-1][1] if self._best else None
+
+    def restore_best(self) -> str | None:
+        """Make the best checkpoint current: restored into the live model, if there is one, and
+        recorded as the latest checkpoint of ``directory``. Returns its prefix (``None`` if none).
+
+        Nothing is saved after it in this session: the model no longer matches the step.
+        """
+        best = self.best_checkpoint
+        if best is None:
+            logger.warning("%s: no best checkpoint to restore", self.name)
+            return None
+        backend = self._backend()
+        if backend.ready:
+            backend.restore(best)
+            self._frozen = True
+        target = os.path.join(self.directory, os.path.basename(best))
+        if not os.path.exists(target + ".index"):
+            files.copy_checkpoint(best, self.directory)
+        kept = [p for p in self._kept if p != target] + [target]
+        files.record_checkpoints(self.directory, kept[-self.keep :])
+        for old in kept[: -self.keep]:
+            files.remove_checkpoint(old)
+        self._kept = kept[-self.keep :]
+        return target

@@ -1,0 +1,215 @@
+"""EarlyStoppingSink: stop when a monitored value stops improving (keras.callbacks.EarlyStopping's rule)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from hookbus._subscriber import PRIORITY_EARLY_STOPPING, Sink
+
+from ._monitor import Monitor, check_number, resolve_mode
+from .checkpoint import CheckpointSink
+
+if TYPE_CHECKING:
+    from hookbus._events import Event
+
+__all__ = ["Decision", "EarlyStopRule", "EarlyStopState", "EarlyStoppingSink", "decide"]
+
+
+@dataclass(frozen=True)
+class EarlyStopState:
+    """What early stopping remembers between evaluations (saved with each checkpoint)."""
+
+    best: float | None = None
+    best_step: int | None = None
+    wait: int = 0
+    seen: int = 0
+
+
+@dataclass(frozen=True)
+class EarlyStopRule:
+    """The settings of :func:`decide` (see :class:`EarlyStoppingSink` for their meaning)."""
+
+    monitor: Monitor
+    patience: int = 0
+    baseline: float | None = None
+    stop_above: float | None = None
+    stop_below: float | None = None
+    stop_on_nonfinite: bool = True
+    min_steps: int = 0
+
+
+class Decision(NamedTuple):
+    """The outcome of one evaluation: the new state, whether to stop, and why."""
+
+    state: EarlyStopState
+    should_stop: bool
+    reason: str | None
+
+
+def decide(rule: EarlyStopRule, state: EarlyStopState, value: float, step: int) -> Decision:
+    """Decide on one evaluation of ``value`` at ``step``; pure.
+
+    Without thresholds and for finite values this is Keras's ``EarlyStopping.on_epoch_end``,
+    quirks included: ``wait`` grows before the comparison, the first value is always the best,
+    a value that beats the best but not ``baseline`` keeps ``wait`` growing, and only a
+    non-improving evaluation other than the first can stop.
+    """
+    if step < rule.min_steps:
+        return Decision(state, False, None)
+    key = rule.monitor.key
+    counted = replace(state, seen=state.seen + 1)
+    if rule.stop_on_nonfinite and not math.isfinite(value):
+        return Decision(counted, True, f"{key} is {value} at step {step}")
+    if rule.stop_above is not None and value > rule.stop_above:
+        return Decision(counted, True, f"{key} {value:.6g} > stop_above {rule.stop_above:.6g} at step {step}")
+    if rule.stop_below is not None and value < rule.stop_below:
+        return Decision(counted, True, f"{key} {value:.6g} < stop_below {rule.stop_below:.6g} at step {step}")
+    wait = state.wait + 1
+    if rule.monitor.is_improvement(value, state.best):
+        # Keras restarts the count only when the value also beats the baseline.
+        beats_baseline = rule.baseline is None or rule.monitor.is_improvement(value, rule.baseline)
+        return Decision(replace(counted, best=value, best_step=step, wait=0 if beats_baseline else wait), False, None)
+    counted = replace(counted, wait=wait)
+    if wait >= rule.patience and state.seen > 0:
+        reason = (
+            f"early stopping: {key} did not improve on {state.best:.6g} (step {state.best_step}) "
+            f"for {wait} evaluation{'s' if wait != 1 else ''} (patience {rule.patience})"
+        )
+        return Decision(counted, True, reason)
+    return Decision(counted, False, None)
+
+
+def _check_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative int (got {value!r})")
+    return value
+
+
+class EarlyStoppingSink(Sink):
+    """Stops the run when ``monitor`` stops improving, or crosses a threshold.
+
+    Every event carrying ``monitor`` that this sink receives is one evaluation: each evaluation
+    of an eval publisher (``"eval/loss"``), or each due step for a training key (set
+    ``every_n_steps``; the default is every step). The rule is :func:`decide`, which agrees with
+    ``keras.callbacks.EarlyStopping`` on patience, min_delta, baseline and mode. The stop reason
+    becomes ``bus.stop_reason``; best, wait and the evaluation count are saved with each
+    checkpoint and restored on resume.
+
+    Args:
+        monitor: The key to watch.
+        mode: ``"min"`` (default), ``"max"``, or ``"auto"`` for keys whose name tells
+            (``*loss*``, ``*error*``: min; ``*acc*``: max).
+        patience: Evaluations without improvement before stopping (default 0).
+        min_delta: Change smaller than this is no improvement (default 0.0).
+        baseline: Also restart the patience count only on values beating it (default ``None``).
+        stop_above: Stop at once when the value exceeds this (default ``None``).
+        stop_below: Stop at once when the value falls below this (default ``None``).
+        stop_on_nonfinite: Stop at once on NaN or inf (default ``True``).
+        min_steps: Ignore evaluations before this training step (default 0).
+        restore_best: When this sink stopped the run, restore the best checkpoint at the end
+            (into the live model if any, and as the latest checkpoint of the directory). Needs
+            a :class:`~hookbus.sinks.CheckpointSink` with ``keep_best`` monitoring the same key.
+            Unlike Keras, a run that ends without an early stop keeps its last state (default
+            ``False``).
+        every_n_steps, every_n_secs: The schedule for training keys (default every step).
+        name: Name in reports and in checkpoint state (default the class name).
+
+    Raises:
+        ValueError: at construction for invalid settings; at ``begin`` when ``restore_best``
+            has no matching checkpoint sink, or no publisher provides ``monitor``.
+    """
+
+    priority = PRIORITY_EARLY_STOPPING
+    on_error = "raise"
+
+    def __init__(
+        self,
+        monitor: str,
+        mode: str = "min",
+        patience: int = 0,
+        min_delta: float = 0.0,
+        baseline: float | None = None,
+        stop_above: float | None = None,
+        stop_below: float | None = None,
+        stop_on_nonfinite: bool = True,
+        min_steps: int = 0,
+        restore_best: bool = False,
+        *,
+        every_n_steps: int | None = None,
+        every_n_secs: float | None = None,
+        name: str | None = None,
+    ) -> None:
+        if not isinstance(monitor, str) or not monitor:
+            raise ValueError(f"monitor must be a non-empty key (got {monitor!r})")
+        for flag, flag_value in (("stop_on_nonfinite", stop_on_nonfinite), ("restore_best", restore_best)):
+            if not isinstance(flag_value, bool):
+                raise ValueError(f"{flag} must be True or False (got {flag_value!r})")
+        super().__init__(keys=monitor, every_n_steps=every_n_steps, every_n_secs=every_n_secs, name=name)
+        self.rule = EarlyStopRule(
+            monitor=Monitor(monitor, resolve_mode(monitor, mode), check_number("min_delta", min_delta) or 0.0),
+            patience=_check_int("patience", patience),
+            baseline=check_number("baseline", baseline, allow_none=True),
+            stop_above=check_number("stop_above", stop_above, allow_none=True),
+            stop_below=check_number("stop_below", stop_below, allow_none=True),
+            stop_on_nonfinite=stop_on_nonfinite,
+            min_steps=_check_int("min_steps", min_steps),
+        )
+        self.restore_best = restore_best
+        self.state = EarlyStopState()
+        self.stopped_at: int | None = None
+
+    @property
+    def monitor(self) -> str:
+        return self.rule.monitor.key
+
+    def on_begin(self, event: Event) -> None:
+        if not self.restore_best or event.bus is None:
+            return
+        found = [s for s in event.bus.sinks if isinstance(s, CheckpointSink) and s.keep_best > 0]
+        if not any(s.monitor == self.monitor for s in found):
+            raise ValueError(
+                f"{self.name}: restore_best=True needs a CheckpointSink with keep_best > 0 and "
+                f"monitor={self.monitor!r} attached to the same bus"
+            )
+
+    def on_session_created(self, event: Event) -> None:
+        if event.mode == "train" and not event.restored:
+            self.state, self.stopped_at = EarlyStopState(), None  # a fresh model starts afresh
+
+    def on_after_run(self, event: Event) -> None:
+        value = self.rule.monitor.value(event.values)
+        if value is None:
+            return
+        self.state, should_stop, reason = decide(self.rule, self.state, value, event.step)
+        if should_stop and reason is not None:
+            self.stopped_at = event.step
+            event.request_stop(reason)
+
+    def on_end(self, event: Event) -> None:
+        if self.restore_best and self.stopped_at is not None and event.bus is not None:
+            for sink in event.bus.sinks:
+                if isinstance(sink, CheckpointSink) and sink.keep_best > 0 and sink.monitor == self.monitor:
+                    sink.restore_best()
+                    break
+            self.stopped_at = None  # restore once
+
+    def state_dict(self) -> dict[str, Any]:
+        s = self.state
+        return {"best": s.best, "best_step": s.best_step, "wait": s.wait, "seen": s.seen}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        best = state.get("best")
+        best_step = state.get("best_step")
+        self.state = EarlyStopState(
+            best=None if best is None else float(best),
+            best_step=None if best_step is None else int(best_step),
+            wait=int(state.get("wait", 0)),
+            seen=int(state.get("seen", 0)),
+        )
+
+    def status(self) -> str:
+        s = self.state
+        best = "none yet" if s.best is None else f"best {s.best:.6g} @ {s.best_step}"
+        return f"early stop: patience {s.wait}/{self.rule.patience} ({best})"

@@ -1,0 +1,178 @@
+"""EarlyStoppingSink: the pure rule, its agreement with keras.callbacks.EarlyStopping, the sink."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hookbus import EventBus, UnknownKeyError
+from hookbus.sinks import EarlyStoppingSink
+from hookbus.sinks._monitor import Monitor, resolve_mode
+from hookbus.sinks.early_stopping import EarlyStopRule, EarlyStopState, decide
+from hookbus.testing import ScriptedPublisher
+
+
+def stop_index(rule: EarlyStopRule, values: list[float]) -> int | None:
+    """The evaluation (0-based) at which :func:`decide` stops, or None."""
+    state = EarlyStopState()
+    for i, value in enumerate(values):
+        state, stop, _ = decide(rule, state, value, step=i + 1)
+        if stop:
+            return i
+    return None
+
+
+def rule(mode: str = "min", **kwargs: Any) -> EarlyStopRule:
+    return EarlyStopRule(monitor=Monitor("loss", mode, kwargs.pop("min_delta", 0.0)), **kwargs)
+
+
+# -- the pure rule ------------------------------------------------------------------------------
+def test_patience_counts_evaluations_without_improvement() -> None:
+    assert stop_index(rule(patience=2), [1.0, 0.9, 0.95, 0.91, 0.8]) == 3
+    assert stop_index(rule(patience=2), [1.0, 0.9, 0.95, 0.8, 0.91, 0.92]) == 5
+
+
+def test_patience_zero_stops_at_the_first_non_improvement_but_never_at_the_first_evaluation() -> None:
+    assert stop_index(rule(patience=0), [5.0]) is None
+    assert stop_index(rule(patience=0), [5.0, 4.0, 4.0]) == 2
+
+
+def test_min_delta_and_max_mode() -> None:
+    assert stop_index(rule(patience=0, min_delta=0.5), [1.0, 0.7]) == 1  # 0.3 better: not enough
+    assert stop_index(rule("max", patience=1), [0.1, 0.2, 0.2, 0.2]) == 2
+
+
+def test_baseline_keeps_the_count_until_a_value_beats_it() -> None:
+    # Improving on the best but not on the baseline 0.5 does not restart the count (Keras).
+    assert stop_index(rule(patience=2, baseline=0.5), [1.0, 0.9, 0.95]) == 2
+    assert stop_index(rule(patience=2, baseline=0.5), [1.0, 0.4, 0.45, 0.46, 0.47]) == 3
+
+
+def test_thresholds_and_nonfinite_stop_at_once() -> None:
+    assert stop_index(rule(patience=99, stop_above=10.0), [1.0, 11.0]) == 1
+    assert stop_index(rule(patience=99, stop_below=0.01), [1.0, 0.5, 0.001]) == 2
+    assert stop_index(rule(patience=99), [1.0, math.nan]) == 1
+    assert stop_index(rule(patience=99, stop_on_nonfinite=False), [1.0, math.inf, 0.5]) is None
+
+
+def test_evaluations_before_min_steps_are_ignored() -> None:
+    r = rule(patience=0, min_steps=3)
+    state = EarlyStopState()
+    for step, value in [(1, 1.0), (2, 2.0), (3, 3.0), (4, 3.5)]:
+        state, stop, reason = decide(r, state, value, step)
+    assert stop
+    assert reason is not None
+    assert "did not improve on 3" in reason
+    assert state.seen == 2
+
+
+# -- agreement with Keras -------------------------------------------------------------------------
+class _Model:
+    stop_training = False
+
+
+def keras_stop_index(values: list[float], **kwargs: Any) -> int | None:
+    import keras
+
+    callback = keras.callbacks.EarlyStopping(monitor="loss", **kwargs)
+    model = _Model()
+    callback.set_model(model)  # type: ignore[arg-type]
+    callback.on_train_begin()
+    for epoch, value in enumerate(values):
+        callback.on_epoch_end(epoch, {"loss": value})
+        if model.stop_training:
+            return epoch
+    return None
+
+
+# Quarter steps are exact in float32, which Keras compares in; ours compares in float64.
+quarters = st.integers(-40, 40).map(lambda i: i / 4)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    values=st.lists(quarters, min_size=1, max_size=12),
+    mode=st.sampled_from(["min", "max"]),
+    patience=st.integers(0, 4),
+    min_delta=st.sampled_from([0.0, 0.25, 0.5, 1.0]),
+    baseline=st.none() | quarters,
+)
+def test_decisions_agree_with_keras_early_stopping(
+    values: list[float], mode: str, patience: int, min_delta: float, baseline: float | None
+) -> None:
+    ours = stop_index(rule(mode, patience=patience, min_delta=min_delta, baseline=baseline), values)
+    theirs = keras_stop_index(values, mode=mode, patience=patience, min_delta=min_delta, baseline=baseline)
+    assert ours == theirs
+
+
+# -- settings -------------------------------------------------------------------------------------
+def test_auto_mode_only_where_the_key_tells() -> None:
+    assert resolve_mode("eval/loss", "auto") == "min"
+    assert resolve_mode("val_error", "auto") == "min"
+    assert resolve_mode("accuracy", "auto") == "max"
+    with pytest.raises(ValueError, match="cannot tell whether 'f1'.*pass mode='min' or mode='max'"):
+        EarlyStoppingSink("f1", mode="auto")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"patience": -1}, r"patience must be a non-negative int \(got -1\)"),
+        ({"mode": "down"}, r"mode must be 'min', 'max' or 'auto' \(got 'down'\)"),
+        ({"min_delta": math.nan}, r"min_delta must be a finite number"),
+        ({"min_steps": 1.5}, r"min_steps must be a non-negative int \(got 1.5\)"),
+        ({"restore_best": 1}, r"restore_best must be True or False"),
+    ],
+)
+def test_bad_settings_fail_at_construction(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        EarlyStoppingSink("loss", **kwargs)
+
+
+# -- the sink on a bus ----------------------------------------------------------------------------
+def test_sink_stops_on_eval_events_and_the_reason_reaches_the_bus() -> None:
+    bus = EventBus()
+    sink = bus.attach(EarlyStoppingSink("eval/loss", patience=1))
+    train = ScriptedPublisher(bus, keys=["loss"])
+    evaluate = ScriptedPublisher(bus, keys=["loss"], mode="eval")
+    with bus:
+        train.begin()
+        train.session(0)
+        for step, value in [(100, 1.0), (200, 0.5), (300, 0.6), (400, 0.7)]:
+            train.advance({"loss": 0.0}, step=step)
+            evaluate.evaluate({"loss": value}, step=step)
+            if bus.should_stop:
+                break
+    assert train.step == 300  # patience 1: the first evaluation without improvement stops (Keras)
+    assert bus.stop_reason is not None
+    assert "eval/loss did not improve on 0.5 (step 200)" in bus.stop_reason
+    assert sink.status() == "early stop: patience 1/1 (best 0.5 @ 200)"
+    assert sink.state_dict() == {"best": 0.5, "best_step": 200, "wait": 1, "seen": 3}
+
+
+def test_state_round_trips() -> None:
+    a = EarlyStoppingSink("loss", patience=3)
+    a.load_state_dict({"best": 0.25, "best_step": 40, "wait": 2, "seen": 7})
+    b = EarlyStoppingSink("loss", patience=3)
+    b.load_state_dict(a.state_dict())
+    assert b.state == EarlyStopState(0.25, 40, 2, 7)
+
+
+def test_unknown_monitor_key_fails_at_begin() -> None:
+    bus = EventBus()
+    bus.attach(EarlyStoppingSink("eval/los"))
+    publisher = ScriptedPublisher(bus, keys=["loss"], mode="eval")
+    with pytest.raises(UnknownKeyError, match="'eval/los'.*known keys: \\['eval/loss'\\]"):
+        publisher.begin()
+
+
+def test_restore_best_without_a_best_keeping_checkpoint_sink_fails_at_begin() -> None:
+    bus = EventBus()
+    bus.attach(EarlyStoppingSink("loss", restore_best=True))
+    publisher = ScriptedPublisher(bus, keys=["loss"])
+    with pytest.raises(ValueError, match="restore_best=True needs a CheckpointSink with keep_best > 0"):
+        publisher.begin()
