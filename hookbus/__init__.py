@@ -5,7 +5,6 @@ from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest
 from hookbus._hook import EventBusHook
 from hookbus._schedule import Schedule
 from hookbus._session import monitored_training_session
-from hookbus._train_eval import train_and_evaluate
 from hookbus._subscriber import (
     PRIORITY_CHECKPOINT,
     PRIORITY_DEFAULT,
@@ -16,6 +15,7 @@ from hookbus._subscriber import (
     Sink,
     Subscription,
 )
+from hookbus._train_eval import train_and_evaluate
 
 __version__ = "0.1.0"
 

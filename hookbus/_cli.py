@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--eval-every", type=_positive_int, default=500, help="steps between evaluations (default 500)")
     demo.add_argument("--patience", type=int, default=2, help="early-stopping patience on eval/loss (default 2)")
     demo.add_argument(
-        "--delay", type=_non_negative_float, default=0.002, help="sleep per step so a person can watch (default 0.002 s)"
+        "--delay", type=_non_negative_float, default=0.002, help="sleep per step, to watch it (default 0.002 s)"
     )
     return parser
 

@@ -48,7 +48,8 @@ def build_linear_regression(
 
     def batch(n: int, op_seed: int | None) -> tuple[Any, Any]:
         x = v1.random_normal([n, features], seed=op_seed)
-        y = tf.matmul(x, true_w) + true_b + noise * v1.random_normal([n, 1], seed=None if op_seed is None else op_seed + 1)
+        noise_seed = None if op_seed is None else op_seed + 1
+        y = tf.matmul(x, true_w) + true_b + noise * v1.random_normal([n, 1], seed=noise_seed)
         return x, y
 
     weights = v1.get_variable("weights", [features, 1], initializer=v1.zeros_initializer())

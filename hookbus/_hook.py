@@ -1,4 +1,4 @@
-"""EventBusHook: the MonitoredSession publisher (a ``tf.compat.v1.train.SessionRunHook``)."""
+"""EventBusHook: the MonitoredSession publisher (the ``SessionRunHook`` interface)."""
 
 from __future__ import annotations
 
@@ -6,15 +6,12 @@ import difflib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from hookbus._checkpoint import SaverBackend
 from hookbus._publisher import PublisherCore
 
-try:
-    import tensorflow as tf
-
-    _HookBase: Any = tf.compat.v1.train.SessionRunHook
-except ImportError:  # hookbus runs without TensorFlow; only the publishers need it
-    tf = None
-    _HookBase = object
+# Imported on first use, not with hookbus: importing TensorFlow costs ~5 s and ~500 MB, and the
+# demo must set TF_CPP_MIN_LOG_LEVEL before TensorFlow's C++ logging reads it (only once).
+tf: Any = None
 
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
@@ -25,8 +22,14 @@ AGGREGATIONS = ("mean", "final")
 
 
 def require_tensorflow(what: str) -> Any:
+    """Import TensorFlow (once) for ``what``, or say how to install it."""
+    global tf
     if tf is None:
-        raise ImportError(f"{what} needs TensorFlow: pip install 'hookbus[tf-cpu]' (or 'hookbus[tf]')")
+        try:
+            import tensorflow
+        except ImportError:
+            raise ImportError(f"{what} needs TensorFlow: pip install 'hookbus[tf-cpu]' (or 'hookbus[tf]')") from None
+        tf = tensorflow
     return tf
 
 
@@ -47,10 +50,7 @@ def resolve(graph: Any, what: str, value: Any) -> Any:
             close = difflib.get_close_matches(value, _graph_names(graph), n=3)
             hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
             raise ValueError(f"{what} {value!r} is not in the graph{hint}") from None
-    if isinstance(value, tf.Variable):
-        element = value
-        owner = value.graph
-    elif isinstance(value, tf.Tensor | tf.Operation):
+    if isinstance(value, tf.Variable | tf.Tensor | tf.Operation):
         element = value
         owner = value.graph
     else:
@@ -64,8 +64,12 @@ def _op_of(element: Any) -> Any:
     return element.op if isinstance(element, tf.Tensor | tf.Variable) else element
 
 
-class EventBusHook(_HookBase):  # type: ignore[misc]
+class EventBusHook:
     """Publishes a MonitoredSession's lifecycle and fetched values on an :class:`EventBus`.
+
+    It implements ``tf.compat.v1.train.SessionRunHook``'s interface (``begin``,
+    ``after_create_session``, ``before_run``, ``after_run``, ``end``) and goes wherever a hook
+    goes; it does not subclass it, so that ``import hookbus`` does not import TensorFlow.
 
     In train mode, a run that includes ``train_op`` is one training step. On steps where a
     subscriber is due the hook fetches the union of the due subscribers' keys and the step
@@ -126,6 +130,9 @@ class EventBusHook(_HookBase):  # type: ignore[misc]
         self._run_args: dict[tuple[str, ...], Any] = {}
         self._sums: dict[str, Any] = {}
         self._batches = 0
+        self._stop_before_eval = False
+        # Train mode offers its session to checkpoint sinks (bus.checkpoint_backend, set in begin).
+        self.checkpoint_backend = SaverBackend() if self._core.mode == "train" else None
 
     def _check_aggregate(self, aggregate: str | Mapping[str, str]) -> dict[str, str]:
         if isinstance(aggregate, str):
@@ -170,11 +177,18 @@ class EventBusHook(_HookBase):  # type: ignore[misc]
                 with graph.control_dependencies([train_op]):
                     # A read ordered after the train op: the only exact step (DESIGN, pitfalls).
                     self._step_after = tf.identity(self._global_step.read_value(), name="hookbus_step_after")
+        if self.checkpoint_backend is not None:
+            self.checkpoint_backend.prepare()  # a Saver must be built before the graph is finalized
+            self.bus.checkpoint_backend = self.checkpoint_backend
         self._core.begin()
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         self._step = int(session.run(self._global_step)) if self._global_step is not None else 0
         self._sums, self._batches = {}, 0
+        # A stop requested before an evaluation began (the training's) must not cut it short.
+        self._stop_before_eval = self._core.mode == "eval" and self.bus.should_stop
+        if self.checkpoint_backend is not None:
+            self.checkpoint_backend.attach_session(session)
         self._core.session_created(self._step)
 
     def _is_training_run(self, run_context: Any) -> bool:
@@ -218,7 +232,7 @@ class EventBusHook(_HookBase):  # type: ignore[misc]
                 self._step += 1
                 bus.step = self._step
         bus.poll_signals()
-        if bus.should_stop:
+        if bus.should_stop and not self._stop_before_eval:
             run_context.request_stop()
 
     def end(self, session: Any) -> None:
@@ -230,6 +244,8 @@ class EventBusHook(_HookBase):  # type: ignore[misc]
             values = session.run({k: self._elements[k] for k in keys}) if keys else {}
             self._core.publish_final(self._step, values)
         self._core.end(self._step)
+        if self.checkpoint_backend is not None:
+            self.checkpoint_backend.attach_session(None)  # the session closes after end()
 
     # -- evaluation ----------------------------------------------------------------------------
     def _mean_keys(self) -> tuple[str, ...]:

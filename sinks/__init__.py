@@ -1,3 +1,20 @@
 """Sinks: independent subscribers that show, save and steer a run (import as ``hookbus.sinks``)."""
 
-__all__: list[str] = []
+from .checkpoint import CheckpointSink
+from .console import ConsoleSink
+from .csv import CSVSink
+from .early_stopping import EarlyStoppingSink
+from .nan_guard import NanGuardSink, NonFiniteError
+from .stop_at_step import StopAtStepSink
+from .tensorboard import TensorBoardSink
+
+__all__: list[str] = [
+    "CSVSink",
+    "CheckpointSink",
+    "ConsoleSink",
+    "EarlyStoppingSink",
+    "NanGuardSink",
+    "NonFiniteError",
+    "StopAtStepSink",
+    "TensorBoardSink",
+]
