@@ -87,6 +87,7 @@ class SaverBackend:
     def __init__(self, *, write_meta_graph: bool = True) -> None:
         self.write_meta_graph = write_meta_graph
         self._saver: Any = None
+        self._graph: Any = None
         self._session: Any = None
 
     def prepare(self) -> None:
@@ -97,6 +98,9 @@ class SaverBackend:
         saveable = graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES) + graph.get_collection(
             tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS
         )
+        if self._saver is not None and self._graph is graph:
+            return  # the train/evaluate loop begins again on the same graph: reuse, don't grow it
+        self._graph = graph
         # A graph without variables has nothing to checkpoint; save() then says so.
         self._saver = tf.compat.v1.train.Saver(max_to_keep=None) if saveable else None
 

@@ -64,6 +64,8 @@ def demo(logdir: Path, *, steps: int, eval_every: int, patience: int, delay: flo
     )
 
     tf.compat.v1.disable_eager_execution()
+    # TensorFlow's own restore path logs deprecation notices for its v1 API; not the demo's news.
+    tf.get_logger().setLevel("ERROR")
     ckpt = str(logdir / "ckpt")
     with tf.Graph().as_default():
         model = build_linear_regression()

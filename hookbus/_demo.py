@@ -43,13 +43,14 @@ def build_linear_regression(
     rng = np.random.default_rng(seed)
     true_w = rng.normal(size=(features, 1)).astype("float32")
     true_b = np.float32(rng.normal())
-    v1.set_random_seed(seed)
     global_step = v1.train.get_or_create_global_step()
 
-    def batch(n: int, op_seed: int | None) -> tuple[Any, Any]:
-        x = v1.random_normal([n, features], seed=op_seed)
-        noise_seed = None if op_seed is None else op_seed + 1
-        y = tf.matmul(x, true_w) + true_b + noise * v1.random_normal([n, 1], seed=noise_seed)
+    def batch(n: int) -> tuple[Any, Any]:
+        # Seeded by the step: every step its own batch, and a resumed run continues the same
+        # sequence (a graph-level seed would replay the first batches in every new session).
+        step_seed = tf.stack([tf.constant(seed, tf.int64), tf.cast(global_step, tf.int64)])
+        x = tf.random.stateless_normal([n, features], seed=step_seed)
+        y = tf.matmul(x, true_w) + true_b + noise * tf.random.stateless_normal([n, 1], seed=step_seed + 1)
         return x, y
 
     weights = v1.get_variable("weights", [features, 1], initializer=v1.zeros_initializer())
@@ -61,7 +62,7 @@ def build_linear_regression(
         accuracy = tf.reduce_mean(tf.cast(tf.abs(prediction - y) < 0.25, tf.float32), name="accuracy" + suffix)
         return loss, accuracy
 
-    x, y = batch(batch_size, None)
+    x, y = batch(batch_size)
     loss, accuracy = metrics(x, y, "")
     train_op = v1.train.GradientDescentOptimizer(learning_rate).minimize(loss, global_step=global_step)
     held_x = tf.constant(rng.normal(size=(256, features)).astype("float32"))

@@ -30,6 +30,11 @@ class Event:
         elapsed: Seconds since the run (``with bus:``) or the first publisher began.
         restored: For ``session_created``: whether the session started from saved state
             (a checkpoint, or a re-creation after a recoverable error).
+        rewound: For ``session_created``: whether the step went back behind what this run had
+            already published (a re-creation after a recoverable error): state that sinks hold
+            in memory for later steps is stale and must come from the checkpoint. A session
+            that restores the checkpoint the previous session of the same run ended with (the
+            train/evaluate loop) is restored but not rewound.
         final: True for the event published at the end for ``at_end`` subscribers.
     """
 
@@ -40,6 +45,7 @@ class Event:
     wall_time: float = 0.0
     elapsed: float = 0.0
     restored: bool = False
+    rewound: bool = False
     final: bool = False
     bus: EventBus | None = field(default=None, repr=False, compare=False)
 

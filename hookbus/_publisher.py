@@ -108,6 +108,7 @@ class PublisherCore:
         self.sessions += 1
         if restored is None:
             restored = step > 0 or self.sessions > 1
+        rewound = self.mode == "train" and step < bus.step
         if self.mode == "train":
             bus.step = step
             self._refresh()
@@ -117,7 +118,7 @@ class PublisherCore:
         bus.publish("after_create_session", bus.event("after_create_session", step=step, mode=self.mode))
         bus.publish(
             "session_created",
-            bus.event("session_created", step=step, mode=self.mode, restored=bool(restored)),
+            bus.event("session_created", step=step, mode=self.mode, restored=bool(restored), rewound=rewound),
         )
 
     def end(self, step: int) -> None:

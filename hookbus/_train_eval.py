@@ -33,6 +33,7 @@ def train_and_evaluate(
     eval_steps: int | None = None,
     max_rounds: int | None = None,
     run_step: Callable[[Any], Any] | None = None,
+    evaluate_after_stop: bool = True,
     scaffold: Any = None,
     config: Any = None,
 ) -> int:
@@ -45,7 +46,8 @@ def train_and_evaluate(
     ``OutOfRangeError``). An eval :class:`EventBusHook` in ``eval_hooks`` publishes
     ``eval/<key>`` at the end of each evaluation, so ``EarlyStoppingSink(monitor="eval/loss")``
     stops the run at the evaluation its rule implies. The loop ends when a subscriber requests a
-    stop (``bus.should_stop``) or after ``max_rounds`` rounds (default ``None``: no limit).
+    stop (``bus.should_stop``; a stop during training still gets its final evaluation, see
+    ``evaluate_after_stop``) or after ``max_rounds`` rounds (default ``None``: no limit).
 
     A checkpoint must exist after every training round: attach a ``CheckpointSink`` on
     ``checkpoint_dir`` (it saves at the end of each session).
@@ -61,6 +63,9 @@ def train_and_evaluate(
         eval_steps: Batches per evaluation (default ``None``: until ``OutOfRangeError``).
         max_rounds: At most this many rounds (default ``None``).
         run_step: ``run_step(session)`` runs one training step (default: ``session.run(train_op)``).
+        evaluate_after_stop: When a stop is requested during training (stop-at-step, a NaN
+            guard, SIGTERM), still evaluate the checkpoint training ended with (default ``True``;
+            pass ``False`` where a preempted machine has no time for it).
         scaffold, config: Passed to both kinds of session.
 
     Returns:
@@ -80,7 +85,8 @@ def train_and_evaluate(
                 if session.should_stop():
                     break
                 step(session)
-        if bus.should_stop:
+        stopped = bus.should_stop
+        if stopped and not evaluate_after_stop:
             break
         if tf.train.latest_checkpoint(checkpoint_dir) is None:
             raise RuntimeError(
@@ -96,4 +102,6 @@ def train_and_evaluate(
                 session.run(eval_fetches)
                 batches += 1
         rounds += 1
+        if stopped:
+            break
     return rounds

@@ -48,7 +48,8 @@ class CheckpointSink(Sink):
         directory: Where checkpoints go (pass the same as the session's ``checkpoint_dir``).
         every_n_steps: Save when the step reaches a new multiple (default ``None``).
         every_n_secs: Save at most this often (default 600; with ``every_n_steps`` whichever
-            comes first; pass ``None`` to save on steps only).
+            comes first; pass ``None`` to save on steps only). With both ``None`` it saves only at
+            the end of each session and when a stop is requested.
         keep: How many recent checkpoints to keep, across restarts (default 5).
         keep_best: Also keep this many best checkpoints by ``monitor`` in ``directory/best``
             (default 0: off).
@@ -82,9 +83,9 @@ class CheckpointSink(Sink):
     ) -> None:
         if not isinstance(directory, str | os.PathLike) or not os.fspath(directory):
             raise ValueError(f"directory must be a non-empty path (got {directory!r})")
-        if every_n_steps is None and every_n_secs is None:
-            raise ValueError("give every_n_steps or every_n_secs (both are None): the sink would save only at the end")
-        super().__init__(every_n_steps=every_n_steps, every_n_secs=every_n_secs, name=name)
+        # Both None: save only at the end of each session and on a stop (the train/evaluate loop).
+        at_end = every_n_steps is None and every_n_secs is None
+        super().__init__(every_n_steps=every_n_steps, every_n_secs=every_n_secs, at_end=at_end, name=name)
         self.directory = os.path.abspath(os.fspath(directory))
         self.best_directory = os.path.join(self.directory, "best")
         self.keep = _count("keep", keep, 1)
@@ -104,6 +105,7 @@ class CheckpointSink(Sink):
         self._saved: set[int] = set()
         self._nonfinite_step: int | None = None
         self._frozen = False  # after restore_best: the live model no longer matches its step
+        self._resumed = False  # whether a session_created has been seen: the first may load states
 
     # -- lifecycle ---------------------------------------------------------------------------
     def on_begin(self, event: Event) -> None:
@@ -141,7 +143,10 @@ class CheckpointSink(Sink):
         self._frozen = False
         if self._nonfinite_step is not None and event.step < self._nonfinite_step:
             self._nonfinite_step = None
-        if not event.restored or event.bus is None:
+        first, self._resumed = not self._resumed, True
+        # In-memory state is newer than any checkpoint unless this process starts from one or the
+        # step went back: the train/evaluate loop must keep what the evaluation at S added.
+        if not event.restored or event.bus is None or not (first or event.rewound):
             return
         restored = [p for p in self._kept if files.step_of(p) == event.step]
         data = files.read_state_file(restored[-1]) if restored else None

@@ -317,18 +317,21 @@ def test_eval_publishes_the_mean_at_the_restored_step_after_a_stopped_training(
     bus.on("after_run", lambda e: e.request_stop("enough") if e.step == 5 else None, keys="loss")
     train_hook = EventBusHook(bus, {"loss": m.loss}, train_op=m.train_op)
     # Named by tensor name: the eval graph does not exist yet, its keys are known now.
-    eval_hook = EventBusHook(bus, {"loss": "loss:0"}, mode="eval")
+    eval_hook = EventBusHook(bus, {"loss": "noisy_loss:0"}, mode="eval")
     per_batch: list[float] = []
     with bus:
         train(bus, [train_hook, SaveHook(tmp_path)], m.train_op, 100, checkpoint_dir=str(tmp_path))
         assert bus.stop_reason == "enough"
         with tf.Graph().as_default():
             e = build_linear_regression(seed=1)
+            # The demo's batches are seeded by the step, constant through an evaluation: add
+            # per-run noise so the mean differs from any single batch.
+            noisy = tf.identity(e.loss + v1.random_uniform([]), name="noisy_loss")
             creator = v1.train.ChiefSessionCreator(checkpoint_dir=str(tmp_path))
             with v1.train.MonitoredSession(session_creator=creator, hooks=[eval_hook]) as sess:
                 for _ in range(6):
                     assert not sess.should_stop()  # the training's stop does not cut the evaluation short
-                    per_batch.append(float(sess.run(e.loss)))
+                    per_batch.append(float(sess.run(noisy)))
     assert len(evals) == 1
     event = evals[0]
     assert (event.mode, event.step) == ("eval", 5)

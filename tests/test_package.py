@@ -137,3 +137,17 @@ def test_wheel_ships_the_sinks_package_and_py_typed(tmp_path: Path) -> None:
     hookbus_file, sinks_file = result.stdout.split()
     assert Path(hookbus_file).is_relative_to(target)
     assert Path(sinks_file) == target / "hookbus" / "sinks" / "__init__.py"
+
+
+def test_readme_commands_are_the_ones_ci_runs() -> None:
+    """The README's test command is what .ci/run runs; the demo command runs the console script."""
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    commands = [line for line in readme.splitlines() if line.startswith("python3 -m venv .venv && ")]
+    demo = [c for c in commands if c.endswith("hookbus demo")]
+    tests = [c for c in commands if "pytest" in c]
+    assert len(demo) == 1, commands
+    assert len(tests) == 1, commands
+    assert tests[0] in (root / ".ci" / "run").read_text().splitlines()
+    pyproject = (root / "pyproject.toml").read_text()
+    assert 'hookbus = "hookbus._cli:main"' in pyproject
