@@ -164,9 +164,15 @@ def record_checkpoints(directory: str, paths: list[str]) -> None:
 
     Paths are written relative to ``directory`` so it can be moved.
     """
-    tf = _tf()
+    from google.protobuf import text_format
+
     names = [os.path.relpath(p, directory) for p in paths]
-    tf.compat.v1.train.update_checkpoint_state(directory, names[-1], all_model_checkpoint_paths=names)
+    # TensorFlow's own proto and text format (what tf.train.latest_checkpoint reads), written
+    # atomically here: update_checkpoint_state would do the same but is deprecated and says so.
+    state = _tf().compat.v1.train.generate_checkpoint_state_proto(
+        directory, names[-1], all_model_checkpoint_paths=names
+    )
+    _write_atomically(os.path.join(directory, "checkpoint"), text_format.MessageToString(state))
 
 
 def remove_checkpoint(path: str) -> None:
@@ -192,10 +198,15 @@ def write_state_file(path: str, data: dict[str, Any]) -> str:
     or the whole new one, never half of one.
     """
     target = path + STATE_SUFFIX
+    _write_atomically(target, json.dumps(data))
+    return target
+
+
+def _write_atomically(target: str, text: str) -> None:
     handle, temp = tempfile.mkstemp(prefix=".hookbus-", suffix=".tmp", dir=os.path.dirname(target) or ".")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as file:
-            json.dump(data, file)
+            file.write(text)
             file.flush()
             os.fsync(file.fileno())
         os.replace(temp, target)
@@ -203,7 +214,6 @@ def write_state_file(path: str, data: dict[str, Any]) -> str:
         if os.path.exists(temp):
             os.remove(temp)
         raise
-    return target
 
 
 def read_state_file(path: str) -> dict[str, Any] | None:
