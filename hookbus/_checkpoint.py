@@ -19,8 +19,9 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from typing import Any, Protocol, runtime_checkable
+
+from hookbus._writer import write_atomically
 
 __all__ = [
     "STATE_SUFFIX",
@@ -172,7 +173,7 @@ def record_checkpoints(directory: str, paths: list[str]) -> None:
     state = _tf().compat.v1.train.generate_checkpoint_state_proto(
         directory, names[-1], all_model_checkpoint_paths=names
     )
-    _write_atomically(os.path.join(directory, "checkpoint"), text_format.MessageToString(state))
+    write_atomically(os.path.join(directory, "checkpoint"), text_format.MessageToString(state))
 
 
 def remove_checkpoint(path: str) -> None:
@@ -198,22 +199,8 @@ def write_state_file(path: str, data: dict[str, Any]) -> str:
     or the whole new one, never half of one.
     """
     target = path + STATE_SUFFIX
-    _write_atomically(target, json.dumps(data))
+    write_atomically(target, json.dumps(data))
     return target
-
-
-def _write_atomically(target: str, text: str) -> None:
-    handle, temp = tempfile.mkstemp(prefix=".hookbus-", suffix=".tmp", dir=os.path.dirname(target) or ".")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        if os.path.exists(temp):
-            os.remove(temp)
-        raise
 
 
 def read_state_file(path: str) -> dict[str, Any] | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import queue
+import tempfile
 import threading
 import time
 import warnings
@@ -46,6 +47,25 @@ def check_writable_dir(directory: str, what: str) -> None:
         raise ValueError(f"{what} {directory!r} cannot be created: {probe!r} is not a directory")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise PermissionError(f"{what} {directory!r} is not writable: no write permission on {probe!r}")
+
+
+def write_atomically(target: str | os.PathLike[str], text: str) -> None:
+    """Replace ``target`` with ``text`` all at once: a crash leaves the old file or the new one.
+
+    A temporary file in the same directory, fsync, then ``os.replace``.
+    """
+    directory = os.path.dirname(os.fspath(target)) or "."
+    handle, temp = tempfile.mkstemp(prefix=f".{os.path.basename(os.fspath(target))}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, target)
+    except BaseException:
+        if os.path.exists(temp):
+            os.remove(temp)
+        raise
 
 
 class WriterError(RuntimeError):

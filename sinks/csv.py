@@ -16,7 +16,7 @@ from hookbus._events import Event
 from hookbus._publisher import EVAL_PREFIX
 from hookbus._schedule import Schedule
 from hookbus._subscriber import Sink
-from hookbus._writer import BackgroundWriter, check_writable_dir
+from hookbus._writer import BackgroundWriter, check_writable_dir, write_atomically
 
 __all__ = ["CSVSink"]
 
@@ -48,7 +48,7 @@ class _File:
     def read_header(self) -> list[str] | None:
         """The columns of an existing file (None if absent or empty); fails on a foreign file."""
         try:
-            with self.path.open(newline="") as f:
+            with self.path.open(newline="", encoding="utf-8") as f:
                 first = f.readline()
         except FileNotFoundError:
             return None
@@ -66,7 +66,7 @@ class _File:
         """Keep complete rows with step <= ``step``, widen the header, rewrite atomically if changed."""
         self.close()
         old = self.read_header()
-        text = self.path.read_text() if old is not None else ""
+        text = self.path.read_text(encoding="utf-8") if old is not None else ""
         lines = text.splitlines(keepends=True)[1:]
         # A last line without its newline was torn by a kill; its step is regenerated after S.
         kept = [ln for ln in lines if ln.endswith("\n") and int(ln.split(",", 1)[0]) <= step]
@@ -75,7 +75,7 @@ class _File:
         if old != self.columns or len(kept) != len(lines):
             extra = "," * (len(self.columns) - len(old or []))  # old rows: new cells empty
             self.replace(_line([*_FIXED, *self.columns]) + "".join(ln[:-1] + extra + "\n" for ln in kept))
-        self.handle = self.path.open("a", newline="")
+        self.handle = self.path.open("a", newline="", encoding="utf-8")
         return self.handle
 
     def start_session(self, step: int) -> None:
@@ -87,12 +87,7 @@ class _File:
             self.close()  # no columns and no file (no eval publisher yet): no empty file
 
     def replace(self, text: str) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
-        with os.fdopen(fd, "w", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_atomically(self.path, text)
 
     def write(self, row: Row) -> None:
         step, wall_time, values = row
