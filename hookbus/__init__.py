@@ -3,6 +3,8 @@
 from hookbus._bus import EventBus, UnknownKeyError
 from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
 from hookbus._hook import EventBusHook
+from hookbus._keras import EventBusCallback
+from hookbus._loop import LoopPublisher
 from hookbus._schedule import Schedule
 from hookbus._session import monitored_training_session
 from hookbus._subscriber import (
@@ -29,8 +31,10 @@ __all__ = [
     "CheckpointSaved",
     "Event",
     "EventBus",
+    "EventBusCallback",
     "EventBusHook",
     "ExceptionRaised",
+    "LoopPublisher",
     "Schedule",
     "Sink",
     "StopRequest",

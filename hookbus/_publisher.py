@@ -19,10 +19,13 @@ from hookbus._subscriber import Subscriber
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
 
-__all__ = ["EVAL_PREFIX", "MODES", "RESERVED_KEYS", "PublisherCore", "check_fetch_keys", "to_value"]
+__all__ = ["EPOCH_PREFIX", "EVAL_PREFIX", "MODES", "RESERVED_KEYS", "PublisherCore", "check_fetch_keys", "to_value"]
 
 MODES = ("train", "eval")
 EVAL_PREFIX = "eval/"
+#: Prefix of the Keras callback's epoch-level keys (``epoch/loss``); such events have mode ``"epoch"``
+#: and reach only subscribers that opt in (see :class:`hookbus.EventBusCallback`).
+EPOCH_PREFIX = "epoch/"
 #: Names that sinks use for their own columns; a fetch key may not take them.
 RESERVED_KEYS = frozenset({"step", "wall_time", "mode", "elapsed"})
 
@@ -52,16 +55,20 @@ def check_mode(mode: object) -> str:
     return str(mode)
 
 
+# A tuple, not ``bool | int | ...``: a union written in the call is rebuilt on every call.
+_NUMBERS = (np.number, np.bool_, bool, int)
+
+
 def to_value(value: Any) -> Any:
     """Scalars to Python floats, arrays stay numpy arrays, bytes stay bytes; NaN/inf pass."""
     if isinstance(value, float):
         return value
+    if isinstance(value, _NUMBERS):  # what a session returns for a scalar fetch: checked first
+        return float(value)
     if isinstance(value, np.ndarray):
         if value.ndim == 0:
             return float(value) if value.dtype.kind in "biuf" else value.item()
         return value
-    if isinstance(value, bool | int | np.number | np.bool_):
-        return float(value)
     return value
 
 
@@ -85,8 +92,13 @@ class PublisherCore:
         self.keys = check_fetch_keys(keys)
         prefix = EVAL_PREFIX if self.mode == "eval" else ""
         self.bus_keys = frozenset(prefix + k for k in self.keys)
+        #: Static shapes of the values, by bus key, where the publisher knows them before step 1
+        #: (a graph tensor's shape; ``None`` entries for unknown dimensions). Sinks that need a
+        #: scalar check it at begin (:meth:`hookbus.EventBus.static_shape`).
+        self.shapes: dict[str, tuple[int | None, ...]] = {}
         self._version = -1
         self._subs: list[Subscriber] = []
+        self._any_before = False
         self._next_step = -math.inf
         self._next_time = -math.inf
         self._due: list[Subscriber] = []
@@ -135,11 +147,21 @@ class PublisherCore:
             for r in bus.subscribers
             if ("after_run" in r.handlers or "before_run" in r.handlers) and r.wants(self.bus_keys)
         ]
+        self._any_before = any("before_run" in r.handlers for r in self._subs)
 
     def _bounds(self) -> None:
-        live = [r.timer for r in self._subs if not r.disabled]
-        self._next_step = min((t.next_step() for t in live), default=math.inf)
-        self._next_time = min((t.next_time() for t in live), default=math.inf)
+        # Runs after every due step: one plain loop (no intermediate list, no generators).
+        next_step = next_time = math.inf
+        for record in self._subs:
+            if record.disabled:
+                continue
+            timer = record.timer
+            at_step, at_time = timer.next_step(), timer.next_time()
+            if at_step < next_step:
+                next_step = at_step
+            if at_time < next_time:
+                next_time = at_time
+        self._next_step, self._next_time = next_step, next_time
 
     def plan(self, step: int) -> tuple[str, ...] | None:
         """Which keys to fetch for the coming training step ``step``, or ``None`` if none is due.
@@ -160,9 +182,10 @@ class PublisherCore:
             self._bounds()
             return None
         self._due, self._due_step, self._due_now = due, step, now
-        before = [r for r in due if "before_run" in r.handlers]
-        if before:
-            bus.publish("before_run", bus.event("before_run", step=step, mode=self.mode), before)
+        if self._any_before:
+            before = [r for r in due if "before_run" in r.handlers]
+            if before:
+                bus.publish("before_run", bus.event("before_run", step=step, mode=self.mode), before)
         return self._fetch_keys(due)
 
     def _fetch_keys(self, due: Iterable[Subscriber]) -> tuple[str, ...]:

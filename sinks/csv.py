@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from hookbus._events import Event
-from hookbus._publisher import EVAL_PREFIX
+from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX
 from hookbus._schedule import Schedule
 from hookbus._subscriber import Sink
 from hookbus._writer import BackgroundWriter, check_writable_dir, write_atomically
@@ -135,6 +135,12 @@ class CSVSink(Sink):
         flush_secs: Longest time rows stay unflushed (default 5.0).
         max_queue_size: Rows that may wait before training blocks (default 1024).
         close_deadline: Seconds ``close`` waits for the writer (default 10.0).
+        epochs: Write one row per epoch event of :class:`hookbus.EventBusCallback` instead of
+            per step (default ``False``): columns ``step``, ``wall_time``, ``epoch``, then the
+            epoch-level values without their ``epoch/`` prefix (``accuracy``, ``loss``,
+            ``val_loss``, ...), the rows ``keras.callbacks.CSVLogger`` writes; no eval file.
+            ``keys`` then names ``epoch/`` keys (default ``None``: all). Without it, ``epoch/``
+            keys are not written.
         priority, on_error, name: See :class:`hookbus.Sink` (default ``on_error="isolate"``).
     """
 
@@ -150,6 +156,7 @@ class CSVSink(Sink):
         flush_secs: float = 5.0,
         max_queue_size: int = 1024,
         close_deadline: float = 10.0,
+        epochs: bool = False,
         priority: int | None = None,
         on_error: str | None = None,
         name: str | None = None,
@@ -172,23 +179,34 @@ class CSVSink(Sink):
         if isinstance(max_queue_size, bool) or not isinstance(max_queue_size, int) or max_queue_size < 1:
             raise ValueError(f"max_queue_size must be a positive int (got {max_queue_size!r})")
         self.flush_secs, self.max_queue_size, self.close_deadline = flush_secs, max_queue_size, close_deadline
+        if not isinstance(epochs, bool):
+            raise ValueError(f"epochs must be True or False (got {epochs!r})")
+        if not epochs and self.keys is not None and any(k.startswith(EPOCH_PREFIX) for k in self.keys):
+            raise ValueError(f"keys {sorted(self.keys)} name epoch keys; pass epochs=True to write epoch rows")
+        self.epochs = epochs  # the Keras callback sends epoch events to sinks with epochs = True
+        if epochs:
+            self.schedule = Schedule()  # never due on a step: epoch events are unscheduled
         self._files: dict[str, _File] = {}
         self._writer: BackgroundWriter[tuple[str, Row]] | None = None
 
     def on_begin(self, event: Event) -> None:
         if self._writer is not None:
             return  # a second publisher (eval) began in the same run
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:  # fail now, with the path, rather than on the writer's thread at the first row
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             tempfile.TemporaryFile(dir=self.path.parent).close()
         except OSError as error:
             raise OSError(f"{self.name} cannot write in {str(self.path.parent)!r}: {error}") from error
         known = event.bus.known_keys if event.bus is not None else frozenset()
         wanted = sorted(k for k in known if self.keys is None or k in self.keys)
-        self._files = {
-            "train": _File(self.path, [k for k in wanted if not k.startswith(EVAL_PREFIX)]),
-            "eval": _File(self.eval_path, [k[len(EVAL_PREFIX) :] for k in wanted if k.startswith(EVAL_PREFIX)]),
-        }
+        if self.epochs:
+            columns = ["epoch"] + [k[len(EPOCH_PREFIX) :] for k in wanted if k.startswith(EPOCH_PREFIX)]
+            self._files = {"epoch": _File(self.path, columns)}
+        else:
+            self._files = {
+                "train": _File(self.path, [k for k in wanted if not k.startswith((EVAL_PREFIX, EPOCH_PREFIX))]),
+                "eval": _File(self.eval_path, [k[len(EVAL_PREFIX) :] for k in wanted if k.startswith(EVAL_PREFIX)]),
+            }
         for f in self._files.values():
             f.read_header()  # a foreign file fails here, before training
         self._writer = BackgroundWriter(
@@ -203,7 +221,16 @@ class CSVSink(Sink):
             self._writer.call(functools.partial(f.start_session, event.step))
 
     def on_after_run(self, event: Event) -> None:
-        if self._writer is None:
+        if self._writer is None or (event.mode == "epoch") != self.epochs:
+            return
+        if self.epochs:
+            row = {
+                k[len(EPOCH_PREFIX) :]: float(v)
+                for k, v in event.values.items()
+                if k.startswith(EPOCH_PREFIX) and (self.keys is None or k in self.keys)
+            }
+            row = {"epoch": int(event.values["epoch"]), **row} if "epoch" in event.values else row
+            self._writer.put(("epoch", (event.step, event.wall_time, row)))
             return
         eval_mode = event.mode == "eval"
         values = {

@@ -1,0 +1,113 @@
+"""The TF2 checkpoint backend (``tf.train.Checkpoint``) and the resume step the TF2 publishers share.
+
+The Keras callback and the loop publisher save through :class:`TF2CheckpointBackend`: the
+:class:`~hookbus.sinks.CheckpointSink` owns the schedule, the barrier, the ``checkpoint`` pointer
+and retention exactly as with the TF1 ``Saver`` (the files share TensorFlow's layout:
+``<prefix>.index``, ``<prefix>.data-*``; no ``.meta``); the backend only writes and reads the
+variables. A ``tf.train.Checkpoint(model=model, optimizer=optimizer)`` keeps the optimizer's
+state and its ``iterations`` (the step), which Keras's ``.weights.h5`` does not.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from hookbus import _checkpoint as files
+
+if TYPE_CHECKING:
+    from hookbus._bus import EventBus
+
+__all__ = ["Restore", "TF2CheckpointBackend", "check_checkpoint", "check_restore", "restore_latest"]
+
+#: ``restore=`` of the TF2 publishers: ``False``, ``True`` (the CheckpointSink's directory) or a directory.
+Restore = bool | str | os.PathLike[str]
+
+
+def check_checkpoint(checkpoint: object) -> Any:
+    """``checkpoint`` if it can write and read (a ``tf.train.Checkpoint``) or is ``None``."""
+    if checkpoint is not None and not (
+        callable(getattr(checkpoint, "write", None)) and callable(getattr(checkpoint, "read", None))
+    ):
+        raise TypeError(f"checkpoint must be a tf.train.Checkpoint or None (got {checkpoint!r})")
+    return checkpoint
+
+
+def check_restore(restore: object) -> Restore:
+    """Validate ``restore=``: ``False``, ``True`` or a non-empty directory path."""
+    if isinstance(restore, bool):
+        return restore
+    if isinstance(restore, str | os.PathLike) and os.fspath(restore):
+        return restore
+    raise ValueError(f"restore must be True, False or a checkpoint directory (got {restore!r})")
+
+
+class TF2CheckpointBackend:
+    """A :class:`~hookbus._checkpoint.CheckpointBackend` over a ``tf.train.Checkpoint``.
+
+    ``save`` is ``checkpoint.write`` (no ``save_counter``, no state file: the sink records and
+    prunes), ``restore`` is ``checkpoint.read`` and asserts that every object of the live
+    checkpoint found its value. The publisher attaches the checkpoint when training begins and
+    detaches it at the end; it is ``ready`` in between.
+
+    Args:
+        checkpoint: The ``tf.train.Checkpoint`` to use (default ``None``: attached later).
+    """
+
+    def __init__(self, checkpoint: Any = None) -> None:
+        self._checkpoint = check_checkpoint(checkpoint)
+        self._live = False
+
+    def attach(self, checkpoint: Any = None) -> None:
+        """Start serving ``checkpoint`` (default: the one given at construction)."""
+        if checkpoint is not None:
+            self._checkpoint = check_checkpoint(checkpoint)
+        self._live = self._checkpoint is not None
+
+    def detach(self) -> None:
+        """Training ended: nothing is saved after this."""
+        self._live = False
+
+    @property
+    def ready(self) -> bool:
+        return self._live
+
+    def _check(self) -> Any:
+        if not self._live:
+            raise RuntimeError("no live model to checkpoint: training has not begun or has ended")
+        return self._checkpoint
+
+    def save(self, path: str) -> str:
+        return str(self._check().write(path))
+
+    def restore(self, path: str) -> None:
+        self._check().read(path).assert_existing_objects_matched()
+
+
+def _directory(bus: EventBus, restore: Restore) -> str:
+    if not isinstance(restore, bool):
+        return os.path.abspath(os.fspath(restore))
+    from hookbus.sinks import CheckpointSink
+
+    found = sorted({s.directory for s in bus.sinks if isinstance(s, CheckpointSink)})
+    if len(found) != 1:
+        what = "no CheckpointSink is attached" if not found else f"CheckpointSinks save to {found}"
+        raise ValueError(
+            f"restore=True resumes from the CheckpointSink's directory, but {what}; pass restore=<directory>"
+        )
+    return str(found[0])
+
+
+def restore_latest(bus: EventBus, backend: TF2CheckpointBackend, restore: Restore) -> str | None:
+    """Restore the latest checkpoint of the directory ``restore`` names; its prefix, or ``None``.
+
+    ``False`` restores nothing; ``True`` means the attached CheckpointSink's directory. A
+    directory without checkpoints (a first run) restores nothing.
+    """
+    if restore is False:
+        return None
+    kept = files.list_checkpoints(_directory(bus, restore))
+    if not kept:
+        return None
+    backend.restore(kept[-1])
+    return kept[-1]

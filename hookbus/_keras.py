@@ -1,0 +1,254 @@
+"""EventBusCallback: the Keras publisher (a ``keras.callbacks.Callback`` for ``fit`` and ``evaluate``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
+from hookbus._hook import require_tensorflow
+from hookbus._publisher import EPOCH_PREFIX, PublisherCore
+
+if TYPE_CHECKING:
+    from hookbus._bus import EventBus
+    from hookbus._subscriber import Subscriber
+
+__all__ = ["EventBusCallback"]
+
+_classes: dict[type, type] = {}
+
+
+def require_keras(what: str) -> Any:
+    """Import Keras (with TensorFlow) for ``what``, or say how to install it."""
+    require_tensorflow(what)
+    import keras  # type: ignore[import-untyped]  # Keras ships no type information
+
+    return keras
+
+
+def _keras_class(cls: type) -> type:
+    """``cls`` mixed with ``keras.callbacks.Callback``, made on first use (Keras imports TensorFlow)."""
+    made = _classes.get(cls)
+    if made is None:
+        callback = require_keras(cls.__name__).callbacks.Callback
+        made = _classes[cls] = type(cls.__name__, (cls, callback), {"__module__": cls.__module__})
+    return made
+
+
+class _EpochKeys:
+    """Makes the epoch-level keys (``epoch/<name>``, ``epoch/val_<name>``) known to the bus."""
+
+    mode = "epoch"
+
+    def __init__(self, keys: Iterable[str]) -> None:
+        self.bus_keys = frozenset(EPOCH_PREFIX + p + k for k in keys for p in ("", "val_"))
+
+
+def _wants_epochs(record: Subscriber, keyset: frozenset[str]) -> bool:
+    if "after_run" not in record.handlers or record.disabled:
+        return False
+    if record.keys is not None:
+        return not record.keys.isdisjoint(keyset)
+    return getattr(record.sink, "epochs", False) is True
+
+
+class EventBusCallback:
+    """Publishes a Keras ``fit`` / ``evaluate`` on an :class:`EventBus`; a ``keras.callbacks.Callback``.
+
+    The same lifecycle as :class:`EventBusHook`: ``begin`` and ``session_created`` (at the step
+    ``model.optimizer.iterations`` holds, which a restored checkpoint carries) at
+    ``on_train_begin``; ``after_run`` on the batches where a subscriber is due, with
+    ``event.step`` the ``iterations`` after the batch (with ``steps_per_execution > 1`` Keras
+    reports once per execution and schedules fire when the step crosses their multiples); the
+    ``at_end`` values and ``end`` at ``on_train_end``. On a batch where nothing is due the
+    callback compares two ints and returns: it reads no logs and sends nothing.
+
+    Values come from Keras's logs: **batch logs are running means over the epoch so far**, not
+    the batch's own values. Keras 3 on the TensorFlow backend converts every batch's logs to
+    Python floats whenever a callback overrides ``on_train_batch_end`` (its asynchronous
+    dispatch is off then; the progress bar does the same), so that cost is Keras's, not ours.
+
+    Evaluation is published once per evaluation, as ``mode="eval"`` with keys ``eval/<key>`` at
+    the training step evaluated: inside ``fit`` from ``on_epoch_end``'s ``val_*`` values (fit's
+    validation also fires ``on_test_end``, which is ignored then), for a standalone
+    ``evaluate`` from ``on_test_end``.
+
+    Epoch events: every ``every_n_epochs`` epochs ``on_epoch_end`` publishes an ``after_run``
+    with ``mode="epoch"``, ``values`` = ``{"epoch": <0-based index>, "epoch/<name>": ...}`` for
+    every value of Keras's epoch logs (``epoch/loss``, ``epoch/val_loss``, ...). Only
+    subscribers that opt in receive them: those whose ``keys`` name an ``epoch/`` key, and sinks
+    with ``epochs = True`` (``CSVSink(path, epochs=True)`` writes CSVLogger-like rows). Others,
+    ``keys=None`` included, never see them.
+
+    Keys: Keras knows its log names only after the first batch, so they are declared here
+    (``keys``, default ``("loss",)``; metric names as Keras logs them, e.g. ``"accuracy"``).
+    The bus checks every subscriber's keys against them when training begins, and the first
+    batch checks that Keras logs every declared key (a ``ValueError`` naming what it logs).
+
+    Resume: with ``restore=True`` the callback restores, at ``on_train_begin``, the latest
+    checkpoint of the attached :class:`~hookbus.sinks.CheckpointSink`'s directory (or of the
+    directory ``restore`` names) into the model and optimizer; steps continue from the restored
+    ``iterations``, and sinks resume there (CSV drops rows after it, sink states come back).
+    A run killed and restarted with the same ``fit`` and ``restore=True`` writes every step
+    exactly once. Pass ``initial_epoch=step // steps_per_epoch`` to ``fit`` to continue the epoch
+    numbering (exact when checkpoints fall on epoch ends).
+
+    Stop requests (early stopping, stop-at-step, SIGTERM) set ``model.stop_training``.
+
+    Args:
+        bus: The bus to publish on.
+        keys: Keras log names to publish (default ``("loss",)``).
+        every_n_epochs: Publish an epoch event every n epochs (default 1).
+        restore: ``False`` (default), ``True`` (the CheckpointSink's directory) or a directory.
+        checkpoint: The ``tf.train.Checkpoint`` to save and restore (default ``None``:
+            ``tf.train.Checkpoint(model=model, optimizer=model.optimizer)``, made at train begin).
+
+    Raises:
+        ValueError, TypeError: at construction for malformed arguments; at train begin for an
+            uncompiled model or a ``restore=True`` without a checkpoint sink.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> EventBusCallback:
+        made = _keras_class(cls) if not hasattr(cls, "set_model") else cls
+        instance: EventBusCallback = object.__new__(made)
+        return instance
+
+    def __init__(
+        self,
+        bus: EventBus,
+        keys: Iterable[str] = ("loss",),
+        *,
+        every_n_epochs: int = 1,
+        restore: Restore = False,
+        checkpoint: Any = None,
+    ) -> None:
+        require_keras("EventBusCallback").callbacks.Callback.__init__(self)
+        if isinstance(every_n_epochs, bool) or not isinstance(every_n_epochs, int) or every_n_epochs <= 0:
+            raise ValueError(f"every_n_epochs must be a positive int (got {every_n_epochs!r})")
+        self.every_n_epochs = every_n_epochs
+        self.restore = check_restore(restore)
+        self._checkpoint = check_checkpoint(checkpoint)
+        keys = (keys,) if isinstance(keys, str) else tuple(keys)
+        self._core = PublisherCore(bus, keys)  # registers the keys: checked when training begins
+        self._eval = PublisherCore(bus, keys, mode="eval")
+        bus.register(_EpochKeys(self._core.keys))
+        self.bus = bus
+        #: Offered to checkpoint sinks (``bus.checkpoint_backend``) from train begin to train end.
+        self.checkpoint_backend = TF2CheckpointBackend(checkpoint)
+        self.restored_from: str | None = None
+        self._step = 0
+        self._epoch_start = 0
+        self._in_fit = False
+        self._checked = False
+        self._logs: Mapping[str, Any] = {}
+        self._iterations: Any = None
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self._core.keys
+
+    @property
+    def step(self) -> int:
+        """The last training step seen (``optimizer.iterations`` after the last batch)."""
+        return self._step
+
+    def _read_step(self) -> int:
+        return int(self._iterations.numpy()) if self._iterations is not None else 0
+
+    def _check_logs(self, logs: Mapping[str, Any], where: str) -> None:
+        missing = [k for k in self._core.keys if k not in logs]
+        if missing:
+            raise ValueError(
+                f"EventBusCallback keys {missing} are not in Keras's {where} logs {sorted(logs)}; "
+                "declare keys as Keras names them (keys=[...])"
+            )
+        self._checked = True
+
+    # -- fit ----------------------------------------------------------------------------------
+    def on_train_begin(self, logs: Mapping[str, Any] | None = None) -> None:
+        model: Any = self.model  # type: ignore[attr-defined]  # keras.callbacks.Callback's
+        optimizer = getattr(model, "optimizer", None)
+        if optimizer is None:
+            raise ValueError("EventBusCallback needs a compiled model (model.compile(optimizer=...))")
+        tf = require_tensorflow("EventBusCallback")
+        self._iterations = optimizer.iterations
+        checkpoint = self._checkpoint or tf.train.Checkpoint(model=model, optimizer=optimizer)
+        self.checkpoint_backend.attach(checkpoint)
+        self.bus.checkpoint_backend = self.checkpoint_backend
+        self._in_fit, self._checked = True, False
+        self._core.begin()
+        self.restored_from = restore_latest(self.bus, self.checkpoint_backend, self.restore)
+        self._step = self._epoch_start = self._read_step()
+        self._core.session_created(self._step, True if self.restored_from else None)
+
+    def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
+        self._epoch_start = self._step
+
+    def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+        step = self._epoch_start + batch + 1  # batch: the last batch of this execution, 0-based
+        keys = self._core.plan(step)
+        bus = self.bus
+        if keys is None:
+            bus.step = self._step = step
+        else:
+            logs = logs or {}
+            if not self._checked:
+                self._check_logs(logs, "batch")
+            real = self._read_step()  # exact even if iterations is not one per batch
+            self._epoch_start += real - step
+            self._step = real
+            self._core.publish_step(real, {k: logs[k] for k in keys})
+        self._logs = logs or self._logs
+        bus.poll_signals()
+        if bus.should_stop:
+            self.model.stop_training = True  # type: ignore[attr-defined]
+
+    def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
+        logs = logs or {}
+        val = {k[4:]: v for k, v in logs.items() if k.startswith("val_")}
+        if val and self._eval.eval_wanted():
+            self._eval.publish_eval(self._step, {k: val[k] for k in self._eval.keys if k in val})
+        if (epoch + 1) % self.every_n_epochs == 0:
+            self._publish_epoch(epoch, logs)
+        bus = self.bus
+        bus.poll_signals()
+        if bus.should_stop:
+            self.model.stop_training = True  # type: ignore[attr-defined]
+
+    def _publish_epoch(self, epoch: int, logs: Mapping[str, Any]) -> None:
+        bus = self.bus
+        values: dict[str, Any] = {EPOCH_PREFIX + k: float(v) for k, v in logs.items() if isinstance(v, int | float)}
+        keyset = frozenset(values)
+        targets = [r for r in bus.subscribers if _wants_epochs(r, keyset)]
+        if targets:
+            values["epoch"] = float(epoch)
+            event = bus.event("after_run", step=self._step, mode="epoch", values=MappingProxyType(values))
+            bus.publish("after_run", event, targets)
+
+    def on_train_end(self, logs: Mapping[str, Any] | None = None) -> None:
+        keys = self._core.final_keys(self._step)
+        if keys is not None:
+            self._core.publish_final(self._step, {k: self._logs[k] for k in keys if k in self._logs})
+        self._core.end(self._step)
+        self.checkpoint_backend.detach()
+        self._in_fit = False
+
+    # -- evaluate -----------------------------------------------------------------------------
+    def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
+        if self._in_fit:
+            return  # fit's validation: published once, from on_epoch_end's val_* values
+        optimizer = getattr(self.model, "optimizer", None)  # type: ignore[attr-defined]
+        self._iterations = getattr(optimizer, "iterations", None)
+        self._step = self._read_step()
+        self._eval.begin()
+        self._eval.session_created(self._step)
+
+    def on_test_end(self, logs: Mapping[str, Any] | None = None) -> None:
+        if self._in_fit:
+            return
+        logs = logs or {}
+        self._check_logs(logs, "evaluation")
+        if self._eval.eval_wanted():
+            self._eval.publish_eval(self._step, {k: logs[k] for k in self._eval.keys})
+        self._eval.end(self._step)

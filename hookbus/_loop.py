@@ -1,0 +1,197 @@
+"""LoopPublisher: the publisher for hand-written eager and ``tf.function`` training loops."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
+from hookbus._publisher import PublisherCore
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from hookbus._bus import EventBus
+
+__all__ = ["LoopPublisher"]
+
+#: What :meth:`LoopPublisher.step` takes: the step's values, or a function returning them.
+StepValues = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
+
+
+def _convert(value: Any) -> Any:
+    # .numpy() is the one device-to-host copy; a tf.Variable must not go through np.asarray
+    # (numpy 2.4 warns on its __array__), and Python numbers pass as they are.
+    numpy = getattr(value, "numpy", None)
+    return numpy() if callable(numpy) else value
+
+
+class LoopPublisher:
+    """Publishes a custom training loop on an :class:`EventBus`: call :meth:`step` once per step.
+
+    Example::
+
+        loop = hookbus.LoopPublisher(bus, keys=["loss"], step_counter=optimizer.iterations,
+                                     checkpoint=tf.train.Checkpoint(model=model, optimizer=optimizer),
+                                     restore=True)
+        with bus, loop:
+            while not loop.should_stop:
+                loop.step(train_step(next(batches)))      # a dict of tensors, or a callable
+
+    ``with loop:`` publishes ``begin`` and ``session_created`` (restoring the latest checkpoint
+    first when ``restore`` asks), and on a clean exit the ``at_end`` values and ``end``. Each
+    :meth:`step` is one training step, planned with the subscribers' schedules: on a quiet step
+    it compares two ints and returns, touching no value (no ``.numpy()``, the callable is not
+    called); on a due step it converts only the due subscribers' keys. Values are tensors
+    (converted with ``.numpy()``), numpy values or Python numbers.
+
+    Steps: with ``step_counter`` (a variable such as ``optimizer.iterations``; recommended) the
+    step is read from it at the start and on due steps, so it survives a restore and is exact;
+    call :meth:`step` after the update. Without it, steps are counted from 0, or from the
+    restored checkpoint's ``-N`` suffix.
+
+    Args:
+        bus: The bus to publish on.
+        keys: The keys :meth:`step` provides.
+        eval_keys: The keys :meth:`evaluate` provides, published as ``eval/<key>`` (default none).
+        step_counter: A variable holding completed training steps (default ``None``).
+        checkpoint: A ``tf.train.Checkpoint`` for checkpoint sinks (default ``None``: none).
+        restore: ``False`` (default), ``True`` (the CheckpointSink's directory) or a directory.
+
+    Raises:
+        ValueError, TypeError: at construction for malformed arguments; at begin for
+            ``restore`` without a checkpoint, or without a checkpoint sink when ``True``.
+    """
+
+    def __init__(
+        self,
+        bus: EventBus,
+        keys: Iterable[str],
+        *,
+        eval_keys: Iterable[str] = (),
+        step_counter: Any = None,
+        checkpoint: Any = None,
+        restore: Restore = False,
+    ) -> None:
+        keys = (keys,) if isinstance(keys, str) else tuple(keys)
+        eval_keys = (eval_keys,) if isinstance(eval_keys, str) else tuple(eval_keys)
+        if step_counter is not None and not callable(getattr(step_counter, "numpy", None)):
+            raise TypeError(f"step_counter must be a variable or tensor with .numpy() (got {step_counter!r})")
+        self.restore = check_restore(restore)
+        if self.restore is not False and checkpoint is None:
+            raise ValueError(f"restore={restore!r} needs checkpoint=tf.train.Checkpoint(...) to restore into")
+        check_checkpoint(checkpoint)
+        self._core = PublisherCore(bus, keys)  # registers the keys: checked when the loop begins
+        self._eval = PublisherCore(bus, eval_keys, mode="eval") if eval_keys else None
+        self.bus = bus
+        self._counter = step_counter
+        #: Offered to checkpoint sinks (``bus.checkpoint_backend``) while the loop runs; ``None``
+        #: without ``checkpoint``.
+        self.checkpoint_backend = TF2CheckpointBackend(checkpoint) if checkpoint is not None else None
+        self.restored_from: str | None = None
+        self._step = 0
+        self._last: StepValues | None = None
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self._core.keys
+
+    @property
+    def global_step(self) -> int:
+        """Completed training steps."""
+        return self._step
+
+    @property
+    def should_stop(self) -> bool:
+        """Whether a subscriber (or SIGTERM) asked to stop; end the loop when it is true."""
+        return self.bus.should_stop
+
+    def _read_counter(self) -> int | None:
+        return None if self._counter is None else int(self._counter.numpy())
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def begin(self) -> None:
+        """Publish ``begin``, restore if asked, and publish ``session_created`` (``with loop:`` calls it)."""
+        backend = self.checkpoint_backend
+        if backend is not None:
+            backend.attach()
+            self.bus.checkpoint_backend = backend
+        self._core.begin()
+        if self._eval is not None:
+            self._eval.begin()
+        self.restored_from = restore_latest(self.bus, backend, self.restore) if backend is not None else None
+        counted = self._read_counter()
+        if counted is None:
+            from hookbus._checkpoint import step_of
+
+            counted = (step_of(self.restored_from) or 0) if self.restored_from else 0
+        self._step = counted
+        self._last = None
+        self._core.session_created(self._step, True if self.restored_from else None)
+
+    def step(self, values: StepValues) -> bool:
+        """One training step ran: publish it to the due subscribers; returns :attr:`should_stop`.
+
+        Args:
+            values: ``{key: tensor | number}`` for the keys, or a function returning it (called
+                only on due steps).
+
+        Raises:
+            KeyError: on a due step, when ``values`` lacks a key a due subscriber needs.
+        """
+        step = self._step + 1
+        keys = self._core.plan(step)
+        bus = self.bus
+        if keys is None:
+            bus.step = self._step = step
+        else:
+            raw = values() if callable(values) else values
+            real = self._read_counter()
+            self._step = step if real is None else real
+            self._core.publish_step(self._step, self._pick(raw, keys))
+        self._last = values
+        bus.poll_signals()
+        return bus.should_stop
+
+    def _pick(self, raw: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+        missing = [k for k in keys if k not in raw]
+        if missing:
+            raise KeyError(f"step values lack key(s) {missing} that LoopPublisher declared; got {sorted(raw)}")
+        return {k: _convert(raw[k]) for k in keys}
+
+    def evaluate(self, values: Mapping[str, Any]) -> None:
+        """Publish one evaluation's (already aggregated) ``values`` as ``eval/<key>`` at the current step.
+
+        Raises:
+            RuntimeError: without ``eval_keys``.
+        """
+        if self._eval is None:
+            raise RuntimeError("LoopPublisher.evaluate needs eval_keys=[...] at construction")
+        if self._eval.eval_wanted():
+            self._eval.publish_eval(self._step, self._pick(values, self._eval.keys))
+        self.bus.poll_signals()
+
+    def end(self) -> None:
+        """Publish the ``at_end`` values (from the last step) and ``end`` (``with loop:`` calls it)."""
+        keys = self._core.final_keys(self._step)
+        if keys is not None:
+            last = self._last() if callable(self._last) else (self._last or {})
+            self._core.publish_final(self._step, {k: _convert(last[k]) for k in keys if k in last})
+        self._core.end(self._step)
+        if self._eval is not None:
+            self._eval.end(self._step)
+        if self.checkpoint_backend is not None:
+            self.checkpoint_backend.detach()
+
+    def __enter__(self) -> LoopPublisher:
+        self.begin()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.end()

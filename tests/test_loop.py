@@ -1,0 +1,173 @@
+"""LoopPublisher: schedules, conversion only on due steps, stop, eval, checkpoints and resume."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import hookbus
+from hookbus import Event, EventBus, LoopPublisher, UnknownKeyError
+from hookbus.sinks import CSVSink, EarlyStoppingSink, StopAtStepSink
+
+
+class Recorded:
+    """A tensor stand-in that counts its conversions (``.numpy()``)."""
+
+    conversions = 0
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def numpy(self) -> float:
+        Recorded.conversions += 1
+        return self.value
+
+
+class Counter:
+    """A step variable stand-in (``optimizer.iterations``)."""
+
+    def __init__(self, value: int = 0) -> None:
+        self.value = value
+
+    def numpy(self) -> int:
+        return self.value
+
+
+def test_values_are_converted_only_on_due_steps() -> None:
+    bus = EventBus()
+    got: list[tuple[int, dict[str, Any]]] = []
+    bus.on("after_run", lambda e: got.append((e.step, dict(e.values))), every_n_steps=5, keys="loss")
+    loop = LoopPublisher(bus, keys=["loss", "accuracy"])
+    Recorded.conversions = 0
+    calls: list[int] = []
+
+    def lazy() -> dict[str, Any]:
+        calls.append(loop.global_step)
+        return {"loss": Recorded(2.0), "accuracy": Recorded(0.5)}
+
+    with bus, loop:
+        for step in range(1, 21):
+            loop.step({"loss": Recorded(float(step)), "accuracy": Recorded(0.0)} if step <= 10 else lazy)
+    assert [s for s, _ in got] == [5, 10, 15, 20]
+    assert got[0] == (5, {"loss": 5.0})
+    assert all(type(v["loss"]) is float for _, v in got)
+    # Only the due subscriber's key, only on the 4 due steps: no conversion on the 16 quiet steps.
+    assert Recorded.conversions == 4
+    assert len(calls) == 2  # the callable form is called on due steps only
+
+
+def test_step_counter_gives_the_step_and_survives_a_restart() -> None:
+    bus = EventBus()
+    steps: list[int] = []
+    bus.on("after_run", lambda e: steps.append(e.step), every_n_steps=2)
+    counter = Counter(40)  # a restored optimizer.iterations
+    loop = LoopPublisher(bus, keys="loss", step_counter=counter)
+    created: list[Event] = []
+    bus.on("session_created", created.append)
+    with bus, loop:
+        for _ in range(5):
+            counter.value += 1
+            loop.step({"loss": 1.0})
+    assert steps == [42, 44]
+    assert created[0].step == 40
+    assert created[0].restored
+
+
+def test_stop_request_sets_should_stop_and_step_returns_it() -> None:
+    bus = EventBus()
+    bus.attach(StopAtStepSink(last_step=7))
+    loop = LoopPublisher(bus, keys="loss")
+    ran = 0
+    with bus, loop:
+        while not loop.should_stop:
+            ran += 1
+            stopped = loop.step({"loss": 1.0})
+    assert ran == 7
+    assert stopped
+    assert bus.step == 7
+
+
+def test_evaluate_publishes_eval_keys_and_early_stopping_acts_on_them(tmp_path: Path) -> None:
+    bus = EventBus()
+    stopper = bus.attach(EarlyStoppingSink("eval/loss", patience=1))
+    bus.attach(CSVSink(tmp_path / "m.csv", every_n_steps=2))
+    loop = LoopPublisher(bus, keys="loss", eval_keys=["loss"])
+    losses = iter([3.0, 2.0, 2.5, 2.6, 1.0])
+    with bus, loop:
+        while not loop.should_stop:
+            loop.step({"loss": Recorded(1.0)})
+            if loop.global_step % 4 == 0:
+                loop.evaluate({"loss": Recorded(next(losses))})
+    assert stopper.stopped_at == 12  # evaluations at 4, 8, 12: 2.5 did not improve on 2.0
+    rows = [line.split(",") for line in (tmp_path / "m.eval.csv").read_text().splitlines()]
+    assert rows[0] == ["step", "wall_time", "loss"]
+    assert [(r[0], r[2]) for r in rows[1:]] == [("4", "3.0"), ("8", "2.0"), ("12", "2.5")]
+
+
+def test_bad_input_fails_before_training() -> None:
+    bus = EventBus()
+    with pytest.raises(ValueError, match="reserved"):
+        LoopPublisher(bus, keys=["step"])
+    with pytest.raises(TypeError, match="step_counter"):
+        LoopPublisher(bus, keys="loss", step_counter=3)
+    with pytest.raises(ValueError, match="needs checkpoint"):
+        LoopPublisher(bus, keys="loss", restore=True)
+    with pytest.raises(TypeError, match="tf.train.Checkpoint"):
+        LoopPublisher(bus, keys="loss", checkpoint=object())
+    loop = LoopPublisher(EventBus(), keys="loss")
+    with pytest.raises(RuntimeError, match="eval_keys"):
+        loop.evaluate({"loss": 1.0})
+    bus = EventBus()
+    bus.on("after_run", print, keys="acc")
+    loop = LoopPublisher(bus, keys="loss")
+    with pytest.raises(UnknownKeyError, match="'acc'"), bus, loop:
+        pass
+    bus = EventBus()
+    bus.on("after_run", print)
+    loop = LoopPublisher(bus, keys=["loss", "accuracy"])
+    with pytest.raises(KeyError, match="accuracy"), bus, loop:
+        loop.step({"loss": 1.0})
+
+
+def test_checkpoints_through_the_users_tf_checkpoint_and_resumes(tmp_path: Path) -> None:
+    tf = pytest.importorskip("tensorflow")
+    from hookbus.sinks import CheckpointSink
+
+    def run(last_step: int) -> tuple[LoopPublisher, list[int]]:
+        variable = tf.Variable(0.0)
+        counter = tf.Variable(0, dtype=tf.int64)
+        bus = EventBus()
+        bus.attach(CheckpointSink(tmp_path / "ckpt", every_n_steps=4, every_n_secs=None))
+        bus.attach(StopAtStepSink(last_step=last_step))
+        bus.attach(CSVSink(tmp_path / "m.csv", every_n_steps=1))
+        seen: list[int] = []
+        bus.on("after_run", lambda e: seen.append(e.step), keys="loss")
+        checkpoint = tf.train.Checkpoint(v=variable, step=counter)
+        loop = LoopPublisher(bus, keys="loss", step_counter=counter, checkpoint=checkpoint, restore=True)
+        with bus, loop:
+            while not loop.should_stop:
+                variable.assign_add(1.0)
+                counter.assign_add(1)
+                loop.step({"loss": variable})
+        assert float(variable.numpy()) == last_step  # restored, then trained on
+        return loop, seen
+
+    first, seen = run(6)
+    assert first.restored_from is None
+    assert seen == list(range(1, 7))
+    assert sorted(n for n in os.listdir(tmp_path / "ckpt") if n.endswith(".index")) == [
+        "model.ckpt-4.index",
+        "model.ckpt-6.index",
+    ]
+    second, seen = run(9)
+    assert second.restored_from == str(tmp_path / "ckpt" / "model.ckpt-6")
+    assert seen == [7, 8, 9]
+    steps = [line.split(",")[0] for line in (tmp_path / "m.csv").read_text().splitlines()[1:]]
+    assert steps == [str(s) for s in range(1, 10)]
+
+
+def test_exported() -> None:
+    assert hookbus.LoopPublisher is LoopPublisher
