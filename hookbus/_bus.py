@@ -302,6 +302,14 @@ class EventBus(Dispatcher):
         """Every key the registered publishers provide (eval keys with their ``eval/`` prefix)."""
         return frozenset().union(*(p.bus_keys for p in self._publishers))
 
+    def static_shape(self, key: str) -> tuple[int | None, ...] | None:
+        """The shape a publisher declared for ``key`` before step 1 (``()`` a scalar), or ``None``."""
+        for publisher in self._publishers:
+            shape = getattr(publisher, "shapes", {}).get(key)
+            if shape is not None:
+                return tuple(shape)
+        return None
+
     def check_keys(self) -> None:
         """Fail, naming the key and the known ones, if a subscriber needs an unknown key."""
         known = self.known_keys

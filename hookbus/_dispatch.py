@@ -75,6 +75,11 @@ class Dispatcher:
     def _report(self, record: Subscriber, signal: str, payload: Any, error: Exception) -> bool:
         """Apply ``record``'s error policy; True if the error must propagate."""
         record.errors += 1
+        if signal == "begin":
+            # Before step 1 a failure is bad configuration or an unusable environment (a foreign
+            # file, an unwritable directory): fail the run now whatever the policy, rather than
+            # train for days with a sink that silently does nothing.
+            return True
         if record.on_error == "disable":
             record.disabled = True
         if record.on_error != "raise" and (record.errors == 1 or record.on_error == "disable"):

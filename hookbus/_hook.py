@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from hookbus._checkpoint import SaverBackend
-from hookbus._publisher import PublisherCore
+from hookbus._publisher import EVAL_PREFIX, PublisherCore
 
 # Imported on first use, not with hookbus: importing TensorFlow costs ~5 s and ~500 MB, and the
 # demo must set TF_CPP_MIN_LOG_LEVEL before TensorFlow's C++ logging reads it (only once).
@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 __all__ = ["EventBusHook"]
 
 AGGREGATIONS = ("mean", "final")
+# A tuple, not ``list | tuple | dict``: a union written in the call is rebuilt on every run.
+_STRUCTURES = (list, tuple, dict)
 
 
 def require_tensorflow(what: str) -> Any:
@@ -58,6 +60,14 @@ def resolve(graph: Any, what: str, value: Any) -> Any:
     if owner is not graph:
         raise ValueError(f"{what} {getattr(value, 'name', value)!r} belongs to another graph than the one being run")
     return element
+
+
+def _static_shape(element: Any) -> tuple[int | None, ...] | None:
+    """A tensor's or variable's static shape (``()`` for a scalar); ``None`` if unknown or an op."""
+    shape = getattr(element, "shape", None)
+    if shape is None or shape.rank is None:
+        return None
+    return tuple(shape.as_list())
 
 
 def _op_of(element: Any) -> Any:
@@ -161,6 +171,9 @@ class EventBusHook:
     def begin(self) -> None:
         graph = tf.compat.v1.get_default_graph()
         self._elements = {k: resolve(graph, "fetch", v) for k, v in self._fetches.items()}
+        prefix = EVAL_PREFIX if self._core.mode == "eval" else ""
+        shapes = {prefix + k: _static_shape(e) for k, e in self._elements.items()}
+        self._core.shapes = {k: shape for k, shape in shapes.items() if shape is not None}
         self._global_step = tf.compat.v1.train.get_global_step(graph)
         self._run_args = {}
         if self._train_op_arg is not None:
@@ -195,7 +208,7 @@ class EventBusHook:
         if not self._train_ops:
             return True
         fetches = run_context.original_args.fetches
-        if not isinstance(fetches, list | tuple | dict):
+        if not isinstance(fetches, _STRUCTURES):
             return fetches in self._train_ops
         return any(f in self._train_ops for f in tf.nest.flatten(fetches))
 

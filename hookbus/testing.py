@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from hookbus._publisher import PublisherCore
+from hookbus._publisher import EVAL_PREFIX, PublisherCore
 
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
@@ -56,14 +56,28 @@ class ScriptedPublisher:
         bus: The bus to publish on.
         keys: The keys it provides.
         mode: ``"train"`` (default) or ``"eval"``.
+        shapes: Static shapes by key, declared before step 1 as a graph publisher declares its
+            tensors' shapes (default ``None``: unknown).
 
     Attributes:
         step: The current training step.
         fetched: ``(step, keys)`` for every step on which something was fetched.
     """
 
-    def __init__(self, bus: EventBus, keys: Iterable[str], *, mode: str = "train") -> None:
+    def __init__(
+        self,
+        bus: EventBus,
+        keys: Iterable[str],
+        *,
+        mode: str = "train",
+        shapes: Mapping[str, tuple[int | None, ...]] | None = None,
+    ) -> None:
         self.core = PublisherCore(bus, keys, mode=mode)
+        unknown = sorted(set(shapes or {}) - set(self.core.keys))
+        if unknown:
+            raise ValueError(f"shapes names key {unknown[0]!r}, which is not in keys {sorted(self.core.keys)}")
+        prefix = EVAL_PREFIX if self.core.mode == "eval" else ""
+        self.core.shapes = {prefix + k: tuple(shape) for k, shape in (shapes or {}).items()}
         self.bus = bus
         self.step = 0
         self.fetched: list[tuple[int, tuple[str, ...]]] = []

@@ -7,7 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MODES", "Monitor", "check_number", "resolve_mode"]
+import numpy as np
+
+__all__ = ["MODES", "Monitor", "check_number", "check_scalar", "resolve_mode"]
 
 MODES = ("min", "max", "auto")
 
@@ -43,6 +45,15 @@ def resolve_mode(monitor: str, mode: object) -> str:
     )
 
 
+def check_scalar(owner: str, key: str, shape: tuple[int | None, ...] | None) -> None:
+    """Fail before step 1 if a publisher declared ``key`` with a static shape that is not a scalar."""
+    if shape is not None and shape != ():
+        raise ValueError(
+            f"{owner} monitors {key!r}, a tensor of shape {shape}; it needs a scalar (shape ()): "
+            "reduce it first, e.g. with tf.reduce_mean"
+        )
+
+
 @dataclass(frozen=True)
 class Monitor:
     """A monitored quantity: which key, which direction, how much counts as better.
@@ -59,9 +70,19 @@ class Monitor:
     min_delta: float = 0.0
 
     def value(self, values: Mapping[str, Any]) -> float | None:
-        """The monitored scalar in ``values``, or ``None`` if absent or not a scalar."""
+        """The monitored scalar in ``values``, or ``None`` if absent.
+
+        Raises:
+            ValueError: if the key is there but is not a scalar number (an array, bytes): a
+                monitor that never sees a value would silently never stop or rank anything.
+        """
         value = values.get(self.key)
-        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+        if value is None:
+            return None
+        if isinstance(value, int | float | np.number) and not isinstance(value, bool | np.bool_):
+            return float(value)
+        got = f"an array of shape {value.shape}" if isinstance(value, np.ndarray) else f"{value!r:.60}"
+        raise ValueError(f"monitor {self.key!r} needs a scalar number (got {got})")
 
     def is_improvement(self, value: float, reference: float | None) -> bool:
         """Whether ``value`` improves on ``reference`` by more than ``min_delta`` (``None``: always).

@@ -8,11 +8,13 @@ import os
 from typing import TYPE_CHECKING, ClassVar
 
 from hookbus import _checkpoint as files
+from hookbus._bus import UnknownKeyError
 from hookbus._events import CheckpointSaved
 from hookbus._schedule import Schedule
 from hookbus._subscriber import PRIORITY_CHECKPOINT, Sink
+from hookbus._writer import check_writable_dir
 
-from ._monitor import Monitor, resolve_mode
+from ._monitor import Monitor, check_scalar, resolve_mode
 from .nan_guard import NanGuardSink, find_nonfinite
 
 if TYPE_CHECKING:
@@ -61,7 +63,9 @@ class CheckpointSink(Sink):
 
     Raises:
         ValueError: at construction for invalid settings; at ``begin`` without a publisher that
-            provides a checkpoint backend, or when two stateful sinks share a name.
+            provides a checkpoint backend, when two stateful sinks share a name, or when no
+            publisher provides ``monitor`` (or declares it non-scalar). ``directory`` that is a
+            file or cannot be created fails at construction.
     """
 
     default_schedule: ClassVar[Schedule] = Schedule(every_n_secs=600)
@@ -87,6 +91,9 @@ class CheckpointSink(Sink):
         at_end = every_n_steps is None and every_n_secs is None
         super().__init__(every_n_steps=every_n_steps, every_n_secs=every_n_secs, at_end=at_end, name=name)
         self.directory = os.path.abspath(os.fspath(directory))
+        if os.path.isfile(self.directory):
+            raise ValueError(f"directory must be a directory, but {self.directory!r} is an existing file")
+        check_writable_dir(self.directory, "directory")
         self.best_directory = os.path.join(self.directory, "best")
         self.keep = _count("keep", keep, 1)
         self.keep_best = _count("keep_best", keep_best, 0)
@@ -117,6 +124,13 @@ class CheckpointSink(Sink):
                 f"{self.name} needs a publisher that provides a checkpoint backend (a train-mode "
                 "EventBusHook, the Keras callback or the loop publisher) on the same bus"
             )
+        if self.monitor is not None:
+            if self.monitor not in bus.known_keys:
+                raise UnknownKeyError(
+                    f"{self.name} monitors {self.monitor!r}, which no publisher attached to this bus "
+                    f"provides; known keys: {sorted(bus.known_keys)}"
+                )
+            check_scalar(self.name, self.monitor, bus.static_shape(self.monitor))
         seen: dict[str, Sink] = {}
         for sink in bus.sinks:
             if type(sink).state_dict is Sink.state_dict:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hookbus._subscriber import PRIORITY_EARLY_STOPPING, Sink
 
-from ._monitor import Monitor, check_number, resolve_mode
+from ._monitor import Monitor, check_number, check_scalar, resolve_mode
 from .checkpoint import CheckpointSink
 
 if TYPE_CHECKING:
@@ -118,7 +118,9 @@ class EarlyStoppingSink(Sink):
 
     Raises:
         ValueError: at construction for invalid settings; at ``begin`` when ``restore_best``
-            has no matching checkpoint sink, or no publisher provides ``monitor``.
+            has no matching checkpoint sink, no publisher provides ``monitor``, or a publisher
+            declares it with a non-scalar shape; at the first value of ``monitor`` that is not a
+            scalar number (``stop_below >= stop_above`` fails at construction).
     """
 
     priority = PRIORITY_EARLY_STOPPING
@@ -156,6 +158,12 @@ class EarlyStoppingSink(Sink):
             stop_on_nonfinite=stop_on_nonfinite,
             min_steps=_check_int("min_steps", min_steps),
         )
+        above, below = self.rule.stop_above, self.rule.stop_below
+        if above is not None and below is not None and below >= above:
+            raise ValueError(
+                f"stop_below ({below:g}) must be less than stop_above ({above:g}): with these every "
+                "value stops the run at once"
+            )
         self.restore_best = restore_best
         self.state = EarlyStopState()
         self.stopped_at: int | None = None
@@ -165,7 +173,10 @@ class EarlyStoppingSink(Sink):
         return self.rule.monitor.key
 
     def on_begin(self, event: Event) -> None:
-        if not self.restore_best or event.bus is None:
+        if event.bus is None:
+            return
+        check_scalar(self.name, self.monitor, event.bus.static_shape(self.monitor))
+        if not self.restore_best:
             return
         found = [s for s in event.bus.sinks if isinstance(s, CheckpointSink) and s.keep_best > 0]
         if not any(s.monitor == self.monitor for s in found):

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from _tb import check_served, rust_data_server_or_skip, serve_and_read
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.compat.proto.summary_pb2 import Summary
 
@@ -219,84 +213,23 @@ def test_sink_module_does_not_import_tensorflow() -> None:
 # -- real TensorBoard servers ---------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _get(port: int, path: str, **params: str) -> Any:
-    url = f"http://127.0.0.1:{port}{path}?{urllib.parse.urlencode(params)}"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.load(response)
-
-
-def _serve_and_read(logdir: Path, flags: list[str], want: dict[tuple[str, str], dict[int, float]]) -> Any:
-    """Start tensorboard on a free port, poll the scalars API until it shows ``want`` or 90 s pass."""
-    port = _free_port()
-    cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1"]
-    cmd += ["--port", str(port), "--reload_interval", "1", *flags]
-    log = logdir.parent / f"tensorboard-{port}.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    got: dict[tuple[str, str], Any] = {}
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                return None, log.read_text()
-            try:
-                for run, tag in want:
-                    rows = _get(port, "/data/plugin/scalars/scalars", run=run, tag=tag)
-                    got[run, tag] = [(step, value) for _, step, value in rows]
-            except (urllib.error.URLError, ConnectionError, OSError):
-                got = {}
-            if got and all(got[k] == sorted(v.items()) for k, v in want.items()):
-                break
-            time.sleep(0.5)
-        return got, log.read_text()
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 def _expected(train: dict[int, float], evals: dict[int, float]) -> dict[tuple[str, str], dict[int, float]]:
     raw = {s: float(2 * s + (1 if s <= 20 else 2 if s <= 30 else 3)) for s in train}
     return {(".", "loss"): train, (".", "raw/metric"): raw, ("eval", "loss"): evals}
-
-
-def _check(got: Any, want: dict[tuple[str, str], dict[int, float]], log: str) -> None:
-    assert got is not None, f"tensorboard exited:\n{log[-3000:]}"
-    for key, series in want.items():
-        assert got.get(key) == sorted(series.items()), (key, log[-3000:])
 
 
 @pytest.mark.subprocess
 def test_python_loader_server_reads_each_step_once(resumed_logdir: Any) -> None:
     logdir, train, evals = resumed_logdir
     want = _expected(train, evals)
-    got, log = _serve_and_read(logdir, ["--load_fast=false"], want)
-    _check(got, want, log)
+    got, log = serve_and_read(logdir, ["--load_fast=false"], want)
+    check_served(got, want, log)
 
 
 @pytest.mark.subprocess
 def test_default_rust_data_server_reads_each_step_once(resumed_logdir: Any) -> None:
-    try:
-        import tensorboard_data_server
-
-        binary = tensorboard_data_server.server_binary()
-    except ImportError:
-        binary = None
-    if binary is None or not os.access(binary, os.X_OK):
-        pytest.skip("tensorboard-data-server (the Rust data server) is not installed on this machine")
-    probe = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
-    if probe.returncode != 0:
-        pytest.skip(f"the Rust data server cannot run here: {probe.stderr.strip()[:300]}")
+    rust_data_server_or_skip()
     logdir, train, evals = resumed_logdir
     want = _expected(train, evals)
-    got, log = _serve_and_read(logdir, ["--load_fast=true"], want)  # true: fail rather than fall back
-    _check(got, want, log)
+    got, log = serve_and_read(logdir, ["--load_fast=true"], want)  # true: fail rather than fall back
+    check_served(got, want, log)

@@ -1,0 +1,141 @@
+"""Read event files the way TensorBoard does: real servers (both data paths) and raw records.
+
+Shared by the TensorBoard sink tests and the reliability suite::
+
+    got, log = serve_and_read(logdir, ["--load_fast=false"], {(".", "loss"): {10: 1.5}})
+    check_served(got, want, log)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+__all__ = ["EventRecords", "check_served", "read_event_records", "rust_data_server_or_skip", "serve_and_read"]
+
+Want = dict[tuple[str, str], dict[int, float]]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(port: int, path: str, **params: str) -> Any:
+    url = f"http://127.0.0.1:{port}{path}?{urllib.parse.urlencode(params)}"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)
+
+
+def serve_and_read(logdir: Path, flags: list[str], want: Want, *, timeout: float = 90.0) -> Any:
+    """Start tensorboard on a free port, poll the scalars API until it shows ``want`` or ``timeout`` passes.
+
+    Returns ``(got, log)``: what the server showed last per ``(run, tag)`` (``None`` if it exited)
+    and its log.
+    """
+    port = _free_port()
+    cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1"]
+    cmd += ["--port", str(port), "--reload_interval", "1", *flags]
+    log = logdir.parent / f"tensorboard-{port}.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    got: dict[tuple[str, str], Any] = {}
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                return None, log.read_text()
+            try:
+                for run, tag in want:
+                    rows = _get(port, "/data/plugin/scalars/scalars", run=run, tag=tag)
+                    got[run, tag] = [(step, value) for _, step, value in rows]
+            except (urllib.error.URLError, ConnectionError, OSError):
+                got = {}
+            if got and all(got[k] == sorted(v.items()) for k, v in want.items()):
+                break
+            time.sleep(0.5)
+        return got, log.read_text()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def check_served(got: Any, want: Want, log: str) -> None:
+    """Assert that a server showed exactly ``want`` (each step once, in order)."""
+    assert got is not None, f"tensorboard exited:\n{log[-3000:]}"
+    for key, series in want.items():
+        assert got.get(key) == sorted(series.items()), (key, log[-3000:])
+
+
+def rust_data_server_or_skip() -> None:
+    """Skip unless TensorBoard's default (Rust) data server can run on this machine."""
+    try:
+        import tensorboard_data_server
+
+        binary = tensorboard_data_server.server_binary()
+    except ImportError:
+        binary = None
+    if binary is None or not os.access(binary, os.X_OK):
+        pytest.skip("tensorboard-data-server (the Rust data server) is not installed on this machine")
+    probe = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+    if probe.returncode != 0:
+        pytest.skip(f"the Rust data server cannot run here: {probe.stderr.strip()[:300]}")
+
+
+class EventRecords:
+    """An event file's records, each CRC-checked, and what trails the last whole record.
+
+    Attributes:
+        records: The payloads of the complete records whose checksums match.
+        corrupt: ``(offset, why)`` for the first record that is whole but fails a checksum.
+        truncated: Bytes after the last complete record (a record torn by a kill), 0 if none.
+    """
+
+    def __init__(self, records: list[bytes], corrupt: tuple[int, str] | None, truncated: int) -> None:
+        self.records = records
+        self.corrupt = corrupt
+        self.truncated = truncated
+
+
+def read_event_records(path: Path) -> EventRecords:
+    """Parse ``path`` as TFRecords (length, its masked CRC32C, data, its masked CRC32C)."""
+    data = path.read_bytes()
+    records: list[bytes] = []
+    offset = 0
+    while offset < len(data):
+        if len(data) - offset < 12:
+            return EventRecords(records, None, len(data) - offset)
+        header = data[offset : offset + 8]
+        (length,) = struct.unpack("<Q", header)
+        (length_crc,) = struct.unpack("<I", data[offset + 8 : offset + 12])
+        if masked_crc32c(header) != length_crc:
+            return EventRecords(records, (offset, "length checksum"), 0)
+        end = offset + 12 + length + 4
+        if end > len(data):
+            return EventRecords(records, None, len(data) - offset)
+        payload = data[offset + 12 : offset + 12 + length]
+        (payload_crc,) = struct.unpack("<I", data[offset + 12 + length : end])
+        if masked_crc32c(payload) != payload_crc:
+            return EventRecords(records, (offset, "data checksum"), 0)
+        records.append(payload)
+        offset = end
+    return EventRecords(records, None, 0)

@@ -1,0 +1,1 @@
+"""The reliability suite: kills, signals, misbehaving sinks, bad input, soak (``-m reliability``)."""

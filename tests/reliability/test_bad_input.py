@@ -1,0 +1,307 @@
+"""Bad input catalogue: each mistake fails before step 1, naming the value and what was expected.
+
+Every case builds what a user would build and runs it; the test asserts the error type and
+message and that no step was published (``after_run`` never sent, the bus still at step 0).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import hookbus
+from hookbus.sinks import (
+    CheckpointSink,
+    ConsoleSink,
+    CSVSink,
+    EarlyStoppingSink,
+    NanGuardSink,
+    StopAtStepSink,
+    TensorBoardSink,
+)
+from hookbus.testing import ScriptedPublisher
+
+pytestmark = pytest.mark.reliability
+
+
+class FakeBackend:
+    """A checkpoint backend that writes nothing (the cases fail before any save)."""
+
+    ready = True
+
+    def save(self, path: str) -> str:
+        return path
+
+    def restore(self, path: str) -> None:
+        pass
+
+
+class Run:
+    """A bus with a recorder of every step published, and a scripted publisher to drive it."""
+
+    def __init__(self, keys: tuple[str, ...] = ("loss",), **publisher: Any) -> None:
+        self.bus = hookbus.EventBus()
+        self.published: list[Any] = []
+        self.bus.after_run.connect(lambda sender, event: self.published.append(event), weak=False)
+        self.keys = keys
+        self.publisher = publisher
+
+    def start(self, *sinks: hookbus.Sink, backend: bool = True) -> None:
+        """Attach ``sinks``, then train 3 steps (the error is expected before the first)."""
+        for sink in sinks:
+            self.bus.attach(sink)
+        pub = ScriptedPublisher(self.bus, self.keys, **self.publisher)
+        if backend:
+            self.bus.checkpoint_backend = FakeBackend()
+        with self.bus:
+            pub.run({k: 1.0 for k in self.keys} for _ in range(3))
+
+
+def _fn(event: Any) -> None:
+    pass
+
+
+# Each case: (id, action(tmp_path, run), error type, regex the message must match).
+Case = tuple[str, Callable[[Path, Run], Any], type[BaseException], str]
+
+
+def _sink_twice(tmp: Path, run: Run) -> None:
+    sink = CSVSink(tmp / "m.csv")
+    run.bus.attach(sink)
+    run.bus.attach(sink)
+
+
+def _attach_after_begin(tmp: Path, run: Run) -> None:
+    class Late(hookbus.Sink):
+        def on_after_run(self, event: Any) -> None:
+            pass
+
+    class AttachesLate(hookbus.Sink):
+        def on_begin(self, event: Any) -> None:
+            run.bus.attach(Late())
+
+    run.start(AttachesLate())
+
+
+def _on_after_begin(tmp: Path, run: Run) -> None:
+    run.bus.on("begin", lambda event: run.bus.on("after_run", _fn))
+    run.start()
+
+
+def _foreign_csv(tmp: Path, run: Run) -> None:
+    (tmp / "m.csv").write_text("epoch,acc\n1,0.5\n")
+    run.start(CSVSink(tmp / "m.csv"))  # default policy "isolate": still fails at begin
+
+
+def _read_only_dir(tmp: Path, run: Run) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root may write anywhere (the /proc case covers a directory that cannot be made)")
+    locked = tmp / "locked"
+    locked.mkdir()
+    locked.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    CSVSink(locked / "m.csv")
+
+
+def _nested_run(tmp: Path, run: Run) -> None:
+    with run.bus, run.bus:
+        pass
+
+
+CASES: list[Case] = [
+    # -- schedules ----------------------------------------------------------------------------
+    ("every_n_steps=0", lambda t, r: CSVSink(t / "m.csv", every_n_steps=0), ValueError,
+     r"every_n_steps must be a positive int \(got 0\)"),
+    ("every_n_steps negative", lambda t, r: TensorBoardSink(t, every_n_steps=-5), ValueError,
+     r"every_n_steps must be a positive int \(got -5\)"),
+    ("every_n_steps not an int", lambda t, r: r.bus.on("after_run", _fn, every_n_steps=2.5), ValueError,
+     r"every_n_steps must be a positive int \(got 2.5\)"),
+    ("every_n_steps=True", lambda t, r: EarlyStoppingSink("loss", every_n_steps=True), ValueError,
+     r"every_n_steps must be a positive int \(got True\)"),
+    ("every_n_steps as a string", lambda t, r: NanGuardSink("loss", every_n_steps="10"), ValueError,
+     r"every_n_steps must be a positive int \(got '10'\)"),
+    ("every_n_secs=NaN", lambda t, r: ConsoleSink(every_n_secs=math.nan), ValueError,
+     r"every_n_secs must be a positive finite number of seconds \(got nan\)"),
+    ("every_n_secs=0", lambda t, r: CheckpointSink(t / "c", every_n_secs=0), ValueError,
+     r"every_n_secs must be a positive finite number of seconds \(got 0\)"),
+    ("every_n_secs=inf", lambda t, r: r.bus.on("after_run", _fn, every_n_secs=math.inf), ValueError,
+     r"every_n_secs must be a positive finite number of seconds \(got inf\)"),
+    ("schedule on a non-step signal", lambda t, r: r.bus.on("begin", _fn, every_n_steps=5), ValueError,
+     r"schedule arguments apply to 'before_run' and 'after_run' only \(got them for 'begin'\)"),
+    # -- stop settings ------------------------------------------------------------------------
+    ("last_step and num_steps", lambda t, r: StopAtStepSink(last_step=100, num_steps=10), ValueError,
+     r"give exactly one of last_step or num_steps \(got last_step=100, num_steps=10\)"),
+    ("neither last_step nor num_steps", lambda t, r: StopAtStepSink(), ValueError,
+     r"give exactly one of last_step or num_steps \(got last_step=None, num_steps=None\)"),
+    ("max_seconds=NaN", lambda t, r: StopAtStepSink(last_step=5, max_seconds=math.nan), ValueError,
+     r"max_seconds must be a positive number of seconds \(got nan\)"),
+    ("stop_below >= stop_above", lambda t, r: EarlyStoppingSink("loss", stop_above=1.0, stop_below=2.0), ValueError,
+     r"stop_below \(2\) must be less than stop_above \(1\)"),
+    ("patience negative", lambda t, r: EarlyStoppingSink("loss", patience=-1), ValueError,
+     r"patience must be a non-negative int \(got -1\)"),
+    # -- paths --------------------------------------------------------------------------------
+    ("CSV path is a directory", lambda t, r: CSVSink(t), ValueError, r"path must be a file, not a directory"),
+    ("CSV path under a file", lambda t, r: (t / "f").write_text("") or CSVSink(t / "f" / "m.csv"), ValueError,
+     r"path's directory '.*/f' cannot be created: '.*/f' is not a directory"),
+    ("TensorBoard logdir is a file", lambda t, r: (t / "f").write_text("") or TensorBoardSink(t / "f"), ValueError,
+     r"logdir must be a directory, but '.*/f' is an existing file"),
+    ("checkpoint directory is a file", lambda t, r: (t / "f").write_text("") or CheckpointSink(t / "f"), ValueError,
+     r"directory must be a directory, but '.*/f' is an existing file"),
+    ("checkpoint directory under a file",
+     lambda t, r: (t / "f").write_text("") or CheckpointSink(t / "f" / "ckpt"), ValueError,
+     r"directory '.*/f/ckpt' cannot be created: '.*/f' is not a directory"),
+    ("CSV directory cannot be created", lambda t, r: r.start(CSVSink("/proc/hookbus-reliability/m.csv")), OSError,
+     r"CSVSink cannot write in '/proc/hookbus-reliability'"),
+    ("a foreign CSV file", _foreign_csv, ValueError, r"m.csv exists and is not a CSVSink file"),
+    ("unwritable directory", _read_only_dir, PermissionError, r"path's directory '.*/locked' is not writable"),
+    # -- keys ---------------------------------------------------------------------------------
+    ("monitor key no publisher provides", lambda t, r: r.start(EarlyStoppingSink("eval/loss")), hookbus.UnknownKeyError,
+     r"subscriber 'EarlyStoppingSink' needs key 'eval/loss', which no publisher attached to this bus provides; "
+     r"known keys: \['loss'\]"),
+    ("checkpoint monitor no publisher provides",
+     lambda t, r: r.start(CheckpointSink(t / "c", keep_best=2, monitor="eval/acc", mode="max")),
+     hookbus.UnknownKeyError, r"CheckpointSink monitors 'eval/acc', which no publisher .* known keys: \['loss'\]"),
+    ("keys=[]", lambda t, r: CSVSink(t / "m.csv", keys=[]), ValueError, r"keys must be non-empty strings \(got \[\]\)"),
+    ("fetch key 'step' is reserved", lambda t, r: ScriptedPublisher(r.bus, ["loss", "step"]), ValueError,
+     r"fetch key 'step' is reserved .* rename it, e.g. 'step_value'"),
+    ("fetch key with the eval/ prefix", lambda t, r: ScriptedPublisher(r.bus, ["eval/loss"]), ValueError,
+     r"fetch key 'eval/loss' must not start with 'eval/'"),
+    ("non-scalar monitor (static shape)",
+     lambda t, r: Run(("loss", "weights"), shapes={"weights": (3, 1)}).start(EarlyStoppingSink("weights", mode="min")),
+     ValueError, r"EarlyStoppingSink monitors 'weights', a tensor of shape \(3, 1\); it needs a scalar"),
+    ("non-scalar checkpoint monitor (static shape)",
+     lambda t, r: Run(("loss", "f1"), shapes={"f1": (None,)}).start(CheckpointSink(t / "c", keep_best=1, monitor="f1",
+                                                                                  mode="max")),
+     ValueError, r"CheckpointSink monitors 'f1', a tensor of shape \(None,\); it needs a scalar"),
+    # -- modes and policies -------------------------------------------------------------------
+    ("publisher mode", lambda t, r: ScriptedPublisher(r.bus, ["loss"], mode="predict"), ValueError,
+     r"mode must be 'train' or 'eval' \(got 'predict'\)"),
+    ("early stopping mode", lambda t, r: EarlyStoppingSink("loss", mode="up"), ValueError,
+     r"mode must be 'min', 'max' or 'auto' \(got 'up'\)"),
+    ("mode='auto' on an ambiguous key", lambda t, r: EarlyStoppingSink("score", mode="auto"), ValueError,
+     r"mode='auto' cannot tell whether 'score' should go down or up"),
+    ("on_nan", lambda t, r: NanGuardSink(on_nan="ignore"), ValueError,
+     r"on_nan must be 'raise' or 'stop' \(got 'ignore'\)"),
+    ("on_error", lambda t, r: CSVSink(t / "m.csv", on_error="ignore"), ValueError,
+     r"on_error must be one of 'raise', 'isolate', 'disable' \(got 'ignore'\)"),
+    ("unknown signal", lambda t, r: r.bus.on("after_step", _fn), ValueError,
+     r"unknown signal 'after_step'; expected one of begin, "),
+    # -- wiring -------------------------------------------------------------------------------
+    ("the same sink attached twice", _sink_twice, ValueError, r"<CSVSink 'CSVSink'> is already attached to this bus"),
+    ("a function passed to attach", lambda t, r: r.bus.attach(_fn), TypeError,
+     r"attach\(\) takes a hookbus.Sink \(got <function _fn .*\); use bus.on\(\) for a function"),
+    ("attaching after begin", _attach_after_begin, RuntimeError,
+     r"cannot subscribe 'Late' after the run began; attach every sink and function before the first session starts"),
+    ("bus.on after begin", _on_after_begin, RuntimeError, r"cannot subscribe '_fn' after the run began"),
+    ("a checkpoint sink without a train publisher",
+     lambda t, r: r.start(CheckpointSink(t / "c"), backend=False), ValueError,
+     r"CheckpointSink needs a publisher that provides a checkpoint backend"),
+    ("restore_best without keep_best", lambda t, r: r.start(EarlyStoppingSink("loss", restore_best=True)), ValueError,
+     r"restore_best=True needs a CheckpointSink with keep_best > 0 and monitor='loss'"),
+    ("two stateful sinks with one name",
+     lambda t, r: r.start(CheckpointSink(t / "c"), EarlyStoppingSink("loss"), EarlyStoppingSink("loss")), ValueError,
+     r"two sinks with state are named 'EarlyStoppingSink'.*pass name=\.\.\. to tell them apart"),
+    ("keep=0", lambda t, r: CheckpointSink(t / "c", keep=0), ValueError, r"keep must be a positive int \(got 0\)"),
+    ("keep_best without monitor", lambda t, r: CheckpointSink(t / "c", keep_best=2), ValueError,
+     r"keep_best=2 needs monitor=<key> to rank checkpoints by"),
+    ("a run inside a run", _nested_run, RuntimeError, r"this bus is already running; one `with bus:` at a time"),
+    ("priority not an int", lambda t, r: r.bus.on("after_run", _fn, priority="high"), ValueError,
+     r"priority must be an int \(got 'high'\)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_fails_before_step_1_naming_value_and_expectation(tmp_path: Path, case: Any) -> None:
+    _, action, error, message = case
+    run = Run()
+    with pytest.raises(error, match=message):
+        action(tmp_path, run)
+    assert run.published == []  # no step ran
+    assert run.bus.step == 0
+
+
+def test_the_catalogue_has_at_least_25_cases() -> None:
+    assert len(CASES) >= 25
+
+
+def test_a_non_scalar_monitor_without_a_static_shape_fails_at_its_first_value() -> None:
+    # The scripted publisher declares no shape: the first due event is the earliest point.
+    bus = hookbus.EventBus()
+    bus.attach(EarlyStoppingSink("weights", mode="min"))
+    pub = ScriptedPublisher(bus, ["weights"])
+    import numpy as np
+
+    message = r"monitor 'weights' needs a scalar number \(got an array of shape \(3,\)\)"
+    with pytest.raises(ValueError, match=message), bus:
+        pub.run([{"weights": np.zeros(3)}] * 3)
+    assert bus.step == 1  # it fails on the first event, step 1
+
+
+# -- with TensorFlow: names, graphs, tensors -------------------------------------------------------
+
+
+def _graph_run(build: Callable[[Any, Any, hookbus.EventBus], Any]) -> list[Any]:
+    """Build the seed model in a fresh graph, let ``build`` make the hook (or fail), and train."""
+    tf = pytest.importorskip("tensorflow")
+    from hookbus._demo import build_linear_regression
+
+    published: list[Any] = []
+    with tf.Graph().as_default():
+        model = build_linear_regression()
+        bus = hookbus.EventBus()
+        bus.after_run.connect(lambda sender, event: published.append(event), weak=False)
+        hook = build(tf, model, bus)
+        with bus, hookbus.monitored_training_session(hooks=[hook]) as session:
+            for _ in range(3):
+                session.run(model.train_op)
+    return published
+
+
+def _other_graph_train_op(tf: Any, model: Any, bus: hookbus.EventBus) -> Any:
+    with tf.Graph().as_default():
+        from hookbus._demo import build_linear_regression
+
+        other = build_linear_regression()
+    return hookbus.EventBusHook(bus, {"loss": model.loss}, train_op=other.train_op)
+
+
+def _weights_monitored(tf: Any, model: Any, bus: hookbus.EventBus) -> Any:
+    bus.attach(EarlyStoppingSink("weights", mode="min"))
+    return hookbus.EventBusHook(bus, {"loss": model.loss, "weights": model.weights}, train_op=model.train_op)
+
+
+TF_CASES: list[Case] = [
+    ("unknown tensor name",
+     lambda tf, m, bus: hookbus.EventBusHook(bus, {"accuracy": "acuracy:0"}, train_op=m.train_op), ValueError,
+     r"fetch 'acuracy:0' is not in the graph; did you mean 'accuracy:0'"),
+    ("train_op from another graph", _other_graph_train_op, ValueError,
+     r"train_op 'GradientDescent' belongs to another graph than the one being run"),
+    ("a fetch that is not a tensor", lambda tf, m, bus: hookbus.EventBusHook(bus, {"lr": 0.1}), TypeError,
+     r"fetches\['lr'\] must be a tensor, an operation, a variable or a tensor name \(got 0.1\)"),
+    ("non-scalar tensor to a scalar-only sink", _weights_monitored, ValueError,
+     r"EarlyStoppingSink monitors 'weights', a tensor of shape \(3, 1\); it needs a scalar \(shape \(\)\)"),
+    ("eval publisher with a train_op",
+     lambda tf, m, bus: hookbus.EventBusHook(bus, {"loss": m.eval_loss}, train_op=m.train_op, mode="eval"),
+     ValueError, r"an eval EventBusHook takes no train_op"),
+    ("hook mode", lambda tf, m, bus: hookbus.EventBusHook(bus, {"loss": m.loss}, mode="training"), ValueError,
+     r"mode must be 'train' or 'eval' \(got 'training'\)"),
+    ("aggregate", lambda tf, m, bus: hookbus.EventBusHook(bus, {"loss": m.eval_loss}, mode="eval", aggregate="median"),
+     ValueError, r"aggregate for 'loss' must be 'mean' or 'final' \(got 'median'\)"),
+    ("TensorFlow's own checkpoint hook turned back on",
+     lambda tf, m, bus: hookbus.monitored_training_session(save_checkpoint_steps=100), TypeError,
+     r"monitored_training_session\(\) does not take 'save_checkpoint_steps'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", TF_CASES, ids=[c[0] for c in TF_CASES])
+def test_bad_input_with_tensorflow_fails_before_step_1(case: Case) -> None:
+    _, build, error, message = case
+    published: list[Any] = []
+    with pytest.raises(error, match=message):
+        published = _graph_run(build)  # type: ignore[arg-type]
+    assert published == []

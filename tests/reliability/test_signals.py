@@ -1,0 +1,104 @@
+"""SIGINT, SIGTERM and an exception from the training code, in a real training process.
+
+Every subscriber is closed, files are flushed, the terminal is restored, ``exception`` is
+published (not for SIGTERM, which is a clean stop), and the user's exception surfaces unchanged;
+SIGTERM ends with a final checkpoint and exit code 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _pty import run_in_pty
+
+from ._helpers import CHILD, csv_rows, latest_checkpoint_step, read_log, scalars
+
+pytestmark = [pytest.mark.reliability, pytest.mark.subprocess]
+
+SINKS = {"EarlyStoppingSink", "CheckpointSink", "CSVSink", "TensorBoardSink", "StopAtStepSink", "ConsoleSink"}
+FOREVER = 10**6
+
+
+def _argv(directory: Path, mode: str) -> list[str]:
+    return [sys.executable, str(CHILD), str(directory), str(FOREVER), "0", mode]
+
+
+def _files_hold_every_step_to(directory: Path, last: int) -> None:
+    header, rows = csv_rows(directory / "metrics.csv")
+    assert [int(r[0]) for r in rows] == list(range(1, last + 1))
+    assert [s for s, _ in scalars(directory / "tb", "loss")] == list(range(1, last + 1))
+
+
+def _closed(log: list[dict[str, Any]]) -> list[str]:
+    return [e["sink"] for e in log if e["event"] == "closed"]
+
+
+def test_ctrl_c_during_a_step_closes_everything_restores_the_terminal_and_surfaces(tmp_path: Path) -> None:
+    result = run_in_pty(_argv(tmp_path, "signal"), cols=110, rows=50, timeout=120, interrupt_on=b"marker")
+    text = result.text
+    assert result.interrupted
+    assert result.returncode == -signal.SIGINT, text  # what Python does with an uncaught Ctrl-C
+    assert result.cursor_visible
+    assert "(interrupted)" in text
+    assert "KeyboardInterrupt" in text
+    log = read_log(tmp_path)
+    (exception,) = [e for e in log if e["event"] == "exception"]
+    assert exception["error"].startswith("KeyboardInterrupt")
+    assert sorted(_closed(log)) == sorted(SINKS)  # each exactly once
+    assert not any(e["event"] == "done" for e in log)
+    # Everything up to the interrupted step is on disk. Ctrl-C may land inside the dispatch of
+    # the last step, before the writers received it; never later.
+    header, rows = csv_rows(tmp_path / "metrics.csv")
+    last = int(rows[-1][0])
+    assert last in (exception["step"], exception["step"] - 1)
+    _files_hold_every_step_to(tmp_path, last)
+
+
+def test_an_exception_from_the_training_code_surfaces_unchanged_and_closes_everything(tmp_path: Path) -> None:
+    result = run_in_pty(_argv(tmp_path, "exception"), cols=110, rows=50, timeout=120)
+    text = result.text
+    assert result.returncode == 1, text
+    assert result.cursor_visible
+    assert "(failed)" in text
+    assert "ValueError: training code failed at step 30" in text
+    assert 'raise ValueError(f"training code failed at step {bus.step}")' in text  # the user's frame
+    log = read_log(tmp_path)
+    (exception,) = [e for e in log if e["event"] == "exception"]
+    assert (exception["step"], exception["error"]) == (30, repr(ValueError("training code failed at step 30")))
+    assert sorted(_closed(log)) == sorted(SINKS)
+    _files_hold_every_step_to(tmp_path, 30)
+
+
+def test_sigterm_during_a_step_stops_cleanly_with_a_final_checkpoint(tmp_path: Path) -> None:
+    env = {**os.environ, "HOOKBUS_TEST_KILL": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    pipe = subprocess.PIPE
+    proc = subprocess.Popen(_argv(tmp_path, "signal"), stdout=pipe, stderr=pipe, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if "marker" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err[-3000:]
+    log = read_log(tmp_path)
+    (done,) = [e for e in log if e["event"] == "done"]
+    step = done["step"]
+    assert step >= 30
+    assert done["stop_reason"] == "received SIGTERM"
+    assert not any(e["event"] == "exception" for e in log)
+    assert sorted(_closed(log)) == sorted(SINKS)
+    assert latest_checkpoint_step(tmp_path / "ckpt") == step  # the final checkpoint
+    _files_hold_every_step_to(tmp_path, step)
+    assert f"done at step {step}" in out
+    assert f"stopped at step {step}" in out  # the plain dashboard's summary
