@@ -35,6 +35,24 @@ def require_tensorflow(what: str) -> Any:
     return tf
 
 
+_mixed: dict[tuple[type, type], type] = {}
+
+
+def with_base(cls: type, base: type) -> type:
+    """``cls`` with TensorFlow's or Keras's ``base`` class mixed in, made once, on first use.
+
+    The publishers are real ``SessionRunHook`` / ``keras.callbacks.Callback`` instances, yet
+    ``import hookbus`` does not import TensorFlow: the framework base joins in ``__new__``.
+    """
+    if issubclass(cls, base):
+        return cls
+    made = _mixed.get((cls, base))
+    if made is None:
+        namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
+        made = _mixed[(cls, base)] = type(cls.__name__, (cls, base), namespace)
+    return made
+
+
 def _graph_names(graph: Any) -> list[str]:
     names: list[str] = []
     for op in graph.get_operations():
@@ -77,9 +95,8 @@ def _op_of(element: Any) -> Any:
 class EventBusHook:
     """Publishes a MonitoredSession's lifecycle and fetched values on an :class:`EventBus`.
 
-    It implements ``tf.compat.v1.train.SessionRunHook``'s interface (``begin``,
-    ``after_create_session``, ``before_run``, ``after_run``, ``end``) and goes wherever a hook
-    goes; it does not subclass it, so that ``import hookbus`` does not import TensorFlow.
+    Instances are ``tf.compat.v1.train.SessionRunHook`` instances; the base class joins when
+    the first hook is made, so that ``import hookbus`` does not import TensorFlow.
 
     In train mode, a run that includes ``train_op`` is one training step. On steps where a
     subscriber is due the hook fetches the union of the due subscribers' keys and the step
@@ -103,6 +120,11 @@ class EventBusHook:
         ValueError, TypeError: at construction for malformed arguments; in ``begin()``, before
             the first step, for names not in the graph or elements of another graph.
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> EventBusHook:
+        base = require_tensorflow("EventBusHook").compat.v1.train.SessionRunHook
+        instance: EventBusHook = object.__new__(with_base(cls, base))
+        return instance
 
     def __init__(
         self,

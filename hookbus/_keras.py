@@ -7,7 +7,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
-from hookbus._hook import require_tensorflow
+from hookbus._hook import require_tensorflow, with_base
 from hookbus._publisher import EPOCH_PREFIX, PublisherCore
 
 if TYPE_CHECKING:
@@ -16,7 +16,6 @@ if TYPE_CHECKING:
 
 __all__ = ["EventBusCallback"]
 
-_classes: dict[type, type] = {}
 
 
 def require_keras(what: str) -> Any:
@@ -25,15 +24,6 @@ def require_keras(what: str) -> Any:
     import keras  # type: ignore[import-untyped]  # Keras ships no type information
 
     return keras
-
-
-def _keras_class(cls: type) -> type:
-    """``cls`` mixed with ``keras.callbacks.Callback``, made on first use (Keras imports TensorFlow)."""
-    made = _classes.get(cls)
-    if made is None:
-        callback = require_keras(cls.__name__).callbacks.Callback
-        made = _classes[cls] = type(cls.__name__, (cls, callback), {"__module__": cls.__module__})
-    return made
 
 
 class _EpochKeys:
@@ -110,8 +100,7 @@ class EventBusCallback:
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> EventBusCallback:
-        made = _keras_class(cls) if not hasattr(cls, "set_model") else cls
-        instance: EventBusCallback = object.__new__(made)
+        instance: EventBusCallback = object.__new__(with_base(cls, require_keras(cls.__name__).callbacks.Callback))
         return instance
 
     def __init__(

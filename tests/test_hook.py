@@ -399,3 +399,10 @@ def test_sigterm_stops_training_cleanly(tf_graph: Any) -> None:
     assert sink.closed == 1
     assert ("end", 3) in log
     assert not any(item[0] == "exception" for item in log)
+
+
+def test_the_hook_is_a_session_run_hook_though_import_hookbus_does_not_import_tensorflow(tf_graph: Any) -> None:
+    hook = EventBusHook(EventBus(), {})
+    assert isinstance(hook, v1.train.SessionRunHook)
+    assert isinstance(hook, EventBusHook)
+    assert type(hook) is type(EventBusHook(EventBus(), {}))  # the mixed class is made once
