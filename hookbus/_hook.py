@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from hookbus._checkpoint import SaverBackend
+from hookbus._cluster import SharedStop, Task
 from hookbus._publisher import EVAL_PREFIX, PublisherCore
 
 # Imported on first use, not with hookbus: importing TensorFlow costs ~5 s and ~500 MB, and the
@@ -115,6 +116,13 @@ class EventBusHook:
         mode: ``"train"`` (default) or ``"eval"``.
         aggregate: Eval aggregation, ``"mean"`` (default) or ``"final"``, or a mapping from key
             to either (keys not named use ``"mean"``).
+        task: This process's :class:`hookbus.Task` in parameter-server training (default
+            ``None``: read from ``TF_CONFIG`` when set, else one machine). With a task, only the
+            subscribers whose ``runs_on`` includes it are planned and called, and a train-mode
+            hook shares stops with the other workers through a flag on the parameter server.
+        check_stop_every_n_steps: With a task, read the shared stop flag at least every n local
+            steps (default 10; due steps read it too): every worker stops within n of its own
+            steps after any worker asked to stop.
 
     Raises:
         ValueError, TypeError: at construction for malformed arguments; in ``begin()``, before
@@ -134,6 +142,8 @@ class EventBusHook:
         train_op: Any = None,
         mode: str = "train",
         aggregate: str | Mapping[str, str] = "mean",
+        task: Task | None = None,
+        check_stop_every_n_steps: int = 10,
     ) -> None:
         require_tensorflow("EventBusHook")
         if fetches is None:
@@ -163,6 +173,13 @@ class EventBusHook:
         self._sums: dict[str, Any] = {}
         self._batches = 0
         self._stop_before_eval = False
+        if task is None:
+            task = Task.from_tf_config()
+        elif not isinstance(task, Task):
+            raise TypeError(f"task must be a hookbus.Task or None (got {task!r})")
+        self.task = task
+        self._shared_stop = SharedStop(task, check_stop_every_n_steps) if task and self.mode == "train" else None
+        self._stop_args: Any = None
         # Train mode offers its session to checkpoint sinks (bus.checkpoint_backend, set in begin).
         self.checkpoint_backend = SaverBackend() if self._core.mode == "train" else None
 
@@ -212,9 +229,14 @@ class EventBusHook:
                 with graph.control_dependencies([train_op]):
                     # A read ordered after the train op: the only exact step (DESIGN, pitfalls).
                     self._step_after = tf.identity(self._global_step.read_value(), name="hookbus_step_after")
+        if self._shared_stop is not None:
+            self._shared_stop.build(tf, graph, self._global_step)
+            self._stop_args = tf.compat.v1.train.SessionRunArgs({"stop": self._shared_stop.read})
         if self.checkpoint_backend is not None:
             self.checkpoint_backend.prepare()  # a Saver must be built before the graph is finalized
             self.bus.checkpoint_backend = self.checkpoint_backend
+        if self.task is not None:
+            self.bus.set_task(self.task)
         self._core.begin()
 
     def after_create_session(self, session: Any, coord: Any) -> None:
@@ -225,6 +247,8 @@ class EventBusHook:
         if self.checkpoint_backend is not None:
             self.checkpoint_backend.attach_session(session)
         self._core.session_created(self._step)
+        if self._shared_stop is not None:
+            self._shared_stop.session_created(session, self.bus, first=self._core.sessions == 1)
 
     def _is_training_run(self, run_context: Any) -> bool:
         if not self._train_ops:
@@ -243,13 +267,15 @@ class EventBusHook:
             return None
         keys = self._core.plan(self._step + 1)
         if keys is None:
-            return None
+            return self._stop_args if self._shared_stop is not None and self._shared_stop.due() else None
         self._planned = keys
         args = self._run_args.get(keys)
         if args is None:
             fetch: dict[str, Any] = {"values": {k: self._elements[k] for k in keys}}
             if self._step_after is not None:
                 fetch["step"] = self._step_after
+            if self._shared_stop is not None:
+                fetch["stop"] = self._shared_stop.read
             args = self._run_args[keys] = tf.compat.v1.train.SessionRunArgs(fetch)
         return args
 
@@ -258,15 +284,27 @@ class EventBusHook:
         if self._core.mode == "eval":
             self._after_eval_run(run_values)
         elif self._training_run:
+            stop = self._shared_stop
+            if stop is not None:
+                stop.local_step = bus.local_step = stop.local_step + 1
+                if run_values.results:
+                    stop.observe(run_values.results["stop"], bus)
             if self._planned is not None:
                 results = run_values.results
                 step = int(results["step"]) if "step" in results else self._step + 1
                 self._step = step
-                self._core.publish_step(step, results["values"])
+                try:
+                    self._core.publish_step(step, results["values"])
+                except Exception as error:
+                    if stop is not None:  # a raising NaN guard on one worker stops the others too
+                        stop.announce(run_context.session, bus, f"{type(error).__name__}: {error}")
+                    raise
             else:
                 self._step += 1
                 bus.step = self._step
         bus.poll_signals()
+        if self._shared_stop is not None and bus.should_stop:
+            self._shared_stop.announce(run_context.session, bus)
         if bus.should_stop and not self._stop_before_eval:
             run_context.request_stop()
 
@@ -274,6 +312,8 @@ class EventBusHook:
         if self._core.mode == "eval":
             self._end_eval(session)
             return
+        if self._shared_stop is not None and self.bus.should_stop:
+            self._shared_stop.announce(session, self.bus)
         keys = self._core.final_keys(self._step)
         if keys is not None:
             values = session.run({k: self._elements[k] for k in keys}) if keys else {}

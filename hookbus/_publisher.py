@@ -144,7 +144,7 @@ class PublisherCore:
         self._fetch_cache.clear()
         self._subs = [
             r
-            for r in bus.subscribers
+            for r in bus.local_subscribers
             if ("after_run" in r.handlers or "before_run" in r.handlers) and r.wants(self.bus_keys)
         ]
         self._any_before = any("before_run" in r.handlers for r in self._subs)
@@ -250,7 +250,7 @@ class PublisherCore:
     # -- evaluation --------------------------------------------------------------------------
     def eval_wanted(self) -> bool:
         """Whether any subscriber wants this eval publisher's keys."""
-        return any("after_run" in r.handlers and r.wants(self.bus_keys) for r in self.bus.subscribers)
+        return any("after_run" in r.handlers and r.wants(self.bus_keys) for r in self.bus.local_subscribers)
 
     def publish_eval(self, step: int, values: Mapping[str, Any]) -> None:
         """Publish one evaluation's aggregated ``values`` as ``eval/<key>`` at training ``step``.
@@ -259,6 +259,8 @@ class PublisherCore:
         """
         prefixed = {EVAL_PREFIX + k: to_value(v) for k, v in values.items()}
         keyset = frozenset(prefixed)
-        targets = [r for r in self.bus.subscribers if "after_run" in r.handlers and not r.disabled and r.wants(keyset)]
+        targets = [
+            r for r in self.bus.local_subscribers if "after_run" in r.handlers and not r.disabled and r.wants(keyset)
+        ]
         event = self.bus.event("after_run", step=step, mode="eval", values=MappingProxyType(prefixed))
         self.bus.publish("after_run", event, targets)
