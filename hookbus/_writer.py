@@ -31,6 +31,7 @@ T = TypeVar("T")
 
 _ITEM, _CALL, _FLUSH, _STOP = range(4)
 _POLL_SECS = 0.05  # how often a blocked caller re-checks that the thread is still alive
+_COALESCE_SECS = 0.02  # the writer thread wakes at most ~50 times a second while rows flow
 
 
 def check_writable_dir(directory: str, what: str) -> None:
@@ -219,6 +220,11 @@ class BackgroundWriter(Generic[T]):
                 if kind == _ITEM:
                     self._write(payload)
                     self._written += 1
+                    if self._queue.empty():
+                        # Let rows gather: a wake-up per batch instead of per row (each one takes
+                        # a core from the training step on a small machine). Puts never wait on
+                        # this while the queue has room; flush() and close() wait at most this.
+                        time.sleep(_COALESCE_SECS)
                 elif kind == _CALL:
                     payload()
                 else:
