@@ -236,6 +236,10 @@ class BackgroundWriter(Generic[T]):
                     continue
                 if not dirty:
                     dirty, flush_at = True, time.monotonic() + self._flush_secs
+                elif time.monotonic() >= flush_at:
+                    # Rows that keep coming never let the get() above time out: flush on time anyway.
+                    self._flush()
+                    dirty = False
         except BaseException as error:  # surfaced to the caller by _raise_if_failed
             self._error = error
         finally:

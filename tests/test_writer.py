@@ -85,6 +85,21 @@ def test_periodic_flush_without_a_flush_call() -> None:
     writer.close()
 
 
+def test_periodic_flush_while_rows_keep_coming() -> None:
+    """A steady stream never leaves the writer idle; it must still flush every flush_secs."""
+    gate = Gate()
+    gate.opened.set()
+    writer = BackgroundWriter("w", gate.write, gate.flush, flush_secs=0.05)
+    for item in range(200):  # a row every 5 ms: always one waiting when the writer looks
+        writer.put(item)
+        time.sleep(0.005)
+        if gate.flushed:
+            break
+    flushed_while_streaming = list(gate.flushed)
+    writer.close()
+    assert flushed_while_streaming  # before close(), which flushes anyway
+
+
 def test_calls_run_in_order_on_the_writer_thread() -> None:
     seen: list[object] = []
     writer = BackgroundWriter("w", seen.append, lambda: None)
