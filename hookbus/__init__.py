@@ -1,6 +1,7 @@
 """hookbus: TensorFlow training observable and controllable through one event bus."""
 
 from hookbus._bus import EventBus, UnknownKeyError
+from hookbus._cluster import RUNS_ON, Task
 from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
 from hookbus._hook import EventBusHook
 from hookbus._keras import EventBusCallback
@@ -27,6 +28,7 @@ __all__ = [
     "PRIORITY_EARLY_STOPPING",
     "PRIORITY_NAN_GUARD",
     "PRIORITY_STOP_AT_STEP",
+    "RUNS_ON",
     "SIGNALS",
     "CheckpointSaved",
     "Event",
@@ -40,6 +42,7 @@ __all__ = [
     "StopRequest",
     "SubscriberError",
     "Subscription",
+    "Task",
     "UnknownKeyError",
     "__version__",
     "monitored_training_session",

@@ -30,6 +30,7 @@ class Dispatcher:
     should_stop: bool
     stop_reason: str | None
     _subscribers: list[Subscriber]
+    _here: list[Subscriber]
     _depth: int
     _pending_stops: list[StopRequest]
     _deferred: list[Callable[[], None]]
@@ -44,7 +45,7 @@ class Dispatcher:
         once every subscriber has had the event.
         """
         # A snapshot: a handler may disconnect itself (or another) while the event is delivered.
-        targets = tuple(self._subscribers) if subscribers is None else subscribers
+        targets = tuple(self._here) if subscribers is None else subscribers
         first_error: BaseException | None = None
         self._depth += 1
         try:
@@ -97,7 +98,7 @@ class Dispatcher:
             )
             self._depth += 1
             try:
-                for other in tuple(self._subscribers):
+                for other in tuple(self._here):
                     handler = other.handlers.get("subscriber_error")
                     if handler is not None and not other.disabled and other is not record:
                         self._call_quietly(other, "subscriber_error", handler, report)
@@ -154,7 +155,7 @@ class Dispatcher:
     def publish_exception(self, error: BaseException) -> None:
         """Publish ``exception`` to every subscriber; their failures are logged, never raised."""
         payload = ExceptionRaised(error, self.step)
-        for record in tuple(self._subscribers):
+        for record in tuple(self._here):
             handler = record.handlers.get("exception")
             if handler is not None:
                 self._call_quietly(record, "exception", handler, payload)

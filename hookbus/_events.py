@@ -36,6 +36,12 @@ class Event:
             that restores the checkpoint the previous session of the same run ended with (the
             train/evaluate loop) is restored but not rewound.
         final: True for the event published at the end for ``at_end`` subscribers.
+        task_type: In multi-worker training, this process's job (``"worker"``, ``"chief"``);
+            ``None`` (default) on one machine.
+        task_index: Its index in the job; ``None`` (default) on one machine.
+        local_step: In multi-worker training, the training runs this worker made in this run.
+            ``step`` stays the shared global step (all workers advance it; every sink keys its
+            rows, summaries and checkpoints by ``step``). ``None`` (default) on one machine.
     """
 
     signal: str
@@ -47,6 +53,9 @@ class Event:
     restored: bool = False
     rewound: bool = False
     final: bool = False
+    task_type: str | None = None
+    task_index: int | None = None
+    local_step: int | None = None
     bus: EventBus | None = field(default=None, repr=False, compare=False)
 
     def request_stop(self, reason: str) -> None:

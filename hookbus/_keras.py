@@ -209,7 +209,7 @@ class EventBusCallback:
         bus = self.bus
         values: dict[str, Any] = {EPOCH_PREFIX + k: float(v) for k, v in logs.items() if isinstance(v, int | float)}
         keyset = frozenset(values)
-        targets = [r for r in bus.subscribers if _wants_epochs(r, keyset)]
+        targets = [r for r in bus.local_subscribers if _wants_epochs(r, keyset)]
         if targets:
             values["epoch"] = float(epoch)
             event = bus.event("after_run", step=self._step, mode="epoch", values=MappingProxyType(values))

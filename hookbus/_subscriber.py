@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from hookbus._cluster import check_runs_on
 from hookbus._schedule import Schedule, ScheduleTimer
 
 if TYPE_CHECKING:
@@ -93,9 +94,15 @@ class Sink:
         priority: Order among subscribers, lower first (default: the class's ``priority``).
         on_error: ``"raise"``, ``"isolate"`` or ``"disable"`` (default: the class's).
         name: Shown in reports (default: the class name).
+        runs_on: Where it runs in multi-worker training: ``"chief"``, ``"all"`` or ``"each"``
+            (every worker, output suffixed ``worker-<i>``; sinks with a path only). Default: the
+            class's ``default_runs_on`` (``"all"``; ``"chief"`` for the console, TensorBoard,
+            CSV and checkpoint sinks). Ignored on one machine. Can also be set as an attribute
+            before the sink is attached.
     """
 
     default_schedule: ClassVar[Schedule] = Schedule(every_n_steps=1)
+    default_runs_on: ClassVar[str] = "all"
     priority: int = PRIORITY_DEFAULT
     on_error: str = "isolate"
 
@@ -110,6 +117,7 @@ class Sink:
         priority: int | None = None,
         on_error: str | None = None,
         name: str | None = None,
+        runs_on: str | None = None,
     ) -> None:
         given = Schedule(every_n_steps, every_n_secs, at_begin, at_end)
         self.schedule = self.default_schedule if given == Schedule() else given
@@ -119,6 +127,30 @@ class Sink:
         if on_error is not None:
             self.on_error = check_on_error(on_error)
         self.name = name if name is not None else type(self).__name__
+        if runs_on is not None:
+            self.runs_on = runs_on
+
+    @property
+    def runs_on(self) -> str:
+        """Where this sink runs in multi-worker training (see the class docstring)."""
+        return str(self.__dict__.get("_runs_on", self.default_runs_on))
+
+    @runs_on.setter
+    def runs_on(self, value: str) -> None:
+        value = check_runs_on(value)
+        if value == "each" and type(self).set_output_suffix is Sink.set_output_suffix:
+            raise ValueError(
+                f"runs_on='each' needs a sink with an output path to suffix per worker (CSVSink, "
+                f"TensorBoardSink); {type(self).__name__} has none: use 'chief' or 'all'"
+            )
+        self.__dict__["_runs_on"] = value
+
+    def set_output_suffix(self, suffix: str) -> None:
+        """Write to a per-worker path ending in ``suffix`` (``runs_on="each"``; called before begin).
+
+        Sinks with an output path override it; the base has no path.
+        """
+        raise TypeError(f"{type(self).__name__} has no output path to suffix with {suffix!r}")
 
     def handlers(self) -> dict[str, Callable[[Any], None]]:
         """The bound ``on_<signal>`` methods this sink overrides, by signal name."""
@@ -253,6 +285,7 @@ class Subscriber:
         "on_error",
         "order",
         "priority",
+        "runs_on",
         "sink",
         "timer",
     )
@@ -268,8 +301,10 @@ class Subscriber:
         on_error: str,
         order: int,
         sink: Sink | None = None,
+        runs_on: str = "all",
     ) -> None:
         self.name = name
+        self.runs_on = runs_on
         self.handlers = handlers
         self.timer: ScheduleTimer = schedule.timer()
         self.keys = keys

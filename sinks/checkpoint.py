@@ -69,6 +69,8 @@ class CheckpointSink(Sink):
     """
 
     default_schedule: ClassVar[Schedule] = Schedule(every_n_secs=600)
+    #: Parameter-server training: only the chief saves (``chief_only_hooks``), at the shared global step.
+    default_runs_on: ClassVar[str] = "chief"
     priority = PRIORITY_CHECKPOINT
     on_error = "raise"
 

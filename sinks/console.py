@@ -90,6 +90,8 @@ class ConsoleSink(Sink):
     """
 
     default_schedule: ClassVar[Schedule] = Schedule(every_n_secs=0.25, at_end=True)
+    #: Multi-worker training: only the chief shows a dashboard (set ``sink.runs_on = "all"`` to change).
+    default_runs_on: ClassVar[str] = "chief"
 
     def __init__(
         self,

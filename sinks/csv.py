@@ -142,9 +142,13 @@ class CSVSink(Sink):
             ``keys`` then names ``epoch/`` keys (default ``None``: all). Without it, ``epoch/``
             keys are not written.
         priority, on_error, name: See :class:`hookbus.Sink` (default ``on_error="isolate"``).
+        runs_on: Multi-worker training: ``"chief"`` (default), ``"all"`` or ``"each"`` (every
+            worker writes ``<stem>.worker-<i><suffix>``). Rows are keyed by ``event.step``, the
+            shared global step.
     """
 
     default_schedule: ClassVar[Schedule] = Schedule(every_n_steps=10)
+    default_runs_on: ClassVar[str] = "chief"
 
     def __init__(
         self,
@@ -160,13 +164,15 @@ class CSVSink(Sink):
         priority: int | None = None,
         on_error: str | None = None,
         name: str | None = None,
+        runs_on: str | None = None,
     ) -> None:
         super().__init__(
             keys=keys, every_n_steps=every_n_steps, every_n_secs=every_n_secs,
-            priority=priority, on_error=on_error, name=name,
+            priority=priority, on_error=on_error, name=name, runs_on=runs_on,
         )  # fmt: skip
         if not isinstance(path, str | os.PathLike) or not os.fspath(path):
             raise ValueError(f"path must be a non-empty str or os.PathLike (got {path!r})")
+        self._base_path = Path(path)
         self.path = Path(path)
         if self.path.is_dir():
             raise ValueError(f"path must be a file, not a directory (got {str(self.path)!r})")
@@ -188,6 +194,12 @@ class CSVSink(Sink):
             self.schedule = Schedule()  # never due on a step: epoch events are unscheduled
         self._files: dict[str, _File] = {}
         self._writer: BackgroundWriter[tuple[str, Row]] | None = None
+
+    def set_output_suffix(self, suffix: str) -> None:
+        """Write ``<stem>.<suffix><ext>`` (and its eval file) instead: per-worker output."""
+        base = self._base_path
+        self.path = base.with_name(f"{base.stem}.{suffix}{base.suffix}")
+        self.eval_path = self.path.with_name(self.path.stem + ".eval.csv")
 
     def on_begin(self, event: Event) -> None:
         if self._writer is not None:

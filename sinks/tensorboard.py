@@ -83,9 +83,13 @@ class TensorBoardSink(Sink):
         max_queue_size: Events that may wait before training blocks (default 1024).
         histogram_bins: Buckets per histogram (default 30).
         priority, on_error, name: See :class:`hookbus.Sink` (default ``on_error="isolate"``).
+        runs_on: Multi-worker training: ``"chief"`` (default), ``"all"`` or ``"each"`` (every
+            worker writes under ``logdir/worker-<i>``, a run of its own). Summaries are keyed by
+            ``event.step``, the shared global step.
     """
 
     default_schedule: ClassVar[Schedule] = Schedule(every_n_steps=100)
+    default_runs_on: ClassVar[str] = "chief"
 
     def __init__(
         self,
@@ -101,14 +105,15 @@ class TensorBoardSink(Sink):
         priority: int | None = None,
         on_error: str | None = None,
         name: str | None = None,
+        runs_on: str | None = None,
     ) -> None:
         super().__init__(
             keys=keys, every_n_steps=every_n_steps, every_n_secs=every_n_secs,
-            priority=priority, on_error=on_error, name=name,
+            priority=priority, on_error=on_error, name=name, runs_on=runs_on,
         )  # fmt: skip
         if not isinstance(logdir, str | os.PathLike) or not os.fspath(logdir):
             raise ValueError(f"logdir must be a non-empty str or os.PathLike (got {logdir!r})")
-        self.logdir = os.fspath(logdir)
+        self.logdir = self._base_logdir = os.fspath(logdir)
         if os.path.isfile(self.logdir):
             raise ValueError(f"logdir must be a directory, but {self.logdir!r} is an existing file")
         check_writable_dir(self.logdir, "logdir")
@@ -128,6 +133,10 @@ class TensorBoardSink(Sink):
         self._open = False
         self._session_step = 0
         self._rate_from: tuple[int, float] | None = None
+
+    def set_output_suffix(self, suffix: str) -> None:
+        """Write under ``<logdir>/<suffix>`` instead: per-worker output, one TensorBoard run each."""
+        self.logdir = os.path.join(self._base_logdir, suffix)
 
     def on_begin(self, event: Event) -> None:
         if self._open:

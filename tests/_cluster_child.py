@@ -1,0 +1,103 @@
+"""One task of a local parameter-server cluster, for tests/test_distributed.py.
+
+Usage: ``python tests/_cluster_child.py '<json>'`` with ``cluster`` (the cluster spec), ``type``
+(``ps`` or ``worker``), ``index``, ``scenario`` (``files``, ``nan`` or ``early``) and ``out`` (a
+directory). A parameter server serves until it is killed; a worker trains until hookbus stops it
+and prints one JSON line (``REPORT {...}``) saying how it ended.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def main(config: dict[str, Any]) -> None:
+    # If the test is about to kill a hung worker, say where it hung.
+    faulthandler.dump_traceback_later(float(config.get("dump_after", 45)), exit=False)
+    kind, index, scenario = config["type"], int(config["index"]), config["scenario"]
+    out = Path(config["out"])
+    # The hook reads this process's task from TF_CONFIG (the variable every TF cluster sets).
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": config["cluster"], "task": {"type": kind, "index": index}})
+    import tensorflow as tf
+
+    tf.compat.v1.disable_eager_execution()
+    spec = tf.train.ClusterSpec(config["cluster"])
+    server = tf.distribute.Server(spec, job_name=kind, task_index=index, start=True)
+    if kind == "ps":
+        server.join()
+        return
+
+    import hookbus
+    from hookbus.sinks import CheckpointSink, CSVSink, EarlyStoppingSink, NanGuardSink, StopAtStepSink, TensorBoardSink
+
+    is_chief = index == 0
+    setter = tf.compat.v1.train.replica_device_setter(worker_device=f"/job:worker/task:{index}", cluster=spec)
+    with tf.compat.v1.device(setter):
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        w = tf.compat.v1.get_variable("w", initializer=5.0)
+        loss = tf.square(w - 1.0)
+        # Added to the reported loss only, so a NaN on one worker does not reach the shared weights.
+        poison = tf.compat.v1.placeholder_with_default(0.0, [], name="poison")
+        flat = tf.identity(1.0 + 0.0 * w, name="flat")  # never improves: early stopping's monitor
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=global_step)
+
+    own = out / f"w{index}"
+    bus = hookbus.EventBus()
+    bus.attach(NanGuardSink("loss"))
+    bus.attach(CSVSink(own / "metrics.csv", every_n_steps=5))
+    bus.attach(TensorBoardSink(own / "tb", every_n_steps=5))
+    bus.attach(CheckpointSink(own / "ckpt", every_n_steps=20, every_n_secs=None))
+    bus.attach(CSVSink(out / "each.csv", every_n_steps=5, runs_on="each"))
+    if scenario == "files":
+        bus.attach(StopAtStepSink(last_step=60)).runs_on = "chief"  # attribute: sinks without the argument
+    if scenario == "early":
+        early = bus.attach(EarlyStoppingSink("flat", patience=2, every_n_steps=5))
+        early.runs_on = "chief"
+    seen: dict[str, Any] = {}
+
+    @bus.on("after_run")
+    def record(event: Any) -> None:
+        seen.update(task=[event.task_type, event.task_index], step=event.step, local_step=event.local_step)
+
+    @bus.on("stop_requested")
+    def stopped(request: Any) -> None:
+        seen.setdefault("stop_source", request.source)
+        seen.setdefault("stop_local_step", bus.local_step)
+
+    hook = hookbus.EventBusHook(bus, {"loss": loss + poison, "flat": flat}, train_op=train_op)
+    session_config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{index}"])
+    ready = out / "chief-ready"
+    if not is_chief:
+        # A non-chief whose first readiness check fails sleeps 30 s (TF's recovery_wait_secs).
+        while not ready.exists():
+            time.sleep(0.05)
+    local, error = 0, None
+    try:
+        with bus, hookbus.monitored_training_session(
+            master=server.target, is_chief=is_chief, hooks=[hook], config=session_config,
+            checkpoint_dir=str(own / "ckpt") if is_chief else None,
+        ) as sess:  # fmt: skip
+            if is_chief:
+                ready.touch()
+            while not sess.should_stop():
+                nan = scenario == "nan" and index == 1 and local >= 5
+                sess.run(train_op, feed_dict={poison: math.nan} if nan else None)
+                local += 1
+                time.sleep(0.002)  # keeps the files small while the other worker starts
+    except Exception as caught:  # the NaN guard raises on the worker that saw the NaN
+        error = f"{type(caught).__name__}: {caught}"
+    report = {"index": index, "local": local, "stop_reason": bus.stop_reason, "error": error, **seen}
+    print("REPORT " + json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))

@@ -1,0 +1,254 @@
+"""Multi-worker training: where subscribers run, task fields, and one stop for the whole cluster.
+
+The integration tests start real local clusters (one parameter server and two workers each, as
+separate processes on 127.0.0.1, ports chosen free at run time). The three scenarios start
+together, once per module, and every process is killed at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import hookbus
+from hookbus.sinks import CheckpointSink, ConsoleSink, CSVSink, NanGuardSink, TensorBoardSink
+from hookbus.testing import ScriptedPublisher
+
+CHILD = Path(__file__).with_name("_cluster_child.py")
+SCENARIOS = ("files", "nan", "early")
+DEADLINE = 50  # hard limit for a whole cluster run, in seconds (a hang fails, it does not block)
+
+
+# -- unit: runs_on, Task, filtering -------------------------------------------------------------
+def test_runs_on_defaults_per_sink(tmp_path: Path) -> None:
+    assert CSVSink(tmp_path / "m.csv").runs_on == "chief"
+    assert TensorBoardSink(tmp_path / "tb").runs_on == "chief"
+    assert CheckpointSink(tmp_path / "ck").runs_on == "chief"
+    assert ConsoleSink().runs_on == "chief"
+    assert NanGuardSink("loss").runs_on == "all"
+    assert hookbus.Sink().runs_on == "all"
+
+
+def test_bad_runs_on_fails_at_construction(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"runs_on must be one of 'chief', 'all', 'each' \(got 'everywhere'\)"):
+        CSVSink(tmp_path / "m.csv", runs_on="everywhere")
+    with pytest.raises(ValueError, match="runs_on='each' needs a sink with an output path"):
+        NanGuardSink("loss").runs_on = "each"
+    with pytest.raises(ValueError, match="runs_on='each' is for sinks"):
+        hookbus.EventBus().on("after_run", print, runs_on="each")
+
+
+def test_task_from_tf_config() -> None:
+    cluster = {"ps": ["h:1"], "worker": ["h:2", "h:3"]}
+
+    def config(task: dict[str, Any], jobs: dict[str, Any] = cluster) -> dict[str, str]:
+        return {"TF_CONFIG": json.dumps({"cluster": jobs, "task": task})}
+
+    assert hookbus.Task.from_tf_config({}) is None
+    assert hookbus.Task.from_tf_config(config({"type": "worker", "index": 0})) == hookbus.Task("worker", 0, True)
+    assert hookbus.Task.from_tf_config(config({"type": "worker", "index": 1})).is_chief is False  # type: ignore[union-attr]
+    chief_job = {**cluster, "chief": ["h:4"]}
+    assert hookbus.Task.from_tf_config(config({"type": "worker", "index": 0}, chief_job)).is_chief is False  # type: ignore[union-attr]
+    assert hookbus.Task.from_tf_config(config({"type": "chief", "index": 0}, chief_job)).is_chief is True  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="cluster has no chief"):
+        hookbus.Task.from_tf_config(config({"type": "ps", "index": 0}, {"ps": ["h:1"]}))
+    with pytest.raises(ValueError, match="task worker:5 is not in its cluster"):
+        hookbus.Task.from_tf_config(config({"type": "worker", "index": 5}))
+    with pytest.raises(ValueError, match="parameter servers and evaluators run no training hook"):
+        hookbus.Task.from_tf_config(config({"type": "ps", "index": 0}))
+    assert hookbus.Task.from_tf_config(config({"type": "evaluator", "index": 0})) is None
+    with pytest.raises(ValueError, match="TF_CONFIG must be JSON"):
+        hookbus.Task.from_tf_config({"TF_CONFIG": "{not json"})
+
+
+@pytest.mark.parametrize(("index", "expected"), [(0, ["all", "chief"]), (1, ["all"])])
+def test_bus_calls_only_the_subscribers_of_its_task(tmp_path: Path, index: int, expected: list[str]) -> None:
+    bus = hookbus.EventBus()
+    got: list[tuple[str, Any, Any, Any]] = []
+    bus.on("after_run", lambda e: got.append(("all", e.task_type, e.task_index, e.local_step)))
+    bus.on("after_run", lambda e: got.append(("chief", e.task_type, e.task_index, e.local_step)), runs_on="chief")
+    each = bus.attach(CSVSink(tmp_path / "m.csv", every_n_steps=1, runs_on="each"))
+    publisher = ScriptedPublisher(bus, keys=["loss"])
+    bus.set_task(hookbus.Task("worker", index))
+    with bus:
+        bus.local_step = 7
+        publisher.run([{"loss": 1.0}])
+    assert sorted(name for name, *_ in got) == expected
+    assert {tuple(rest) for _, *rest in got} == {("worker", index, 7)}
+    assert each.path == tmp_path / f"m.worker-{index}.csv"
+    assert each.path.exists()
+    assert not (tmp_path / "m.csv").exists()
+
+
+def test_one_machine_events_carry_no_task() -> None:
+    bus = hookbus.EventBus()
+    got: list[Any] = []
+    bus.on("after_run", got.append)
+    with bus:
+        ScriptedPublisher(bus, keys=["loss"]).run([{"loss": 1.0}])
+    assert (got[0].task_type, got[0].task_index, got[0].local_step) == (None, None, None)
+
+
+def test_a_cluster_hook_fails_before_training_without_a_placed_global_step(tf_graph: Any) -> None:
+    tf = pytest.importorskip("tensorflow")
+    task = hookbus.Task("worker", 0)
+    with pytest.raises(ValueError, match="check_stop_every_n_steps must be a positive int \\(got 0\\)"):
+        hookbus.EventBusHook(hookbus.EventBus(), task=task, check_stop_every_n_steps=0)
+    with pytest.raises(TypeError, match="task must be a hookbus.Task"):
+        hookbus.EventBusHook(hookbus.EventBus(), task="worker:0")  # type: ignore[arg-type]
+    step = tf.compat.v1.train.get_or_create_global_step()
+    train_op = tf.compat.v1.assign_add(step, 1)
+    hook = hookbus.EventBusHook(hookbus.EventBus(), train_op=train_op, task=task)
+    with pytest.raises(ValueError, match="the global step has no device.*replica_device_setter"):
+        hook.begin()
+
+
+# -- integration: real local clusters ----------------------------------------------------------
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _start(config: dict[str, Any]) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "PYTHONPATH")}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    log = Path(config["out"]) / f"{config['type']}{config['index']}"
+    # Files, not pipes: a process must never block on a full pipe nobody reads yet.
+    with log.with_suffix(".out").open("wb") as stdout, log.with_suffix(".err").open("wb") as stderr:
+        return subprocess.Popen([sys.executable, str(CHILD), json.dumps(config)], stdout=stdout, stderr=stderr, env=env)
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Run every scenario's cluster at once; yield ``{scenario: {"out", "reports", "logs"}}``."""
+    runs: dict[str, Any] = {}
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        ports = iter(_free_ports(3 * len(SCENARIOS)))  # at once, so no two tasks share one
+        for scenario in SCENARIOS:
+            out = tmp_path_factory.mktemp(scenario)
+            ps, w0, w1 = (f"127.0.0.1:{next(ports)}" for _ in range(3))
+            cluster = {"ps": [ps], "worker": [w0, w1]}
+            base = {"cluster": cluster, "scenario": scenario, "out": str(out)}
+            server = _start({**base, "type": "ps", "index": 0})
+            workers = [_start({**base, "type": "worker", "index": i}) for i in (0, 1)]
+            procs += [server, *workers]
+            runs[scenario] = {"out": out, "server": server, "workers": workers}
+        deadline = time.monotonic() + DEADLINE
+        for run in runs.values():
+            reports, logs = [], []
+            for index, worker in enumerate(run["workers"]):
+                try:
+                    worker.wait(timeout=max(0.1, deadline - time.monotonic()))
+                    killed = ""
+                except subprocess.TimeoutExpired:
+                    worker.kill()
+                    worker.wait()
+                    killed = f"\n[test] killed after {DEADLINE} s: worker {index} did not stop"
+                stdout = (run["out"] / f"worker{index}.out").read_text(errors="replace")
+                stderr = (run["out"] / f"worker{index}.err").read_text(errors="replace") + killed
+                lines = [line[len("REPORT ") :] for line in stdout.splitlines() if line.startswith("REPORT ")]
+                reports.append(json.loads(lines[-1]) if lines else None)
+                logs.append(stderr[-3000:])
+            run["reports"], run["logs"] = reports, logs
+        yield runs
+    finally:
+        for proc in procs:  # the parameter servers serve forever; workers only if they hung
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+def _reports(clusters: dict[str, Any], scenario: str) -> list[dict[str, Any]]:
+    run = clusters[scenario]
+    for report, log in zip(run["reports"], run["logs"], strict=True):
+        assert report is not None, log
+    return list(run["reports"])
+
+
+@pytest.mark.subprocess
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_only_the_chief_writes_and_stop_at_step_on_the_chief_stops_both(clusters: dict[str, Any]) -> None:
+    chief, other = _reports(clusters, "files")
+    out: Path = clusters["files"]["out"]
+    assert (chief["error"], other["error"]) == (None, None), (chief, other)
+    assert chief["stop_reason"].startswith("reached step")
+    assert other["stop_source"] == "cluster"
+    assert other["stop_reason"].startswith("worker-0: reached step")
+    assert (chief["task"], other["task"]) == (["worker", 0], ["worker", 1])
+    assert other["local_step"] <= other["step"]  # its own steps, and the shared global step
+    # Chief-only sinks: files under w0 only.
+    assert (out / "w0" / "metrics.csv").exists()
+    assert list((out / "w0" / "tb").glob("events.out.tfevents.*"))
+    assert (out / "w0" / "ckpt" / "checkpoint").exists()
+    assert not (out / "w1").exists()
+    assert sorted(p.name for p in out.glob("*.csv")) == ["each.worker-0.csv", "each.worker-1.csv"]
+    rows = (out / "w0" / "metrics.csv").read_text().splitlines()
+    assert rows[0].startswith("step,")
+    assert int(rows[-1].split(",")[0]) >= 5
+
+
+@pytest.mark.subprocess
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_a_nan_on_one_worker_stops_every_worker(clusters: dict[str, Any]) -> None:
+    chief, other = _reports(clusters, "nan")
+    assert str(other["error"]).startswith("NonFiniteError: loss is non-finite"), other
+    assert chief["error"] is None, chief
+    assert chief["stop_source"] == "cluster"
+    assert chief["stop_reason"].startswith("worker-1: NonFiniteError: loss is non-finite")
+    assert chief["local"] - chief["stop_local_step"] <= 1  # it stopped at the step that saw it
+
+
+@pytest.mark.subprocess
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_an_early_stop_on_the_chief_stops_both_workers(clusters: dict[str, Any]) -> None:
+    chief, other = _reports(clusters, "early")
+    assert (chief["error"], other["error"]) == (None, None), (chief, other)
+    assert chief["stop_source"] == "EarlyStoppingSink"
+    assert other["stop_source"] == "cluster"
+    assert other["stop_reason"].startswith("worker-0: ")
+    assert other["stop_reason"][len("worker-0: ") :] == chief["stop_reason"]
+
+
+@pytest.mark.subprocess
+@pytest.mark.distributed
+@pytest.mark.timeout(150)
+def test_the_example_runs_a_local_cluster(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[1] / "examples" / "distributed.py"
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    args = [sys.executable, str(example), "--local", "--dir", str(tmp_path), "--steps", "60"]
+    # A session of its own: on a hang, the whole group (the example and its three tasks) is killed.
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)  # fmt: skip
+    try:
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 0, output
+    assert "worker-0: " in output
+    assert "worker-1: " in output
+    assert "stopped at global step" in output
+    assert "worker-0: reached step" in output  # worker 1 was stopped by the chief's StopAtStepSink
+    assert (tmp_path / "metrics.csv").exists()
+    assert sorted(p.name for p in tmp_path.glob("workers*.csv")) == ["workers.worker-0.csv", "workers.worker-1.csv"]
