@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import blinker
 
+from hookbus._cluster import Task, check_runs_on
 from hookbus._dispatch import Dispatcher
 from hookbus._events import Event, StopRequest
 from hookbus._schedule import Schedule
@@ -110,6 +111,10 @@ class EventBus(Dispatcher):
         for name, signal in self.signals.items():
             setattr(self, name, signal)  # bus.after_run etc., declared below for type checkers
         self._subscribers: list[Subscriber] = []
+        self._here: list[Subscriber] = self._subscribers  # those that run on this task
+        #: This process's :class:`hookbus.Task` in multi-worker training (set by the publisher
+        #: at begin), ``None`` on one machine.
+        self.task: Task | None = None
         self._publishers: list[Publisher] = []
         self._order = 0
         self.version = 0  # bumped on every (un)subscription; publishers re-plan on change
@@ -121,6 +126,7 @@ class EventBus(Dispatcher):
         self.stop_reason: str | None = None
         self.should_stop = False
         self.step = 0
+        self.local_step = 0
         self.started = False
         self._start_time: float | None = None
         self._closed: set[int] = set()
@@ -130,6 +136,7 @@ class EventBus(Dispatcher):
         self._signal_stop: str | None = None
         self._current: Subscriber | None = None
         self._previous_handler: Any = None
+        self._handler_installed = False
         self._in_run = False
 
     @property
@@ -139,6 +146,9 @@ class EventBus(Dispatcher):
 
     def event(self, signal: str, *, step: int, mode: str = "train", **fields: Any) -> Event:
         """Build an :class:`Event` stamped with this bus's clocks."""
+        task = self.task
+        if task is not None:
+            fields.update(task_type=task.type, task_index=task.index, local_step=self.local_step)
         return Event(
             signal,
             step,
@@ -168,7 +178,34 @@ class EventBus(Dispatcher):
             )
         self._subscribers.append(record)
         self._subscribers.sort(key=lambda s: s.sort_key)
+        self._locate()
+
+    def _locate(self) -> None:
+        task = self.task
+        self._here = self._subscribers if task is None else [r for r in self._subscribers if task.runs(r.runs_on)]
         self.version += 1
+
+    @property
+    def local_subscribers(self) -> list[Subscriber]:
+        """The subscribers that run on this task (all of them on one machine), in dispatch order."""
+        return list(self._here)
+
+    def set_task(self, task: Task | None) -> None:
+        """Run as ``task`` of a multi-worker cluster (publishers call it before ``begin``).
+
+        Subscribers whose ``runs_on`` excludes the task are neither planned, fetched for nor
+        called; sinks with ``runs_on="each"`` get the task's output suffix.
+        """
+        if task is not None and not isinstance(task, Task):
+            raise TypeError(f"task must be a hookbus.Task or None (got {task!r})")
+        self.task = task
+        if task is not None:
+            for record in self._subscribers:
+                if record.sink is not None:
+                    record.runs_on = record.sink.runs_on  # it may have been set after attach
+                    if record.runs_on == "each":
+                        record.sink.set_output_suffix(task.suffix)
+        self._locate()
 
     def attach(self, sink: _SinkT) -> _SinkT:
         """Subscribe every ``on_<signal>`` method ``sink`` overrides; returns the sink.
@@ -193,6 +230,7 @@ class EventBus(Dispatcher):
                 on_error=sink.on_error,
                 order=self._order,
                 sink=sink,
+                runs_on=sink.runs_on,
             )
         )
         return sink
@@ -232,6 +270,7 @@ class EventBus(Dispatcher):
         priority: int = PRIORITY_DEFAULT,
         on_error: str = "raise",
         name: str | None = None,
+        runs_on: str = "all",
     ) -> Any:
         """Subscribe a function to ``signal``; usable as a decorator.
 
@@ -247,6 +286,7 @@ class EventBus(Dispatcher):
             priority: Lower runs first (default 100, after control sinks and checkpoints).
             on_error: ``"raise"`` (default), ``"isolate"`` or ``"disable"``.
             name: Shown in reports (default: the function's qualified name).
+            runs_on: ``"all"`` (default) or ``"chief"``: where it runs in multi-worker training.
 
         Returns:
             A :class:`Subscription` (callable like the function; ``disconnect()``; a context
@@ -263,6 +303,8 @@ class EventBus(Dispatcher):
         checked_keys = check_keys(keys)
         checked_priority = check_priority(priority)
         checked_policy = check_on_error(on_error)
+        if check_runs_on(runs_on) == "each":
+            raise ValueError("runs_on='each' is for sinks with an output path; a function takes 'all' or 'chief'")
 
         def subscribe(func: Callable[[Any], Any]) -> Subscription:
             if not callable(func):
@@ -276,6 +318,7 @@ class EventBus(Dispatcher):
                 priority=checked_priority,
                 on_error=checked_policy,
                 order=self._order,
+                runs_on=runs_on,
             )
             self._add(record)
             return Subscription(self, signal, func, record)
@@ -286,7 +329,7 @@ class EventBus(Dispatcher):
         """Remove a subscriber record (what :meth:`Subscription.disconnect` calls)."""
         if record in self._subscribers:
             self._subscribers.remove(record)
-            self.version += 1
+            self._locate()
 
     def is_subscribed(self, record: Subscriber) -> bool:
         return record in self._subscribers
@@ -351,6 +394,11 @@ class EventBus(Dispatcher):
         self._start_time = self.clock()
         if threading.current_thread() is threading.main_thread():
             self._previous_handler = signal_module.signal(signal_module.SIGTERM, self._on_sigterm)
+            self._handler_installed = True
+        for record in self._subscribers:  # one run each: schedules and error counts start afresh
+            record.timer = record.timer.schedule.timer()
+            record.errors, record.disabled = 0, False
+        self.version += 1  # publishers re-plan against the fresh timers
         return self
 
     def __exit__(
@@ -364,9 +412,12 @@ class EventBus(Dispatcher):
                 self.publish_exception(exc)
             self.close(raise_errors=exc is None)
         finally:
-            if self._previous_handler is not None:
-                signal_module.signal(signal_module.SIGTERM, self._previous_handler)
-                self._previous_handler = None
+            if self._handler_installed:
+                # None: the previous handler was not installed from Python; the default is the
+                # closest that can be restored.
+                previous = self._previous_handler
+                signal_module.signal(signal_module.SIGTERM, signal_module.SIG_DFL if previous is None else previous)
+                self._previous_handler, self._handler_installed = None, False
             self._in_run = False
             self.started = False  # the run is over: sinks and functions may be (un)subscribed again
 

@@ -642,3 +642,26 @@ def test_values_scalars_become_floats_arrays_stay_arrays_bytes_pass(clock: FakeC
     assert values["arr"].tolist() == [0.0, 1.0, 2.0]
     assert values["proto"] == b"\x08\x01"
     assert np.isnan(values["nan"])
+
+
+def test_each_with_bus_is_a_fresh_run_for_schedules_and_error_policies(clock: FakeClock) -> None:
+    bus, pub = make(clock)
+    fired: list[int] = []
+    bus.on("after_run", lambda e: fired.append(e.step), every_n_steps=10, keys="loss")
+
+    calls: list[int] = []
+
+    def broken(event: Event) -> None:
+        calls.append(event.step)
+        raise RuntimeError("broken")
+
+    bus.on("after_run", broken, on_error="disable", keys="loss")
+    with bus:
+        pub.run([{"loss": 1.0, "acc": 1.0}] * 25)
+    assert fired == [10, 20]
+    assert calls == [1]  # disabled after its first failure
+    with bus:  # a new run from step 0: the multiples fire again, the disabled one is back
+        pub.run([{"loss": 1.0, "acc": 1.0}] * 10)
+    assert fired == [10, 20, 10]
+    assert calls == [1, 1]
+    assert [r.errors for r in bus.subscribers] == [0, 1]
