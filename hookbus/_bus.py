@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import signal as signal_module
-import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -14,6 +12,7 @@ import blinker
 from hookbus._cluster import Task, check_runs_on
 from hookbus._dispatch import Dispatcher
 from hookbus._events import Event, StopRequest
+from hookbus._run import RunScope
 from hookbus._schedule import Schedule
 from hookbus._subscriber import (
     PRIORITY_DEFAULT,
@@ -28,7 +27,6 @@ from hookbus._subscriber import (
 )
 
 if TYPE_CHECKING:
-    from types import FrameType, TracebackType
 
     from hookbus._checkpoint import CheckpointBackend
 
@@ -65,7 +63,7 @@ class Publisher(Protocol):
     def mode(self) -> str: ...
 
 
-class EventBus(Dispatcher):
+class EventBus(RunScope, Dispatcher):
     """Publishes the training lifecycle to subscribers in a deterministic, isolated order.
 
     Signals live in the bus's own :class:`blinker.Namespace` and are attributes of the bus
@@ -372,72 +370,3 @@ class EventBus(Dispatcher):
             self.started = True
             if self._start_time is None:
                 self._start_time = self.clock()
-
-    # -- signals (SIGTERM) -------------------------------------------------------------------
-    def poll_signals(self) -> None:
-        """Turn a signal received since the last call into a stop request (publishers call it)."""
-        if self._signal_stop is not None:
-            name, self._signal_stop = self._signal_stop, None
-            self.request_stop(f"received {name}", source="signal")
-
-    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        # Runs between bytecodes on the main thread: only set a flag, the publisher acts on it.
-        self._signal_stop = signal_module.Signals(signum).name
-        self.should_stop = True
-
-    # -- run scope ---------------------------------------------------------------------------
-    def __enter__(self) -> EventBus:
-        if self._in_run:
-            raise RuntimeError("this bus is already running; one `with bus:` at a time")
-        self._reset_run()
-        self._in_run = True
-        self._start_time = self.clock()
-        if threading.current_thread() is threading.main_thread():
-            self._previous_handler = signal_module.signal(signal_module.SIGTERM, self._on_sigterm)
-            self._handler_installed = True
-        for record in self._subscribers:  # one run each: schedules and error counts start afresh
-            record.timer = record.timer.schedule.timer()
-            record.errors, record.disabled = 0, False
-        self.version += 1  # publishers re-plan against the fresh timers
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            if exc is not None:
-                self.publish_exception(exc)
-            self.close(raise_errors=exc is None)
-        finally:
-            if self._handler_installed:
-                # None: the previous handler was not installed from Python; the default is the
-                # closest that can be restored.
-                previous = self._previous_handler
-                signal_module.signal(signal_module.SIGTERM, signal_module.SIG_DFL if previous is None else previous)
-                self._previous_handler, self._handler_installed = None, False
-            self._in_run = False
-            self.started = False  # the run is over: sinks and functions may be (un)subscribed again
-
-    def close(self, *, raise_errors: bool = True) -> None:
-        """Close every attached sink exactly once (idempotent).
-
-        Every sink is closed even if another's ``close`` raises; afterwards the first error of a
-        sink whose policy is ``"raise"`` is re-raised when ``raise_errors``.
-        """
-        first: BaseException | None = None
-        for record in tuple(self._subscribers):  # a sink may detach itself when closed
-            sink = record.sink
-            if sink is None or id(sink) in self._closed:
-                continue
-            self._closed.add(id(sink))
-            try:
-                sink.close()
-            except Exception as error:  # close the rest first
-                logger.exception("closing %r failed", sink)
-                if record.on_error == "raise" and first is None:
-                    first = error
-        if first is not None and raise_errors:
-            raise first
