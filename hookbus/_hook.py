@@ -249,6 +249,10 @@ class EventBusHook:
         self._core.session_created(self._step)
         if self._shared_stop is not None:
             self._shared_stop.session_created(session, self.bus, first=self._core.sessions == 1)
+        if self._core.mode == "train" and self.bus.should_stop:
+            # Stopped as the session began (a resume at or past StopAtStepSink's step): run no
+            # step at all. StopAtStepHook ran one more, which put a step past the target on disk.
+            coord.request_stop()
 
     def _is_training_run(self, run_context: Any) -> bool:
         if not self._train_ops:

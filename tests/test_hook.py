@@ -406,3 +406,26 @@ def test_the_hook_is_a_session_run_hook_though_import_hookbus_does_not_import_te
     assert isinstance(hook, v1.train.SessionRunHook)
     assert isinstance(hook, EventBusHook)
     assert type(hook) is type(EventBusHook(EventBus(), {}))  # the mixed class is made once
+
+
+def test_a_session_resumed_at_the_stop_step_runs_no_step(tmp_path: Path) -> None:
+    from hookbus.sinks import CheckpointSink, StopAtStepSink
+
+    def run_once() -> tuple[int, int]:
+        with tf.Graph().as_default():
+            m = build_linear_regression()
+            bus = EventBus()
+            bus.attach(CheckpointSink(str(tmp_path), every_n_secs=None))
+            bus.attach(StopAtStepSink(last_step=20))
+            hook = EventBusHook(bus, {"loss": m.loss}, train_op=m.train_op)
+            runs = 0
+            with bus, hookbus.monitored_training_session(hooks=[hook], checkpoint_dir=str(tmp_path)) as sess:
+                while not sess.should_stop():
+                    sess.run(m.train_op)
+                    runs += 1
+            return runs, hook._step
+
+    assert run_once() == (20, 20)
+    # StopAtStepHook would run one more step here and leave step 21 on disk.
+    assert run_once() == (0, 20)
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-20")

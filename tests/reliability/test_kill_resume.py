@@ -39,6 +39,8 @@ def kill_trials(directory: Path, seed: int, phases: list[str]) -> list[dict[str,
     done: list[dict[str, Any]] = []
     for gen, phase in enumerate(phases):
         start = latest_checkpoint_step(directory / "ckpt") or 0
+        if phase != "timer" and start + 1 >= LAST - 10:
+            continue  # too close to the end for a kill at a step: nothing left to interrupt
         spec = kill_spec(rng, phase, start)
         result = run_child(directory, LAST, gen, spec)
         if phase != "timer" or result.returncode != 0:  # a late timer may find the run finished
