@@ -93,7 +93,12 @@ def check_early_stopping(directory: Path, loss: dict[int, float], context: str) 
             assert entry["state"]["seen"] == entry["step"] // EVAL_EVERY
         elif entry["event"] == "session":
             assert entry["state"]["seen"] == 0
-    (done,) = [e for e in log if e["event"] == "done"]
+    # A late timer may find a run already finished; then the final run resumes at LAST and is done
+    # too: every finished run must end with the same, complete state.
+    finished = [e for e in log if e["event"] == "done"]
+    assert finished, context
+    assert all(e["state"] == finished[0]["state"] for e in finished), context
+    done = finished[-1]
     evaluated = {s: v for s, v in loss.items() if s % EVAL_EVERY == 0}
     best_step = min(evaluated, key=lambda s: (evaluated[s], s))
     assert done["state"]["seen"] == LAST // EVAL_EVERY, context
