@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from hookbus._validate import positive_int
+
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
 
@@ -126,8 +128,7 @@ class SharedStop:
     """
 
     def __init__(self, task: Task, check_every_n_steps: int = 10) -> None:
-        if isinstance(check_every_n_steps, bool) or not isinstance(check_every_n_steps, int) or check_every_n_steps < 1:
-            raise ValueError(f"check_stop_every_n_steps must be a positive int (got {check_every_n_steps!r})")
+        positive_int("check_stop_every_n_steps", check_every_n_steps)
         self.task = task
         self.every = check_every_n_steps
         self.local_step = 0

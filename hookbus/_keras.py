@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
 from hookbus._hook import require_tensorflow, with_base
 from hookbus._publisher import EPOCH_PREFIX, PublisherCore
+from hookbus._validate import positive_int
 
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
@@ -113,9 +114,7 @@ class EventBusCallback:
         checkpoint: Any = None,
     ) -> None:
         require_keras("EventBusCallback").callbacks.Callback.__init__(self)
-        if isinstance(every_n_epochs, bool) or not isinstance(every_n_epochs, int) or every_n_epochs <= 0:
-            raise ValueError(f"every_n_epochs must be a positive int (got {every_n_epochs!r})")
-        self.every_n_epochs = every_n_epochs
+        self.every_n_epochs = positive_int("every_n_epochs", every_n_epochs)
         self.restore = check_restore(restore)
         self._checkpoint = check_checkpoint(checkpoint)
         keys = (keys,) if isinstance(keys, str) else tuple(keys)

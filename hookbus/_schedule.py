@@ -5,15 +5,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from hookbus._validate import positive_int
+
 __all__ = ["Schedule"]
 
 
 def _check_steps(value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"every_n_steps must be a positive int (got {value!r})")
-    return value
+    return None if value is None else positive_int("every_n_steps", value)
 
 
 def _check_secs(value: object) -> float | None:

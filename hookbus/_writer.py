@@ -25,6 +25,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from hookbus._validate import positive_int, positive_number
+
 __all__ = ["BackgroundWriter", "WriterError", "WriterWarning", "check_writable_dir"]
 
 T = TypeVar("T")
@@ -101,10 +103,8 @@ class BackgroundWriter(Generic[T]):
         max_queue_size: int = 1024,
         flush_secs: float = 5.0,
     ) -> None:
-        if isinstance(max_queue_size, bool) or not isinstance(max_queue_size, int) or max_queue_size < 1:
-            raise ValueError(f"max_queue_size must be a positive int (got {max_queue_size!r})")
-        if isinstance(flush_secs, bool) or not isinstance(flush_secs, int | float) or not flush_secs > 0:
-            raise ValueError(f"flush_secs must be a positive number (got {flush_secs!r})")
+        positive_int("max_queue_size", max_queue_size)
+        positive_number("flush_secs", flush_secs)
         self.name = name
         self._write = write
         self._flush = flush

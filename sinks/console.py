@@ -17,6 +17,7 @@ from rich.text import Text
 from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
 from hookbus._schedule import Schedule
 from hookbus._subscriber import Sink
+from hookbus._validate import positive_int
 
 from ._console_render import (
     Dashboard,
@@ -115,8 +116,7 @@ class ConsoleSink(Sink):
             raise ValueError(f"console must be a rich.console.Console or None (got {console!r})")
         if not _positive(refresh_per_second):
             raise ValueError(f"refresh_per_second must be a positive number (got {refresh_per_second!r})")
-        if isinstance(history, bool) or not isinstance(history, int) or history < 1:
-            raise ValueError(f"history must be a positive int (got {history!r})")
+        positive_int("history", history)
         if not (_positive(plain_every_n_secs) or plain_every_n_secs == 0) or isinstance(plain_every_n_secs, bool):
             raise ValueError(f"plain_every_n_secs must be a number of seconds >= 0 (got {plain_every_n_secs!r})")
         if live is not None and not isinstance(live, bool):

@@ -16,6 +16,7 @@ from hookbus._events import Event
 from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX
 from hookbus._schedule import Schedule
 from hookbus._subscriber import Sink
+from hookbus._validate import positive_int, positive_number
 from hookbus._writer import BackgroundWriter, check_writable_dir, write_atomically
 
 __all__ = ["CSVSink"]
@@ -179,11 +180,9 @@ class CSVSink(Sink):
         check_writable_dir(str(self.path.parent), "path's directory")
         self.eval_path = self.path.with_name(self.path.stem + ".eval.csv")
         # The writer is made at begin; its arguments must fail now, before training starts.
-        for arg, value in (("flush_secs", flush_secs), ("close_deadline", close_deadline)):
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise ValueError(f"{arg} must be a positive number (got {value!r})")
-        if isinstance(max_queue_size, bool) or not isinstance(max_queue_size, int) or max_queue_size < 1:
-            raise ValueError(f"max_queue_size must be a positive int (got {max_queue_size!r})")
+        positive_number("flush_secs", flush_secs)
+        positive_number("close_deadline", close_deadline)
+        positive_int("max_queue_size", max_queue_size)
         self.flush_secs, self.max_queue_size, self.close_deadline = flush_secs, max_queue_size, close_deadline
         if not isinstance(epochs, bool):
             raise ValueError(f"epochs must be True or False (got {epochs!r})")

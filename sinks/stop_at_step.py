@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from hookbus._schedule import Schedule
 from hookbus._subscriber import PRIORITY_STOP_AT_STEP, Sink
+from hookbus._validate import positive_int
 
 if TYPE_CHECKING:
     from hookbus._events import Event
@@ -16,11 +17,7 @@ __all__ = ["StopAtStepSink"]
 
 
 def _positive_int(name: str, value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int (got {value!r})")
-    return value
+    return None if value is None else positive_int(name, value)
 
 
 class StopAtStepSink(Sink):

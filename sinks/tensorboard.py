@@ -20,6 +20,7 @@ from hookbus._events import Event
 from hookbus._publisher import EVAL_PREFIX
 from hookbus._schedule import Schedule
 from hookbus._subscriber import Sink
+from hookbus._validate import positive_int, positive_number
 from hookbus._writer import check_writable_dir
 
 __all__ = ["TensorBoardSink"]
@@ -117,11 +118,9 @@ class TensorBoardSink(Sink):
         if os.path.isfile(self.logdir):
             raise ValueError(f"logdir must be a directory, but {self.logdir!r} is an existing file")
         check_writable_dir(self.logdir, "logdir")
-        if isinstance(flush_secs, bool) or not isinstance(flush_secs, int | float) or not flush_secs > 0:
-            raise ValueError(f"flush_secs must be a positive number (got {flush_secs!r})")
-        for arg, count in (("max_queue_size", max_queue_size), ("histogram_bins", histogram_bins)):
-            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                raise ValueError(f"{arg} must be a positive int (got {count!r})")
+        positive_number("flush_secs", flush_secs)
+        positive_int("max_queue_size", max_queue_size)
+        positive_int("histogram_bins", histogram_bins)
         if hparams is not None and not (
             isinstance(hparams, Mapping)
             and all(isinstance(k, str) and isinstance(v, HParamValue) for k, v in hparams.items())
