@@ -180,7 +180,15 @@ class EventBus(RunScope, Dispatcher):
 
     def _locate(self) -> None:
         task = self.task
-        self._here = self._subscribers if task is None else [r for r in self._subscribers if task.runs(r.runs_on)]
+        self._here = (
+            self._subscribers
+            if task is None
+            else [
+                r
+                for r in self._subscribers
+                if task.runs(r.runs_on, joins_collectives=getattr(r.sink, "joins_collectives", False))
+            ]
+        )
         self.version += 1
 
     @property

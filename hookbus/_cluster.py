@@ -52,12 +52,16 @@ class Task:
             worker 0 when the cluster has no ``"chief"`` job).
         has_chief_job: Whether the cluster has a ``"chief"`` job (default ``False``), for the
             default of ``is_chief``.
+        collective: Whether the workers train in lockstep under a collective strategy
+            (``MultiWorkerMirroredStrategy``; default ``False``: parameter-server training).
+            Then sinks whose work every worker must join (checkpoints) run on every worker.
     """
 
     type: str
     index: int = 0
     is_chief: bool | None = None
     has_chief_job: bool = False
+    collective: bool = False
 
     def __post_init__(self) -> None:
         if self.type not in ("worker", "chief"):
@@ -76,9 +80,13 @@ class Task:
         """The per-worker output suffix, ``worker-<i>`` (``chief-<i>`` for a chief job)."""
         return f"{self.type}-{self.index}"
 
-    def runs(self, runs_on: str) -> bool:
-        """Whether a subscriber with ``runs_on`` runs on this task."""
-        return runs_on != "chief" or bool(self.is_chief)
+    def runs(self, runs_on: str, *, joins_collectives: bool = False) -> bool:
+        """Whether a subscriber with ``runs_on`` runs on this task.
+
+        ``joins_collectives``: the subscriber's work must run on every worker of a collective
+        strategy (a checkpoint save), so it runs everywhere there whatever ``runs_on`` says.
+        """
+        return runs_on != "chief" or bool(self.is_chief) or (self.collective and joins_collectives)
 
     @classmethod
     def from_tf_config(cls, environ: Mapping[str, str] | None = None) -> Task | None:

@@ -7,6 +7,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
+from hookbus._collective import CollectiveStop, task_of_strategy
 from hookbus._hook import require_tensorflow, with_base
 from hookbus._publisher import EPOCH_PREFIX, PublisherCore
 from hookbus._validate import positive_int
@@ -87,6 +88,16 @@ class EventBusCallback:
 
     Stop requests (early stopping, stop-at-step, SIGTERM) set ``model.stop_training``.
 
+    Multi-worker: when the model was built under a ``MultiWorkerMirroredStrategy`` with two or
+    more workers, the bus runs as this worker's :class:`hookbus.Task` (chief-only sinks on the
+    chief alone; checkpoints by TensorFlow's rule, see :class:`~hookbus.sinks.CheckpointSink`),
+    and a stop any worker asks for is agreed by all-reducing the workers' stop flags each time
+    the step crosses a multiple of ``check_stop_every_n_steps`` and at every epoch end;
+    ``model.stop_training`` is set on every worker at that same step, so none is left waiting
+    in an all-reduce. (Keras 3.15's own ``fit`` fails under a multi-worker
+    ``MultiWorkerMirroredStrategy`` before the first batch, keras-team/keras#20585; the
+    callback is ready for a Keras that runs it.)
+
     Args:
         bus: The bus to publish on.
         keys: Keras log names to publish (default ``("loss",)``).
@@ -94,6 +105,8 @@ class EventBusCallback:
         restore: ``False`` (default), ``True`` (the CheckpointSink's directory) or a directory.
         checkpoint: The ``tf.train.Checkpoint`` to save and restore (default ``None``:
             ``tf.train.Checkpoint(model=model, optimizer=model.optimizer)``, made at train begin).
+        check_stop_every_n_steps: Under a multi-worker strategy, agree on stopping each time the
+            step crosses a multiple of n (default 10).
 
     Raises:
         ValueError, TypeError: at construction for malformed arguments; at train begin for an
@@ -112,9 +125,12 @@ class EventBusCallback:
         every_n_epochs: int = 1,
         restore: Restore = False,
         checkpoint: Any = None,
+        check_stop_every_n_steps: int = 10,
     ) -> None:
         require_keras("EventBusCallback").callbacks.Callback.__init__(self)
         self.every_n_epochs = positive_int("every_n_epochs", every_n_epochs)
+        self._check_every = positive_int("check_stop_every_n_steps", check_stop_every_n_steps)
+        self._collective: CollectiveStop | None = None
         self.restore = check_restore(restore)
         self._checkpoint = check_checkpoint(checkpoint)
         keys = (keys,) if isinstance(keys, str) else tuple(keys)
@@ -165,10 +181,30 @@ class EventBusCallback:
         self.checkpoint_backend.attach(checkpoint)
         self.bus.checkpoint_backend = self.checkpoint_backend
         self._in_fit, self._checked = True, False
+        strategy = getattr(model, "distribute_strategy", None)
+        task = task_of_strategy(strategy)
+        self._collective = None if task is None else CollectiveStop(strategy, task, self._check_every)
+        if task is not None:
+            self.bus.set_task(task)
         self._core.begin()
         self.restored_from = restore_latest(self.bus, self.checkpoint_backend, self.restore)
         self._step = self._epoch_start = self._read_step()
+        self.bus.local_step = 0
         self._core.session_created(self._step, True if self.restored_from else None)
+        if self._collective is not None:
+            self._collective.reset(self._step)
+            self._collective.agree(self.bus, self._step, plan=True)
+        self._stop_if_agreed()
+
+    def _stop_if_agreed(self) -> None:
+        """Set ``model.stop_training`` once a stop is asked for (agreed, under a collective strategy)."""
+        bus = self.bus
+        bus.poll_signals()
+        collective = self._collective
+        if collective is not None and not collective.agreed and collective.due(self._step):
+            collective.agree(bus, self._step)
+        if bus.should_stop if collective is None else collective.agreed:
+            self.model.stop_training = True  # type: ignore[attr-defined]
 
     def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
         self._epoch_start = self._step
@@ -177,6 +213,7 @@ class EventBusCallback:
         step = self._epoch_start + batch + 1  # batch: the last batch of this execution, 0-based
         keys = self._core.plan(step)
         bus = self.bus
+        bus.local_step += step - self._step
         if keys is None:
             bus.step = self._step = step
         else:
@@ -188,9 +225,7 @@ class EventBusCallback:
             self._step = real
             self._core.publish_step(real, {k: logs[k] for k in keys})
         self._logs = logs or self._logs
-        bus.poll_signals()
-        if bus.should_stop:
-            self.model.stop_training = True  # type: ignore[attr-defined]
+        self._stop_if_agreed()
 
     def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
         logs = logs or {}
@@ -199,10 +234,9 @@ class EventBusCallback:
             self._eval.publish_eval(self._step, {k: val[k] for k in self._eval.keys if k in val})
         if (epoch + 1) % self.every_n_epochs == 0:
             self._publish_epoch(epoch, logs)
-        bus = self.bus
-        bus.poll_signals()
-        if bus.should_stop:
-            self.model.stop_training = True  # type: ignore[attr-defined]
+        if self._collective is not None and not self._collective.agreed:
+            self._collective.agree(self.bus, self._step)  # every worker ends the epoch here
+        self._stop_if_agreed()
 
     def _publish_epoch(self, epoch: int, logs: Mapping[str, Any]) -> None:
         bus = self.bus

@@ -6,7 +6,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
+from hookbus._collective import CollectiveStop, task_of_strategy
 from hookbus._publisher import PublisherCore
+from hookbus._validate import positive_int
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -50,6 +52,17 @@ class LoopPublisher:
     call :meth:`step` after the update. Without it, steps are counted from 0, or from the
     restored checkpoint's ``-N`` suffix.
 
+    Multi-worker (``strategy=`` a ``MultiWorkerMirroredStrategy`` with two or more workers):
+    the bus runs as this worker's :class:`hookbus.Task`, so the chief-only sinks (console,
+    TensorBoard, CSV) run on the chief alone and checkpoints follow TensorFlow's rule (every
+    worker saves; see :class:`~hookbus.sinks.CheckpointSink`). Every worker runs the same loop
+    and calls :meth:`step`, :meth:`evaluate` and ``with loop:`` at the same points. A stop any
+    worker asks for takes effect on every worker at the same step: the workers all-reduce
+    their stop flags when the step crosses a multiple of ``check_stop_every_n_steps``, at
+    begin and in :meth:`evaluate`, and :attr:`should_stop` turns true only then, so no worker
+    is left waiting in an all-reduce. Pass values reduced across workers
+    (``strategy.reduce``), so that every worker's sinks decide alike.
+
     Args:
         bus: The bus to publish on.
         keys: The keys :meth:`step` provides.
@@ -57,6 +70,10 @@ class LoopPublisher:
         step_counter: A variable holding completed training steps (default ``None``).
         checkpoint: A ``tf.train.Checkpoint`` for checkpoint sinks (default ``None``: none).
         restore: ``False`` (default), ``True`` (the CheckpointSink's directory) or a directory.
+        strategy: The ``tf.distribute`` strategy the loop trains under (default ``None``).
+            Only a multi-worker ``MultiWorkerMirroredStrategy`` changes anything.
+        check_stop_every_n_steps: Under a multi-worker strategy, agree on stopping each time
+            the step crosses a multiple of n (default 10).
 
     Raises:
         ValueError, TypeError: at construction for malformed arguments; at begin for
@@ -72,6 +89,8 @@ class LoopPublisher:
         step_counter: Any = None,
         checkpoint: Any = None,
         restore: Restore = False,
+        strategy: Any = None,
+        check_stop_every_n_steps: int = 10,
     ) -> None:
         keys = (keys,) if isinstance(keys, str) else tuple(keys)
         eval_keys = (eval_keys,) if isinstance(eval_keys, str) else tuple(eval_keys)
@@ -81,6 +100,11 @@ class LoopPublisher:
         if self.restore is not False and checkpoint is None:
             raise ValueError(f"restore={restore!r} needs checkpoint=tf.train.Checkpoint(...) to restore into")
         check_checkpoint(checkpoint)
+        if strategy is not None and not callable(getattr(strategy, "run", None)):
+            raise TypeError(f"strategy must be a tf.distribute.Strategy or None (got {strategy!r})")
+        self._strategy = strategy
+        self._check_every = positive_int("check_stop_every_n_steps", check_stop_every_n_steps)
+        self._collective: CollectiveStop | None = None
         self._core = PublisherCore(bus, keys)  # registers the keys: checked when the loop begins
         self._eval = PublisherCore(bus, eval_keys, mode="eval") if eval_keys else None
         self.bus = bus
@@ -103,8 +127,12 @@ class LoopPublisher:
 
     @property
     def should_stop(self) -> bool:
-        """Whether a subscriber (or SIGTERM) asked to stop; end the loop when it is true."""
-        return self.bus.should_stop
+        """Whether a subscriber (or SIGTERM) asked to stop; end the loop when it is true.
+
+        Under a multi-worker strategy: whether the workers agreed to stop (see the class).
+        """
+        collective = self._collective
+        return self.bus.should_stop if collective is None else collective.agreed
 
     def _read_counter(self) -> int | None:
         return None if self._counter is None else int(self._counter.numpy())
@@ -116,6 +144,10 @@ class LoopPublisher:
         if backend is not None:
             backend.attach()
             self.bus.checkpoint_backend = backend
+        task = task_of_strategy(self._strategy)
+        self._collective = None if task is None else CollectiveStop(self._strategy, task, self._check_every)
+        if task is not None:
+            self.bus.set_task(task)
         self._core.begin()
         if self._eval is not None:
             self._eval.begin()
@@ -127,7 +159,11 @@ class LoopPublisher:
             counted = (step_of(self.restored_from) or 0) if self.restored_from else 0
         self._step = counted
         self._last = None
+        self.bus.local_step = 0
         self._core.session_created(self._step, True if self.restored_from else None)
+        if self._collective is not None:
+            self._collective.reset(self._step)
+            self._collective.agree(self.bus, self._step, plan=True)  # a worker may begin stopped
 
     def step(self, values: StepValues) -> bool:
         """One training step ran: publish it to the due subscribers; returns :attr:`should_stop`.
@@ -142,6 +178,7 @@ class LoopPublisher:
         step = self._step + 1
         keys = self._core.plan(step)
         bus = self.bus
+        bus.local_step += 1
         if keys is None:
             bus.step = self._step = step
         else:
@@ -151,7 +188,12 @@ class LoopPublisher:
             self._core.publish_step(self._step, self._pick(raw, keys))
         self._last = values
         bus.poll_signals()
-        return bus.should_stop
+        collective = self._collective
+        if collective is None:
+            return bus.should_stop
+        if collective.due(self._step):
+            collective.agree(bus, self._step)
+        return collective.agreed
 
     def _pick(self, raw: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
         missing = [k for k in keys if k not in raw]
@@ -170,6 +212,8 @@ class LoopPublisher:
         if self._eval.eval_wanted():
             self._eval.publish_eval(self._step, self._pick(values, self._eval.keys))
         self.bus.poll_signals()
+        if self._collective is not None:
+            self._collective.agree(self.bus, self._step)  # every worker evaluates at the same step
 
     def end(self) -> None:
         """Publish the ``at_end`` values (from the last step) and ``end`` (``with loop:`` calls it)."""

@@ -103,6 +103,9 @@ class Sink:
 
     default_schedule: ClassVar[Schedule] = Schedule(every_n_steps=1)
     default_runs_on: ClassVar[str] = "all"
+    #: Under a collective strategy (``MultiWorkerMirroredStrategy``), whether this sink's work
+    #: must run on every worker whatever ``runs_on`` says (checkpoint saves: TensorFlow's rule).
+    joins_collectives: ClassVar[bool] = False
     priority: int = PRIORITY_DEFAULT
     on_error: str = "isolate"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shutil
 from typing import TYPE_CHECKING, ClassVar
 
 from hookbus import _checkpoint as files
@@ -46,6 +47,15 @@ class CheckpointSink(Sink):
     own values, or a :class:`NanGuardSink`'s finding). On ``session_created`` from a checkpoint
     of ``directory`` the saved sink states are loaded back.
 
+    Multi-worker: in parameter-server training only the chief saves (``runs_on="chief"``).
+    Under ``MultiWorkerMirroredStrategy`` every worker saves, as TensorFlow requires there: the
+    chief into ``directory``, the others into a scratch directory
+    (``directory/.hookbus-tmp-<task>``) that is removed after each save; retention, the
+    pointer and ``checkpoint_saved`` are the chief's. The saves must fall on the same steps on
+    every worker, so there the schedule must be ``every_n_steps`` only (``every_n_secs=None``),
+    and a stop saves at the end the workers agreed on, not at the request. ``directory`` must be
+    on storage every worker reads (each restores from it).
+
     Args:
         directory: Where checkpoints go (pass the same as the session's ``checkpoint_dir``).
         every_n_steps: Save when the step reaches a new multiple (default ``None``).
@@ -71,6 +81,8 @@ class CheckpointSink(Sink):
     default_schedule: ClassVar[Schedule] = Schedule(every_n_secs=600)
     #: Parameter-server training: only the chief saves (``chief_only_hooks``), at the shared global step.
     default_runs_on: ClassVar[str] = "chief"
+    #: Under MultiWorkerMirroredStrategy every worker saves (the non-chiefs into a scratch directory).
+    joins_collectives: ClassVar[bool] = True
     priority = PRIORITY_CHECKPOINT
     on_error = "raise"
 
@@ -115,6 +127,8 @@ class CheckpointSink(Sink):
         self._nonfinite_step: int | None = None
         self._frozen = False  # after restore_best: the live model no longer matches its step
         self._resumed = False  # whether a session_created has been seen: the first may load states
+        self._scratch: str | None = None  # a collective non-chief's save directory, removed after each save
+        self._collective = False
 
     # -- lifecycle ---------------------------------------------------------------------------
     def on_begin(self, event: Event) -> None:
@@ -143,6 +157,18 @@ class CheckpointSink(Sink):
                     "their states are saved by name: pass name=... to tell them apart"
                 )
             seen[sink.name] = sink
+        task = bus.task
+        self._collective = task is not None and task.collective
+        self._scratch = None
+        if task is not None and task.collective:
+            if self.schedule.every_n_secs is not None:
+                raise ValueError(
+                    f"{self.name}: under MultiWorkerMirroredStrategy every worker saves, at the same "
+                    f"steps, so the schedule must count steps (got every_n_secs={self.schedule.every_n_secs!r}); "
+                    "pass every_n_steps=<n> and every_n_secs=None"
+                )
+            if not task.is_chief:
+                self._scratch = os.path.join(self.directory, f".hookbus-tmp-{task.suffix}")
         os.makedirs(self.directory, exist_ok=True)
         # The disk is the truth: this also recovers what earlier processes saved, so keep holds.
         self._kept = files.list_checkpoints(self.directory)
@@ -189,7 +215,8 @@ class CheckpointSink(Sink):
             bus.call_after_dispatch(lambda: self._consider_best(step, value))
 
     def on_stop_requested(self, event: StopRequest) -> None:
-        self._save_if_live()  # the step has reached every subscriber already
+        if not self._collective:  # collective: the workers may ask at different steps; save at the end
+            self._save_if_live()  # the step has reached every subscriber already
 
     def on_end(self, event: Event) -> None:
         if event.mode == "train" and event.bus is not None:
@@ -227,17 +254,33 @@ class CheckpointSink(Sink):
             files.remove_checkpoint(path)  # the pointer still names the previous checkpoint
             raise
 
+    def _write_scratch(self, step: int, value: float | None) -> None:
+        """A collective non-chief's save: the same write as the chief's, into a directory then removed."""
+        assert self._scratch is not None
+        try:
+            self._write(self._scratch, step, value)
+        finally:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
     def _save(self, step: int, value: float | None) -> None:
         if step in self._saved or not self._savable(step):
             return
-        path = self._write(self.directory, step, value)
+        # A collective non-chief keeps the chief's bookkeeping (same paths, no files) so that its
+        # later decisions (keep_best) match the chief's.
+        if self._scratch is not None:
+            self._write_scratch(step, value)
+            path = os.path.join(self.directory, f"{self.basename}-{step}")
+        else:
+            path = self._write(self.directory, step, value)
         kept = [*self._kept, path]
-        files.record_checkpoints(self.directory, kept[-self.keep :])  # barrier step 4
-        for old in kept[: -self.keep]:
-            files.remove_checkpoint(old)
+        if self._scratch is None:
+            files.record_checkpoints(self.directory, kept[-self.keep :])  # barrier step 4
+            for old in kept[: -self.keep]:
+                files.remove_checkpoint(old)
         self._kept = kept[-self.keep :]
         self._saved.add(step)
-        self._publish(path, step, value)
+        if self._scratch is None:
+            self._publish(path, step, value)
 
     def _consider_best(self, step: int, value: float) -> None:
         assert self._monitor is not None
@@ -247,20 +290,27 @@ class CheckpointSink(Sink):
         if len(ranked) >= self.keep_best and not self._monitor.better(value, ranked[0][0]):
             return
         regular = [p for p in self._kept if files.step_of(p) == step]
+        chief = self._scratch is None  # a collective non-chief only joins the save, if one is written
         if regular:
-            path = files.copy_checkpoint(regular[-1], self.best_directory)
+            target = os.path.join(self.best_directory, os.path.basename(regular[-1]))
+            path = files.copy_checkpoint(regular[-1], self.best_directory) if chief else target
         elif self._bus is not None and self._bus.step == step and self._backend().ready and self._savable(step):
-            path = self._write(self.best_directory, step, value)
+            if chief:
+                path = self._write(self.best_directory, step, value)
+            else:
+                self._write_scratch(step, value)
+                path = os.path.join(self.best_directory, f"{self.basename}-{step}")
         else:
             logger.warning("%s: no checkpoint of step %d to keep as best (%s=%g)", self.name, step, self.monitor, value)
             return
         sign = -1.0 if self._monitor.mode == "min" else 1.0
         ranked = sorted([*ranked, (value, path)], key=lambda item: sign * item[0])  # worst first
         dropped, self._best = ranked[: -self.keep_best], ranked[-self.keep_best :]
-        files.record_checkpoints(self.best_directory, [p for _, p in self._best])
-        for _, old in dropped:
-            files.remove_checkpoint(old)
-        self._publish(path, step, value)
+        if chief:
+            files.record_checkpoints(self.best_directory, [p for _, p in self._best])
+            for _, old in dropped:
+                files.remove_checkpoint(old)
+            self._publish(path, step, value)
 
     def _publish(self, path: str, step: int, value: float | None) -> None:
         if self._bus is not None:
@@ -287,6 +337,8 @@ class CheckpointSink(Sink):
             backend.restore(best)
             self._frozen = True
         target = os.path.join(self.directory, os.path.basename(best))
+        if self._scratch is not None:  # a collective non-chief: the chief records it
+            return target
         if not os.path.exists(target + ".index"):
             files.copy_checkpoint(best, self.directory)
         kept = [p for p in self._kept if p != target] + [target]

@@ -1,0 +1,144 @@
+"""Synchronous multi-worker training (``tf.distribute.MultiWorkerMirroredStrategy``).
+
+Every worker runs the same steps in lockstep: each training step ends in an all-reduce that
+waits for every worker. A worker that stops on its own (its early stopping, NaN guard or
+SIGTERM) would leave the others waiting in their next all-reduce forever, so under a
+collective strategy a stop only takes effect when the workers agree on it:
+:class:`CollectiveStop` all-reduces every worker's stop flag at fixed steps (each time the
+step crosses a multiple of ``check_every_n_steps``, the same steps on every worker, and at
+begin and at the end of each epoch / evaluation), and every worker stops at that step when
+any of them asked. A planned last step (a :class:`~hookbus.sinks.StopAtStepSink` on every
+worker, ``total_steps``) is agreed at begin: when every worker plans the same one, they also
+agree at that step, so the run ends exactly there.
+
+The publishers (:class:`hookbus.EventBusCallback`, :class:`hookbus.LoopPublisher`) find the
+strategy (the model's ``distribute_strategy`` or ``strategy=``) and make the task with
+:func:`task_of_strategy`: a single-worker strategy is one machine.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from hookbus._cluster import STOP_SOURCE, Task
+from hookbus._validate import positive_int
+
+if TYPE_CHECKING:
+    from hookbus._bus import EventBus
+
+__all__ = ["CollectiveStop", "task_of_strategy"]
+
+
+def _workers(cluster: dict[str, list[str]]) -> list[tuple[str, int]]:
+    """The training tasks of a cluster spec, chief first: one all-reduce slot each."""
+    return [(job, i) for job in ("chief", "worker") for i in range(len(cluster.get(job, ())))]
+
+
+def task_of_strategy(strategy: Any) -> Task | None:
+    """This worker's :class:`Task` under a multi-worker collective strategy, else ``None``.
+
+    ``None`` for no strategy, a strategy of one machine (``MirroredStrategy``, a single-worker
+    ``MultiWorkerMirroredStrategy``) and any strategy without a cluster resolver.
+
+    Raises:
+        ValueError: for a parameter-server strategy (use :class:`hookbus.EventBusHook` with
+            ``MonitoredTrainingSession`` there) or a task that is not a training worker.
+    """
+    if strategy is None:
+        return None
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None:
+        return None
+    cluster = resolver.cluster_spec().as_dict()
+    if cluster.get("ps"):
+        raise ValueError(
+            f"{type(strategy).__name__} with parameter servers is not a collective strategy; "
+            "publish parameter-server training with hookbus.EventBusHook"
+        )
+    if len(_workers(cluster)) < 2:
+        return None
+    kind, index = resolver.task_type, int(resolver.task_id or 0)
+    if (kind, index) not in _workers(cluster):
+        raise ValueError(f"task {kind}:{index} is not a training worker of the cluster {cluster}")
+    return Task(kind, index, has_chief_job=bool(cluster.get("chief")), collective=True)
+
+
+def _here(bus: EventBus) -> list[Any]:
+    return [r.sink for r in bus.local_subscribers if r.sink is not None]
+
+
+class CollectiveStop:
+    """One stop for every worker of a synchronous cluster, agreed at fixed steps.
+
+    Args:
+        strategy: The ``MultiWorkerMirroredStrategy`` training runs under.
+        task: This worker's task (:func:`task_of_strategy`).
+        check_every_n_steps: Agree each time the step crosses a multiple of n (default 10):
+            a stop asked for at step s takes effect at the first such step after s, on every
+            worker at once.
+    """
+
+    def __init__(self, strategy: Any, task: Task, check_every_n_steps: int = 10) -> None:
+        self.every = positive_int("check_stop_every_n_steps", check_every_n_steps)
+        self.strategy = strategy
+        self.task = task
+        cluster = strategy.cluster_resolver.cluster_spec().as_dict()
+        self._names = [f"{job}-{i}" for job, i in _workers(cluster)]
+        self._slot = _workers(cluster).index((task.type, task.index))
+        self._last = 0
+        self._planned: int | None = None  # a last step every worker plans: agreed there too
+        self._reduce: Any = None
+        #: Whether the workers agreed to stop: the publisher stops only then.
+        self.agreed = False
+
+    def reset(self, step: int) -> None:
+        """A session starts at ``step``: nothing agreed yet."""
+        self._last = step // self.every
+        self._planned = None
+        self.agreed = False
+
+    def due(self, step: int) -> bool:
+        """Whether the workers agree at ``step``: it crosses a multiple of ``check_every_n_steps``
+        or reaches the planned last step (the same steps on every worker)."""
+        return step // self.every > self._last or (self._planned is not None and step >= self._planned)
+
+    def _all_reduce(self, flags: list[float]) -> list[float]:
+        if self._reduce is None:
+            import tensorflow as tf
+
+            strategy = self.strategy
+
+            def reduce(value: Any) -> Any:
+                return strategy.reduce("SUM", strategy.run(tf.identity, args=(value,)), axis=None)
+
+            self._reduce = tf.function(reduce)  # eager collectives are slow and warn; trace once
+            self._tf = tf
+        result = self._reduce(self._tf.constant(flags, dtype=self._tf.float64))  # exact steps to 2**53
+        return [float(v) for v in result.numpy()]
+
+    def agree(self, bus: EventBus, step: int, *, plan: bool = False) -> bool:
+        """All-reduce the stop flags (every worker calls it at the same point); returns :attr:`agreed`.
+
+        A stop another worker asked for becomes a stop request on ``bus`` (source
+        ``"cluster"``), naming the workers that asked. With ``plan`` (at begin) the workers
+        also compare their planned last steps.
+        """
+        self._last = max(self._last, step // self.every)
+        if self._planned is not None and step >= self._planned:
+            self._planned = None
+        count = len(self._names)
+        flags = [0.0] * (2 * count)
+        flags[self._slot] = 1.0 if bus.should_stop else 0.0
+        if plan:
+            planned = [t for s in _here(bus) if (t := s.total_steps) is not None]
+            flags[count + self._slot] = float(min(planned, default=0))
+        totals = self._all_reduce(flags)
+        if plan:
+            targets = totals[count:]
+            same = all(t == targets[0] for t in targets)
+            self._planned = int(targets[0]) if same and targets[0] > step else None
+        asked = [name for name, total in zip(self._names, totals[:count], strict=True) if total > 0]
+        if asked and not bus.should_stop:
+            bus.request_stop(f"{', '.join(asked)} stopped", step=step, source=STOP_SOURCE)
+        self.agreed = bool(asked)
+        return self.agreed

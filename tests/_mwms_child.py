@@ -1,0 +1,135 @@
+"""One worker of a local MultiWorkerMirroredStrategy cluster, for tests/test_collective.py.
+
+Usage: ``python tests/_mwms_child.py '<json>'`` with ``cluster`` (``{"worker": [...]}``),
+``index``, ``scenario`` (``loop`` or ``keras``), ``out`` (the shared output directory) and
+``stop_at`` (the step at which worker 1 alone asks to stop). The worker trains a small
+regression until hookbus stops it and prints one JSON line (``REPORT {...}``) saying how it
+ended.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def main(config: dict[str, Any]) -> None:
+    faulthandler.dump_traceback_later(float(config.get("dump_after", 60)), exit=False)
+    index, scenario, out = int(config["index"]), config["scenario"], Path(config["out"])
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": config["cluster"], "task": {"type": "worker", "index": index}})
+    import keras  # type: ignore[import-untyped]
+    import numpy as np
+    import tensorflow as tf
+
+    import hookbus
+    from hookbus.sinks import CheckpointSink, CSVSink, NanGuardSink, TensorBoardSink
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        optimizer = keras.optimizers.SGD(0.01)
+    rng = np.random.default_rng(index)  # each worker reads its own shard
+    x = rng.normal(size=(512, 4)).astype("float32")
+    y = x.sum(axis=1, keepdims=True)
+
+    bus = hookbus.EventBus()
+    bus.attach(NanGuardSink("loss"))
+    bus.attach(CSVSink(out / "metrics.csv", every_n_steps=5))
+    bus.attach(TensorBoardSink(out / "tb", every_n_steps=5))
+    bus.attach(CheckpointSink(out / "ckpt", every_n_steps=10, every_n_secs=None, keep=2))
+    bus.attach(CSVSink(out / "each.csv", every_n_steps=5, runs_on="each"))
+    seen: dict[str, Any] = {"steps": []}
+
+    @bus.on("after_run")
+    def record(event: Any) -> None:
+        seen["steps"].append(event.step)
+        seen.update(task=[event.task_type, event.task_index], local_step=event.local_step)
+        if index == 1 and event.step >= config["stop_at"]:
+            event.request_stop(f"worker 1 asked at step {event.step}")
+
+    @bus.on("stop_requested")
+    def stopped(request: Any) -> None:
+        seen.setdefault("stop_source", request.source)
+        seen.setdefault("stop_step", request.step)
+
+    saved: list[str] = []
+    error = None
+    try:
+        if scenario == "loop":
+            step = _loop(tf, strategy, model, optimizer, x, y, bus, saved)
+        else:
+            step = _keras(tf, keras, strategy, model, optimizer, x, y, bus, saved)
+    except Exception as caught:
+        error = f"{type(caught).__name__}: {caught}"[:2000]
+        step = None
+    report = {"index": index, "step": step, "stop_reason": bus.stop_reason, "error": error, "saved": saved, **seen}
+    print("REPORT " + json.dumps(report), flush=True)
+
+
+def _recording(backend: Any, saved: list[str]) -> None:
+    """Record every path the publisher's checkpoint backend writes (and still write it)."""
+    save = backend.save
+
+    def recorded(path: str) -> str:
+        saved.append(path)
+        return str(save(path))
+
+    backend.save = recorded
+
+
+def _loop(tf: Any, strategy: Any, model: Any, optimizer: Any, x: Any, y: Any, bus: Any, saved: list[str]) -> int:
+    import hookbus
+
+    with strategy.scope():
+        optimizer.build(model.trainable_variables)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    data = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16).with_options(options)
+    batches = iter(strategy.experimental_distribute_dataset(data))
+
+    @tf.function
+    def train_step(iterator: Any) -> Any:
+        def step(xb: Any, yb: Any) -> Any:
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean((model(xb) - yb) ** 2) / strategy.num_replicas_in_sync
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            return loss
+
+        return {"loss": strategy.reduce("SUM", strategy.run(step, args=next(iterator)), axis=None)}
+
+    loop = hookbus.LoopPublisher(
+        bus, ["loss"], step_counter=optimizer.iterations, strategy=strategy,
+        checkpoint=tf.train.Checkpoint(model=model, optimizer=optimizer), restore=True,
+    )  # fmt: skip
+    assert loop.checkpoint_backend is not None
+    _recording(loop.checkpoint_backend, saved)
+    with bus, loop:
+        for _ in range(500):  # a bound: a stop that never comes fails the test, it does not hang it
+            if loop.step(train_step(batches)):
+                break
+    return loop.global_step
+
+
+def _keras(
+    tf: Any, keras: Any, strategy: Any, model: Any, optimizer: Any, x: Any, y: Any, bus: Any, saved: list[str]
+) -> int:
+    import hookbus
+
+    with strategy.scope():
+        model.compile(optimizer=optimizer, loss="mse")
+    callback = hookbus.EventBusCallback(bus, ["loss"])
+    _recording(callback.checkpoint_backend, saved)
+    with bus:
+        model.fit(x, y, batch_size=16, epochs=20, verbose=0, callbacks=[callback])
+    return int(optimizer.iterations.numpy())
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))

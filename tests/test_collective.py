@@ -1,0 +1,255 @@
+"""Synchronous multi-worker training (MultiWorkerMirroredStrategy): tasks, checkpoints, one agreed stop.
+
+The integration tests start real local clusters of two worker processes on 127.0.0.1 (ports
+chosen free at run time), one for a custom loop and one for Keras ``fit``, together, once per
+module; every process is killed at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import hookbus
+from hookbus._checkpoint import list_checkpoints
+from hookbus._collective import task_of_strategy
+from hookbus.sinks import CheckpointSink
+from hookbus.testing import ScriptedPublisher
+from tests.test_distributed import _free_ports
+
+CHILD = Path(__file__).with_name("_mwms_child.py")
+SCENARIOS = ("loop", "keras")
+STOP_AT = 23  # worker 1 alone asks to stop here; the workers agree at the next multiple of 10
+DEADLINE = 90  # hard limit for a whole cluster run, in seconds (a hang fails, it does not block)
+#: Keras 3.15's fit fails under a multi-worker MultiWorkerMirroredStrategy (keras-team/keras#20585).
+KERAS_UPSTREAM = ("Invalid reduction dimension 0 for input with 0 dimensions", "to a Tensor")
+
+
+# -- unit -----------------------------------------------------------------------------------
+class _Strategy:
+    """Stands in for a strategy object: only its (real) cluster resolver is read."""
+
+    def __init__(self, cluster: dict[str, list[str]], task_type: str, task_id: int) -> None:
+        tf = pytest.importorskip("tensorflow")
+        spec = tf.train.ClusterSpec(cluster)
+        self.cluster_resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+            spec, task_type=task_type, task_id=task_id
+        )
+
+
+def test_task_of_strategy() -> None:
+    workers = {"worker": ["h:1", "h:2"]}
+    assert task_of_strategy(None) is None
+    assert task_of_strategy(_Strategy({"worker": ["h:1"]}, "worker", 0)) is None  # one machine
+    assert task_of_strategy(_Strategy(workers, "worker", 0)) == hookbus.Task("worker", 0, True, collective=True)
+    assert task_of_strategy(_Strategy(workers, "worker", 1)) == hookbus.Task("worker", 1, False, collective=True)
+    chief = task_of_strategy(_Strategy({"chief": ["h:0"], **workers}, "worker", 0))
+    assert chief is not None
+    assert not chief.is_chief
+    with pytest.raises(ValueError, match="with parameter servers is not a collective strategy"):
+        task_of_strategy(_Strategy({"ps": ["h:0"], **workers}, "worker", 0))
+    with pytest.raises(ValueError, match="task evaluator:0 is not a training worker"):
+        task_of_strategy(_Strategy({"evaluator": ["h:0"], **workers}, "evaluator", 0))
+
+
+def test_single_worker_strategy_is_one_machine() -> None:
+    tf = pytest.importorskip("tensorflow")
+    assert task_of_strategy(tf.distribute.MultiWorkerMirroredStrategy()) is None
+    with pytest.raises(TypeError, match="strategy must be a tf.distribute.Strategy or None"):
+        hookbus.LoopPublisher(hookbus.EventBus(), ["loss"], strategy="mirrored")
+    with pytest.raises(ValueError, match="check_stop_every_n_steps must be a positive int"):
+        hookbus.LoopPublisher(hookbus.EventBus(), ["loss"], check_stop_every_n_steps=0)
+
+
+def test_checkpoint_sink_runs_on_every_collective_worker() -> None:
+    bus = hookbus.EventBus()
+    sink = bus.attach(CheckpointSink(Path("unused"), every_n_steps=2, every_n_secs=None))
+    bus.set_task(hookbus.Task("worker", 1, collective=True))
+    assert bus.local_subscribers[0].sink is sink
+    bus.set_task(hookbus.Task("worker", 1))  # parameter-server training: the chief alone saves
+    assert bus.local_subscribers == []
+
+
+def _collective_bus(tmp_path: Path, index: int, **schedule: Any) -> tuple[hookbus.EventBus, CheckpointSink, list[str]]:
+    tf = pytest.importorskip("tensorflow")
+    from hookbus._checkpoint_tf2 import TF2CheckpointBackend
+
+    bus = hookbus.EventBus()
+    sink = bus.attach(CheckpointSink(tmp_path / "ckpt", keep=2, **schedule))
+    backend = TF2CheckpointBackend(tf.train.Checkpoint(v=tf.Variable(1.0)))
+    backend.attach()
+    saved: list[str] = []
+    save = backend.save
+    backend.save = lambda path: (saved.append(path), save(path))[1]  # type: ignore[method-assign]
+    bus.checkpoint_backend = backend
+    bus.set_task(hookbus.Task("worker", index, collective=True))
+    return bus, sink, saved
+
+
+def test_a_time_schedule_fails_at_begin_under_a_collective_strategy(tmp_path: Path) -> None:
+    bus, _, _ = _collective_bus(tmp_path, 0)  # the default every_n_secs=600
+    match = r"every worker saves, at the same steps.*every_n_secs=600.*every_n_steps"
+    with pytest.raises(ValueError, match=match), bus:
+        ScriptedPublisher(bus, keys=["loss"]).begin()
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_a_non_chief_saves_into_a_scratch_directory_it_removes(tmp_path: Path, index: int) -> None:
+    bus, sink, saved = _collective_bus(tmp_path, index, every_n_steps=2, every_n_secs=None)
+    with bus:
+        ScriptedPublisher(bus, keys=["loss"]).run([{"loss": 1.0}] * 7)
+    ckpt = tmp_path / "ckpt"
+    scratch = ckpt / ".hookbus-tmp-worker-1"
+    steps = [2, 4, 6, 7]  # the schedule, then the end
+    if index == 0:
+        assert saved == [str(ckpt / f"model.ckpt-{s}") for s in steps]
+        assert (ckpt / "checkpoint").exists()
+        assert list_checkpoints(str(ckpt)) == [str(ckpt / "model.ckpt-6"), str(ckpt / "model.ckpt-7")]
+    else:
+        assert saved == [str(scratch / f"model.ckpt-{s}") for s in steps]
+        assert sorted(p.name for p in ckpt.iterdir()) == []  # the chief's files only; none here
+    assert not scratch.exists()
+    assert sink._kept == [str(ckpt / "model.ckpt-6"), str(ckpt / "model.ckpt-7")]  # the same bookkeeping
+
+
+# -- integration: real local clusters -------------------------------------------------------
+def _start(config: dict[str, Any]) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "PYTHONPATH")}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    log = Path(config["out"]) / f"worker{config['index']}"
+    with log.with_suffix(".out").open("wb") as stdout, log.with_suffix(".err").open("wb") as stderr:
+        return subprocess.Popen([sys.executable, str(CHILD), json.dumps(config)], stdout=stdout, stderr=stderr, env=env)
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Run both scenarios' clusters at once; yield ``{scenario: {"out", "reports", "logs"}}``."""
+    runs: dict[str, Any] = {}
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        ports = iter(_free_ports(2 * len(SCENARIOS)))
+        for scenario in SCENARIOS:
+            out = tmp_path_factory.mktemp(f"mwms-{scenario}")
+            cluster = {"worker": [f"127.0.0.1:{next(ports)}" for _ in range(2)]}
+            base = {"cluster": cluster, "scenario": scenario, "out": str(out), "stop_at": STOP_AT}
+            workers = [_start({**base, "index": i}) for i in (0, 1)]
+            procs += workers
+            runs[scenario] = {"out": out, "workers": workers}
+        deadline = time.monotonic() + DEADLINE
+        for run in runs.values():
+            reports, logs = [], []
+            for index, worker in enumerate(run["workers"]):
+                try:
+                    worker.wait(timeout=max(0.1, deadline - time.monotonic()))
+                    killed = ""
+                except subprocess.TimeoutExpired:
+                    worker.kill()
+                    worker.wait()
+                    killed = f"\n[test] killed after {DEADLINE} s: worker {index} did not stop"
+                stdout = (run["out"] / f"worker{index}.out").read_text(errors="replace")
+                stderr = (run["out"] / f"worker{index}.err").read_text(errors="replace") + killed
+                lines = [line[len("REPORT ") :] for line in stdout.splitlines() if line.startswith("REPORT ")]
+                reports.append(json.loads(lines[-1]) if lines else None)
+                logs.append(stderr[-3000:])
+            run["reports"], run["logs"] = reports, logs
+        yield runs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+def _reports(clusters: dict[str, Any], scenario: str) -> list[dict[str, Any]]:
+    run = clusters[scenario]
+    for report, log in zip(run["reports"], run["logs"], strict=True):
+        assert report is not None, log
+    return list(run["reports"])
+
+
+def _check_cluster_run(clusters: dict[str, Any], scenario: str) -> None:
+    chief, other = _reports(clusters, scenario)
+    out: Path = clusters[scenario]["out"]
+    assert (chief["error"], other["error"]) == (None, None), (chief, other)
+    # Worker 1 alone asked at step 23; both stopped together at the agreement step 30.
+    assert other["stop_source"].endswith("record")
+    assert other["stop_step"] == STOP_AT
+    assert chief["stop_source"] == "cluster"
+    assert chief["stop_reason"] == "worker-1 stopped"
+    assert chief["step"] == other["step"] == 30
+    assert (chief["task"], other["task"]) == (["worker", 0], ["worker", 1])
+    # Only the chief's observability sinks wrote; "each" wrote one file per worker.
+    rows = (out / "metrics.csv").read_text().splitlines()
+    assert [int(r.split(",")[0]) for r in rows[1:]] == [5, 10, 15, 20, 25, 30]
+    assert len(list((out / "tb").glob("events.out.tfevents.*"))) == 1
+    assert sorted(p.name for p in out.glob("each*.csv")) == ["each.worker-0.csv", "each.worker-1.csv"]
+    # Every worker saved at the same steps: the chief into ckpt/, worker 1 into a scratch
+    # directory that is gone.
+    ckpt = out / "ckpt"
+    assert chief["saved"] == [str(ckpt / f"model.ckpt-{s}") for s in (10, 20, 30)]
+    assert other["saved"] == [str(ckpt / ".hookbus-tmp-worker-1" / f"model.ckpt-{s}") for s in (10, 20, 30)]
+    assert sorted(p.name for p in ckpt.iterdir() if p.name.startswith(".")) == []
+    assert "model_checkpoint_path: \"model.ckpt-30\"" in (ckpt / "checkpoint").read_text()
+
+
+@pytest.mark.subprocess
+@pytest.mark.distributed
+@pytest.mark.timeout(150)
+def test_a_custom_loop_cluster_stops_together_and_only_the_chief_writes(clusters: dict[str, Any]) -> None:
+    _check_cluster_run(clusters, "loop")
+
+
+@pytest.mark.subprocess
+@pytest.mark.distributed
+@pytest.mark.timeout(150)
+def test_a_keras_fit_cluster_stops_together_and_only_the_chief_writes(clusters: dict[str, Any]) -> None:
+    reports = _reports(clusters, "keras")
+    errors = [r["error"] for r in reports if r["error"]]
+    if errors and all(any(known in e for known in KERAS_UPSTREAM) for e in errors):
+        first = errors[0].splitlines()[0][:160]
+        pytest.xfail(f"Keras's own fit fails under a multi-worker strategy (keras-team/keras#20585): {first}")
+    _check_cluster_run(clusters, "keras")
+
+
+def _run_example(directory: Path, steps: int) -> str:
+    example = Path(__file__).resolve().parents[1] / "examples" / "distributed.py"
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    args = [sys.executable, str(example), "--strategy", "mirrored", "--local", "--dir", str(directory),
+            "--steps", str(steps)]  # fmt: skip
+    # A session of its own: on a hang, the whole group (the example and its workers) is killed.
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)  # fmt: skip
+    try:
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 0, output
+    return output
+
+
+@pytest.mark.subprocess
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_the_mirrored_example_stops_at_its_last_step_and_resumes(tmp_path: Path) -> None:
+    # 65 is no multiple of the agreement interval: the planned last step is agreed at begin.
+    output = _run_example(tmp_path, 65)
+    for task in ("worker-0", "worker-1"):
+        assert f"{task}: 65 local steps, stopped at global step 65: reached step 65" in output, output
+    output = _run_example(tmp_path, 90)  # resumes from the checkpoint at 65
+    for task in ("worker-0", "worker-1"):
+        assert f"{task}: 25 local steps, stopped at global step 90: reached step 90" in output, output
+    rows = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert [int(r.split(",")[0]) for r in rows[1:]] == [20, 40, 60, 80]
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("*.index")) == ["model.ckpt-65.index", "model.ckpt-90.index"]
+    assert not list((tmp_path / "ckpt").glob(".hookbus-tmp-*"))
