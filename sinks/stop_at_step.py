@@ -31,6 +31,11 @@ class StopAtStepSink(Sink):
     It costs nothing per step: its schedule makes it due exactly at the target step (and, with
     ``max_seconds``, once the budget is spent), so the publisher fetches only then.
 
+    Under ``MultiWorkerMirroredStrategy`` keep it on every worker (the default ``runs_on="all"``)
+    with the same target: the workers agree on that step at begin and all stop exactly there.
+    A ``max_seconds`` stop is agreed at the next check step like any other (see
+    :class:`hookbus.LoopPublisher`).
+
     Args:
         last_step: Stop when the step reaches this (default ``None``).
         num_steps: Stop after this many steps from session start (default ``None``).
