@@ -24,7 +24,8 @@ def check_overhead(result: dict[str, Any]) -> None:
     groups = {(g["model"], g["cadence"]): g for g in result["groups"]}
     assert set(groups) == {(m, c) for m in ("linear", "mlp") for c in ("realistic", "every")}
     for (_, cadence), group in groups.items():
-        expected = {"bare", "native", "hookbus"} | ({"hookbus-quiet"} if cadence == "realistic" else set())
+        quiet = {"hookbus-quiet"} if cadence == "realistic" else set()
+        expected = {"bare", "native", "hookbus", "fetch-floor"} | quiet
         assert set(group["rows"]) == expected
         for row in group["rows"].values():
             assert set(row) == ROW_FIELDS

@@ -196,7 +196,11 @@ def test_before_run_fetches_nothing_when_nothing_is_due_and_a_stable_structure_o
     assert due == [3, 6, 9]
     assert returned[2] is returned[5] is returned[8]
     assert isinstance(returned[2], v1.train.SessionRunArgs)
-    assert set(returned[2].fetches["values"]) == {"loss"}  # only the due subscriber's key
+    # One tensor: the step and the due subscriber's scalar key ("loss" alone), packed.
+    packed = returned[2].fetches
+    assert isinstance(packed, tf.Tensor)
+    assert packed.op.type == "Pack"
+    assert packed.shape.as_list() == [2]
     assert returned[9] is None  # a run without the train op
 
 
@@ -429,3 +433,67 @@ def test_a_session_resumed_at_the_stop_step_runs_no_step(tmp_path: Path) -> None
     # StopAtStepHook would run one more step here and leave step 21 on disk.
     assert run_once() == (0, 20)
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-20")
+
+
+# -- packed fetches ---------------------------------------------------------------------------------
+def _typed_fetches() -> tuple[Any, dict[str, Any]]:
+    step = v1.train.get_or_create_global_step()
+    train_op = v1.assign_add(step, 1)
+    with tf.control_dependencies([train_op]):
+        after = tf.identity(step.read_value())
+    loss = tf.cast(after, tf.float32) * 0.5
+    fetches = {
+        "loss": loss,
+        "n": tf.cast(after, tf.int32),
+        "flag": tf.equal(after % 2, 0),
+        "big": after + 2**40,
+        "vec": tf.fill([3], tf.cast(after, tf.float32)),
+        "summary": v1.summary.scalar("s", loss),
+    }
+    return train_op, fetches
+
+
+def _expected(step: int, keys: Any) -> dict[str, Any]:
+    every = {"loss": step * 0.5, "n": float(step), "flag": float(step % 2 == 0), "big": float(2**40 + step)}
+    return {k: every[k] for k in keys if k in every}
+
+
+@pytest.mark.parametrize("sets", [3, 8])  # 8 distinct key sets: past the packed unions, some fetch unpacked
+def test_packed_scalars_arrive_as_unpacked_values_would(tf_graph: Any, sets: int) -> None:
+    train_op, fetches = _typed_fetches()
+    bus = EventBus()
+    got: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    choices = [("loss",), ("n", "flag"), ("big", "vec", "summary"), ("loss", "n"), ("flag",), ("big",), ("vec",),
+               ("loss", "summary")][:sets]  # fmt: skip
+    for i, keys in enumerate(choices):
+        got[str(i)] = []
+        bus.on("after_run", lambda e, i=i: got[str(i)].append((e.step, dict(e.values))), keys=keys,
+               every_n_steps=1 + i % 3)  # fmt: skip
+    with bus, hookbus.monitored_training_session(hooks=[EventBusHook(bus, fetches, train_op=train_op)]) as sess:
+        for _ in range(6):
+            sess.run(train_op)
+    for i, keys in enumerate(choices):
+        assert [s for s, _ in got[str(i)]] == list(range(1 + i % 3, 7, 1 + i % 3))
+        for step, values in got[str(i)]:
+            scalars = {k: v for k, v in values.items() if k in ("loss", "n", "flag", "big")}
+            assert scalars == _expected(step, values)
+            assert all(type(v) is float for v in scalars.values())
+            assert set(keys) <= set(values)
+            if "vec" in values:
+                np.testing.assert_array_equal(values["vec"], np.full(3, float(step), np.float32))
+            if "summary" in values:
+                assert isinstance(values["summary"], bytes)
+                summary = v1.Summary.FromString(values["summary"])
+                assert summary.value[0].simple_value == step * 0.5
+
+
+def test_packed_fetch_without_train_op_counts_steps(tf_graph: Any) -> None:
+    train_op, fetches = _typed_fetches()
+    bus = EventBus()
+    got: list[tuple[int, dict[str, Any]]] = []
+    bus.on("after_run", lambda e: got.append((e.step, dict(e.values))), keys=["loss", "n"], every_n_steps=2)
+    hook = EventBusHook(bus, {"loss": fetches["loss"], "n": fetches["n"]})
+    with bus, hookbus.monitored_training_session(hooks=[hook]) as sess:
+        for _ in range(4):
+            sess.run(train_op)
+    assert got == [(2, _expected(2, ["loss", "n"])), (4, _expected(4, ["loss", "n"]))]
