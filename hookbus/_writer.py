@@ -116,6 +116,9 @@ class BackgroundWriter(Generic[T]):
         self._error: BaseException | None = None
         self._closed = False
         self._abandoned = False
+        # Set by flush() and close(): ends the writer's row-gathering pause at once, so that a
+        # checkpoint barrier waits for the writes, not for the pause.
+        self._urgent = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"hookbus-writer[{name}]", daemon=True)
         self._thread.start()
 
@@ -138,6 +141,7 @@ class BackgroundWriter(Generic[T]):
         """Block until everything enqueued so far is written and flushed to the OS."""
         done = threading.Event()
         self._enqueue(_FLUSH, done)
+        self._urgent.set()
         while not done.wait(_POLL_SECS):
             if not self._thread.is_alive():
                 break
@@ -155,6 +159,7 @@ class BackgroundWriter(Generic[T]):
         self._closed = True
         end = time.monotonic() + deadline
         stopped = self._offer((_STOP, None), end)
+        self._urgent.set()
         self._thread.join(max(0.0, end - time.monotonic()))
         if not stopped or self._thread.is_alive():
             # The thread stops at its next item and leaves the rest: nothing may write after close.
@@ -223,8 +228,9 @@ class BackgroundWriter(Generic[T]):
                     if self._queue.empty():
                         # Let rows gather: a wake-up per batch instead of per row (each one takes
                         # a core from the training step on a small machine). Puts never wait on
-                        # this while the queue has room; flush() and close() wait at most this.
-                        time.sleep(_COALESCE_SECS)
+                        # this while the queue has room; flush() and close() cut it short.
+                        self._urgent.wait(_COALESCE_SECS)
+                        self._urgent.clear()
                 elif kind == _CALL:
                     payload()
                 else:

@@ -75,6 +75,28 @@ def test_flush_returns_after_everything_before_it_is_written_and_flushed() -> No
     writer.close()
 
 
+@pytest.mark.timeout(60)
+def test_flush_and_close_cut_the_row_gathering_pause_short(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint barrier waits for the writes, not for the writer's pause between batches."""
+    import hookbus._writer
+
+    monkeypatch.setattr(hookbus._writer, "_COALESCE_SECS", 3600.0)  # a pause no test outlives
+    gate = Gate()
+    gate.opened.set()
+    writer = BackgroundWriter("w", gate.write, gate.flush, gate.close, flush_secs=3600)
+    writer.put(1)
+    _wait_for(lambda: writer.pending == 0)  # written: the thread now pauses for rows to gather
+    writer.put(2)
+    writer.flush()  # would wait out the hour without the cut
+    assert gate.written == [1, 2]
+    assert gate.flushed == [2]
+    writer.put(3)
+    _wait_for(lambda: writer.pending == 0)
+    writer.close(deadline=30)
+    assert gate.flushed[-1] == 3
+    assert gate.closed == 1
+
+
 def test_periodic_flush_without_a_flush_call() -> None:
     gate = Gate()
     gate.opened.set()
