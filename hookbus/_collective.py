@@ -108,13 +108,16 @@ class CollectiveStop:
 
             strategy = self.strategy
 
+            # A worker with several devices runs one replica per device: each adds its share.
+            local = float(len(strategy.extended.worker_devices))
+
             def reduce(value: Any) -> Any:
-                return strategy.reduce("SUM", strategy.run(tf.identity, args=(value,)), axis=None)
+                return strategy.reduce("SUM", strategy.run(lambda v: v / local, args=(value,)), axis=None)
 
             self._reduce = tf.function(reduce)  # eager collectives are slow and warn; trace once
             self._tf = tf
         result = self._reduce(self._tf.constant(flags, dtype=self._tf.float64))  # exact steps to 2**53
-        return [float(v) for v in result.numpy()]
+        return [round(float(v), 3) for v in result.numpy()]  # the shares add up to the value
 
     def agree(self, bus: EventBus, step: int, *, plan: bool = False) -> bool:
         """All-reduce the stop flags (every worker calls it at the same point); returns :attr:`agreed`.
@@ -136,7 +139,7 @@ class CollectiveStop:
         if plan:
             targets = totals[count:]
             same = all(t == targets[0] for t in targets)
-            self._planned = int(targets[0]) if same and targets[0] > step else None
+            self._planned = round(targets[0]) if same and targets[0] > step else None
         asked = [name for name, total in zip(self._names, totals[:count], strict=True) if total > 0]
         if asked and not bus.should_stop:
             bus.request_stop(f"{', '.join(asked)} stopped", step=step, source=STOP_SOURCE)

@@ -1,10 +1,14 @@
 """One worker of a local MultiWorkerMirroredStrategy cluster, for tests/test_collective.py.
 
 Usage: ``python tests/_mwms_child.py '<json>'`` with ``cluster`` (``{"worker": [...]}``),
-``index``, ``scenario`` (``loop`` or ``keras``), ``out`` (the shared output directory) and
-``stop_at`` (the step at which worker 1 alone asks to stop). The worker trains a small
-regression until hookbus stops it and prints one JSON line (``REPORT {...}``) saying how it
-ended.
+``index``, ``scenario`` (``loop``, ``keras`` or ``one-worker``), ``out`` (the shared output
+directory) and ``stop_at`` (the step at which worker 1 alone asks to stop). The worker trains a
+small regression until hookbus stops it and prints one JSON line (``REPORT {...}``) saying how
+it ended.
+
+``one-worker`` runs Keras's ``fit`` under a real one-worker strategy (its all-reduces are real)
+with the callback's task forced to a collective one, since a two-worker ``fit`` fails inside
+Keras; it runs in its own process because TensorFlow configures collectives once, at startup.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ def main(config: dict[str, Any]) -> None:
     from hookbus.sinks import CheckpointSink, CSVSink, NanGuardSink, TensorBoardSink
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    if scenario == "one-worker":
+        _one_worker(tf, keras, strategy, out, config["stop_at"])
+        return
     with strategy.scope():
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
         optimizer = keras.optimizers.SGD(0.01)
@@ -69,6 +76,42 @@ def main(config: dict[str, Any]) -> None:
         error = f"{type(caught).__name__}: {caught}"[:2000]
         step = None
     report = {"index": index, "step": step, "stop_reason": bus.stop_reason, "error": error, "saved": saved, **seen}
+    print("REPORT " + json.dumps(report), flush=True)
+
+
+def _one_worker(tf: Any, keras: Any, strategy: Any, out: Path, stop_at: int) -> None:
+    import numpy as np
+
+    import hookbus
+    import hookbus._keras
+    from hookbus._collective import task_of_strategy
+    from hookbus.sinks import CheckpointSink
+
+    alone = task_of_strategy(strategy)  # one worker: one machine
+    hookbus._keras.task_of_strategy = lambda s: hookbus.Task("worker", 0, collective=True)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+    bus = hookbus.EventBus()
+    bus.attach(CheckpointSink(out / "ckpt", every_n_steps=10, every_n_secs=None))
+    asked: list[int] = []
+
+    @bus.on("after_run")
+    def ask(event: Any) -> None:
+        if event.step == stop_at:
+            asked.append(event.step)
+            event.request_stop(f"asked at {stop_at}")
+
+    x = np.ones((16 * 8, 4), "float32")
+    callback = hookbus.EventBusCallback(bus, ["loss"], check_stop_every_n_steps=5)
+    with bus:
+        model.fit(x, x.sum(axis=1), batch_size=16, epochs=20, verbose=0, callbacks=[callback])
+    report = {
+        "alone_task": None if alone is None else repr(alone),
+        "asked": asked,
+        "step": int(model.optimizer.iterations.numpy()),
+        "saved": sorted(p.name for p in (out / "ckpt").glob("*.index")),
+    }
     print("REPORT " + json.dumps(report), flush=True)
 
 
