@@ -8,11 +8,7 @@ module; every process is killed at the end.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +20,7 @@ from hookbus._checkpoint import list_checkpoints
 from hookbus._collective import task_of_strategy
 from hookbus.sinks import CheckpointSink
 from hookbus.testing import ScriptedPublisher
-from tests.test_distributed import _free_ports
+from tests._clusters import collect, free_ports, reports, run_example, start, stop
 
 CHILD = Path(__file__).with_name("_mwms_child.py")
 SCENARIOS = ("loop", "keras")
@@ -120,62 +116,28 @@ def test_a_non_chief_saves_into_a_scratch_directory_it_removes(tmp_path: Path, i
 
 
 # -- integration: real local clusters -------------------------------------------------------
-def _start(config: dict[str, Any]) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "PYTHONPATH")}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    log = Path(config["out"]) / f"worker{config['index']}"
-    with log.with_suffix(".out").open("wb") as stdout, log.with_suffix(".err").open("wb") as stderr:
-        return subprocess.Popen([sys.executable, str(CHILD), json.dumps(config)], stdout=stdout, stderr=stderr, env=env)
-
-
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """Run both scenarios' clusters at once; yield ``{scenario: {"out", "reports", "logs"}}``."""
     runs: dict[str, Any] = {}
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        ports = iter(_free_ports(2 * len(SCENARIOS)))
+        ports = iter(free_ports(2 * len(SCENARIOS)))
         for scenario in SCENARIOS:
             out = tmp_path_factory.mktemp(f"mwms-{scenario}")
             cluster = {"worker": [f"127.0.0.1:{next(ports)}" for _ in range(2)]}
             base = {"cluster": cluster, "scenario": scenario, "out": str(out), "stop_at": STOP_AT}
-            workers = [_start({**base, "index": i}) for i in (0, 1)]
+            workers = [start(CHILD, {**base, "index": i}) for i in (0, 1)]
             procs += workers
             runs[scenario] = {"out": out, "workers": workers}
-        deadline = time.monotonic() + DEADLINE
-        for run in runs.values():
-            reports, logs = [], []
-            for index, worker in enumerate(run["workers"]):
-                try:
-                    worker.wait(timeout=max(0.1, deadline - time.monotonic()))
-                    killed = ""
-                except subprocess.TimeoutExpired:
-                    worker.kill()
-                    worker.wait()
-                    killed = f"\n[test] killed after {DEADLINE} s: worker {index} did not stop"
-                stdout = (run["out"] / f"worker{index}.out").read_text(errors="replace")
-                stderr = (run["out"] / f"worker{index}.err").read_text(errors="replace") + killed
-                lines = [line[len("REPORT ") :] for line in stdout.splitlines() if line.startswith("REPORT ")]
-                reports.append(json.loads(lines[-1]) if lines else None)
-                logs.append(stderr[-3000:])
-            run["reports"], run["logs"] = reports, logs
+        collect(runs, DEADLINE)
         yield runs
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-
-
-def _reports(clusters: dict[str, Any], scenario: str) -> list[dict[str, Any]]:
-    run = clusters[scenario]
-    for report, log in zip(run["reports"], run["logs"], strict=True):
-        assert report is not None, log
-    return list(run["reports"])
+        stop(procs)
 
 
 def _check_cluster_run(clusters: dict[str, Any], scenario: str) -> None:
-    chief, other = _reports(clusters, scenario)
+    chief, other = reports(clusters, scenario)
     out: Path = clusters[scenario]["out"]
     assert (chief["error"], other["error"]) == (None, None), (chief, other)
     # Worker 1 alone asked at step 23; both stopped together at the agreement step 30.
@@ -210,8 +172,7 @@ def test_a_custom_loop_cluster_stops_together_and_only_the_chief_writes(clusters
 @pytest.mark.distributed
 @pytest.mark.timeout(150)
 def test_a_keras_fit_cluster_stops_together_and_only_the_chief_writes(clusters: dict[str, Any]) -> None:
-    reports = _reports(clusters, "keras")
-    errors = [r["error"] for r in reports if r["error"]]
+    errors = [r["error"] for r in reports(clusters, "keras") if r["error"]]
     if errors and all(any(known in e for known in KERAS_UPSTREAM) for e in errors):
         first = errors[0].splitlines()[0][:160]
         pytest.xfail(f"Keras's own fit fails under a multi-worker strategy (keras-team/keras#20585): {first}")
@@ -219,21 +180,7 @@ def test_a_keras_fit_cluster_stops_together_and_only_the_chief_writes(clusters: 
 
 
 def _run_example(directory: Path, steps: int) -> str:
-    example = Path(__file__).resolve().parents[1] / "examples" / "distributed.py"
-    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    args = [sys.executable, str(example), "--strategy", "mirrored", "--local", "--dir", str(directory),
-            "--steps", str(steps)]  # fmt: skip
-    # A session of its own: on a hang, the whole group (the example and its workers) is killed.
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)  # fmt: skip
-    try:
-        output, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    assert proc.returncode == 0, output
-    return output
+    return run_example("--strategy", "mirrored", "--local", "--dir", str(directory), "--steps", str(steps))
 
 
 @pytest.mark.subprocess
@@ -259,8 +206,8 @@ def test_the_mirrored_example_stops_at_its_last_step_and_resumes(tmp_path: Path)
 def test_the_keras_callback_agrees_on_stops_under_a_real_one_worker_strategy(tmp_path: Path) -> None:
     """Keras's fit under a real one-worker MultiWorkerMirroredStrategy (real all-reduces), the
     callback's task forced to a collective one (a two-worker fit fails inside Keras)."""
-    proc = _start({"cluster": {"worker": [f"127.0.0.1:{_free_ports(1)[0]}"]}, "index": 0,
-                   "scenario": "one-worker", "out": str(tmp_path), "stop_at": STOP_AT})  # fmt: skip
+    proc = start(CHILD, {"cluster": {"worker": [f"127.0.0.1:{free_ports(1)[0]}"]}, "index": 0,
+                         "scenario": "one-worker", "out": str(tmp_path), "stop_at": STOP_AT})  # fmt: skip
     try:
         proc.wait(timeout=120)
     finally:

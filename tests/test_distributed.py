@@ -8,12 +8,7 @@ together, once per module, and every process is killed at the end.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +18,7 @@ import pytest
 import hookbus
 from hookbus.sinks import CheckpointSink, ConsoleSink, CSVSink, NanGuardSink, TensorBoardSink
 from hookbus.testing import ScriptedPublisher
+from tests._clusters import collect, free_ports, reports, run_example, start, stop
 
 CHILD = Path(__file__).with_name("_cluster_child.py")
 SCENARIOS = ("files", "nan", "early")
@@ -114,79 +110,33 @@ def test_a_cluster_hook_fails_before_training_without_a_placed_global_step(tf_gr
 
 
 # -- integration: real local clusters ----------------------------------------------------------
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def _start(config: dict[str, Any]) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "PYTHONPATH")}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    log = Path(config["out"]) / f"{config['type']}{config['index']}"
-    # Files, not pipes: a process must never block on a full pipe nobody reads yet.
-    with log.with_suffix(".out").open("wb") as stdout, log.with_suffix(".err").open("wb") as stderr:
-        return subprocess.Popen([sys.executable, str(CHILD), json.dumps(config)], stdout=stdout, stderr=stderr, env=env)
-
-
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """Run every scenario's cluster at once; yield ``{scenario: {"out", "reports", "logs"}}``."""
     runs: dict[str, Any] = {}
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        ports = iter(_free_ports(3 * len(SCENARIOS)))  # at once, so no two tasks share one
+        ports = iter(free_ports(3 * len(SCENARIOS)))  # at once, so no two tasks share one
         for scenario in SCENARIOS:
             out = tmp_path_factory.mktemp(scenario)
             ps, w0, w1 = (f"127.0.0.1:{next(ports)}" for _ in range(3))
             cluster = {"ps": [ps], "worker": [w0, w1]}
             base = {"cluster": cluster, "scenario": scenario, "out": str(out)}
-            server = _start({**base, "type": "ps", "index": 0})
-            workers = [_start({**base, "type": "worker", "index": i}) for i in (0, 1)]
+            server = start(CHILD, {**base, "type": "ps", "index": 0})
+            workers = [start(CHILD, {**base, "type": "worker", "index": i}) for i in (0, 1)]
             procs += [server, *workers]
             runs[scenario] = {"out": out, "server": server, "workers": workers}
-        deadline = time.monotonic() + DEADLINE
-        for run in runs.values():
-            reports, logs = [], []
-            for index, worker in enumerate(run["workers"]):
-                try:
-                    worker.wait(timeout=max(0.1, deadline - time.monotonic()))
-                    killed = ""
-                except subprocess.TimeoutExpired:
-                    worker.kill()
-                    worker.wait()
-                    killed = f"\n[test] killed after {DEADLINE} s: worker {index} did not stop"
-                stdout = (run["out"] / f"worker{index}.out").read_text(errors="replace")
-                stderr = (run["out"] / f"worker{index}.err").read_text(errors="replace") + killed
-                lines = [line[len("REPORT ") :] for line in stdout.splitlines() if line.startswith("REPORT ")]
-                reports.append(json.loads(lines[-1]) if lines else None)
-                logs.append(stderr[-3000:])
-            run["reports"], run["logs"] = reports, logs
+        collect(runs, DEADLINE)
         yield runs
     finally:
-        for proc in procs:  # the parameter servers serve forever; workers only if they hung
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-
-
-def _reports(clusters: dict[str, Any], scenario: str) -> list[dict[str, Any]]:
-    run = clusters[scenario]
-    for report, log in zip(run["reports"], run["logs"], strict=True):
-        assert report is not None, log
-    return list(run["reports"])
+        stop(procs)  # the parameter servers serve forever; workers only if they hung
 
 
 @pytest.mark.subprocess
 @pytest.mark.distributed
 @pytest.mark.timeout(120)
 def test_only_the_chief_writes_and_stop_at_step_on_the_chief_stops_both(clusters: dict[str, Any]) -> None:
-    chief, other = _reports(clusters, "files")
+    chief, other = reports(clusters, "files")
     out: Path = clusters["files"]["out"]
     assert (chief["error"], other["error"]) == (None, None), (chief, other)
     assert chief["stop_reason"].startswith("reached step")
@@ -209,7 +159,7 @@ def test_only_the_chief_writes_and_stop_at_step_on_the_chief_stops_both(clusters
 @pytest.mark.distributed
 @pytest.mark.timeout(120)
 def test_a_nan_on_one_worker_stops_every_worker(clusters: dict[str, Any]) -> None:
-    chief, other = _reports(clusters, "nan")
+    chief, other = reports(clusters, "nan")
     assert str(other["error"]).startswith("NonFiniteError: loss is non-finite"), other
     assert chief["error"] is None, chief
     assert chief["stop_source"] == "cluster"
@@ -221,7 +171,7 @@ def test_a_nan_on_one_worker_stops_every_worker(clusters: dict[str, Any]) -> Non
 @pytest.mark.distributed
 @pytest.mark.timeout(120)
 def test_an_early_stop_on_the_chief_stops_both_workers(clusters: dict[str, Any]) -> None:
-    chief, other = _reports(clusters, "early")
+    chief, other = reports(clusters, "early")
     assert (chief["error"], other["error"]) == (None, None), (chief, other)
     assert chief["stop_source"] == "EarlyStoppingSink"
     assert other["stop_source"] == "cluster"
@@ -233,19 +183,7 @@ def test_an_early_stop_on_the_chief_stops_both_workers(clusters: dict[str, Any])
 @pytest.mark.distributed
 @pytest.mark.timeout(150)
 def test_the_example_runs_a_local_cluster(tmp_path: Path) -> None:
-    example = Path(__file__).resolve().parents[1] / "examples" / "distributed.py"
-    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
-    args = [sys.executable, str(example), "--local", "--dir", str(tmp_path), "--steps", "60"]
-    # A session of its own: on a hang, the whole group (the example and its three tasks) is killed.
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)  # fmt: skip
-    try:
-        output, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    assert proc.returncode == 0, output
+    output = run_example("--local", "--dir", str(tmp_path), "--steps", "60")
     assert "worker-0: " in output
     assert "worker-1: " in output
     assert "stopped at global step" in output
