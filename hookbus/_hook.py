@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from hookbus._checkpoint import SaverBackend
 from hookbus._cluster import SharedStop, Task
+from hookbus._fetch import TrainFetches
 from hookbus._publisher import EVAL_PREFIX, PublisherCore
 
 # Imported on first use, not with hookbus: importing TensorFlow costs ~5 s and ~500 MB, and the
@@ -87,32 +88,6 @@ def _static_shape(element: Any) -> tuple[int | None, ...] | None:
     if shape is None or shape.rank is None:
         return None
     return tuple(shape.as_list())
-
-
-#: Up to this many distinct key sets among the subscribers, every union of them gets a packed
-#: fetch built in ``begin``; beyond it only each set and the full set do (others fetch unpacked).
-_MAX_PACKED_SETS = 6
-
-
-def _packable(element: Any) -> bool:
-    """Whether ``element`` is a real numeric or boolean scalar tensor (``to_value`` makes it a float anyway)."""
-    dtype, shape = getattr(element, "dtype", None), getattr(element, "shape", None)
-    if dtype is None or shape is None or shape.rank != 0:
-        return False
-    base = dtype.base_dtype
-    return bool(base.is_floating or base.is_bool or base.is_integer)
-
-
-def _unions(sets: set[tuple[str, ...]], order: tuple[str, ...]) -> set[tuple[str, ...]]:
-    """The key tuples a due step can fetch: unions of the subscribers' key sets, in ``order``."""
-    distinct = sorted(sets)
-    if len(distinct) > _MAX_PACKED_SETS:
-        return {*distinct, order}
-    found: set[tuple[str, ...]] = set()
-    for mask in range(1, 1 << len(distinct)):
-        keys = {k for i, ks in enumerate(distinct) if mask >> i & 1 for k in ks}
-        found.add(tuple(k for k in order if k in keys))
-    return found
 
 
 def _op_of(element: Any) -> Any:
@@ -196,11 +171,7 @@ class EventBusHook:
         self._train_ops: frozenset[Any] = frozenset()
         self._elements: dict[str, Any] = {}
         self._run_args: dict[tuple[str, ...], Any] = {}
-        # Per key tuple: the scalar keys fetched packed into one float64 tensor (after the step,
-        # when there is one), and whether that tensor is the whole fetch.
-        self._packs: dict[tuple[str, ...], tuple[Any, tuple[str, ...], bool]] = {}
-        self._layouts: dict[tuple[str, ...], tuple[tuple[str, ...], bool] | None] = {}
-        self._packed_graph: Any = None
+        self._train_fetches = TrainFetches()  # due steps' fetches: scalars packed in one tensor
         self._sums: dict[str, Any] = {}
         self._batches = 0
         self._stop_before_eval = False
@@ -269,35 +240,15 @@ class EventBusHook:
         if self.task is not None:
             self.bus.set_task(self.task)
         if self._core.mode == "train":
-            self._build_packs(tf, graph)
+            keys = self._core.keys
+            wanted = {
+                keys if r.keys is None else tuple(k for k in keys if k in r.keys)
+                for r in self.bus.local_subscribers
+                if "after_run" in r.handlers and r.wants(self._core.bus_keys)
+            }
+            stop = self._shared_stop.read if self._shared_stop is not None else None
+            self._train_fetches.build(tf, graph, self._elements, wanted, keys, self._step_after, stop)
         self._core.begin()
-
-    def _build_packs(self, tf: Any, graph: Any) -> None:
-        """Pack each fetchable key union's scalars (and the step) into one float64 tensor.
-
-        TensorFlow's Python fetch handling costs tens of microseconds per fetched tensor; one
-        stacked tensor per due step costs it once. Built before the graph is finalized, for the
-        unions the attached subscribers can make; any other union is fetched unpacked.
-        """
-        if self._packed_graph is graph and graph.finalized:
-            return  # the train/evaluate loop begins again on the finalized graph: reuse
-        self._packs, self._layouts, self._packed_graph = {}, {}, graph
-        keys = self._core.keys
-        scalars = {k for k, e in self._elements.items() if _packable(e)}
-        sets = {
-            keys if r.keys is None else tuple(k for k in keys if k in r.keys)
-            for r in self.bus.local_subscribers
-            if "after_run" in r.handlers and r.wants(self._core.bus_keys)
-        }
-        sets.discard(())
-        step = [] if self._step_after is None else [self._step_after]
-        with graph.as_default(), tf.name_scope("hookbus_pack"):
-            for union in _unions(sets, keys):
-                packed = tuple(k for k in union if k in scalars)
-                parts = step + [self._elements[k] for k in packed]
-                if packed:
-                    tensor = tf.stack([tf.cast(t, tf.float64) for t in parts])
-                    self._packs[union] = (tensor, packed, len(packed) == len(union))
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         self._step = int(session.run(self._global_step)) if self._global_step is not None else 0
@@ -333,43 +284,7 @@ class EventBusHook:
         if keys is None:
             return self._stop_args if self._shared_stop is not None and self._shared_stop.due() else None
         self._planned = keys
-        args = self._run_args.get(keys)
-        if args is None:
-            args = self._run_args[keys] = tf.compat.v1.train.SessionRunArgs(self._fetch_for(keys))
-        return args
-
-    def _fetch_for(self, keys: tuple[str, ...]) -> Any:
-        """The fetch for a due step's keys: one packed tensor where possible (see ``_build_packs``)."""
-        pack = self._packs.get(keys)
-        alone = pack is not None and pack[2] and self._shared_stop is None
-        self._layouts[keys] = None if pack is None else (pack[1], alone)
-        if pack is not None and alone:
-            return pack[0]
-        fetch: dict[str, Any] = {"values": {k: self._elements[k] for k in keys if pack is None or k not in pack[1]}}
-        if pack is not None:
-            fetch["packed"] = pack[0]
-        elif self._step_after is not None:
-            fetch["step"] = self._step_after
-        if self._shared_stop is not None:
-            fetch["stop"] = self._shared_stop.read
-        return fetch
-
-    def _unpack(self, keys: tuple[str, ...], results: Any) -> tuple[int, dict[str, Any]]:
-        """The step and the values of a due step's fetched ``results``."""
-        layout = self._layouts[keys]
-        if layout is None:
-            return (int(results["step"]) if "step" in results else self._step + 1), results["values"]
-        packed, alone = layout
-        row = (results if alone else results["packed"]).tolist()  # Python floats, in one call
-        if self._step_after is not None:
-            step, row = int(row[0]), row[1:]
-        else:
-            step = self._step + 1
-        values = dict(zip(packed, row, strict=True))
-        if not alone:
-            rest = results["values"]
-            values = {k: values[k] if k in values else rest[k] for k in keys}
-        return step, values
+        return self._train_fetches.args(keys)
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
         bus = self.bus
@@ -382,7 +297,7 @@ class EventBusHook:
                 if run_values.results:
                     stop.observe(run_values.results["stop"], bus)
             if self._planned is not None:
-                step, values = self._unpack(self._planned, run_values.results)
+                step, values = self._train_fetches.unpack(self._planned, run_values.results, self._step + 1)
                 self._step = step
                 try:
                     self._core.publish_step(step, values)
