@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-__all__ = ["positive_int", "positive_number"]
+import os
+
+__all__ = ["non_empty_path", "positive_int", "positive_number"]
 
 
 def positive_int(name: str, value: object) -> int:
@@ -17,3 +19,10 @@ def positive_number(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ValueError(f"{name} must be a positive number (got {value!r})")
     return value
+
+
+def non_empty_path(name: str, value: object) -> str:
+    """``value`` as a path string if it is a non-empty ``str`` or ``os.PathLike``; else ``ValueError``."""
+    if not isinstance(value, str | os.PathLike) or not os.fspath(value):
+        raise ValueError(f"{name} must be a non-empty str or os.PathLike (got {value!r})")
+    return os.fspath(value)

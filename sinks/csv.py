@@ -16,7 +16,7 @@ from hookbus._events import Event
 from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX
 from hookbus._schedule import Schedule
 from hookbus._subscriber import Sink
-from hookbus._validate import positive_int, positive_number
+from hookbus._validate import non_empty_path, positive_int, positive_number
 from hookbus._writer import BackgroundWriter, check_writable_dir, write_atomically
 
 __all__ = ["CSVSink"]
@@ -171,10 +171,7 @@ class CSVSink(Sink):
             keys=keys, every_n_steps=every_n_steps, every_n_secs=every_n_secs,
             priority=priority, on_error=on_error, name=name, runs_on=runs_on,
         )  # fmt: skip
-        if not isinstance(path, str | os.PathLike) or not os.fspath(path):
-            raise ValueError(f"path must be a non-empty str or os.PathLike (got {path!r})")
-        self._base_path = Path(path)
-        self.path = Path(path)
+        self._base_path = self.path = Path(non_empty_path("path", path))
         if self.path.is_dir():
             raise ValueError(f"path must be a file, not a directory (got {str(self.path)!r})")
         check_writable_dir(str(self.path.parent), "path's directory")

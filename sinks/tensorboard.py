@@ -20,7 +20,7 @@ from hookbus._events import Event
 from hookbus._publisher import EVAL_PREFIX
 from hookbus._schedule import Schedule
 from hookbus._subscriber import Sink
-from hookbus._validate import positive_int, positive_number
+from hookbus._validate import non_empty_path, positive_int, positive_number
 from hookbus._writer import check_writable_dir
 
 __all__ = ["TensorBoardSink"]
@@ -112,9 +112,7 @@ class TensorBoardSink(Sink):
             keys=keys, every_n_steps=every_n_steps, every_n_secs=every_n_secs,
             priority=priority, on_error=on_error, name=name, runs_on=runs_on,
         )  # fmt: skip
-        if not isinstance(logdir, str | os.PathLike) or not os.fspath(logdir):
-            raise ValueError(f"logdir must be a non-empty str or os.PathLike (got {logdir!r})")
-        self.logdir = self._base_logdir = os.fspath(logdir)
+        self.logdir = self._base_logdir = non_empty_path("logdir", logdir)
         if os.path.isfile(self.logdir):
             raise ValueError(f"logdir must be a directory, but {self.logdir!r} is an existing file")
         check_writable_dir(self.logdir, "logdir")
