@@ -265,22 +265,21 @@ class CheckpointSink(Sink):
     def _save(self, step: int, value: float | None) -> None:
         if step in self._saved or not self._savable(step):
             return
-        # A collective non-chief keeps the chief's bookkeeping (same paths, no files) so that its
-        # later decisions (keep_best) match the chief's.
         if self._scratch is not None:
+            # A collective non-chief keeps the chief's bookkeeping (same paths, no files) so that
+            # its later decisions (keep_best) match the chief's.
             self._write_scratch(step, value)
-            path = os.path.join(self.directory, f"{self.basename}-{step}")
-        else:
-            path = self._write(self.directory, step, value)
+            self._kept = [*self._kept, os.path.join(self.directory, f"{self.basename}-{step}")][-self.keep :]
+            self._saved.add(step)
+            return
+        path = self._write(self.directory, step, value)
         kept = [*self._kept, path]
-        if self._scratch is None:
-            files.record_checkpoints(self.directory, kept[-self.keep :])  # barrier step 4
-            for old in kept[: -self.keep]:
-                files.remove_checkpoint(old)
+        files.record_checkpoints(self.directory, kept[-self.keep :])  # barrier step 4
+        for old in kept[: -self.keep]:
+            files.remove_checkpoint(old)
         self._kept = kept[-self.keep :]
         self._saved.add(step)
-        if self._scratch is None:
-            self._publish(path, step, value)
+        self._publish(path, step, value)
 
     def _consider_best(self, step: int, value: float) -> None:
         assert self._monitor is not None
