@@ -9,6 +9,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from hookbus._startup_notices import held_startup_notices
+
 __all__ = ["main"]
 
 
@@ -49,7 +51,10 @@ def _parser() -> argparse.ArgumentParser:
 def demo(logdir: Path, *, steps: int, eval_every: int, patience: int, delay: float) -> int:
     """Run the demo; returns the process exit status."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
+    # TensorFlow's oneDNN notice ignores TF_CPP_MIN_LOG_LEVEL (see _startup_notices): hold it
+    # back so the dashboard starts on a clean screen; warnings and errors still come through.
+    with held_startup_notices():
+        import tensorflow as tf
 
     import hookbus
     from hookbus._demo import build_linear_regression
