@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import blinker
 
+from hookbus._barrier import Barrier, PreparedCheckpoint
 from hookbus._cluster import Task, check_runs_on
 from hookbus._dispatch import Dispatcher
 from hookbus._events import Event, StopRequest
@@ -117,6 +119,7 @@ class EventBus(RunScope, Dispatcher):
         self._order = 0
         self.version = 0  # bumped on every (un)subscription; publishers re-plan on change
         self.checkpoint_backend: CheckpointBackend | None = None
+        self._barrier = Barrier(self)
         self._reset_run()
 
     # -- run state ---------------------------------------------------------------------------
@@ -133,6 +136,8 @@ class EventBus(RunScope, Dispatcher):
         self._deferred: list[Callable[[], None]] = []
         self._signal_stop: str | None = None
         self._current: Subscriber | None = None
+        self._owner: int | None = None  # the training thread, once a publisher began
+        self._foreign_stops: list[tuple[str, str]] = []
         self._previous_handler: Any = None
         self._handler_installed = False
         self._in_run = False
@@ -225,6 +230,11 @@ class EventBus(RunScope, Dispatcher):
             raise TypeError(f"attach() takes a hookbus.Sink (got {sink!r}); use bus.on() for a function")
         if any(s.sink is sink for s in self._subscribers):
             raise ValueError(f"{sink!r} is already attached to this bus")
+        if not sink.controls_training and type(sink).checkpoint_veto is not Sink.checkpoint_veto:
+            raise TypeError(
+                f"{type(sink).__name__} overrides checkpoint_veto() but does not control training; only "
+                "control sinks may veto a checkpoint: set controls_training = True on the class"
+            )
         self._order += 1
         self._add(
             Subscriber(
@@ -340,6 +350,16 @@ class EventBus(RunScope, Dispatcher):
     def is_subscribed(self, record: Subscriber) -> bool:
         return record in self._subscribers
 
+    # -- the checkpoint barrier ----------------------------------------------------------------
+    def prepare_checkpoint(self, step: int) -> PreparedCheckpoint | None:
+        """The barrier's prepare phase for a checkpoint at ``step`` (on the training thread).
+
+        Asks the control sinks for vetoes (``None`` if one refuses), then flushes every live
+        sink and collects their ``state_dict()``. A sink whose flush fails is disabled and
+        reported when its policy isolates errors; the checkpoint sink then commits.
+        """
+        return self._barrier.prepare(step)
+
     # -- publishers and keys -----------------------------------------------------------------
     def register(self, publisher: Publisher) -> None:
         """Make ``publisher``'s keys known to the bus (publishers call this on construction)."""
@@ -376,5 +396,6 @@ class EventBus(RunScope, Dispatcher):
         if not self.started:
             self.check_keys()
             self.started = True
+            self._owner = threading.get_ident()
             if self._start_time is None:
                 self._start_time = self.clock()

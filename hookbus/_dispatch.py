@@ -8,6 +8,7 @@ requests and deferred work (a checkpoint's save) wait until the event has reache
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -35,6 +36,8 @@ class Dispatcher:
     _pending_stops: list[StopRequest]
     _deferred: list[Callable[[], None]]
     _current: Subscriber | None
+    _owner: int | None
+    _foreign_stops: list[tuple[str, str]]
 
     # -- dispatch ----------------------------------------------------------------------------
     def publish(self, signal: str, payload: Any, subscribers: Iterable[Subscriber] | None = None) -> None:
@@ -93,20 +96,22 @@ class Dispatcher:
                 exc_info=error,
             )
         if signal not in ("subscriber_error", "exception"):
-            report = SubscriberError(
-                record.name, signal, getattr(payload, "step", self.step), error, record.errors, record.on_error
-            )
-            self._depth += 1
-            try:
-                for other in tuple(self._here):
-                    handler = other.handlers.get("subscriber_error")
-                    if handler is not None and not other.disabled and other is not record:
-                        self._call_quietly(other, "subscriber_error", handler, report)
-                if self.signals["subscriber_error"].receivers:
-                    self.signals["subscriber_error"].send(self, event=report)
-            finally:
-                self._depth -= 1
+            self.announce_error(record, signal, getattr(payload, "step", self.step), error)
         return record.on_error == "raise"
+
+    def announce_error(self, record: Subscriber, signal: str, step: int, error: BaseException) -> None:
+        """Publish ``subscriber_error`` for ``record``'s failure to every other subscriber."""
+        report = SubscriberError(record.name, signal, step, error, record.errors, record.on_error)
+        self._depth += 1
+        try:
+            for other in tuple(self._here):
+                handler = other.handlers.get("subscriber_error")
+                if handler is not None and not other.disabled and other is not record:
+                    self._call_quietly(other, "subscriber_error", handler, report)
+            if self.signals["subscriber_error"].receivers:
+                self.signals["subscriber_error"].send(self, event=report)
+        finally:
+            self._depth -= 1
 
     def _call_quietly(self, record: Subscriber, signal: str, handler: Callable[[Any], None], payload: Any) -> None:
         try:
@@ -139,9 +144,20 @@ class Dispatcher:
 
         The first reason of the run is kept in :attr:`stop_reason`; every request is
         published as ``stop_requested`` once the current event has reached every subscriber.
+        From a thread other than the training thread the request is only recorded: the
+        training thread publishes it and stops at its next step.
         """
         if not isinstance(reason, str) or not reason:
             raise ValueError(f"reason must be a non-empty string (got {reason!r})")
+        if self._owner is not None and threading.get_ident() != self._owner:
+            # Another thread (a watchdog, a UI): record only. The training thread publishes the
+            # request and acts on it at its next step, where the final checkpoint is saved at
+            # a step that is no longer moving (list.append is atomic; the flag is read per step).
+            if self.stop_reason is None:
+                self.stop_reason = reason
+            self._foreign_stops.append((reason, source or f"thread {threading.current_thread().name}"))
+            self.should_stop = True
+            return
         if source is None:
             source = self._current.name if self._current is not None else "user"
         request = StopRequest(reason, source, self.step if step is None else step, self.wall_clock())

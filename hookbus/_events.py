@@ -85,7 +85,8 @@ class SubscriberError:
 
     Attributes:
         subscriber: The subscriber's name.
-        signal: The signal it was handling.
+        signal: The signal it was handling, or ``"flush"`` when it could not flush for a
+            checkpoint (it is then disabled for the rest of the run).
         step: The step of the event.
         error: The exception.
         count: How many times this subscriber has failed in this run.

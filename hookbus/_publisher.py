@@ -134,7 +134,8 @@ class PublisherCore:
         )
 
     def end(self, step: int) -> None:
-        """Publish ``end``."""
+        """Publish ``end`` (after a stop recorded since the last step, if any)."""
+        self.bus.poll_signals()
         self.bus.publish("end", self.bus.event("end", step=step, mode=self.mode))
 
     # -- planning ----------------------------------------------------------------------------

@@ -28,6 +28,8 @@ class RunScope:
     started: bool
     _subscribers: list[Subscriber]
     _signal_stop: str | None
+    _foreign_stops: list[tuple[str, str]]
+    _owner: int | None
     _start_time: float | None
     _closed: set[int]
     _previous_handler: Any
@@ -44,10 +46,16 @@ class RunScope:
 
     # -- signals (SIGTERM) -------------------------------------------------------------------
     def poll_signals(self) -> None:
-        """Turn a signal received since the last call into a stop request (publishers call it)."""
+        """Turn a signal, or a stop another thread recorded, into a stop request here.
+
+        Publishers call it on the training thread after every training step and at the end.
+        """
         if self._signal_stop is not None:
             name, self._signal_stop = self._signal_stop, None
             self.request_stop(f"received {name}", source="signal")
+        while self._foreign_stops:
+            reason, source = self._foreign_stops.pop(0)
+            self.request_stop(reason, source=source)
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         # Runs between bytecodes on the main thread: only set a flag, the publisher acts on it.
@@ -88,6 +96,7 @@ class RunScope:
                 signal_module.signal(signal_module.SIGTERM, signal_module.SIG_DFL if previous is None else previous)
                 self._previous_handler, self._handler_installed = None, False
             self._in_run = False
+            self._owner = None  # no training thread until the next run's first publisher begins
             self.started = False  # the run is over: sinks and functions may be (un)subscribed again
 
     def close(self, *, raise_errors: bool = True) -> None:

@@ -106,6 +106,9 @@ class Sink:
     #: Under a collective strategy (``MultiWorkerMirroredStrategy``), whether this sink's work
     #: must run on every worker whatever ``runs_on`` says (checkpoint saves: TensorFlow's rule).
     joins_collectives: ClassVar[bool] = False
+    #: Whether this sink steers training (stops it, guards it). Only such sinks may veto a
+    #: checkpoint (:meth:`checkpoint_veto`); the NaN guard, early stopping and stop-at-step are.
+    controls_training: ClassVar[bool] = False
     priority: int = PRIORITY_DEFAULT
     on_error: str = "isolate"
 
@@ -206,8 +209,18 @@ class Sink:
     def flush(self) -> None:  # noqa: B027 - optional hook
         """Block until everything received so far is handed to the OS (checkpoint barrier).
 
-        Writers override it; the checkpoint sink calls it on every sink before a save.
+        Writers override it; the bus calls it on every live sink before a checkpoint becomes
+        visible. If it raises, a sink whose policy isolates errors is disabled and the
+        checkpoint is saved without it.
         """
+
+    def checkpoint_veto(self, step: int) -> str | None:
+        """Why a checkpoint of ``step`` must not be saved, or ``None`` (default) to allow it.
+
+        Asked at the checkpoint barrier, only of sinks with ``controls_training = True`` (the
+        NaN guard refuses a step at or after a non-finite value).
+        """
+        return None
 
     def status(self) -> str | None:
         """A short line for dashboards (e.g. ``"patience 2/5"``), or ``None`` (default)."""

@@ -15,8 +15,8 @@ from hookbus._schedule import Schedule
 from hookbus._subscriber import PRIORITY_CHECKPOINT, Sink
 from hookbus._writer import check_writable_dir
 
+from ._finite import find_nonfinite
 from ._monitor import Monitor, check_scalar, resolve_mode
-from .nan_guard import NanGuardSink, find_nonfinite
 
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
@@ -38,14 +38,16 @@ def _count(name: str, value: object, minimum: int) -> int:
 class CheckpointSink(Sink):
     """Saves checkpoints on a schedule, at the end and on a stop request (``CheckpointSaverHook``).
 
-    A save at step S is the checkpoint barrier (DESIGN): (1) every attached sink is flushed,
-    (2) every stateful sink's ``state_dict()`` is written atomically beside the checkpoint
-    (``<prefix>.hookbus.json``, keyed by sink name), (3) the publisher's backend writes the
-    model, (4) the ``checkpoint`` pointer is updated; only then are checkpoints beyond ``keep``
-    deleted and ``checkpoint_saved`` published. A save runs after the step reached every
-    subscriber, never twice for one step, and never from a step with a non-finite value (its
-    own values, or a :class:`NanGuardSink`'s finding). On ``session_created`` from a checkpoint
-    of ``directory`` the saved sink states are loaded back.
+    A save at step S is the checkpoint barrier (DESIGN): (1) the bus asks the control sinks for
+    vetoes, flushes every live sink (a writer that cannot flush and isolates its errors is
+    disabled, not fatal) and collects every stateful sink's ``state_dict()``; (2) the states are
+    written atomically beside the checkpoint (``<prefix>.hookbus.json``, keyed by sink name),
+    (3) the publisher's backend writes the model, (4) the ``checkpoint`` pointer is updated;
+    only then are checkpoints beyond ``keep`` deleted and ``checkpoint_saved`` published. A
+    save runs after the step reached every subscriber, never twice for one step, and never
+    from a step with a non-finite value (its own values, or a control sink's veto such as the
+    NaN guard's). On ``session_created`` from a checkpoint of ``directory`` the saved sink
+    states are loaded back.
 
     Multi-worker: in parameter-server training only the chief saves (``runs_on="chief"``).
     Under ``MultiWorkerMirroredStrategy`` every worker saves, as TensorFlow requires there: the
@@ -236,18 +238,18 @@ class CheckpointSink(Sink):
     def _savable(self, step: int) -> bool:
         if self._frozen or self._bus is None:
             return False
-        bad = [self._nonfinite_step] + [s.nonfinite_step for s in self._bus.sinks if isinstance(s, NanGuardSink)]
-        return not any(b is not None and step >= b for b in bad)
+        return self._nonfinite_step is None or step < self._nonfinite_step
 
-    def _write(self, directory: str, step: int, value: float | None) -> str:
-        """Barrier steps 1-3 for a checkpoint at ``step`` in ``directory``; returns its prefix."""
+    def _write(self, directory: str, step: int, value: float | None) -> str | None:
+        """The barrier for a checkpoint at ``step`` in ``directory``: the bus prepares (vetoes,
+        flush, states), then states and model are written; returns the prefix (``None``: vetoed)."""
         assert self._bus is not None
+        prepared = self._bus.prepare_checkpoint(step)
+        if prepared is None:
+            return None
         path = os.path.join(directory, f"{self.basename}-{step}")
-        for sink in self._bus.sinks:
-            sink.flush()
-        states = {s.name: state for s in self._bus.sinks if (state := s.state_dict())}
         os.makedirs(directory, exist_ok=True)
-        files.write_state_file(path, {"step": step, "value": value, "sinks": states})
+        files.write_state_file(path, {"step": step, "value": value, "sinks": dict(prepared.states)})
         try:
             return self._backend().save(path)
         except BaseException:
@@ -273,6 +275,8 @@ class CheckpointSink(Sink):
             self._saved.add(step)
             return
         path = self._write(self.directory, step, value)
+        if path is None:
+            return
         kept = [*self._kept, path]
         files.record_checkpoints(self.directory, kept[-self.keep :])  # barrier step 4
         for old in kept[: -self.keep]:
@@ -295,7 +299,10 @@ class CheckpointSink(Sink):
             path = files.copy_checkpoint(regular[-1], self.best_directory) if chief else target
         elif self._bus is not None and self._bus.step == step and self._backend().ready and self._savable(step):
             if chief:
-                path = self._write(self.best_directory, step, value)
+                written = self._write(self.best_directory, step, value)
+                if written is None:
+                    return
+                path = written
             else:
                 self._write_scratch(step, value)
                 path = os.path.join(self.best_directory, f"{self.basename}-{step}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from hookbus._subscriber import PRIORITY_EARLY_STOPPING, Sink
 
@@ -125,6 +125,7 @@ class EarlyStoppingSink(Sink):
     """
 
     priority = PRIORITY_EARLY_STOPPING
+    controls_training: ClassVar[bool] = True
     on_error = "raise"
 
     def __init__(

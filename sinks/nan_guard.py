@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, ClassVar
 
 from hookbus._subscriber import PRIORITY_NAN_GUARD, Sink
+
+from ._finite import find_nonfinite
 
 if TYPE_CHECKING:
     from hookbus._events import Event
@@ -20,18 +19,6 @@ ON_NAN = ("raise", "stop")
 
 class NonFiniteError(FloatingPointError):
     """A guarded value was NaN or infinite."""
-
-
-def find_nonfinite(values: Mapping[str, Any], keys: Iterable[str]) -> tuple[str, Any] | None:
-    """The first of ``keys`` whose value in ``values`` has a NaN or inf, as ``(key, value)``; pure."""
-    for key in keys:
-        value = values.get(key)
-        if isinstance(value, float):
-            if not math.isfinite(value):
-                return key, value
-        elif isinstance(value, np.ndarray) and value.dtype.kind in "fc" and not np.all(np.isfinite(value)):
-            return key, value
-    return None
 
 
 class NanGuardSink(Sink):
@@ -50,11 +37,12 @@ class NanGuardSink(Sink):
 
     Attributes:
         nonfinite_step: The first step of the current session found non-finite, else ``None``;
-            checkpoint sinks refuse to save from it on.
+            from it on the guard vetoes every checkpoint (:meth:`checkpoint_veto`).
     """
 
     priority = PRIORITY_NAN_GUARD
     on_error = "raise"
+    controls_training: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -88,3 +76,9 @@ class NanGuardSink(Sink):
         if self.on_nan == "raise":
             raise NonFiniteError(message + "; no checkpoint was saved from this step")
         event.request_stop(message)
+
+    def checkpoint_veto(self, step: int) -> str | None:
+        bad = self.nonfinite_step
+        if bad is not None and step >= bad:
+            return f"step {step} is at or after the non-finite step {bad}"
+        return None

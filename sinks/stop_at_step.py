@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from hookbus._schedule import Schedule
 from hookbus._subscriber import PRIORITY_STOP_AT_STEP, Sink
@@ -51,6 +51,7 @@ class StopAtStepSink(Sink):
     """
 
     priority = PRIORITY_STOP_AT_STEP
+    controls_training: ClassVar[bool] = True
     on_error = "raise"
 
     def __init__(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -203,3 +204,77 @@ def test_bad_settings_fail_at_construction_or_begin(tmp_path: Any) -> None:
     d = str(tmp_path / "ckpt")
     with pytest.raises(ValueError, match="two sinks with state are named 'Recorder'"):
         train(d, [CheckpointSink(d), Recorder([]), Recorder([])], last_step=3)
+
+
+def test_a_stop_from_another_thread_is_acted_on_by_the_training_thread(tmp_path: Any) -> None:
+    """A watchdog thread asks to stop mid-run: the training thread publishes the request, stops
+    at its next step and saves the final checkpoint there, at the step training ended on."""
+    d = str(tmp_path / "ckpt")
+    trainer = threading.get_ident()
+    asked = threading.Event()
+    steps: list[int] = []
+    stops: list[tuple[Any, int]] = []
+    saved: list[tuple[CheckpointSaved, int]] = []
+    with tf.Graph().as_default():
+        model = build_linear_regression()
+        bus = EventBus()
+        bus.attach(CheckpointSink(d, every_n_steps=None, every_n_secs=None))  # saves at the stop only
+
+        @bus.on("after_run")
+        def count(event: Any) -> None:
+            steps.append(event.step)
+            if event.step == 50:
+                asked.set()
+
+        bus.on("stop_requested", lambda request: stops.append((request, threading.get_ident())))
+        bus.on("checkpoint_saved", lambda event: saved.append((event, threading.get_ident())))
+
+        def watchdog() -> None:
+            if asked.wait(120):
+                bus.request_stop("watchdog: too slow")
+
+        thread = threading.Thread(target=watchdog, name="watchdog")
+        hook = hookbus.EventBusHook(bus, {"loss": model.loss}, train_op=model.train_op)
+        thread.start()
+        try:
+            with bus, hookbus.monitored_training_session(hooks=[hook], checkpoint_dir=d) as session:
+                while not session.should_stop() and len(steps) < 100_000:
+                    session.run(model.train_op)
+        finally:
+            asked.set()
+            thread.join()
+    assert bus.stop_reason == "watchdog: too slow"
+    assert len(stops) == 1, stops
+    request, stop_thread = stops[0]
+    assert (request.reason, request.source, stop_thread) == ("watchdog: too slow", "thread watchdog", trainer)
+    assert steps[-1] == bus.step == request.step > 50  # stopped right after the step that saw the request
+    assert [thread_id for _, thread_id in saved] == [trainer]
+    assert saved[0][0].step == bus.step == restored_step(d)
+    assert steps_on_disk(d) == [bus.step]
+
+
+class Quarantine(Sink):
+    """A user's control sink: refuses checkpoints of odd steps, through the Sink interface only."""
+
+    controls_training = True
+
+    def checkpoint_veto(self, step: int) -> str | None:
+        return f"step {step} is odd" if step % 2 else None
+
+
+def test_a_control_sink_vetoes_saves_through_the_interface(tmp_path: Any) -> None:
+    d = str(tmp_path / "ckpt")
+    sink = CheckpointSink(d, every_n_steps=3, every_n_secs=None)
+    _, saved, step = train(d, [sink, Quarantine()], last_step=12)
+    assert [s.step for s in saved] == [6, 12]  # 3 and 9 were vetoed; the end save is 12
+    assert steps_on_disk(d) == [6, 12]
+    assert step == 12
+
+
+def test_only_control_sinks_may_veto() -> None:
+    class Observer(Sink):
+        def checkpoint_veto(self, step: int) -> str | None:
+            return "no"
+
+    with pytest.raises(TypeError, match="overrides checkpoint_veto\\(\\) but does not control training"):
+        EventBus().attach(Observer())
