@@ -13,7 +13,7 @@ from typing import Any
 
 import pyte
 import pytest
-from _pty import run_in_pty
+from _pty import _CLEARED, run_in_pty
 from rich.console import Console
 
 import hookbus
@@ -50,6 +50,18 @@ class Broken(hookbus.Sink):
 
     def on_after_run(self, event: hookbus.Event) -> None:
         raise ValueError("disk full")
+
+
+@pytest.fixture(autouse=True)
+def _plain_terminal_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The terminal variables run_in_pty sets for its children, here for in-process consoles too.
+
+    Inherited ones change what rich and wants_live decide (TERM=dumb or TTY_INTERACTIVE=0: never
+    live; TTY_COMPATIBLE=0: no terminal), so the results would depend on the shell running pytest.
+    """
+    for name in _CLEARED:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
 
 
 def text_of(sink: ConsoleSink, width: int = 120) -> str:

@@ -223,7 +223,15 @@ def test_sigkill_mid_fit_then_resume_continues_steps_and_csv_exactly_once(tmp_pa
         if side.exists() and int(side.read_text()) >= target:
             break
         time.sleep(0.005)
-    time.sleep(0.05)  # land between two checkpoints
+    # Land between two checkpoints: wait until a CSV row past the checkpoint in `side` is on disk.
+    # Polled, not a fixed sleep: that row arrives ~40 ms after the checkpoint here, later on a slow
+    # or loaded machine (the next checkpoint is 15 steps of >= 10 ms away, so it cannot overtake).
+    metrics = tmp_path / "m.csv"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and proc.poll() is None and side.exists() and metrics.exists():
+        if metrics.read_text().count("\n") - 1 > int(side.read_text()):  # complete rows past the header
+            break
+        time.sleep(0.005)
     if proc.poll() is not None:
         pytest.fail(f"the child ended before it was killed: {proc.communicate()[1].decode()}")
     os.kill(proc.pid, signal.SIGKILL)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -17,6 +18,16 @@ FEATURES = (
 TSL_INFO = b"2026-11-30 15:00:00.123456: I tensorflow/core/platform/cpu_feature_guard.cc:210] optimized\n"
 ABSL_WARNING = b"W0000 00:00:1796051361.000001    2442 gpu_device.cc:2344] Cannot dlopen some GPU libraries.\n"
 TSL_ERROR = b"2026-11-30 15:00:00.223456: E tensorflow/core/framework/op_kernel.cc:1830] OP_REQUIRES failed\n"
+
+
+def run_python(script: str) -> subprocess.CompletedProcess[bytes]:
+    """``python -c script``, showing warnings the default way whatever PYTHONWARNINGS says here.
+
+    An inherited PYTHONWARNINGS=ignore would hide the child's warning, =error would raise it.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    argv = [sys.executable, "-W", "default", "-c", script]
+    return subprocess.run(argv, capture_output=True, env=env, timeout=60, check=False)
 
 
 def test_info_records_and_the_banner_go_everything_else_stays() -> None:
@@ -45,7 +56,7 @@ def test_held_notices_leave_native_warnings_and_python_output_on_stderr() -> Non
         print("after", file=sys.stderr)
         """
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60, check=False)
+    result = run_python(script)
     assert result.returncode == 0, result.stderr
     err = result.stderr.decode()
     assert "oneDNN" not in err
@@ -72,7 +83,7 @@ def test_held_notices_are_replayed_when_the_block_raises() -> None:
             print("caught", error)
         """
     )
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60, check=False)
+    result = run_python(script)
     assert result.returncode == 0, result.stderr
     assert result.stdout.decode().strip() == "caught no tensorflow"
     assert result.stderr == ABSL_WARNING
