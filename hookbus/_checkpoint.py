@@ -91,6 +91,9 @@ class SaverBackend:
         self._graph: Any = None
         self._session: Any = None
         self._meta: bytes | None = None  # the finalized graph's serialized MetaGraphDef
+        #: The global step variable, when other processes move it during a save (parameter-server
+        #: training): each checkpoint is then named after the step it really holds.
+        self.step_variable: Any = None
 
     def prepare(self) -> None:
         """Build the Saver in the current default graph (call from ``begin()``)."""
@@ -138,7 +141,24 @@ class SaverBackend:
         elif self.write_meta_graph and self._graph.finalized:
             with gfile.GFile(written + ".meta", "rb") as file:
                 self._meta = file.read()
+        if self.step_variable is not None:
+            written = self._name_after_saved_step(written)
         return written
+
+    def _name_after_saved_step(self, written: str) -> str:
+        """Rename checkpoint ``written`` to ``<base>-<the global step it holds>`` if that differs.
+
+        Other workers advance the global step between the chief's read and its save; the name
+        must be the step a restore gets back, or two checkpoints could hold one step.
+        """
+        held = int(_tf().train.load_variable(written, self.step_variable.op.name))
+        named = step_of(written)
+        if named is None or named == held:
+            return written
+        target = written[: written.rindex("-")] + f"-{held}"
+        for name in glob.glob(glob.escape(written) + ".*"):
+            os.replace(name, target + name[len(written) :])
+        return target
 
     def restore(self, path: str) -> None:
         self._check()

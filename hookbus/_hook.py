@@ -233,9 +233,16 @@ class EventBusHook:
                     self._step_after = tf.identity(self._global_step.read_value(), name="hookbus_step_after")
         if self._shared_stop is not None:
             self._shared_stop.build(tf, graph, self._global_step)
-            self._stop_args = tf.compat.v1.train.SessionRunArgs({"stop": self._shared_stop.read})
+            # Other workers move the global step between this worker's runs: every flag check
+            # also reads the exact step (after the train op when there is one), so the estimate
+            # made on quiet steps is corrected at least every check_stop_every_n_steps.
+            step_read = self._step_after if self._step_after is not None else self._global_step
+            self._stop_args = tf.compat.v1.train.SessionRunArgs({"stop": self._shared_stop.read, "step": step_read})
         if self.checkpoint_backend is not None:
             self.checkpoint_backend.prepare()  # a Saver must be built before the graph is finalized
+            # In parameter-server training the step moves while the chief saves: the backend
+            # names each checkpoint after the global step it really holds.
+            self.checkpoint_backend.step_variable = self._global_step if self._shared_stop is not None else None
             self.bus.checkpoint_backend = self.checkpoint_backend
         if self.task is not None:
             self.bus.set_task(self.task)
@@ -291,33 +298,51 @@ class EventBusHook:
         if self._core.mode == "eval":
             self._after_eval_run(run_values)
         elif self._training_run:
-            stop = self._shared_stop
-            if stop is not None:
-                stop.local_step = bus.local_step = stop.local_step + 1
-                if run_values.results:
-                    stop.observe(run_values.results["stop"], bus)
-            if self._planned is not None:
-                step, values = self._train_fetches.unpack(self._planned, run_values.results, self._step + 1)
-                self._step = step
-                try:
-                    self._core.publish_step(step, values)
-                except Exception as error:
-                    if stop is not None:  # a raising NaN guard on one worker stops the others too
-                        stop.announce(run_context.session, bus, f"{type(error).__name__}: {error}")
-                    raise
-            else:
-                self._step += 1
-                bus.step = self._step
+            self._after_training_run(run_context, run_values.results)
         bus.poll_signals()
         if self._shared_stop is not None and bus.should_stop:
             self._shared_stop.announce(run_context.session, bus)
         if bus.should_stop and not self._stop_before_eval:
             run_context.request_stop()
 
+    def _after_training_run(self, run_context: Any, results: Any) -> None:
+        stop = self._shared_stop
+        if stop is not None:
+            stop.local_step += 1
+            self._core.count_local_step(stop.local_step)
+        if self._planned is not None:
+            step, values = self._train_fetches.unpack(self._planned, results, self._step + 1)
+            exact = self._step_after is not None
+            self._step = step
+            try:
+                self._core.publish_step(step, values)
+            except Exception as error:
+                if stop is not None:  # a raising NaN guard on one worker stops the others too
+                    stop.announce(run_context.session, self.bus, f"{type(error).__name__}: {error}")
+                raise
+        else:
+            exact = bool(results) and "step" in results  # a stop-flag check reads the step too
+            self._step = int(results["step"]) if exact else self._step + 1  # quiet steps: estimate
+            self._core.advance(self._step)
+        if stop is None:
+            return
+        if results:
+            stop.observe(results["stop"], self.bus)
+        if self.bus.should_stop and not exact:
+            # A stop (signal, another thread, the shared flag) on a step without a read: every
+            # step that leaves the publisher is the global step read from the graph.
+            self._step = int(run_context.session.run(self._global_step))
+            self._core.advance(self._step)
+
     def end(self, session: Any) -> None:
         if self._core.mode == "eval":
             self._end_eval(session)
             return
+        if self._global_step is not None and (self._step_after is not None or self._shared_stop is not None):
+            # The end event carries the global step read now (a variable read: no input is
+            # consumed); in parameter-server training other workers moved it since the last read.
+            self._step = int(session.run(self._global_step))
+            self._core.advance(self._step)
         if self._shared_stop is not None and self.bus.should_stop:
             self._shared_stop.announce(session, self.bus)
         keys = self._core.final_keys(self._step)

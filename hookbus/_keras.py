@@ -189,7 +189,7 @@ class EventBusCallback:
         self._core.begin()
         self.restored_from = restore_latest(self.bus, self.checkpoint_backend, self.restore)
         self._step = self._epoch_start = self._read_step()
-        self.bus.local_step = 0
+        self._core.count_local_step(0)
         self._core.session_created(self._step, True if self.restored_from else None)
         if self._collective is not None:
             self._collective.reset(self._step)
@@ -213,9 +213,10 @@ class EventBusCallback:
         step = self._epoch_start + batch + 1  # batch: the last batch of this execution, 0-based
         keys = self._core.plan(step)
         bus = self.bus
-        bus.local_step += step - self._step
+        self._core.count_local_step(bus.local_step + step - self._step)
         if keys is None:
-            bus.step = self._step = step
+            self._step = step
+            self._core.advance(step)
         else:
             logs = logs or {}
             if not self._checked:

@@ -159,7 +159,7 @@ class LoopPublisher:
             counted = (step_of(self.restored_from) or 0) if self.restored_from else 0
         self._step = counted
         self._last = None
-        self.bus.local_step = 0
+        self._core.count_local_step(0)
         self._core.session_created(self._step, True if self.restored_from else None)
         if self._collective is not None:
             self._collective.reset(self._step)
@@ -178,9 +178,10 @@ class LoopPublisher:
         step = self._step + 1
         keys = self._core.plan(step)
         bus = self.bus
-        bus.local_step += 1
+        self._core.count_local_step(bus.local_step + 1)
         if keys is None:
-            bus.step = self._step = step
+            self._step = step
+            self._core.advance(step)
         else:
             raw = values() if callable(values) else values
             real = self._read_counter()

@@ -133,6 +133,18 @@ class PublisherCore:
             bus.event("session_created", step=step, mode=self.mode, restored=bool(restored), rewound=rewound),
         )
 
+    def advance(self, step: int) -> None:
+        """Training reached ``step`` on a step that published nothing (the bus's step follows).
+
+        Publishers report steps here and through :meth:`publish_step`; only the core writes
+        the bus's step.
+        """
+        self.bus.step = step
+
+    def count_local_step(self, local_step: int) -> None:
+        """Multi-worker: this worker's own training runs so far (``Event.local_step``)."""
+        self.bus.local_step = local_step
+
     def end(self, step: int) -> None:
         """Publish ``end`` (after a stop recorded since the last step, if any)."""
         self.bus.poll_signals()

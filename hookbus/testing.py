@@ -105,7 +105,7 @@ class ScriptedPublisher:
             self.fetched.append((actual, keys))
             self.core.publish_step(actual, {k: got[k] for k in keys if k in got})
         else:
-            self.bus.step = actual
+            self.core.advance(actual)
         self.step = actual
         self.bus.poll_signals()
         return self.bus.should_stop

@@ -242,19 +242,29 @@ class CheckpointSink(Sink):
 
     def _write(self, directory: str, step: int, value: float | None) -> str | None:
         """The barrier for a checkpoint at ``step`` in ``directory``: the bus prepares (vetoes,
-        flush, states), then states and model are written; returns the prefix (``None``: vetoed)."""
+        flush, states), then model and states are written; returns the prefix (``None``: vetoed,
+        or another checkpoint already holds the step the model was saved at).
+
+        The backend may name the checkpoint after a later step than ``step`` (parameter-server
+        training: other workers moved the global step); the states are written under that name.
+        """
         assert self._bus is not None
         prepared = self._bus.prepare_checkpoint(step)
         if prepared is None:
             return None
         path = os.path.join(directory, f"{self.basename}-{step}")
         os.makedirs(directory, exist_ok=True)
-        files.write_state_file(path, {"step": step, "value": value, "sinks": dict(prepared.states)})
         try:
-            return self._backend().save(path)
+            written = self._backend().save(path)
+            held = files.step_of(written)
+            if held is not None and held != step and held in self._saved and directory == self.directory:
+                files.remove_checkpoint(written)  # the same step is already on disk: keep one
+                return None
+            files.write_state_file(written, {"step": held, "value": value, "sinks": dict(prepared.states)})
         except BaseException:
             files.remove_checkpoint(path)  # the pointer still names the previous checkpoint
             raise
+        return written
 
     def _write_scratch(self, step: int, value: float | None) -> None:
         """A collective non-chief's save: the same write as the chief's, into a directory then removed."""
@@ -277,13 +287,14 @@ class CheckpointSink(Sink):
         path = self._write(self.directory, step, value)
         if path is None:
             return
+        held = files.step_of(path) or step
         kept = [*self._kept, path]
         files.record_checkpoints(self.directory, kept[-self.keep :])  # barrier step 4
         for old in kept[: -self.keep]:
             files.remove_checkpoint(old)
         self._kept = kept[-self.keep :]
-        self._saved.add(step)
-        self._publish(path, step, value)
+        self._saved.update((step, held))
+        self._publish(path, held, value)
 
     def _consider_best(self, step: int, value: float) -> None:
         assert self._monitor is not None

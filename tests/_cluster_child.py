@@ -22,7 +22,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 def main(config: dict[str, Any]) -> None:
     # If the test is about to kill a hung worker, say where it hung.
-    faulthandler.dump_traceback_later(float(config.get("dump_after", 45)), exit=False)
+    faulthandler.dump_traceback_later(float(config.get("dump_after", 120)), exit=False)
     kind, index, scenario = config["type"], int(config["index"]), config["scenario"]
     out = Path(config["out"])
     # The hook reads this process's task from TF_CONFIG (the variable every TF cluster sets).
@@ -64,6 +64,10 @@ def main(config: dict[str, Any]) -> None:
         early.runs_on = "chief"
     seen: dict[str, Any] = {}
 
+    @bus.on("session_created")
+    def joined(event: Any) -> None:
+        seen.update(task=[event.task_type, event.task_index])  # also for a worker that runs no step
+
     @bus.on("after_run")
     def record(event: Any) -> None:
         seen.update(task=[event.task_type, event.task_index], step=event.step, local_step=event.local_step)
@@ -89,13 +93,24 @@ def main(config: dict[str, Any]) -> None:
             if is_chief:
                 ready.touch()
             while not sess.should_stop():
+                if is_chief and local == 1:
+                    # Let worker 1 join before the chief can finish the run alone: on a slow or
+                    # loaded machine its session may take longer to start than the chief needs
+                    # for all its steps, and then it would run none.
+                    until = time.monotonic() + 60
+                    while not (out / "w1-joined").exists() and time.monotonic() < until:
+                        time.sleep(0.01)
                 nan = scenario == "nan" and index == 1 and local >= 5
                 sess.run(train_op, feed_dict={poison: math.nan} if nan else None)
                 local += 1
+                if index == 1 and local == 1:
+                    (out / "w1-joined").touch()
                 time.sleep(0.002)  # keeps the files small while the other worker starts
     except Exception as caught:  # the NaN guard raises on the worker that saw the NaN
         error = f"{type(caught).__name__}: {caught}"
-    report = {"index": index, "local": local, "stop_reason": bus.stop_reason, "error": error, **seen}
+    report = {
+        "index": index, "local": local, "stop_reason": bus.stop_reason, "error": error, "end_step": bus.step, **seen,
+    }  # fmt: skip
     print("REPORT " + json.dumps(report), flush=True)
 
 

@@ -22,7 +22,9 @@ from tests._clusters import collect, free_ports, reports, run_example, start, st
 
 CHILD = Path(__file__).with_name("_cluster_child.py")
 SCENARIOS = ("files", "nan", "early")
-DEADLINE = 50  # hard limit for a whole cluster run, in seconds (a hang fails, it does not block)
+# Hard limit for a whole cluster run, in seconds (a hang fails, it does not block). Nine processes
+# import TensorFlow at once on two cores: 17 s idle, 41 s with two busy cores, so leave room.
+DEADLINE = 150
 
 
 # -- unit: runs_on, Task, filtering -------------------------------------------------------------
@@ -134,7 +136,7 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
 
 @pytest.mark.subprocess
 @pytest.mark.distributed
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)
 def test_only_the_chief_writes_and_stop_at_step_on_the_chief_stops_both(clusters: dict[str, Any]) -> None:
     chief, other = reports(clusters, "files")
     out: Path = clusters["files"]["out"]
@@ -190,3 +192,65 @@ def test_the_example_runs_a_local_cluster(tmp_path: Path) -> None:
     assert "worker-0: reached step" in output  # worker 1 was stopped by the chief's StopAtStepSink
     assert (tmp_path / "metrics.csv").exists()
     assert sorted(p.name for p in tmp_path.glob("workers*.csv")) == ["workers.worker-0.csv", "workers.worker-1.csv"]
+
+
+def _checkpoints(directory: Path) -> list[str]:
+    return sorted((str(p)[: -len(".index")] for p in directory.glob("model.ckpt-*.index")), key=step_of_prefix)
+
+
+def step_of_prefix(prefix: str) -> int:
+    return int(prefix.rsplit("-", 1)[1])
+
+
+@pytest.mark.subprocess
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_every_chief_checkpoint_is_named_after_the_global_step_it_holds(clusters: dict[str, Any]) -> None:
+    """Other workers move the global step while the chief stops and saves: a checkpoint's name is
+    still the step a fresh Saver restores from it, and its sink states sit beside it."""
+    tf = pytest.importorskip("tensorflow")
+    for scenario in SCENARIOS:
+        chief, _ = reports(clusters, scenario)
+        prefixes = _checkpoints(clusters[scenario]["out"] / "w0" / "ckpt")
+        assert prefixes, scenario
+        held = [int(tf.train.load_variable(p, "global_step")) for p in prefixes]
+        assert held == [step_of_prefix(p) for p in prefixes], (scenario, prefixes)
+        assert len(set(held)) == len(held)
+        for prefix in prefixes:
+            state = json.loads(Path(prefix + ".hookbus.json").read_text())
+            assert state["step"] == step_of_prefix(prefix), prefix
+        # The end's checkpoint holds at least the step of the chief's end event (read at the end;
+        # the other worker may still add steps until it sees the stop).
+        assert held[-1] >= chief["end_step"], (scenario, held, chief)
+
+
+@pytest.mark.subprocess
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_a_resume_from_the_chiefs_last_checkpoint_finds_the_saved_sink_state(
+    clusters: dict[str, Any], tmp_path: Path
+) -> None:
+    tf = pytest.importorskip("tensorflow")
+    from hookbus.sinks import EarlyStoppingSink
+
+    ckpt = clusters["early"]["out"] / "w0" / "ckpt"
+    restored: list[Any] = []
+    with tf.Graph().as_default():
+        # The chief's variables, on one machine: a Saver restores them by name.
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        w = tf.compat.v1.get_variable("w", initializer=5.0)
+        flat = tf.identity(1.0 + 0.0 * w, name="flat")
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(tf.square(w - 1.0), global_step)
+        bus = hookbus.EventBus()
+        early = bus.attach(EarlyStoppingSink("flat", patience=2, every_n_steps=5))
+        bus.attach(CheckpointSink(ckpt, every_n_steps=20, every_n_secs=None))
+        # Runs after the checkpoint sink has loaded the states (priority): what a resume sees.
+        bus.on("session_created", lambda e: restored.append((e.step, e.restored, early.state)))
+        hook = hookbus.EventBusHook(bus, {"flat": flat}, train_op=train_op)
+        with bus, hookbus.monitored_training_session(hooks=[hook], checkpoint_dir=str(ckpt)):
+            pass
+    ((step, was_restored, state),) = restored
+    last = _checkpoints(ckpt)[-1]
+    assert (step, was_restored) == (step_of_prefix(last), True)
+    assert state.seen > 0  # early stopping's state came back
+    assert state.best_step is not None
