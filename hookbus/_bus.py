@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import blinker
 
 from hookbus._barrier import Barrier, PreparedCheckpoint
 from hookbus._cluster import Task, check_runs_on
+from hookbus._context import PeerReport, SinkContext
 from hookbus._dispatch import Dispatcher
 from hookbus._events import Event, StopRequest
 from hookbus._run import RunScope
@@ -158,9 +159,12 @@ class EventBus(RunScope, Dispatcher):
             mode,
             wall_time=self.wall_clock(),
             elapsed=self.elapsed,
-            bus=self,
+            _stop=self._stop_at,
             **fields,
         )
+
+    def _stop_at(self, reason: str, step: int) -> None:
+        self.request_stop(reason, step=step)
 
     # -- subscribing -------------------------------------------------------------------------
     @property
@@ -350,6 +354,63 @@ class EventBus(RunScope, Dispatcher):
     def is_subscribed(self, record: Subscriber) -> bool:
         return record in self._subscribers
 
+    # -- what sinks may use ----------------------------------------------------------------------
+    def _context_for(self, sink: Sink) -> SinkContext:
+        return SinkContext(
+            clock=self.clock,
+            task=self.task,
+            known_keys=self.known_keys,
+            static_shape=self.static_shape,
+            current_step=lambda: self.step,
+            defer=self.call_after_dispatch,
+            reschedule=lambda schedule: self.reschedule(sink, schedule),
+            peers=lambda: self._peer_reports(sink),
+            checkpoint_backend=lambda: self.checkpoint_backend,
+            prepare_checkpoint=self.prepare_checkpoint,
+            load_states=self._load_states,
+            check_state_names=self._check_state_names,
+            publish_checkpoint=lambda saved: self.publish("checkpoint_saved", saved),
+            best_restorer=self._best_restorer,
+        )
+
+    def _best_restorer(self, monitor: str) -> Callable[[], str | None] | None:
+        for sink in self.sinks:
+            restore = sink.best_restorer(monitor)
+            if restore is not None:
+                return restore
+        return None
+
+    def _peer_reports(self, asking: Sink) -> list[PeerReport]:
+        reports = []
+        for record in self._here:
+            sink = record.sink
+            if sink is None or sink is asking:
+                continue
+            try:
+                status, steps = sink.status(), sink.total_steps
+            except Exception:  # one sink's report must not break another's display
+                logger.debug("status of %r failed", sink, exc_info=True)
+                continue
+            reports.append(PeerReport(sink.name, status, steps if isinstance(steps, int) else None))
+        return reports
+
+    def _load_states(self, states: Mapping[str, Any]) -> None:
+        for record in self._here:
+            if record.sink is not None and record.sink.name in states:
+                record.sink.load_state_dict(states[record.sink.name])
+
+    def _check_state_names(self) -> None:
+        seen: dict[str, Sink] = {}
+        for sink in self.sinks:
+            if type(sink).state_dict is Sink.state_dict:
+                continue
+            if sink.name in seen:
+                raise ValueError(
+                    f"two sinks with state are named {sink.name!r} ({seen[sink.name]!r} and {sink!r}); "
+                    "their states are saved by name: pass name=... to tell them apart"
+                )
+            seen[sink.name] = sink
+
     # -- the checkpoint barrier ----------------------------------------------------------------
     def prepare_checkpoint(self, step: int) -> PreparedCheckpoint | None:
         """The barrier's prepare phase for a checkpoint at ``step`` (on the training thread).
@@ -392,10 +453,14 @@ class EventBus(RunScope, Dispatcher):
                 )
 
     def start(self) -> None:
-        """Mark the run as begun (first publisher ``begin``): keys checked, subscriptions closed."""
+        """Mark the run as begun (first publisher ``begin``): keys checked, subscriptions closed,
+        every sink that runs here given its :class:`SinkContext`."""
         if not self.started:
             self.check_keys()
             self.started = True
             self._owner = threading.get_ident()
+            for record in self._here:
+                if record.sink is not None:
+                    record.sink.setup(self._context_for(record.sink))
             if self._start_time is None:
                 self._start_time = self.clock()

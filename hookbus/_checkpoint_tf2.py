@@ -87,9 +87,7 @@ class TF2CheckpointBackend:
 def _directory(bus: EventBus, restore: Restore) -> str:
     if not isinstance(restore, bool):
         return os.path.abspath(os.fspath(restore))
-    from hookbus.sinks import CheckpointSink
-
-    found = sorted({s.directory for s in bus.sinks if isinstance(s, CheckpointSink)})
+    found = sorted({d for s in bus.sinks if (d := s.checkpoint_directory) is not None})
     if len(found) != 1:
         what = "no CheckpointSink is attached" if not found else f"CheckpointSinks save to {found}"
         raise ValueError(

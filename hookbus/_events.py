@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from hookbus._bus import EventBus
+from typing import Any
 
 __all__ = ["CheckpointSaved", "Event", "ExceptionRaised", "StopRequest", "SubscriberError"]
 
@@ -42,6 +39,9 @@ class Event:
         local_step: In multi-worker training, the training runs this worker made in this run.
             ``step`` stays the shared global step (all workers advance it; every sink keys its
             rows, summaries and checkpoints by ``step``). ``None`` (default) on one machine.
+
+    An event is data: it does not carry the bus. The bus that makes it gives it the one thing
+    :meth:`request_stop` needs.
     """
 
     signal: str
@@ -56,7 +56,7 @@ class Event:
     task_type: str | None = None
     task_index: int | None = None
     local_step: int | None = None
-    bus: EventBus | None = field(default=None, repr=False, compare=False)
+    _stop: Callable[[str, int], None] | None = field(default=None, repr=False, compare=False)
 
     def request_stop(self, reason: str) -> None:
         """Ask the publisher to stop training at the end of this step.
@@ -64,9 +64,9 @@ class Event:
         Args:
             reason: Why; it becomes ``bus.stop_reason`` (the first reason of a run is kept).
         """
-        if self.bus is None:
+        if self._stop is None:
             raise RuntimeError("this event is not attached to a bus; nothing can be stopped")
-        self.bus.request_stop(reason, step=self.step)
+        self._stop(reason, self.step)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from hookbus._bus import EventBus
+    from hookbus._context import SinkContext
     from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
 
 __all__ = [
@@ -111,6 +112,7 @@ class Sink:
     controls_training: ClassVar[bool] = False
     priority: int = PRIORITY_DEFAULT
     on_error: str = "isolate"
+    _context: SinkContext | None = None
 
     def __init__(
         self,
@@ -150,6 +152,33 @@ class Sink:
                 f"TensorBoardSink); {type(self).__name__} has none: use 'chief' or 'all'"
             )
         self.__dict__["_runs_on"] = value
+
+    def setup(self, context: SinkContext) -> None:
+        """Receive what this sink may use of its bus for the run (the bus calls it as the run
+        begins, before ``begin`` is published). Override to prepare; call ``super().setup``."""
+        self._context = context
+
+    @property
+    def context(self) -> SinkContext:
+        """The :class:`hookbus.SinkContext` of the current run (clock, keys, checkpoint backend, ...)."""
+        if self._context is None:
+            raise RuntimeError(
+                f"{self.name} has no context yet: a bus gives it when the run begins (attach the sink, then train)"
+            )
+        return self._context
+
+    @property
+    def checkpoint_directory(self) -> str | None:
+        """The directory this sink saves checkpoints to, if it does (default ``None``).
+
+        Publishers that resume (``restore=True``) restore from it.
+        """
+        return None
+
+    def best_restorer(self, monitor: str) -> Callable[[], str | None] | None:
+        """A function that makes the best checkpoint by ``monitor`` current, if this sink keeps
+        one (default ``None``). ``EarlyStoppingSink(restore_best=True)`` calls it at its stop."""
+        return None
 
     def set_output_suffix(self, suffix: str) -> None:
         """Write to a per-worker path ending in ``suffix`` (``runs_on="each"``; called before begin).

@@ -6,6 +6,7 @@ import logging
 import math
 import os
 import shutil
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 from hookbus import _checkpoint as files
@@ -19,7 +20,6 @@ from ._finite import find_nonfinite
 from ._monitor import Monitor, check_scalar, resolve_mode
 
 if TYPE_CHECKING:
-    from hookbus._bus import EventBus
     from hookbus._checkpoint import CheckpointBackend
     from hookbus._events import Event, StopRequest
 
@@ -122,7 +122,6 @@ class CheckpointSink(Sink):
         if not isinstance(basename, str) or not basename or os.sep in basename:
             raise ValueError(f"basename must be a file name (got {basename!r})")
         self.basename = basename
-        self._bus: EventBus | None = None
         self._kept: list[str] = []
         self._best: list[tuple[float, str]] = []  # best last
         self._saved: set[int] = set()
@@ -133,33 +132,31 @@ class CheckpointSink(Sink):
         self._collective = False
 
     # -- lifecycle ---------------------------------------------------------------------------
+    @property
+    def checkpoint_directory(self) -> str:
+        return self.directory
+
+    def best_restorer(self, monitor: str) -> Callable[[], str | None] | None:
+        return self.restore_best if self.keep_best > 0 and monitor == self.monitor else None
+
     def on_begin(self, event: Event) -> None:
-        if event.mode != "train" or event.bus is None:
+        if event.mode != "train":
             return
-        bus = self._bus = event.bus
-        if bus.checkpoint_backend is None:
+        context = self.context
+        if context.checkpoint_backend() is None:
             raise ValueError(
                 f"{self.name} needs a publisher that provides a checkpoint backend (a train-mode "
                 "EventBusHook, the Keras callback or the loop publisher) on the same bus"
             )
         if self.monitor is not None:
-            if self.monitor not in bus.known_keys:
+            if self.monitor not in context.known_keys:
                 raise UnknownKeyError(
                     f"{self.name} monitors {self.monitor!r}, which no publisher attached to this bus "
-                    f"provides; known keys: {sorted(bus.known_keys)}"
+                    f"provides; known keys: {sorted(context.known_keys)}"
                 )
-            check_scalar(self.name, self.monitor, bus.static_shape(self.monitor))
-        seen: dict[str, Sink] = {}
-        for sink in bus.sinks:
-            if type(sink).state_dict is Sink.state_dict:
-                continue
-            if sink.name in seen:
-                raise ValueError(
-                    f"two sinks with state are named {sink.name!r} ({seen[sink.name]!r} and {sink!r}); "
-                    "their states are saved by name: pass name=... to tell them apart"
-                )
-            seen[sink.name] = sink
-        task = bus.task
+            check_scalar(self.name, self.monitor, context.static_shape(self.monitor))
+        context.check_state_names()
+        task = context.task
         self._collective = task is not None and task.collective
         self._scratch = None
         if task is not None and task.collective:
@@ -190,21 +187,15 @@ class CheckpointSink(Sink):
         first, self._resumed = not self._resumed, True
         # In-memory state is newer than any checkpoint unless this process starts from one or the
         # step went back: the train/evaluate loop must keep what the evaluation at S added.
-        if not event.restored or event.bus is None or not (first or event.rewound):
+        if not event.restored or not (first or event.rewound):
             return
         restored = [p for p in self._kept if files.step_of(p) == event.step]
         data = files.read_state_file(restored[-1]) if restored else None
-        if data is None:
-            return
-        states = data.get("sinks", {})
-        for sink in event.bus.sinks:
-            if sink.name in states:
-                sink.load_state_dict(states[sink.name])
+        if data is not None:
+            self.context.load_states(data.get("sinks", {}))
 
     def on_after_run(self, event: Event) -> None:
-        bus = event.bus
-        if bus is None:
-            return
+        defer = self.context.defer
         if find_nonfinite(event.values, event.values) is not None:
             if event.mode == "train" and (self._nonfinite_step is None or event.step < self._nonfinite_step):
                 self._nonfinite_step = event.step
@@ -212,31 +203,31 @@ class CheckpointSink(Sink):
         value = self._monitor.value(event.values) if self._monitor is not None else None
         step = event.step
         if event.mode == "train" and not event.final:
-            bus.call_after_dispatch(lambda: self._save(step, value))
+            defer(lambda: self._save(step, value))
         if value is not None and self.keep_best:
-            bus.call_after_dispatch(lambda: self._consider_best(step, value))
+            defer(lambda: self._consider_best(step, value))
 
     def on_stop_requested(self, event: StopRequest) -> None:
         if not self._collective:  # collective: the workers may ask at different steps; save at the end
             self._save_if_live()  # the step has reached every subscriber already
 
     def on_end(self, event: Event) -> None:
-        if event.mode == "train" and event.bus is not None:
-            event.bus.call_after_dispatch(self._save_if_live)
+        if event.mode == "train":
+            self.context.defer(self._save_if_live)
 
     # -- saving --------------------------------------------------------------------------------
     def _backend(self) -> CheckpointBackend:
-        backend = self._bus.checkpoint_backend if self._bus is not None else None
+        backend = self._context.checkpoint_backend() if self._context is not None else None
         if backend is None:
             raise RuntimeError(f"{self.name}: no checkpoint backend; did the train publisher begin?")
         return backend
 
     def _save_if_live(self) -> None:
-        if self._bus is not None and self._backend().ready:
-            self._save(self._bus.step, None)
+        if self._context is not None and self._backend().ready:
+            self._save(self._context.current_step(), None)
 
     def _savable(self, step: int) -> bool:
-        if self._frozen or self._bus is None:
+        if self._frozen or self._context is None:
             return False
         return self._nonfinite_step is None or step < self._nonfinite_step
 
@@ -248,8 +239,7 @@ class CheckpointSink(Sink):
         The backend may name the checkpoint after a later step than ``step`` (parameter-server
         training: other workers moved the global step); the states are written under that name.
         """
-        assert self._bus is not None
-        prepared = self._bus.prepare_checkpoint(step)
+        prepared = self.context.prepare_checkpoint(step)
         if prepared is None:
             return None
         path = os.path.join(directory, f"{self.basename}-{step}")
@@ -308,7 +298,7 @@ class CheckpointSink(Sink):
         if regular:
             target = os.path.join(self.best_directory, os.path.basename(regular[-1]))
             path = files.copy_checkpoint(regular[-1], self.best_directory) if chief else target
-        elif self._bus is not None and self._bus.step == step and self._backend().ready and self._savable(step):
+        elif self._savable(step) and self.context.current_step() == step and self._backend().ready:
             if chief:
                 written = self._write(self.best_directory, step, value)
                 if written is None:
@@ -330,8 +320,7 @@ class CheckpointSink(Sink):
             self._publish(path, step, value)
 
     def _publish(self, path: str, step: int, value: float | None) -> None:
-        if self._bus is not None:
-            self._bus.publish("checkpoint_saved", CheckpointSaved(path, step, value))
+        self.context.publish_checkpoint(CheckpointSaved(path, step, value))
 
     # -- restoring -------------------------------------------------------------------------------
     @property

@@ -33,7 +33,6 @@ from ._console_terminal import Routed, restore_logging, route_logging, wants_liv
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from hookbus._bus import EventBus
 
 __all__ = ["ConsoleSink"]
 
@@ -153,7 +152,6 @@ class ConsoleSink(Sink):
 
     # -- state (training thread) -------------------------------------------------------------
     def _reset(self, now: float) -> None:
-        self._bus: EventBus | None = None
         self._start = now
         self._step = 0
         self._mode = "train"
@@ -180,16 +178,11 @@ class ConsoleSink(Sink):
         """Freeze the current state into a new snapshot (what the refresh thread draws)."""
         statuses: list[str] = []
         total: int | None = None
-        for sink in self._bus.sinks if self._bus is not None else ():
-            if sink is self:
-                continue
-            try:
-                status, steps = sink.status(), sink.total_steps
-            except Exception:  # another sink's report must not break the dashboard
-                continue
-            if status:
-                statuses.append(f"{sink.name}: {status}")
-            if isinstance(steps, int) and steps > 0:
+        for peer in self._context.peers() if self._context is not None else ():
+            if peer.status:
+                statuses.append(f"{peer.name}: {peer.status}")
+            steps = peer.total_steps
+            if steps is not None and steps > 0:
                 total = steps if total is None else min(total, steps)
         now = self.clock()
         self.snapshot = Snapshot(
@@ -237,11 +230,8 @@ class ConsoleSink(Sink):
             self._reset(self.clock())
             self._active = True
             self._phase = "running"
-            self._bus = event.bus
             self._publish()
             self._start_display()
-        if self._bus is None:
-            self._bus = event.bus
         self._publish()
 
     def on_session_created(self, event: Event) -> None:
@@ -255,8 +245,6 @@ class ConsoleSink(Sink):
         self._publish()
 
     def on_after_run(self, event: Event) -> None:
-        if event.bus is not None:
-            self._bus = event.bus
         self._mode = event.mode
         if event.mode == "eval":
             self._eval_step = event.step

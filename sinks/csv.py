@@ -205,7 +205,7 @@ class CSVSink(Sink):
             tempfile.TemporaryFile(dir=self.path.parent).close()
         except OSError as error:
             raise OSError(f"{self.name} cannot write in {str(self.path.parent)!r}: {error}") from error
-        known = event.bus.known_keys if event.bus is not None else frozenset()
+        known = self.context.known_keys
         wanted = sorted(k for k in known if self.keys is None or k in self.keys)
         if self.epochs:
             columns = ["epoch"] + [k[len(EPOCH_PREFIX) :] for k in wanted if k.startswith(EPOCH_PREFIX)]

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 from hookbus._subscriber import PRIORITY_EARLY_STOPPING, Sink
 
 from ._monitor import Monitor, check_number, check_scalar, resolve_mode
-from .checkpoint import CheckpointSink
 
 if TYPE_CHECKING:
     from hookbus._events import Event
@@ -175,13 +174,10 @@ class EarlyStoppingSink(Sink):
         return self.rule.monitor.key
 
     def on_begin(self, event: Event) -> None:
-        if event.bus is None:
-            return
-        check_scalar(self.name, self.monitor, event.bus.static_shape(self.monitor))
+        check_scalar(self.name, self.monitor, self.context.static_shape(self.monitor))
         if not self.restore_best:
             return
-        found = [s for s in event.bus.sinks if isinstance(s, CheckpointSink) and s.keep_best > 0]
-        if not any(s.monitor == self.monitor for s in found):
+        if self.context.best_restorer(self.monitor) is None:
             raise ValueError(
                 f"{self.name}: restore_best=True needs a CheckpointSink with keep_best > 0 and "
                 f"monitor={self.monitor!r} attached to the same bus"
@@ -201,11 +197,10 @@ class EarlyStoppingSink(Sink):
             event.request_stop(reason)
 
     def on_end(self, event: Event) -> None:
-        if self.restore_best and self.stopped_at is not None and event.bus is not None:
-            for sink in event.bus.sinks:
-                if isinstance(sink, CheckpointSink) and sink.keep_best > 0 and sink.monitor == self.monitor:
-                    sink.restore_best()
-                    break
+        if self.restore_best and self.stopped_at is not None:
+            restore = self.context.best_restorer(self.monitor)
+            if restore is not None:
+                restore()
             self.stopped_at = None  # restore once
 
     def state_dict(self) -> dict[str, Any]:

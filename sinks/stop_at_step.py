@@ -94,7 +94,7 @@ class StopAtStepSink(Sink):
     def _now(self, event: Event) -> float:
         if self._clock is not None:
             return self._clock()
-        return event.bus.clock() if event.bus is not None else 0.0
+        return self.context.clock()
 
     def on_begin(self, event: Event) -> None:
         if event.mode != "train":
@@ -109,8 +109,7 @@ class StopAtStepSink(Sink):
             return
         if self._target is None and self.num_steps is not None:
             self._target = event.step + self.num_steps
-            if event.bus is not None:
-                event.bus.reschedule(self, Schedule(every_n_steps=self._target, every_n_secs=self.max_seconds))
+            self.context.reschedule(Schedule(every_n_steps=self._target, every_n_secs=self.max_seconds))
         if self._target is not None and event.step >= self._target:
             event.request_stop(f"step {event.step} is already at or past last_step {self._target}")
 

@@ -1,0 +1,73 @@
+"""What a sink may use of its bus: a narrow context, given to :meth:`Sink.setup` as a run begins.
+
+Events are data; they do not carry the bus. A sink that needs more than an event — the clock,
+the keys the publishers provide, the checkpoint backend, a way to defer work until an event has
+reached everyone — finds it here, and nothing else: never the bus itself, never another sink.
+Cooperation between sinks goes through the :class:`hookbus.Sink` interface (flush, state,
+vetoes, status lines), which the bus runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hookbus._barrier import PreparedCheckpoint
+    from hookbus._checkpoint import CheckpointBackend
+    from hookbus._cluster import Task
+    from hookbus._events import CheckpointSaved
+    from hookbus._schedule import Schedule
+
+__all__ = ["PeerReport", "SinkContext"]
+
+
+@dataclass(frozen=True)
+class PeerReport:
+    """Another sink's public report, for dashboards: its name, status line and planned last step."""
+
+    name: str
+    status: str | None
+    total_steps: int | None
+
+
+@dataclass(frozen=True)
+class SinkContext:
+    """What the bus offers one sink for one run.
+
+    Attributes:
+        clock: The bus's monotonic clock (seconds).
+        task: This process's :class:`hookbus.Task` in multi-worker training, ``None`` on one machine.
+        known_keys: Every key the bus's publishers provide (eval keys with their ``eval/`` prefix).
+        static_shape: ``key -> shape`` a publisher declared before step 1 (``()``: a scalar), or ``None``.
+        current_step: The training step the bus has reached (the last step published or passed).
+        defer: Run a function once the event being dispatched has reached every subscriber
+            (at once outside a dispatch): a checkpoint saves after the writers received the step.
+        reschedule: Give this sink a new schedule, counted from the current step.
+        peers: The other sinks' reports (status line, planned last step), in dispatch order.
+        checkpoint_backend: The training publisher's checkpoint backend, ``None`` before it began.
+        prepare_checkpoint: The checkpoint barrier's prepare phase for a step (vetoes, flush,
+            states); ``None`` when a control sink vetoes.
+        load_states: Give each sink its state saved beside a checkpoint (by sink name).
+        check_state_names: Fail, naming them, if two sinks with state share a name (their states
+            are saved by name).
+        publish_checkpoint: Publish ``checkpoint_saved``.
+        best_restorer: ``monitor -> restore`` from the first sink that keeps the best checkpoints
+            by ``monitor`` (:meth:`hookbus.Sink.best_restorer`), or ``None``.
+    """
+
+    clock: Callable[[], float]
+    task: Task | None
+    known_keys: frozenset[str]
+    static_shape: Callable[[str], tuple[int | None, ...] | None]
+    current_step: Callable[[], int]
+    defer: Callable[[Callable[[], None]], None]
+    reschedule: Callable[[Schedule], None]
+    peers: Callable[[], list[PeerReport]]
+    checkpoint_backend: Callable[[], CheckpointBackend | None]
+    prepare_checkpoint: Callable[[int], PreparedCheckpoint | None]
+    load_states: Callable[[Mapping[str, Any]], None]
+    check_state_names: Callable[[], None]
+    publish_checkpoint: Callable[[CheckpointSaved], None]
+    best_restorer: Callable[[str], Callable[[], str | None] | None]
