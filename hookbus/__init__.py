@@ -2,6 +2,7 @@
 
 from hookbus._bus import EventBus, UnknownKeyError
 from hookbus._cluster import RUNS_ON, Task
+from hookbus._context import PeerReport, SinkContext
 from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
 from hookbus._hook import EventBusHook
 from hookbus._keras import EventBusCallback
@@ -37,8 +38,10 @@ __all__ = [
     "EventBusHook",
     "ExceptionRaised",
     "LoopPublisher",
+    "PeerReport",
     "Schedule",
     "Sink",
+    "SinkContext",
     "StopRequest",
     "SubscriberError",
     "Subscription",

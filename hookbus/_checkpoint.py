@@ -21,6 +21,7 @@ import re
 import shutil
 from typing import Any, Protocol, runtime_checkable
 
+from hookbus._tf import require_tensorflow
 from hookbus._writer import write_atomically
 
 __all__ = [
@@ -67,9 +68,7 @@ class CheckpointBackend(Protocol):
 
 
 def _tf() -> Any:
-    import tensorflow as tf
-
-    return tf
+    return require_tensorflow("checkpoints")
 
 
 class SaverBackend:

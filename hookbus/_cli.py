@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hookbus._startup_notices import held_startup_notices
+from hookbus._tf import require_tensorflow
 
 __all__ = ["main"]
 
@@ -54,7 +55,7 @@ def demo(logdir: Path, *, steps: int, eval_every: int, patience: int, delay: flo
     # TensorFlow's oneDNN notice ignores TF_CPP_MIN_LOG_LEVEL (see _startup_notices): hold it
     # back so the dashboard starts on a clean screen; warnings and errors still come through.
     with held_startup_notices():
-        import tensorflow as tf
+        tf = require_tensorflow("hookbus demo")
 
     import hookbus
     from hookbus._demo import build_linear_regression

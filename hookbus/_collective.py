@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hookbus._cluster import STOP_SOURCE, Task
+from hookbus._tf import require_tensorflow
 from hookbus._validate import positive_int
 
 if TYPE_CHECKING:
@@ -104,8 +105,7 @@ class CollectiveStop:
 
     def _all_reduce(self, flags: list[float]) -> list[float]:
         if self._reduce is None:
-            import tensorflow as tf
-
+            tf = require_tensorflow("MultiWorkerMirroredStrategy support")
             strategy = self.strategy
 
             # A worker with several devices runs one replica per device: each adds its share.

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hookbus._tf import require_tensorflow
+
 __all__ = ["LinearRegression", "build_linear_regression"]
 
 
@@ -37,7 +39,7 @@ def build_linear_regression(
     0.25 of the target, named ``accuracy:0`` as in the seed.
     """
     import numpy as np
-    import tensorflow as tf
+    tf = require_tensorflow("the demo model")
 
     v1 = tf.compat.v1
     rng = np.random.default_rng(seed)

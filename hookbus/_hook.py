@@ -10,9 +10,9 @@ from hookbus._checkpoint import SaverBackend
 from hookbus._cluster import SharedStop, Task
 from hookbus._fetch import TrainFetches
 from hookbus._publisher import EVAL_PREFIX, PublisherCore
+from hookbus._tf import require_tensorflow
 
-# Imported on first use, not with hookbus: importing TensorFlow costs ~5 s and ~500 MB, and the
-# demo must set TF_CPP_MIN_LOG_LEVEL before TensorFlow's C++ logging reads it (only once).
+# The module, once a hook is made (hookbus._tf imports it on first use, not with hookbus).
 tf: Any = None
 
 if TYPE_CHECKING:
@@ -25,15 +25,9 @@ AGGREGATIONS = ("mean", "final")
 _STRUCTURES = (list, tuple, dict)
 
 
-def require_tensorflow(what: str) -> Any:
-    """Import TensorFlow (once) for ``what``, or say how to install it."""
+def _tensorflow(what: str) -> Any:
     global tf
-    if tf is None:
-        try:
-            import tensorflow
-        except ImportError:
-            raise ImportError(f"{what} needs TensorFlow: pip install 'hookbus[tf-cpu]' (or 'hookbus[tf]')") from None
-        tf = tensorflow
+    tf = require_tensorflow(what)
     return tf
 
 
@@ -131,7 +125,7 @@ class EventBusHook:
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> EventBusHook:
-        base = require_tensorflow("EventBusHook").compat.v1.train.SessionRunHook
+        base = _tensorflow("EventBusHook").compat.v1.train.SessionRunHook
         instance: EventBusHook = object.__new__(with_base(cls, base))
         return instance
 
@@ -146,7 +140,7 @@ class EventBusHook:
         task: Task | None = None,
         check_stop_every_n_steps: int = 10,
     ) -> None:
-        require_tensorflow("EventBusHook")
+        _tensorflow("EventBusHook")
         if fetches is None:
             fetches = {}
         if not isinstance(fetches, Mapping):

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
 from hookbus._collective import CollectiveStop, task_of_strategy
-from hookbus._hook import require_tensorflow, with_base
+from hookbus._hook import with_base
 from hookbus._publisher import EPOCH_PREFIX, PublisherCore
+from hookbus._tf import require_tensorflow
 from hookbus._validate import positive_int
 
 if TYPE_CHECKING:

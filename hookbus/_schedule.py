@@ -5,32 +5,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hookbus._validate import positive_int
+from hookbus._validate import flag, optional_seconds, positive_int
 
 __all__ = ["Schedule"]
 
 
 def _check_steps(value: object) -> int | None:
     return None if value is None else positive_int("every_n_steps", value)
-
-
-def _check_secs(value: object) -> float | None:
-    if value is None:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ValueError(f"every_n_secs must be a positive finite number of seconds (got {value!r})")
-    return float(value)
-
-
-def _check_flag(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False (got {value!r})")
-    return value
 
 
 @dataclass(frozen=True)
@@ -58,9 +39,9 @@ class Schedule:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "every_n_steps", _check_steps(self.every_n_steps))
-        object.__setattr__(self, "every_n_secs", _check_secs(self.every_n_secs))
-        _check_flag("at_begin", self.at_begin)
-        _check_flag("at_end", self.at_end)
+        object.__setattr__(self, "every_n_secs", optional_seconds("every_n_secs", self.every_n_secs))
+        flag("at_begin", self.at_begin)
+        flag("at_end", self.at_end)
 
     @property
     def is_empty(self) -> bool:

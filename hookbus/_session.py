@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hookbus._hook import require_tensorflow
+from hookbus._tf import require_tensorflow
 
 __all__ = ["monitored_training_session"]
 

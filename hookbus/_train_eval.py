@@ -5,20 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from hookbus._hook import require_tensorflow
 from hookbus._session import monitored_training_session
+from hookbus._tf import require_tensorflow
+from hookbus._validate import optional_positive_int, positive_int
 
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
 
 __all__ = ["train_and_evaluate"]
-
-
-def _positive(name: str, value: object, *, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int{' or None' if optional else ''} (got {value!r})")
 
 
 def train_and_evaluate(
@@ -72,9 +66,9 @@ def train_and_evaluate(
         The number of evaluations run.
     """
     tf = require_tensorflow("train_and_evaluate")
-    _positive("steps_per_round", steps_per_round)
-    _positive("eval_steps", eval_steps, optional=True)
-    _positive("max_rounds", max_rounds, optional=True)
+    positive_int("steps_per_round", steps_per_round)
+    optional_positive_int("eval_steps", eval_steps)
+    optional_positive_int("max_rounds", max_rounds)
     step = run_step if run_step is not None else (lambda session: session.run(train_op))
     rounds = 0
     while not bus.should_stop and (max_rounds is None or rounds < max_rounds):

@@ -1,23 +1,102 @@
-"""The argument checks every constructor shares, with one message shape for all of them."""
+"""The argument checks every constructor shares, with one message shape for all of them.
+
+Every check raises ``ValueError`` naming the argument, what was expected and the value given:
+``every_n_steps must be a positive int (got 0)``. Numbers are never bools; counts are never
+floats; seconds and rates are finite (``inf`` and ``nan`` fail here, not as an ``OverflowError``
+on a writer's thread hours later).
+"""
 
 from __future__ import annotations
 
+import math
 import os
 
-__all__ = ["non_empty_path", "positive_int", "positive_number"]
+__all__ = [
+    "finite_number",
+    "flag",
+    "non_empty_path",
+    "non_negative_int",
+    "non_negative_seconds",
+    "optional_positive_int",
+    "optional_seconds",
+    "positive_int",
+    "positive_number",
+    "seconds",
+]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def positive_int(name: str, value: object) -> int:
-    """``value`` if it is an int above 0 (not a bool); else ``ValueError`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    """``value`` if it is an int above 0; else ``ValueError`` naming ``name``."""
+    if not _is_int(value) or value < 1:  # type: ignore[operator]
         raise ValueError(f"{name} must be a positive int (got {value!r})")
-    return value
+    return value  # type: ignore[return-value]
+
+
+def optional_positive_int(name: str, value: object) -> int | None:
+    """``None``, or ``value`` if it is an int above 0."""
+    if value is None:
+        return None
+    if not _is_int(value) or value < 1:  # type: ignore[operator]
+        raise ValueError(f"{name} must be a positive int or None (got {value!r})")
+    return value  # type: ignore[return-value]
+
+
+def non_negative_int(name: str, value: object) -> int:
+    """``value`` if it is an int of 0 or more."""
+    if not _is_int(value) or value < 0:  # type: ignore[operator]
+        raise ValueError(f"{name} must be a non-negative int (got {value!r})")
+    return value  # type: ignore[return-value]
 
 
 def positive_number(name: str, value: object) -> float:
-    """``value`` if it is an int or float above 0 (not a bool, not NaN); else ``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"{name} must be a positive number (got {value!r})")
+    """``value`` as a float if it is a finite int or float above 0 (a rate, a size)."""
+    if not _is_real(value) or not math.isfinite(value) or value <= 0:  # type: ignore[arg-type,operator]
+        raise ValueError(f"{name} must be a positive finite number (got {value!r})")
+    return float(value)  # type: ignore[arg-type]
+
+
+def seconds(name: str, value: object) -> float:
+    """``value`` as a float if it is a finite, positive number of seconds (a period, a deadline)."""
+    if not _is_real(value) or not math.isfinite(value) or value <= 0:  # type: ignore[arg-type,operator]
+        raise ValueError(f"{name} must be a positive finite number of seconds (got {value!r})")
+    return float(value)  # type: ignore[arg-type]
+
+
+def non_negative_seconds(name: str, value: object) -> float:
+    """``value`` as a float if it is a finite number of seconds, 0 included (0: no waiting)."""
+    if not _is_real(value) or not math.isfinite(value) or value < 0:  # type: ignore[arg-type,operator]
+        raise ValueError(f"{name} must be a finite number of seconds >= 0 (got {value!r})")
+    return float(value)  # type: ignore[arg-type]
+
+
+def optional_seconds(name: str, value: object) -> float | None:
+    """``None``, or :func:`seconds`."""
+    return None if value is None else seconds(name, value)
+
+
+def finite_number(name: str, value: object, *, allow_none: bool = False, non_negative: bool = False) -> float | None:
+    """``value`` as a float if it is a finite real number (``None`` allowed when ``allow_none``)."""
+    if value is None and allow_none:
+        return None
+    if not _is_real(value) or not math.isfinite(value):  # type: ignore[arg-type]
+        raise ValueError(f"{name} must be a finite number (got {value!r})")
+    if non_negative and value < 0:  # type: ignore[operator]
+        raise ValueError(f"{name} must be a non-negative number (got {value!r})")
+    return float(value)  # type: ignore[arg-type]
+
+
+def flag(name: str, value: object) -> bool:
+    """``value`` if it is ``True`` or ``False`` (not 1, not ``"yes"``)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False (got {value!r})")
     return value
 
 

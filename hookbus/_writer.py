@@ -25,7 +25,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from hookbus._validate import positive_int, positive_number
+from hookbus._validate import positive_int, seconds
 
 __all__ = ["BackgroundWriter", "WriterError", "WriterWarning", "check_writable_dir"]
 
@@ -104,7 +104,7 @@ class BackgroundWriter(Generic[T]):
         flush_secs: float = 5.0,
     ) -> None:
         positive_int("max_queue_size", max_queue_size)
-        positive_number("flush_secs", flush_secs)
+        seconds("flush_secs", flush_secs)
         self.name = name
         self._write = write
         self._flush = flush

@@ -20,6 +20,8 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from hookbus._direction import better_direction
+
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 
@@ -37,7 +39,6 @@ __all__ = [
     "sparkline",
 ]
 
-_MAXIMIZE = ("acc", "auc", "precision", "recall", "f1", "iou", "map")
 _BLOCKS = "▁▂▃▄▅▆▇█"
 _ASCII_BLOCKS = "_.-:=+*#"
 
@@ -55,14 +56,9 @@ class MetricRow:
 
 
 def goal_for_key(key: str) -> str:
-    """``"max"`` for accuracy-like keys (acc, auc, precision, recall, f1, iou, map), else ``"min"``.
-
-    Keys containing ``loss`` or ``error`` are always minimised; the ``eval/`` prefix is ignored.
-    """
-    name = key.lower().removeprefix("eval/")
-    if "loss" in name or "error" in name:
-        return "min"
-    return "max" if any(word in name for word in _MAXIMIZE) else "min"
+    """The direction of "best" for ``key`` (:func:`hookbus._direction.better_direction`, the rule
+    early stopping's ``mode="auto"`` uses); ``"min"`` for names the rule cannot decide."""
+    return better_direction(key) or "min"
 
 
 class MetricTracker:

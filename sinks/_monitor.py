@@ -2,44 +2,33 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["MODES", "Monitor", "check_number", "check_scalar", "resolve_mode"]
+from hookbus._direction import better_direction
+
+__all__ = ["MODES", "Monitor", "check_scalar", "resolve_mode"]
 
 MODES = ("min", "max", "auto")
-
-
-def check_number(name: str, value: object, *, allow_none: bool = False, non_negative: bool = False) -> float | None:
-    """Validate a finite real number argument (``None`` allowed when ``allow_none``)."""
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number (got {value!r})")
-    if non_negative and value < 0:
-        raise ValueError(f"{name} must be a non-negative number (got {value!r})")
-    return float(value)
 
 
 def resolve_mode(monitor: str, mode: object) -> str:
     """``"min"`` or ``"max"`` for ``monitor``; ``"auto"`` only where the key's name is unambiguous.
 
-    ``auto`` means min for keys containing ``loss`` or ``error``, max for keys containing ``acc``
-    (``accuracy``, ``val_acc``); any other key, or one matching both, needs an explicit mode.
+    ``auto`` follows :func:`hookbus._direction.better_direction` (the dashboard's rule too):
+    min for keys containing ``loss`` or ``error``, max for ``acc``, ``auc``, ``precision``,
+    ``recall``, ``f1``, ``iou`` or ``map``; any other key needs an explicit mode.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be 'min', 'max' or 'auto' (got {mode!r})")
     if mode != "auto":
         return str(mode)
-    name = monitor.lower()
-    lower = "loss" in name or "error" in name
-    higher = "acc" in name
-    if lower != higher:
-        return "min" if lower else "max"
+    direction = better_direction(monitor)
+    if direction is not None:
+        return direction
     raise ValueError(
         f"mode='auto' cannot tell whether {monitor!r} should go down or up; pass mode='min' or mode='max'"
     )

@@ -14,6 +14,7 @@ from hookbus._bus import UnknownKeyError
 from hookbus._events import CheckpointSaved
 from hookbus._schedule import Schedule
 from hookbus._subscriber import PRIORITY_CHECKPOINT, Sink
+from hookbus._validate import non_negative_int, positive_int
 from hookbus._writer import check_writable_dir
 
 from ._finite import find_nonfinite
@@ -26,13 +27,6 @@ if TYPE_CHECKING:
 __all__ = ["CheckpointSink"]
 
 logger = logging.getLogger("hookbus")
-
-
-def _count(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        kind = "positive" if minimum > 0 else "non-negative"
-        raise ValueError(f"{name} must be a {kind} int (got {value!r})")
-    return value
 
 
 class CheckpointSink(Sink):
@@ -111,8 +105,8 @@ class CheckpointSink(Sink):
             raise ValueError(f"directory must be a directory, but {self.directory!r} is an existing file")
         check_writable_dir(self.directory, "directory")
         self.best_directory = os.path.join(self.directory, "best")
-        self.keep = _count("keep", keep, 1)
-        self.keep_best = _count("keep_best", keep_best, 0)
+        self.keep = positive_int("keep", keep)
+        self.keep_best = non_negative_int("keep_best", keep_best)
         if monitor is not None and (not isinstance(monitor, str) or not monitor):
             raise ValueError(f"monitor must be a non-empty key or None (got {monitor!r})")
         if self.keep_best and monitor is None:

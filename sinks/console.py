@@ -17,7 +17,7 @@ from rich.text import Text
 from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
 from hookbus._schedule import Schedule
 from hookbus._subscriber import Sink
-from hookbus._validate import positive_int
+from hookbus._validate import non_negative_seconds, positive_int, positive_number
 
 from ._console_render import (
     Dashboard,
@@ -113,11 +113,9 @@ class ConsoleSink(Sink):
     ) -> None:
         if console is not None and not isinstance(console, Console):
             raise ValueError(f"console must be a rich.console.Console or None (got {console!r})")
-        if not _positive(refresh_per_second):
-            raise ValueError(f"refresh_per_second must be a positive number (got {refresh_per_second!r})")
+        positive_number("refresh_per_second", refresh_per_second)
         positive_int("history", history)
-        if not (_positive(plain_every_n_secs) or plain_every_n_secs == 0) or isinstance(plain_every_n_secs, bool):
-            raise ValueError(f"plain_every_n_secs must be a number of seconds >= 0 (got {plain_every_n_secs!r})")
+        non_negative_seconds("plain_every_n_secs", plain_every_n_secs)
         if live is not None and not isinstance(live, bool):
             raise ValueError(f"live must be True, False or None (got {live!r})")
         if run_name is not None and not isinstance(run_name, str):
@@ -348,6 +346,3 @@ class ConsoleSink(Sink):
                 for line in plain_summary(snap):
                     self.console.print(Text(line), highlight=False, soft_wrap=True)
 
-
-def _positive(value: object) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value) and value > 0

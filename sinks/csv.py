@@ -16,7 +16,7 @@ from hookbus._events import Event
 from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX
 from hookbus._schedule import Schedule
 from hookbus._subscriber import Sink
-from hookbus._validate import non_empty_path, positive_int, positive_number
+from hookbus._validate import non_empty_path, positive_int, seconds
 from hookbus._writer import BackgroundWriter, check_writable_dir, write_atomically
 
 __all__ = ["CSVSink"]
@@ -177,8 +177,8 @@ class CSVSink(Sink):
         check_writable_dir(str(self.path.parent), "path's directory")
         self.eval_path = self.path.with_name(self.path.stem + ".eval.csv")
         # The writer is made at begin; its arguments must fail now, before training starts.
-        positive_number("flush_secs", flush_secs)
-        positive_number("close_deadline", close_deadline)
+        seconds("flush_secs", flush_secs)
+        seconds("close_deadline", close_deadline)
         positive_int("max_queue_size", max_queue_size)
         self.flush_secs, self.max_queue_size, self.close_deadline = flush_secs, max_queue_size, close_deadline
         if not isinstance(epochs, bool):

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from hookbus._subscriber import PRIORITY_EARLY_STOPPING, Sink
+from hookbus._validate import finite_number, non_negative_int
 
-from ._monitor import Monitor, check_number, check_scalar, resolve_mode
+from ._monitor import Monitor, check_scalar, resolve_mode
 
 if TYPE_CHECKING:
     from hookbus._events import Event
@@ -81,12 +82,6 @@ def decide(rule: EarlyStopRule, state: EarlyStopState, value: float, step: int) 
     return Decision(counted, False, None)
 
 
-def _check_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative int (got {value!r})")
-    return value
-
-
 class EarlyStoppingSink(Sink):
     """Stops the run when ``monitor`` stops improving, or crosses a threshold.
 
@@ -151,13 +146,13 @@ class EarlyStoppingSink(Sink):
                 raise ValueError(f"{flag} must be True or False (got {flag_value!r})")
         super().__init__(keys=monitor, every_n_steps=every_n_steps, every_n_secs=every_n_secs, name=name)
         self.rule = EarlyStopRule(
-            monitor=Monitor(monitor, resolve_mode(monitor, mode), check_number("min_delta", min_delta) or 0.0),
-            patience=_check_int("patience", patience),
-            baseline=check_number("baseline", baseline, allow_none=True),
-            stop_above=check_number("stop_above", stop_above, allow_none=True),
-            stop_below=check_number("stop_below", stop_below, allow_none=True),
+            monitor=Monitor(monitor, resolve_mode(monitor, mode), finite_number("min_delta", min_delta) or 0.0),
+            patience=non_negative_int("patience", patience),
+            baseline=finite_number("baseline", baseline, allow_none=True),
+            stop_above=finite_number("stop_above", stop_above, allow_none=True),
+            stop_below=finite_number("stop_below", stop_below, allow_none=True),
             stop_on_nonfinite=stop_on_nonfinite,
-            min_steps=_check_int("min_steps", min_steps),
+            min_steps=non_negative_int("min_steps", min_steps),
         )
         above, below = self.rule.stop_above, self.rule.stop_below
         if above is not None and below is not None and below >= above:

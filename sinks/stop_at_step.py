@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 from hookbus._schedule import Schedule
 from hookbus._subscriber import PRIORITY_STOP_AT_STEP, Sink
-from hookbus._validate import positive_int
+from hookbus._validate import optional_seconds, positive_int
 
 if TYPE_CHECKING:
     from hookbus._events import Event
 
 __all__ = ["StopAtStepSink"]
-
-
-def _positive_int(name: str, value: object) -> int | None:
-    return None if value is None else positive_int(name, value)
 
 
 class StopAtStepSink(Sink):
@@ -67,16 +62,9 @@ class StopAtStepSink(Sink):
             raise ValueError(
                 f"give exactly one of last_step or num_steps (got last_step={last_step!r}, num_steps={num_steps!r})"
             )
-        self.last_step = _positive_int("last_step", last_step)
-        self.num_steps = _positive_int("num_steps", num_steps)
-        if max_seconds is not None and (
-            isinstance(max_seconds, bool)
-            or not isinstance(max_seconds, int | float)
-            or not math.isfinite(max_seconds)
-            or max_seconds <= 0
-        ):
-            raise ValueError(f"max_seconds must be a positive number of seconds (got {max_seconds!r})")
-        self.max_seconds = None if max_seconds is None else float(max_seconds)
+        self.last_step = None if last_step is None else positive_int("last_step", last_step)
+        self.num_steps = None if num_steps is None else positive_int("num_steps", num_steps)
+        self.max_seconds = optional_seconds("max_seconds", max_seconds)
         # Due only at the target step (n = target: step // n first grows there) and when the
         # budget may be spent; num_steps re-targets at the first session (see on_session_created).
         super().__init__(

@@ -20,7 +20,7 @@ from hookbus._events import Event
 from hookbus._publisher import EVAL_PREFIX
 from hookbus._schedule import Schedule
 from hookbus._subscriber import Sink
-from hookbus._validate import non_empty_path, positive_int, positive_number
+from hookbus._validate import non_empty_path, positive_int, seconds
 from hookbus._writer import check_writable_dir
 
 __all__ = ["TensorBoardSink"]
@@ -116,7 +116,7 @@ class TensorBoardSink(Sink):
         if os.path.isfile(self.logdir):
             raise ValueError(f"logdir must be a directory, but {self.logdir!r} is an existing file")
         check_writable_dir(self.logdir, "logdir")
-        positive_number("flush_secs", flush_secs)
+        seconds("flush_secs", flush_secs)
         positive_int("max_queue_size", max_queue_size)
         positive_int("histogram_bins", histogram_bins)
         if hparams is not None and not (

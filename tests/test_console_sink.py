@@ -324,9 +324,9 @@ def test_renderable_survives_a_failing_clock() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"refresh_per_second": 0}, "refresh_per_second must be a positive number (got 0)"),
+        ({"refresh_per_second": 0}, "refresh_per_second must be a positive finite number (got 0)"),
         ({"history": 0}, "history must be a positive int (got 0)"),
-        ({"plain_every_n_secs": -1}, "plain_every_n_secs must be a number of seconds >= 0 (got -1)"),
+        ({"plain_every_n_secs": -1}, "plain_every_n_secs must be a finite number of seconds >= 0 (got -1)"),
         ({"live": "yes"}, "live must be True, False or None (got 'yes')"),
         ({"console": "stdout"}, "console must be a rich.console.Console or None (got 'stdout')"),
         ({"goals": {"loss": "down"}}, "goals['loss'] must be 'min' or 'max' (got 'down')"),

@@ -211,9 +211,9 @@ def test_foreign_file_fails_at_begin(tmp_path: Path) -> None:
     ("kwargs", "message"),
     [
         ({"every_n_steps": 0}, r"every_n_steps must be a positive int \(got 0\)"),
-        ({"flush_secs": 0}, r"flush_secs must be a positive number \(got 0\)"),
+        ({"flush_secs": 0}, r"flush_secs must be a positive finite number of seconds \(got 0\)"),
         ({"max_queue_size": 0}, r"max_queue_size must be a positive int \(got 0\)"),
-        ({"close_deadline": -1}, r"close_deadline must be a positive number \(got -1\)"),
+        ({"close_deadline": -1}, r"close_deadline must be a positive finite number of seconds \(got -1\)"),
         ({"keys": ""}, "keys must be non-empty strings"),
     ],
 )

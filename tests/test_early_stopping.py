@@ -114,8 +114,17 @@ def test_auto_mode_only_where_the_key_tells() -> None:
     assert resolve_mode("eval/loss", "auto") == "min"
     assert resolve_mode("val_error", "auto") == "min"
     assert resolve_mode("accuracy", "auto") == "max"
-    with pytest.raises(ValueError, match="cannot tell whether 'f1'.*pass mode='min' or mode='max'"):
-        EarlyStoppingSink("f1", mode="auto")
+    assert resolve_mode("eval/auc", "auto") == "max"
+    with pytest.raises(ValueError, match="cannot tell whether 'lr'.*pass mode='min' or mode='max'"):
+        EarlyStoppingSink("lr", mode="auto")
+
+
+@pytest.mark.parametrize("key", ["loss", "eval/loss", "val_error", "accuracy", "eval/auc", "f1", "precision", "mAP"])
+def test_early_stopping_and_the_dashboard_agree_on_which_way_is_better(key: str) -> None:
+    """One rule for "higher is better": the dashboard's best column and mode='auto' agree."""
+    from hookbus.sinks._console_render import goal_for_key
+
+    assert EarlyStoppingSink(key, mode="auto").rule.monitor.mode == goal_for_key(key)
 
 
 @pytest.mark.parametrize(

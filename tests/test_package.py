@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,49 @@ import pytest
 import hookbus
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_sinks_surface_is_pinned() -> None:
+    import hookbus.sinks
+
+    assert sorted(hookbus.sinks.__all__) == [
+        "CSVSink",
+        "CheckpointSink",
+        "ConsoleSink",
+        "EarlyStoppingSink",
+        "NanGuardSink",
+        "NonFiniteError",
+        "StopAtStepSink",
+        "TensorBoardSink",
+    ]
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module ``path`` imports (relative imports resolved against the ``sinks`` package)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = "hookbus.sinks." if node.level else ""
+            found.add(base + (node.module or ""))
+    return found
+
+
+def test_the_seams_hold() -> None:
+    """DESIGN "Architecture": one module imports TensorFlow; nothing in hookbus/ imports the sinks;
+    no sink imports another sink (helpers, private modules, are shared)."""
+    importers = sorted(p.name for p in (ROOT / "hookbus").glob("*.py") if any(
+        m == "tensorflow" or m.startswith("tensorflow.") for m in _imports(p)))
+    assert importers == ["_tf.py"]
+    for path in (ROOT / "hookbus").glob("*.py"):
+        if path.name == "_cli.py":  # the `hookbus` command is an application of the library: the demo wires sinks
+            continue
+        assert not any(m.startswith("hookbus.sinks") for m in _imports(path)), path.name
+    sinks = {p.stem for p in (ROOT / "sinks").glob("*.py") if not p.stem.startswith("_")}
+    for path in (ROOT / "sinks").glob("*.py"):
+        others = {m.rsplit(".", 1)[-1] for m in _imports(path) if m.startswith("hookbus.sinks.")} & sinks
+        assert path.stem == "__init__" or not others, (path.name, others)
 
 
 def test_public_surface_is_pinned() -> None:
@@ -30,10 +74,12 @@ def test_public_surface_is_pinned() -> None:
         "PRIORITY_EARLY_STOPPING",
         "PRIORITY_NAN_GUARD",
         "PRIORITY_STOP_AT_STEP",
+        "PeerReport",
         "RUNS_ON",
         "SIGNALS",
         "Schedule",
         "Sink",
+        "SinkContext",
         "StopRequest",
         "SubscriberError",
         "Subscription",

@@ -61,7 +61,7 @@ def test_total_steps_is_known_for_last_step_at_once() -> None:
         ({"last_step": 10, "num_steps": 5}, r"give exactly one of last_step or num_steps"),
         ({"last_step": 0}, r"last_step must be a positive int \(got 0\)"),
         ({"num_steps": -3}, r"num_steps must be a positive int \(got -3\)"),
-        ({"last_step": 5, "max_seconds": 0}, r"max_seconds must be a positive number of seconds \(got 0\)"),
+        ({"last_step": 5, "max_seconds": 0}, r"max_seconds must be a positive finite number of seconds \(got 0\)"),
     ],
 )
 def test_bad_settings_fail_at_construction(kwargs: dict[str, Any], message: str) -> None:

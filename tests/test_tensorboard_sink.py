@@ -179,7 +179,7 @@ def test_malformed_summary_bytes_are_isolated(tmp_path: Path, caplog: pytest.Log
     ("kwargs", "message"),
     [
         ({"every_n_steps": 0}, "every_n_steps must be a positive int (got 0)"),
-        ({"flush_secs": 0}, "flush_secs must be a positive number (got 0)"),
+        ({"flush_secs": 0}, "flush_secs must be a positive finite number of seconds (got 0)"),
         ({"max_queue_size": 0}, "max_queue_size must be a positive int (got 0)"),
         ({"hparams": {"lr": [1]}}, "hparams must map names to bool, int, float or str"),
         ({"on_error": "ignore"}, "on_error must be one of"),

@@ -200,7 +200,7 @@ def test_closed_writer_refuses_puts() -> None:
     ("kwargs", "message"),
     [
         ({"max_queue_size": 0}, r"max_queue_size must be a positive int \(got 0\)"),
-        ({"flush_secs": -1}, r"flush_secs must be a positive number \(got -1\)"),
+        ({"flush_secs": -1}, r"flush_secs must be a positive finite number of seconds \(got -1\)"),
     ],
 )
 def test_invalid_arguments(kwargs: dict[str, float], message: str) -> None:

@@ -139,7 +139,7 @@ CASES: list[Case] = [
     ("neither last_step nor num_steps", lambda t, r: StopAtStepSink(), ValueError,
      r"give exactly one of last_step or num_steps \(got last_step=None, num_steps=None\)"),
     ("max_seconds=NaN", lambda t, r: StopAtStepSink(last_step=5, max_seconds=math.nan), ValueError,
-     r"max_seconds must be a positive number of seconds \(got nan\)"),
+     r"max_seconds must be a positive finite number of seconds \(got nan\)"),
     ("stop_below >= stop_above", lambda t, r: EarlyStoppingSink("loss", stop_above=1.0, stop_below=2.0), ValueError,
      r"stop_below \(2\) must be less than stop_above \(1\)"),
     ("patience negative", lambda t, r: EarlyStoppingSink("loss", patience=-1), ValueError,
@@ -305,3 +305,24 @@ def test_bad_input_with_tensorflow_fails_before_step_1(case: Case) -> None:
     with pytest.raises(error, match=message):
         published = _graph_run(build)  # type: ignore[arg-type]
     assert published == []
+
+
+SECONDS = "must be a positive finite number of seconds"
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda t: CSVSink(t / "m.csv", flush_secs=math.inf), rf"flush_secs {SECONDS} \(got inf\)"),
+        (lambda t: CSVSink(t / "m.csv", close_deadline=math.inf), rf"close_deadline {SECONDS} \(got inf\)"),
+        (lambda t: TensorBoardSink(t / "tb", flush_secs=math.inf), rf"flush_secs {SECONDS} \(got inf\)"),
+        (lambda t: StopAtStepSink(last_step=5, max_seconds=math.inf), rf"max_seconds {SECONDS} \(got inf\)"),
+        (lambda t: ConsoleSink(refresh_per_second=math.inf), r"refresh_per_second must be a positive finite number"),
+        (lambda t: ConsoleSink(plain_every_n_secs=math.nan), r"plain_every_n_secs must be a finite number of seconds"),
+        (lambda t: EarlyStoppingSink("loss", min_delta=math.inf), r"min_delta must be a finite number \(got inf\)"),
+    ],
+)
+def test_every_time_argument_rejects_infinity_at_construction(tmp_path: Path, make: Any, message: str) -> None:
+    """One validation module: every duration, rate and margin rejects inf and nan alike."""
+    with pytest.raises(ValueError, match=message):
+        make(tmp_path)

@@ -1,0 +1,26 @@
+"""The one place hookbus imports TensorFlow: lazily, when a publisher or a backend first needs it.
+
+``import hookbus`` must not import TensorFlow (about 5 s and 500 MB): the bus, the schedules and
+the observability sinks run without it, and ``hookbus demo`` holds TensorFlow's start-up notices
+back around the first import.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["require_tensorflow"]
+
+_tensorflow: Any = None
+
+
+def require_tensorflow(what: str) -> Any:
+    """The ``tensorflow`` module (imported once) for ``what``, or an ``ImportError`` saying how to install it."""
+    global _tensorflow
+    if _tensorflow is None:
+        try:
+            import tensorflow
+        except ImportError:
+            raise ImportError(f"{what} needs TensorFlow: pip install 'hookbus[tf-cpu]' (or 'hookbus[tf]')") from None
+        _tensorflow = tensorflow
+    return _tensorflow
