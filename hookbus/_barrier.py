@@ -1,10 +1,13 @@
-"""The checkpoint barrier's prepare phase, run by the bus through the :class:`Sink` interface.
+"""The checkpoint barrier, run by the bus through the :class:`Sink` interface, in two phases.
 
-Before a checkpoint at step S becomes visible, every writer must have handed everything up to S
-to the OS and every stateful sink's state for S must be collected to be written beside it; a
-control sink may veto the save (the NaN guard on a non-finite step). The bus runs this on the
-training thread for whichever sink saves (``CheckpointSink``), which then commits: writes the
-states and the model, the pointer, and prunes. No sink needs to know another's class.
+Prepare (on the training thread): a control sink may veto the save (the NaN guard on a
+non-finite step); every writer hands everything up to S to the OS; every stateful sink's state
+for S is collected. Commit: the model is saved through the publisher's backend and the states
+beside it, then the ``checkpoint`` pointer names it, then what retention dropped is pruned. The
+checkpoint sink decides when and what to keep; the bus does the rest, so no sink needs to know
+another's class, and an asynchronous save can slot into the commit. Durability is against
+process crashes: the state file and the pointer are written atomically; nothing fsyncs the
+model files beyond what TensorFlow does.
 
 An observability writer that cannot flush (a full disk, a file-size limit, a file it may no
 longer write) must not stop training: a sink whose policy isolates its errors is reported and
@@ -15,9 +18,12 @@ exactly-once promise, and the report says so.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import os
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from hookbus import _checkpoint as files
 
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
@@ -82,6 +88,39 @@ class Barrier:
                 self._disable(record, step, error)
         states = {r.name: state for r in self._sinks() if (state := r.sink.state_dict())}  # type: ignore[union-attr]
         return PreparedCheckpoint(step, states)
+
+    def commit(
+        self, prepared: PreparedCheckpoint, prefix: str, value: float | None, taken: Container[int] = ()
+    ) -> str | None:
+        """Save the model at ``prefix`` through the publisher's backend, then the states beside it.
+
+        The backend may name the checkpoint after a later step than ``prepared.step``
+        (parameter-server training: other workers moved the global step); the states go under
+        that name. Returns the prefix written, or ``None`` when that later step is in ``taken``
+        (already on disk: one checkpoint per step). The pointer is not touched: see :meth:`record`.
+        """
+        backend = self._bus.checkpoint_backend
+        if backend is None:
+            raise RuntimeError("no checkpoint backend: did the train publisher begin?")
+        os.makedirs(os.path.dirname(prefix), exist_ok=True)
+        try:
+            written = backend.save(prefix)
+            held = files.step_of(written)
+            if held is not None and held != prepared.step and held in taken:
+                files.remove_checkpoint(written)
+                return None
+            state = {"step": held, "value": value, "sinks": dict(prepared.states)}
+            files.write_state_file(written, state)
+        except BaseException:
+            files.remove_checkpoint(prefix)  # the pointer still names the previous checkpoint
+            raise
+        return written
+
+    def record(self, directory: str, kept: list[str], dropped: list[str]) -> None:
+        """Make ``kept`` (latest last) ``directory``'s checkpoints, atomically; then prune ``dropped``."""
+        files.record_checkpoints(directory, kept)
+        for old in dropped:
+            files.remove_checkpoint(old)
 
     def _disable(self, record: Subscriber, step: int, error: Exception) -> None:
         record.errors += 1

@@ -367,6 +367,8 @@ class EventBus(RunScope, Dispatcher):
             peers=lambda: self._peer_reports(sink),
             checkpoint_backend=lambda: self.checkpoint_backend,
             prepare_checkpoint=self.prepare_checkpoint,
+            commit_checkpoint=self._barrier.commit,
+            record_checkpoints=self._barrier.record,
             load_states=self._load_states,
             check_state_names=self._check_state_names,
             publish_checkpoint=lambda saved: self.publish("checkpoint_saved", saved),

@@ -9,7 +9,7 @@ vetoes, status lines), which the bus runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +49,11 @@ class SinkContext:
         checkpoint_backend: The training publisher's checkpoint backend, ``None`` before it began.
         prepare_checkpoint: The checkpoint barrier's prepare phase for a step (vetoes, flush,
             states); ``None`` when a control sink vetoes.
+        commit_checkpoint: ``(prepared, prefix, value, taken)``: save the model through the
+            publisher's backend and the states beside it; the prefix written (``None``: its step
+            is in ``taken``).
+        record_checkpoints: ``(directory, kept, dropped)``: the pointer names ``kept`` (latest
+            last), then ``dropped`` are deleted.
         load_states: Give each sink its state saved beside a checkpoint (by sink name).
         check_state_names: Fail, naming them, if two sinks with state share a name (their states
             are saved by name).
@@ -67,6 +72,8 @@ class SinkContext:
     peers: Callable[[], list[PeerReport]]
     checkpoint_backend: Callable[[], CheckpointBackend | None]
     prepare_checkpoint: Callable[[int], PreparedCheckpoint | None]
+    commit_checkpoint: Callable[[PreparedCheckpoint, str, float | None, Container[int]], str | None]
+    record_checkpoints: Callable[[str, list[str], list[str]], None]
     load_states: Callable[[Mapping[str, Any]], None]
     check_state_names: Callable[[], None]
     publish_checkpoint: Callable[[CheckpointSaved], None]

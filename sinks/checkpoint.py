@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import os
 import shutil
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from hookbus._subscriber import PRIORITY_CHECKPOINT, Sink
 from hookbus._validate import non_negative_int, positive_int
 from hookbus._writer import check_writable_dir
 
+from ._best import BestCheckpoints
 from ._finite import find_nonfinite
 from ._monitor import Monitor, check_scalar, resolve_mode
 
@@ -32,16 +32,14 @@ logger = logging.getLogger("hookbus")
 class CheckpointSink(Sink):
     """Saves checkpoints on a schedule, at the end and on a stop request (``CheckpointSaverHook``).
 
-    A save at step S is the checkpoint barrier (DESIGN): (1) the bus asks the control sinks for
-    vetoes, flushes every live sink (a writer that cannot flush and isolates its errors is
-    disabled, not fatal) and collects every stateful sink's ``state_dict()``; (2) the states are
-    written atomically beside the checkpoint (``<prefix>.hookbus.json``, keyed by sink name),
-    (3) the publisher's backend writes the model, (4) the ``checkpoint`` pointer is updated;
-    only then are checkpoints beyond ``keep`` deleted and ``checkpoint_saved`` published. A
-    save runs after the step reached every subscriber, never twice for one step, and never
-    from a step with a non-finite value (its own values, or a control sink's veto such as the
-    NaN guard's). On ``session_created`` from a checkpoint of ``directory`` the saved sink
-    states are loaded back.
+    This sink decides when to save and what to keep; the bus runs the checkpoint barrier
+    (DESIGN): control sinks may veto, every live sink is flushed (a writer that cannot flush and
+    isolates its errors is disabled, not fatal) and its ``state_dict()`` collected; the
+    publisher's backend writes the model and the states go beside it (``<prefix>.hookbus.json``,
+    by sink name); then the ``checkpoint`` pointer names it, older checkpoints beyond ``keep``
+    are deleted and ``checkpoint_saved`` is published. A save runs after the step reached every
+    subscriber, never twice for one step, never from a step with a non-finite value. On
+    ``session_created`` from a checkpoint of ``directory`` the saved sink states are loaded back.
 
     Multi-worker: in parameter-server training only the chief saves (``runs_on="chief"``).
     Under ``MultiWorkerMirroredStrategy`` every worker saves, as TensorFlow requires there: the
@@ -117,7 +115,7 @@ class CheckpointSink(Sink):
             raise ValueError(f"basename must be a file name (got {basename!r})")
         self.basename = basename
         self._kept: list[str] = []
-        self._best: list[tuple[float, str]] = []  # best last
+        self._best = BestCheckpoints(self._monitor, self.keep_best) if self._monitor and self.keep_best else None
         self._saved: set[int] = set()
         self._nonfinite_step: int | None = None
         self._frozen = False  # after restore_best: the live model no longer matches its step
@@ -165,11 +163,8 @@ class CheckpointSink(Sink):
         os.makedirs(self.directory, exist_ok=True)
         # The disk is the truth: this also recovers what earlier processes saved, so keep holds.
         self._kept = files.list_checkpoints(self.directory)
-        self._best = []
-        for path in files.list_checkpoints(self.best_directory):
-            data = files.read_state_file(path) or {}
-            if isinstance(data.get("value"), int | float):
-                self._best.append((float(data["value"]), path))
+        if self._best is not None:
+            self._best.load(self.best_directory)
         self._saved = {s for s in map(files.step_of, self._kept) if s is not None}
 
     def on_session_created(self, event: Event) -> None:
@@ -226,29 +221,14 @@ class CheckpointSink(Sink):
         return self._nonfinite_step is None or step < self._nonfinite_step
 
     def _write(self, directory: str, step: int, value: float | None) -> str | None:
-        """The barrier for a checkpoint at ``step`` in ``directory``: the bus prepares (vetoes,
-        flush, states), then model and states are written; returns the prefix (``None``: vetoed,
-        or another checkpoint already holds the step the model was saved at).
-
-        The backend may name the checkpoint after a later step than ``step`` (parameter-server
-        training: other workers moved the global step); the states are written under that name.
-        """
+        """The bus's barrier for a checkpoint of ``step`` in ``directory``, up to the pointer;
+        its prefix (``None``: vetoed, or the step it holds is already saved)."""
         prepared = self.context.prepare_checkpoint(step)
         if prepared is None:
             return None
-        path = os.path.join(directory, f"{self.basename}-{step}")
-        os.makedirs(directory, exist_ok=True)
-        try:
-            written = self._backend().save(path)
-            held = files.step_of(written)
-            if held is not None and held != step and held in self._saved and directory == self.directory:
-                files.remove_checkpoint(written)  # the same step is already on disk: keep one
-                return None
-            files.write_state_file(written, {"step": held, "value": value, "sinks": dict(prepared.states)})
-        except BaseException:
-            files.remove_checkpoint(path)  # the pointer still names the previous checkpoint
-            raise
-        return written
+        prefix = os.path.join(directory, f"{self.basename}-{step}")
+        taken = self._saved if directory == self.directory else ()
+        return self.context.commit_checkpoint(prepared, prefix, value, taken)
 
     def _write_scratch(self, step: int, value: float | None) -> None:
         """A collective non-chief's save: the same write as the chief's, into a directory then removed."""
@@ -273,19 +253,14 @@ class CheckpointSink(Sink):
             return
         held = files.step_of(path) or step
         kept = [*self._kept, path]
-        files.record_checkpoints(self.directory, kept[-self.keep :])  # barrier step 4
-        for old in kept[: -self.keep]:
-            files.remove_checkpoint(old)
+        self.context.record_checkpoints(self.directory, kept[-self.keep :], kept[: -self.keep])
         self._kept = kept[-self.keep :]
         self._saved.update((step, held))
         self._publish(path, held, value)
 
     def _consider_best(self, step: int, value: float) -> None:
-        assert self._monitor is not None
-        if not math.isfinite(value) or any(files.step_of(p) == step for _, p in self._best):
-            return
-        ranked = self._best
-        if len(ranked) >= self.keep_best and not self._monitor.better(value, ranked[0][0]):
+        assert self._best is not None
+        if not self._best.admits(step, value):
             return
         regular = [p for p in self._kept if files.step_of(p) == step]
         chief = self._scratch is None  # a collective non-chief only joins the save, if one is written
@@ -304,13 +279,9 @@ class CheckpointSink(Sink):
         else:
             logger.warning("%s: no checkpoint of step %d to keep as best (%s=%g)", self.name, step, self.monitor, value)
             return
-        sign = -1.0 if self._monitor.mode == "min" else 1.0
-        ranked = sorted([*ranked, (value, path)], key=lambda item: sign * item[0])  # worst first
-        dropped, self._best = ranked[: -self.keep_best], ranked[-self.keep_best :]
+        dropped = self._best.add(value, path)
         if chief:
-            files.record_checkpoints(self.best_directory, [p for _, p in self._best])
-            for _, old in dropped:
-                files.remove_checkpoint(old)
+            self.context.record_checkpoints(self.best_directory, self._best.paths, dropped)
             self._publish(path, step, value)
 
     def _publish(self, path: str, step: int, value: float | None) -> None:
@@ -320,7 +291,7 @@ class CheckpointSink(Sink):
     @property
     def best_checkpoint(self) -> str | None:
         """The prefix of the best checkpoint kept in ``directory/best``, if any."""
-        return self._best[-1][1] if self._best else None
+        return self._best.best if self._best is not None else None
 
     def restore_best(self) -> str | None:
         """Make the best checkpoint current: restored into the live model, if there is one, and
@@ -342,8 +313,6 @@ class CheckpointSink(Sink):
         if not os.path.exists(target + ".index"):
             files.copy_checkpoint(best, self.directory)
         kept = [p for p in self._kept if p != target] + [target]
-        files.record_checkpoints(self.directory, kept[-self.keep :])
-        for old in kept[: -self.keep]:
-            files.remove_checkpoint(old)
+        self.context.record_checkpoints(self.directory, kept[-self.keep :], kept[: -self.keep])
         self._kept = kept[-self.keep :]
         return target

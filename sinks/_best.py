@@ -1,0 +1,53 @@
+"""The k best checkpoints by a monitored value: the ranking ``CheckpointSink(keep_best=k)`` keeps."""
+
+from __future__ import annotations
+
+import math
+
+from hookbus import _checkpoint as files
+
+from ._monitor import Monitor
+
+__all__ = ["BestCheckpoints"]
+
+
+class BestCheckpoints:
+    """A ranking of checkpoint prefixes by ``monitor``, worst first, at most ``keep`` long.
+
+    Pure bookkeeping: the sink decides which files to write; this says what to keep and drop.
+    """
+
+    def __init__(self, monitor: Monitor, keep: int) -> None:
+        self.monitor = monitor
+        self.keep = keep
+        self.entries: list[tuple[float, str]] = []
+
+    def load(self, directory: str) -> None:
+        """Recover the ranking from ``directory`` (each checkpoint's state file holds its value)."""
+        self.entries = []
+        for path in files.list_checkpoints(directory):
+            data = files.read_state_file(path) or {}
+            if isinstance(data.get("value"), int | float):
+                self.add(float(data["value"]), path)
+
+    def admits(self, step: int, value: float) -> bool:
+        """Whether a checkpoint of ``step`` with ``value`` would enter the ranking."""
+        if not math.isfinite(value) or any(files.step_of(p) == step for _, p in self.entries):
+            return False
+        return len(self.entries) < self.keep or self.monitor.better(value, self.entries[0][0])
+
+    def add(self, value: float, path: str) -> list[str]:
+        """Rank ``path``; return the prefixes that fell out of the best ``keep``."""
+        sign = -1.0 if self.monitor.mode == "min" else 1.0
+        ranked = sorted([*self.entries, (value, path)], key=lambda item: sign * item[0])
+        dropped, self.entries = ranked[: -self.keep], ranked[-self.keep :]
+        return [p for _, p in dropped]
+
+    @property
+    def paths(self) -> list[str]:
+        """The kept prefixes, worst first (the best last, as the pointer wants it)."""
+        return [p for _, p in self.entries]
+
+    @property
+    def best(self) -> str | None:
+        return self.entries[-1][1] if self.entries else None
