@@ -15,7 +15,6 @@ from hookbus._validate import positive_int
 
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
-    from hookbus._subscriber import Subscriber
 
 __all__ = ["EventBusCallback"]
 
@@ -36,14 +35,6 @@ class _EpochKeys:
 
     def __init__(self, keys: Iterable[str]) -> None:
         self.bus_keys = frozenset(EPOCH_PREFIX + p + k for k in keys for p in ("", "val_"))
-
-
-def _wants_epochs(record: Subscriber, keyset: frozenset[str]) -> bool:
-    if "after_run" not in record.handlers or record.disabled:
-        return False
-    if record.keys is not None:
-        return not record.keys.isdisjoint(keyset)
-    return getattr(record.sink, "epochs", False) is True
 
 
 class EventBusCallback:
@@ -70,9 +61,10 @@ class EventBusCallback:
     Epoch events: every ``every_n_epochs`` epochs ``on_epoch_end`` publishes an ``after_run``
     with ``mode="epoch"``, ``values`` = ``{"epoch": <0-based index>, "epoch/<name>": ...}`` for
     every value of Keras's epoch logs (``epoch/loss``, ``epoch/val_loss``, ...). Only
-    subscribers that opt in receive them: those whose ``keys`` name an ``epoch/`` key, and sinks
-    with ``epochs = True`` (``CSVSink(path, epochs=True)`` writes CSVLogger-like rows). Others,
-    ``keys=None`` included, never see them.
+    subscribers that opt in receive them (one rule, :meth:`hookbus._subscriber.Subscriber.wants_epochs`):
+    those whose ``keys`` name an ``epoch/`` key, and sinks whose ``receives_epochs`` is true
+    (``CSVSink(path, epochs=True)`` writes CSVLogger-like rows). Others, ``keys=None`` included,
+    never see them.
 
     Keys: Keras knows its log names only after the first batch, so they are declared here
     (``keys``, default ``("loss",)``; metric names as Keras logs them, e.g. ``"accuracy"``).
@@ -244,7 +236,7 @@ class EventBusCallback:
         bus = self.bus
         values: dict[str, Any] = {EPOCH_PREFIX + k: float(v) for k, v in logs.items() if isinstance(v, int | float)}
         keyset = frozenset(values)
-        targets = [r for r in bus.local_subscribers if _wants_epochs(r, keyset)]
+        targets = [r for r in bus.local_subscribers if r.wants_epochs(keyset)]
         if targets:
             values["epoch"] = float(epoch)
             event = bus.event("after_run", step=self._step, mode="epoch", values=MappingProxyType(values))

@@ -175,6 +175,12 @@ class Sink:
         """
         return None
 
+    @property
+    def receives_epochs(self) -> bool:
+        """Whether this sink receives the Keras callback's epoch events even with ``keys=None``
+        (default ``False``; ``CSVSink(epochs=True)`` does). See :meth:`Subscriber.wants_epochs`."""
+        return False
+
     def best_restorer(self, monitor: str) -> Callable[[], str | None] | None:
         """A function that makes the best checkpoint by ``monitor`` current, if this sink keeps
         one (default ``None``). ``EarlyStoppingSink(restore_best=True)`` calls it at its stop."""
@@ -323,6 +329,7 @@ class Subscriber:
 
     __slots__ = (
         "disabled",
+        "epochs",
         "errors",
         "handlers",
         "keys",
@@ -359,6 +366,7 @@ class Subscriber:
         self.sink = sink
         self.errors = 0
         self.disabled = False
+        self.epochs = sink.receives_epochs if sink is not None else False
 
     @property
     def sort_key(self) -> tuple[int, int]:
@@ -367,3 +375,14 @@ class Subscriber:
     def wants(self, keys: frozenset[str]) -> bool:
         """Whether an event carrying ``keys`` concerns this subscriber."""
         return self.keys is None or not self.keys.isdisjoint(keys)
+
+    def wants_epochs(self, keys: frozenset[str]) -> bool:
+        """Whether an epoch event (``mode="epoch"``, ``epoch/<name>`` keys) reaches this subscriber.
+
+        The one rule: it must handle ``after_run`` and opt in, either by naming an ``epoch/``
+        key in ``keys`` or, with ``keys=None``, by being a sink whose ``receives_epochs`` is
+        true. Everything else never sees epoch events.
+        """
+        if "after_run" not in self.handlers or self.disabled:
+            return False
+        return self.epochs if self.keys is None else not self.keys.isdisjoint(keys)

@@ -185,11 +185,15 @@ class CSVSink(Sink):
             raise ValueError(f"epochs must be True or False (got {epochs!r})")
         if not epochs and self.keys is not None and any(k.startswith(EPOCH_PREFIX) for k in self.keys):
             raise ValueError(f"keys {sorted(self.keys)} name epoch keys; pass epochs=True to write epoch rows")
-        self.epochs = epochs  # the Keras callback sends epoch events to sinks with epochs = True
+        self.epochs = epochs
         if epochs:
             self.schedule = Schedule()  # never due on a step: epoch events are unscheduled
         self._files: dict[str, _File] = {}
         self._writer: BackgroundWriter[tuple[str, Row]] | None = None
+
+    @property
+    def receives_epochs(self) -> bool:
+        return self.epochs  # epochs=True: the Keras callback's epoch events, CSVLogger-like rows
 
     def set_output_suffix(self, suffix: str) -> None:
         """Write ``<stem>.<suffix><ext>`` (and its eval file) instead: per-worker output."""
