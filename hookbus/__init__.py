@@ -7,6 +7,7 @@ from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest
 from hookbus._hook import EventBusHook
 from hookbus._keras import EventBusCallback
 from hookbus._loop import LoopPublisher
+from hookbus._publisher import PublisherCore
 from hookbus._schedule import Schedule
 from hookbus._session import monitored_training_session
 from hookbus._subscriber import (
@@ -39,6 +40,7 @@ __all__ = [
     "ExceptionRaised",
     "LoopPublisher",
     "PeerReport",
+    "PublisherCore",
     "Schedule",
     "Sink",
     "SinkContext",

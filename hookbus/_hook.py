@@ -237,7 +237,7 @@ class EventBusHook:
             # In parameter-server training the step moves while the chief saves: the backend
             # names each checkpoint after the global step it really holds.
             self.checkpoint_backend.step_variable = self._global_step if self._shared_stop is not None else None
-            self.bus.checkpoint_backend = self.checkpoint_backend
+            self._core.offer_checkpoints(self.checkpoint_backend)
         if self.task is not None:
             self.bus.set_task(self.task)
         if self._core.mode == "train":
@@ -293,10 +293,10 @@ class EventBusHook:
             self._after_eval_run(run_values)
         elif self._training_run:
             self._after_training_run(run_context, run_values.results)
-        bus.poll_signals()
-        if self._shared_stop is not None and bus.should_stop:
+        stopping = self._core.should_stop()
+        if self._shared_stop is not None and stopping:
             self._shared_stop.announce(run_context.session, bus)
-        if bus.should_stop and not self._stop_before_eval:
+        if stopping and not self._stop_before_eval:
             run_context.request_stop()
 
     def _after_training_run(self, run_context: Any, results: Any) -> None:

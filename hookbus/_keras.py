@@ -172,7 +172,7 @@ class EventBusCallback:
         self._iterations = optimizer.iterations
         checkpoint = self._checkpoint or tf.train.Checkpoint(model=model, optimizer=optimizer)
         self.checkpoint_backend.attach(checkpoint)
-        self.bus.checkpoint_backend = self.checkpoint_backend
+        self._core.offer_checkpoints(self.checkpoint_backend)
         self._in_fit, self._checked = True, False
         strategy = getattr(model, "distribute_strategy", None)
         task = task_of_strategy(strategy)
@@ -192,11 +192,11 @@ class EventBusCallback:
     def _stop_if_agreed(self) -> None:
         """Set ``model.stop_training`` once a stop is asked for (agreed, under a collective strategy)."""
         bus = self.bus
-        bus.poll_signals()
+        stopping = self._core.should_stop()
         collective = self._collective
         if collective is not None and not collective.agreed and collective.due(self._step):
             collective.agree(bus, self._step)
-        if bus.should_stop if collective is None else collective.agreed:
+        if stopping if collective is None else collective.agreed:
             self.model.stop_training = True  # type: ignore[attr-defined]
 
     def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:

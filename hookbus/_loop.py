@@ -143,7 +143,7 @@ class LoopPublisher:
         backend = self.checkpoint_backend
         if backend is not None:
             backend.attach()
-            self.bus.checkpoint_backend = backend
+            self._core.offer_checkpoints(backend)
         task = task_of_strategy(self._strategy)
         self._collective = None if task is None else CollectiveStop(self._strategy, task, self._check_every)
         if task is not None:
@@ -188,10 +188,10 @@ class LoopPublisher:
             self._step = step if real is None else real
             self._core.publish_step(self._step, self._pick(raw, keys))
         self._last = values
-        bus.poll_signals()
+        stopping = self._core.should_stop()
         collective = self._collective
         if collective is None:
-            return bus.should_stop
+            return stopping
         if collective.due(self._step):
             collective.agree(bus, self._step)
         return collective.agreed
@@ -212,7 +212,7 @@ class LoopPublisher:
             raise RuntimeError("LoopPublisher.evaluate needs eval_keys=[...] at construction")
         if self._eval.eval_wanted():
             self._eval.publish_eval(self._step, self._pick(values, self._eval.keys))
-        self.bus.poll_signals()
+        self._core.should_stop()  # a signal during the evaluation is recorded like any other
         if self._collective is not None:
             self._collective.agree(self.bus, self._step)  # every worker evaluates at the same step
 

@@ -18,6 +18,7 @@ from hookbus._subscriber import Subscriber
 
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
+    from hookbus._checkpoint import CheckpointBackend
 
 __all__ = ["EPOCH_PREFIX", "EVAL_PREFIX", "MODES", "RESERVED_KEYS", "PublisherCore", "check_fetch_keys", "to_value"]
 
@@ -132,6 +133,19 @@ class PublisherCore:
             "session_created",
             bus.event("session_created", step=step, mode=self.mode, restored=bool(restored), rewound=rewound),
         )
+
+    def offer_checkpoints(self, backend: CheckpointBackend | None) -> None:
+        """Let checkpoint sinks save and restore this publisher's model through ``backend``
+        (a train publisher calls it before :meth:`begin`; ``None`` withdraws it)."""
+        self.bus.checkpoint_backend = backend
+
+    def should_stop(self) -> bool:
+        """Act on a signal or another thread's stop recorded since the last step; whether to stop.
+
+        Call it on the training thread after every training step (and evaluation).
+        """
+        self.bus.poll_signals()
+        return self.bus.should_stop
 
     def advance(self, step: int) -> None:
         """Training reached ``step`` on a step that published nothing (the bus's step follows).

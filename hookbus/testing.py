@@ -107,8 +107,7 @@ class ScriptedPublisher:
         else:
             self.core.advance(actual)
         self.step = actual
-        self.bus.poll_signals()
-        return self.bus.should_stop
+        return self.core.should_stop()
 
     def evaluate(self, values: Mapping[str, Any], *, step: int | None = None) -> None:
         """Publish one evaluation (eval mode) of ``values`` at training ``step``."""

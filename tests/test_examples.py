@@ -50,3 +50,18 @@ def test_custom_loop_trains_and_resumes(
     assert "trained to step 300" in out
     assert steps(tmp_path / "metrics.csv") == list(range(25, 301, 25))
     assert steps(tmp_path / "metrics.eval.csv") == [200]
+
+
+def test_a_publisher_for_another_loop_is_one_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README "Writing a publisher": a NumPy loop drives CSV, NaN guard, early stopping, stop-at-step."""
+    with pytest.raises(SystemExit, match="0"):
+        run_example("custom_publisher.py", monkeypatch, "--steps", "3000", "--dir", str(tmp_path))
+    out = capsys.readouterr().out
+    stopped = int(out.split("stopped at step ")[1].split(":")[0])
+    assert "early stopping: eval/loss did not improve" in out
+    assert stopped % 200 == 0  # stopped right at the evaluation that decided
+    assert stopped < 3000
+    assert steps(tmp_path / "metrics.csv") == list(range(50, stopped + 1, 50))
+    assert steps(tmp_path / "metrics.eval.csv") == list(range(200, stopped + 1, 200))

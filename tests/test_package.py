@@ -75,6 +75,7 @@ def test_public_surface_is_pinned() -> None:
         "PRIORITY_NAN_GUARD",
         "PRIORITY_STOP_AT_STEP",
         "PeerReport",
+        "PublisherCore",
         "RUNS_ON",
         "SIGNALS",
         "Schedule",
