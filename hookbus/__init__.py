@@ -3,6 +3,7 @@
 from hookbus._bus import EventBus, UnknownKeyError
 from hookbus._cluster import RUNS_ON, Task
 from hookbus._context import PeerReport, SinkContext
+from hookbus._evaluator import evaluate_checkpoints
 from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
 from hookbus._hook import EventBusHook
 from hookbus._keras import EventBusCallback
@@ -50,6 +51,7 @@ __all__ = [
     "Task",
     "UnknownKeyError",
     "__version__",
+    "evaluate_checkpoints",
     "monitored_training_session",
     "train_and_evaluate",
 ]

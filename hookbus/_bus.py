@@ -15,6 +15,7 @@ from hookbus._cluster import Task, check_runs_on
 from hookbus._context import PeerReport, SinkContext
 from hookbus._dispatch import Dispatcher
 from hookbus._events import Event, StopRequest
+from hookbus._records import EvaluatorLink, RunRecords
 from hookbus._run import RunScope
 from hookbus._schedule import Schedule
 from hookbus._subscriber import (
@@ -139,6 +140,8 @@ class EventBus(RunScope, Dispatcher):
         self._current: Subscriber | None = None
         self._owner: int | None = None  # the training thread, once a publisher began
         self._foreign_stops: list[tuple[str, str]] = []
+        self._evaluator: EvaluatorLink | None = None
+        self._run_wall_start = self.wall_clock()  # records older than this are an earlier run's
         self._previous_handler: Any = None
         self._handler_installed = False
         self._in_run = False
@@ -353,6 +356,35 @@ class EventBus(RunScope, Dispatcher):
 
     def is_subscribed(self, record: Subscriber) -> bool:
         return record in self._subscribers
+
+    # -- an evaluator task beside training -------------------------------------------------------
+    def link_evaluator(self) -> None:
+        """Listen for an evaluator's stop and mark the run's end in the checkpoint directory.
+
+        A train publisher calls it as it begins. It applies where this process saves checkpoints
+        (one machine, or the chief) and exactly one attached sink saves them.
+        """
+        if self._evaluator is not None or (self.task is not None and not self.task.is_chief):
+            return
+        directories = {d for s in self.sinks if (d := s.checkpoint_directory) is not None}
+        if len(directories) == 1:
+            self._evaluator = EvaluatorLink(RunRecords(directories.pop()), since=self._run_wall_start)
+
+    def _poll_evaluator(self) -> None:
+        link = self._evaluator
+        if link is not None:
+            found = link.poll(self.clock())
+            if found is not None:
+                reason, step = found
+                self.request_stop(f"evaluator: {reason} (evaluated step {step})", source="evaluator")
+
+    def _mark_ended(self) -> None:
+        link, self._evaluator = self._evaluator, None
+        if link is not None:
+            try:
+                link.records.mark_ended(self.step, self.wall_clock())
+            except OSError:  # a full or read-only disk must not mask how the run ended
+                logger.exception("could not record the end of the run for an evaluator")
 
     # -- what sinks may use ----------------------------------------------------------------------
     def _context_for(self, sink: Sink) -> SinkContext:

@@ -113,6 +113,8 @@ class PublisherCore:
     def begin(self) -> None:
         """Publish ``begin`` (checks every subscriber's keys first)."""
         self.bus.start()
+        if self.mode == "train":
+            self.bus.link_evaluator()
         self.bus.publish("begin", self.bus.event("begin", step=self.bus.step, mode=self.mode))
 
     def session_created(self, step: int, restored: bool | None = None) -> None:

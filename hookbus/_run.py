@@ -30,6 +30,8 @@ class RunScope:
     _signal_stop: str | None
     _foreign_stops: list[tuple[str, str]]
     _owner: int | None
+    _run_wall_start: float
+    wall_clock: Callable[[], float]
     _start_time: float | None
     _closed: set[int]
     _previous_handler: Any
@@ -44,6 +46,10 @@ class RunScope:
 
         def publish_exception(self, error: BaseException) -> None: ...
 
+        def _poll_evaluator(self) -> None: ...
+
+        def _mark_ended(self) -> None: ...
+
     # -- signals (SIGTERM) -------------------------------------------------------------------
     def poll_signals(self) -> None:
         """Turn a signal, or a stop another thread recorded, into a stop request here.
@@ -56,6 +62,7 @@ class RunScope:
         while self._foreign_stops:
             reason, source = self._foreign_stops.pop(0)
             self.request_stop(reason, source=source)
+        self._poll_evaluator()
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         # Runs between bytecodes on the main thread: only set a flag, the publisher acts on it.
@@ -69,6 +76,7 @@ class RunScope:
         self._reset_run()
         self._in_run = True
         self._start_time = self.clock()
+        self._run_wall_start = self.wall_clock()
         if threading.current_thread() is threading.main_thread():
             self._previous_handler = signal_module.signal(signal_module.SIGTERM, self._on_sigterm)
             self._handler_installed = True
@@ -105,6 +113,7 @@ class RunScope:
         Every sink is closed even if another's ``close`` raises; afterwards the first error of a
         sink whose policy is ``"raise"`` is re-raised when ``raise_errors``.
         """
+        self._mark_ended()  # an evaluator waiting for new checkpoints ends too (once)
         first: BaseException | None = None
         for record in tuple(self._subscribers):  # a sink may detach itself when closed
             sink = record.sink

@@ -30,6 +30,9 @@ def main(config: dict[str, Any]) -> None:
     import tensorflow as tf
 
     tf.compat.v1.disable_eager_execution()
+    if kind == "evaluator":  # not a cluster member: it reads the chief's checkpoints
+        evaluate(tf, out)
+        return
     spec = tf.train.ClusterSpec(config["cluster"])
     server = tf.distribute.Server(spec, job_name=kind, task_index=index, start=True)
     if kind == "ps":
@@ -62,6 +65,8 @@ def main(config: dict[str, Any]) -> None:
     if scenario == "early":
         early = bus.attach(EarlyStoppingSink("flat", patience=2, every_n_steps=5))
         early.runs_on = "chief"
+    if scenario == "evaluator":  # only a cap: the evaluator's early stopping ends the run
+        bus.attach(StopAtStepSink(last_step=20000)).runs_on = "chief"
     seen: dict[str, Any] = {}
 
     @bus.on("session_created")
@@ -111,6 +116,28 @@ def main(config: dict[str, Any]) -> None:
     report = {
         "index": index, "local": local, "stop_reason": bus.stop_reason, "error": error, "end_step": bus.step, **seen,
     }  # fmt: skip
+    print("REPORT " + json.dumps(report), flush=True)
+
+
+def evaluate(tf: Any, out: Path) -> None:
+    """The evaluator task: early stopping on ``eval/flat`` (never improves) over the chief's checkpoints."""
+    import hookbus
+    from hookbus.sinks import EarlyStoppingSink
+
+    tf.compat.v1.train.get_or_create_global_step()
+    w = tf.compat.v1.get_variable("w", initializer=5.0)
+    flat = tf.identity(1.0 + 0.0 * w, name="flat")
+    bus = hookbus.EventBus()
+    bus.attach(EarlyStoppingSink("eval/flat", patience=1))
+    steps: list[int] = []
+    bus.on("after_run", lambda event: steps.append(event.step))
+    hook = hookbus.EventBusHook(bus, {"flat": flat}, mode="eval")
+    with bus:
+        rounds = hookbus.evaluate_checkpoints(
+            bus, eval_fetches=flat, checkpoint_dir=str(out / "w0" / "ckpt"), eval_hooks=[hook],
+            eval_steps=1, poll_secs=0.1, timeout_secs=120,
+        )  # fmt: skip
+    report = {"rounds": rounds, "evaluated": steps, "stop_reason": bus.stop_reason}
     print("REPORT " + json.dumps(report), flush=True)
 
 

@@ -254,3 +254,40 @@ def test_a_resume_from_the_chiefs_last_checkpoint_finds_the_saved_sink_state(
     assert (step, was_restored) == (step_of_prefix(last), True)
     assert state.seen > 0  # early stopping's state came back
     assert state.best_step is not None
+
+
+@pytest.mark.subprocess
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_an_evaluator_task_stops_the_cluster_and_ends_with_it(tmp_path: Path) -> None:
+    """Estimator's layout: ps, chief and worker train; an evaluator outside the cluster evaluates
+    the chief's checkpoints. Its early stopping stops every worker, and it ends when training ends."""
+    ps, w0, w1 = (f"127.0.0.1:{port}" for port in free_ports(3))
+    base = {"cluster": {"ps": [ps], "worker": [w0, w1]}, "scenario": "evaluator", "out": str(tmp_path)}
+    server = start(CHILD, {**base, "type": "ps", "index": 0})
+    workers = [start(CHILD, {**base, "type": "worker", "index": i}) for i in (0, 1)]
+    evaluator = start(CHILD, {**base, "type": "evaluator", "index": 0})
+    runs = {"evaluator": {"out": tmp_path, "workers": workers}}
+    try:
+        collect(runs, DEADLINE)
+        code = evaluator.wait(timeout=60)
+    finally:
+        stop([server, *workers, evaluator])
+    chief, other = reports(runs, "evaluator")
+    out = (tmp_path / "evaluator0.out").read_text()
+    err = (tmp_path / "evaluator0.err").read_text(errors="replace")[-3000:]
+    assert code == 0, err
+    lines = [line[len("REPORT ") :] for line in out.splitlines() if line.startswith("REPORT ")]
+    assert lines, err
+    evaluator_report = json.loads(lines[-1])
+    # The evaluator's early stopping decided; the chief stopped on it, the worker through the flag.
+    assert evaluator_report["stop_reason"].startswith("early stopping: eval/flat did not improve")
+    assert chief["stop_source"] == "evaluator", chief
+    assert chief["stop_reason"].startswith("evaluator: early stopping: eval/flat"), chief
+    assert other["stop_source"] == "cluster", other
+    assert other["stop_reason"].startswith("worker-0: evaluator: "), other
+    assert chief["end_step"] < 20000  # not the cap
+    # The evaluator ended with training: its last evaluation is the checkpoint training ended with.
+    last = _checkpoints(tmp_path / "w0" / "ckpt")[-1]
+    assert evaluator_report["evaluated"][-1] == step_of_prefix(last)
+    assert evaluator_report["rounds"] == len(evaluator_report["evaluated"]) >= 3

@@ -87,6 +87,7 @@ def test_public_surface_is_pinned() -> None:
         "Task",
         "UnknownKeyError",
         "__version__",
+        "evaluate_checkpoints",
         "monitored_training_session",
         "train_and_evaluate",
     ]

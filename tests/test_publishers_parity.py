@@ -12,6 +12,7 @@ the checkpoints must agree. Differences that come from the frameworks, not from 
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -135,8 +136,10 @@ def test_checkpoint_files(runs: dict[str, tuple[Path, EventBus]], publisher: str
     names = {n for n in os.listdir(ckpt) if not n.endswith(".meta")}  # .meta: TF1 only (module doc)
     assert names == {
         "checkpoint",
+        "ended.hookbus.json",  # the run's end, for an evaluator task (README "An evaluator task")
         *(f"model.ckpt-{s}{suffix}" for s in (5, 10) for suffix in (".index", ".data-00000-of-00001", ".hookbus.json")),
     }
+    assert json.loads((ckpt / "ended.hookbus.json").read_text())["step"] == 10
     assert tf.train.latest_checkpoint(str(ckpt)) == str(ckpt / "model.ckpt-10")
     reader = tf.train.load_checkpoint(str(ckpt / "model.ckpt-5"))
     step_keys = [k for k in reader.get_variable_to_shape_map() if "global_step" in k or "iterations" in k]
