@@ -80,15 +80,16 @@ class Published:
         self.step = 0
 
     def steps(self, count: int, raw: Callable[[int], dict[str, Any]] | dict[str, Any]) -> None:
-        plan, publish = self.core.plan, self.core.publish_step
+        plan, publish, advance = self.core.plan, self.core.publish_step, self.core.advance
         fixed = raw if isinstance(raw, dict) else None
         step = self.step
         for _ in range(count):
             step += 1
-            if plan(step) is not None:
-                publish(step, fixed if fixed is not None else raw(step))  # type: ignore[operator]
+            due = plan(step)
+            if due is not None:
+                publish(due, step, fixed if fixed is not None else raw(step))  # type: ignore[operator]
             else:
-                self.bus.step = step
+                advance(step)
         self.step = step
 
     def close(self) -> None:

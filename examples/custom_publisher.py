@@ -34,12 +34,12 @@ class NumpyPublisher:
     def after_step(self, values: Callable[[], Mapping[str, float]]) -> bool:
         """One step ran; ``values`` is called only when a subscriber is due. Returns: stop now?"""
         self.step += 1
-        keys = self.train.plan(self.step)
-        if keys is None:
+        plan = self.train.plan(self.step)
+        if plan is None:
             self.train.advance(self.step)  # nothing due: no values computed, nothing sent
         else:
             got = values()
-            self.train.publish_step(self.step, {k: got[k] for k in keys})
+            self.train.publish_step(plan, self.step, {k: got[k] for k in plan.keys})
         return self.train.should_stop()
 
     def evaluated(self, values: Mapping[str, float]) -> bool:

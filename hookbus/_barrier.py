@@ -54,7 +54,7 @@ class Barrier:
         self._bus = bus
 
     def _sinks(self) -> list[Subscriber]:
-        return [r for r in self._bus.local_subscribers if r.sink is not None and not r.disabled]
+        return [r for r in self._bus._here if r.sink is not None and not r.disabled]
 
     def veto(self, step: int) -> str | None:
         """The first control sink's reason not to save a checkpoint of ``step``, or ``None``."""
@@ -99,7 +99,7 @@ class Barrier:
         that name. Returns the prefix written, or ``None`` when that later step is in ``taken``
         (already on disk: one checkpoint per step). The pointer is not touched: see :meth:`record`.
         """
-        backend = self._bus.checkpoint_backend
+        backend = self._bus._checkpoint_backend
         if backend is None:
             raise RuntimeError("no checkpoint backend: did the train publisher begin?")
         os.makedirs(os.path.dirname(prefix), exist_ok=True)
@@ -134,4 +134,4 @@ class Barrier:
             record.on_error,
             exc_info=error,
         )
-        self._bus.announce_error(record, "flush", step, error)
+        self._bus._dispatcher.announce_error(record, "flush", step, error)

@@ -1,23 +1,32 @@
-"""The event bus: signals, subscribers and publishers, keys, SIGTERM and the run scope."""
+"""The event bus: subscribers in order, the run's state, and the parts that do the work.
+
+:class:`EventBus` is composed, not inherited: it owns its dispatcher (ordered, isolated
+delivery), its run scope (``with bus:``, signals, closing), its key registry, the checkpoint
+barrier and a port for publishers. Its public surface is what users of a bus need; what only
+publishers use is on the port (:class:`hookbus._port.BusPort`), which
+:class:`hookbus.PublisherCore` holds.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import blinker
 
-from hookbus._barrier import Barrier, PreparedCheckpoint
+from hookbus._barrier import Barrier
 from hookbus._cluster import Task, check_runs_on
-from hookbus._context import PeerReport, SinkContext
+from hookbus._context import SinkServices
 from hookbus._dispatch import Dispatcher
-from hookbus._events import Event, StopRequest
-from hookbus._records import EvaluatorLink, RunRecords
+from hookbus._events import Event
+from hookbus._keys import KeyRegistry, Publisher, UnknownKeyError
+from hookbus._port import BusPort
 from hookbus._run import RunScope
 from hookbus._schedule import Schedule
+from hookbus._state import RunState
 from hookbus._subscriber import (
     PRIORITY_DEFAULT,
     SIGNALS,
@@ -31,10 +40,11 @@ from hookbus._subscriber import (
 )
 
 if TYPE_CHECKING:
+    from types import TracebackType
 
     from hookbus._checkpoint import CheckpointBackend
 
-__all__ = ["EventBus", "UnknownKeyError", "Publisher"]
+__all__ = ["EventBus", "Publisher", "UnknownKeyError"]
 
 logger = logging.getLogger("hookbus")
 _SinkT = TypeVar("_SinkT", bound=Sink)
@@ -53,21 +63,7 @@ _SIGNAL_DOCS = {
 }
 
 
-class UnknownKeyError(ValueError):
-    """A subscriber asked for a key that no publisher attached to the bus provides."""
-
-
-class Publisher(Protocol):
-    """What the bus needs to know of a publisher."""
-
-    @property
-    def bus_keys(self) -> frozenset[str]: ...
-
-    @property
-    def mode(self) -> str: ...
-
-
-class EventBus(RunScope, Dispatcher):
+class EventBus:
     """Publishes the training lifecycle to subscribers in a deterministic, isolated order.
 
     Signals live in the bus's own :class:`blinker.Namespace` and are attributes of the bus
@@ -84,9 +80,8 @@ class EventBus(RunScope, Dispatcher):
         wall_clock: Clock for ``Event.wall_time`` (default :func:`time.time`).
 
     Attributes:
-        checkpoint_backend: How the training publisher's model is saved and restored (a
-            :class:`hookbus._checkpoint.CheckpointBackend`); set by a train-mode publisher in
-            its ``begin``, ``None`` before. Checkpoint sinks use it.
+        task: This process's :class:`hookbus.Task` in multi-worker training (its publisher sets
+            it as it begins), ``None`` on one machine.
     """
 
     begin: blinker.NamedSignal
@@ -111,63 +106,82 @@ class EventBus(RunScope, Dispatcher):
         self.namespace = blinker.Namespace()
         self.signals = {name: self.namespace.signal(name, doc=_SIGNAL_DOCS[name]) for name in SIGNALS}
         for name, signal in self.signals.items():
-            setattr(self, name, signal)  # bus.after_run etc., declared below for type checkers
+            setattr(self, name, signal)  # bus.after_run etc., declared above for type checkers
         self._subscribers: list[Subscriber] = []
         self._here: list[Subscriber] = self._subscribers  # those that run on this task
-        #: This process's :class:`hookbus.Task` in multi-worker training (set by the publisher
-        #: at begin), ``None`` on one machine.
         self.task: Task | None = None
-        self._publishers: list[Publisher] = []
         self._order = 0
-        self.version = 0  # bumped on every (un)subscription; publishers re-plan on change
-        self.checkpoint_backend: CheckpointBackend | None = None
+        self._version = 0  # bumped on every (un)subscription; publishers re-plan on change
+        self._checkpoint_backend: CheckpointBackend | None = None
+        self._state = RunState(wall_clock())
+        self._keys = KeyRegistry()
+        self._dispatcher = Dispatcher(self)
+        self._scope = RunScope(self)
         self._barrier = Barrier(self)
-        self._reset_run()
+        self._port = BusPort(self)
+        self._services = SinkServices(self)
 
-    # -- run state ---------------------------------------------------------------------------
-    def _reset_run(self) -> None:
-        self.stop_reason: str | None = None
-        self.should_stop = False
-        self.step = 0
-        self.local_step = 0
-        self.started = False
-        self._start_time: float | None = None
-        self._closed: set[int] = set()
-        self._depth = 0
-        self._pending_stops: list[StopRequest] = []
-        self._deferred: list[Callable[[], None]] = []
-        self._signal_stop: str | None = None
-        self._current: Subscriber | None = None
-        self._owner: int | None = None  # the training thread, once a publisher began
-        self._foreign_stops: list[tuple[str, str]] = []
-        self._evaluator: EvaluatorLink | None = None
-        self._run_wall_start = self.wall_clock()  # records older than this are an earlier run's
-        self._previous_handler: Any = None
-        self._handler_installed = False
-        self._in_run = False
+    # -- the run, as users see it ------------------------------------------------------------
+    @property
+    def step(self) -> int:
+        """The training step the run has reached (the last step published or passed)."""
+        return self._state.step
+
+    @property
+    def local_step(self) -> int:
+        """Multi-worker: this worker's own training runs in this run (0 on one machine)."""
+        return self._state.local_step
+
+    @property
+    def should_stop(self) -> bool:
+        """Whether a stop was requested in this run (by a subscriber, a signal, another thread)."""
+        return self._state.should_stop
+
+    @property
+    def stop_reason(self) -> str | None:
+        """The first reason a stop was requested for in this run, or ``None``."""
+        return self._state.stop_reason
 
     @property
     def elapsed(self) -> float:
         """Seconds since the run began (0 before)."""
-        return 0.0 if self._start_time is None else self.clock() - self._start_time
+        start = self._state.start_time
+        return 0.0 if start is None else self.clock() - start
 
-    def event(self, signal: str, *, step: int, mode: str = "train", **fields: Any) -> Event:
-        """Build an :class:`Event` stamped with this bus's clocks."""
-        task = self.task
-        if task is not None:
-            fields.update(task_type=task.type, task_index=task.index, local_step=self.local_step)
-        return Event(
-            signal,
-            step,
-            mode,
-            wall_time=self.wall_clock(),
-            elapsed=self.elapsed,
-            _stop=self._stop_at,
-            **fields,
-        )
+    @property
+    def known_keys(self) -> frozenset[str]:
+        """Every key the registered publishers provide (eval keys with their ``eval/`` prefix)."""
+        return self._keys.known
 
-    def _stop_at(self, reason: str, step: int) -> None:
-        self.request_stop(reason, step=step)
+    def request_stop(self, reason: str, *, step: int | None = None, source: str | None = None) -> None:
+        """Stop training at the end of the current step.
+
+        The first reason of the run is kept in :attr:`stop_reason`; every request is
+        published as ``stop_requested`` once the current event has reached every subscriber.
+        From a thread other than the training thread the request is only recorded: the
+        training thread publishes it and stops at its next step.
+        """
+        self._dispatcher.request_stop(reason, step=step, source=source)
+
+    def close(self, *, raise_errors: bool = True) -> None:
+        """Close every attached sink exactly once (idempotent).
+
+        Every sink is closed even if another's ``close`` raises; afterwards the first error of a
+        sink whose policy is ``"raise"`` is re-raised when ``raise_errors``.
+        """
+        self._scope.close(raise_errors=raise_errors)
+
+    def __enter__(self) -> EventBus:
+        self._scope.enter()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._scope.exit(exc)
 
     # -- subscribing -------------------------------------------------------------------------
     @property
@@ -181,7 +195,7 @@ class EventBus(RunScope, Dispatcher):
         return [s.sink for s in self._subscribers if s.sink is not None]
 
     def _add(self, record: Subscriber) -> None:
-        if self.started:
+        if self._state.started:
             raise RuntimeError(
                 f"cannot subscribe {record.name!r} after the run began; attach every sink and "
                 "function before the first session starts"
@@ -201,29 +215,7 @@ class EventBus(RunScope, Dispatcher):
                 if task.runs(r.runs_on, joins_collectives=getattr(r.sink, "joins_collectives", False))
             ]
         )
-        self.version += 1
-
-    @property
-    def local_subscribers(self) -> list[Subscriber]:
-        """The subscribers that run on this task (all of them on one machine), in dispatch order."""
-        return list(self._here)
-
-    def set_task(self, task: Task | None) -> None:
-        """Run as ``task`` of a multi-worker cluster (publishers call it before ``begin``).
-
-        Subscribers whose ``runs_on`` excludes the task are neither planned, fetched for nor
-        called; sinks with ``runs_on="each"`` get the task's output suffix.
-        """
-        if task is not None and not isinstance(task, Task):
-            raise TypeError(f"task must be a hookbus.Task or None (got {task!r})")
-        self.task = task
-        if task is not None:
-            for record in self._subscribers:
-                if record.sink is not None:
-                    record.runs_on = record.sink.runs_on  # it may have been set after attach
-                    if record.runs_on == "each":
-                        record.sink.set_output_suffix(task.suffix)
-        self._locate()
+        self._version += 1
 
     def attach(self, sink: _SinkT) -> _SinkT:
         """Subscribe every ``on_<signal>`` method ``sink`` overrides; returns the sink.
@@ -258,17 +250,14 @@ class EventBus(RunScope, Dispatcher):
         )
         return sink
 
-    def reschedule(self, sink: Sink, schedule: Schedule) -> None:
-        """Give an attached ``sink`` a new schedule, counted from the current step.
-
-        For sinks whose due step is known only once a session exists (``StopAtStepSink``'s
-        ``num_steps``); publishers re-plan on their next step.
-        """
+    def _reschedule(self, sink: Sink, schedule: Schedule) -> None:
+        """Give an attached ``sink`` a new schedule, counted from the current step (what its
+        context's ``reschedule`` does; publishers re-plan on their next step)."""
         for record in self._subscribers:
             if record.sink is sink:
                 record.timer = schedule.timer()
-                record.timer.reset(self.step)
-                self.version += 1
+                record.timer.reset(self._state.step)
+                self._version += 1
                 return
         raise ValueError(f"{sink!r} is not attached to this bus")
 
@@ -276,7 +265,7 @@ class EventBus(RunScope, Dispatcher):
         """Unsubscribe ``sink`` (it is not closed). Raises ValueError if it is not attached."""
         for record in self._subscribers:
             if record.sink is sink:
-                self.remove(record)
+                self._remove(record)
                 return
         raise ValueError(f"{sink!r} is not attached to this bus")
 
@@ -348,153 +337,46 @@ class EventBus(RunScope, Dispatcher):
 
         return subscribe if fn is None else subscribe(fn)
 
-    def remove(self, record: Subscriber) -> None:
+    def _remove(self, record: Subscriber) -> None:
         """Remove a subscriber record (what :meth:`Subscription.disconnect` calls)."""
         if record in self._subscribers:
             self._subscribers.remove(record)
             self._locate()
 
-    def is_subscribed(self, record: Subscriber) -> bool:
+    def _is_subscribed(self, record: Subscriber) -> bool:
         return record in self._subscribers
 
-    # -- an evaluator task beside training -------------------------------------------------------
-    def link_evaluator(self) -> None:
-        """Listen for an evaluator's stop and mark the run's end in the checkpoint directory.
+    # -- what the port does for publishers ---------------------------------------------------
+    def _set_task(self, task: Task | None) -> None:
+        if task is not None and not isinstance(task, Task):
+            raise TypeError(f"task must be a hookbus.Task or None (got {task!r})")
+        self.task = task
+        if task is not None:
+            for record in self._subscribers:
+                if record.sink is not None:
+                    record.runs_on = record.sink.runs_on  # it may have been set after attach
+                    if record.runs_on == "each":
+                        record.sink.set_output_suffix(task.suffix)
+        self._locate()
 
-        A train publisher calls it as it begins. It applies where this process saves checkpoints
-        (one machine, or the chief) and exactly one attached sink saves them.
-        """
-        if self._evaluator is not None or (self.task is not None and not self.task.is_chief):
-            return
-        directories = {d for s in self.sinks if (d := s.checkpoint_directory) is not None}
-        if len(directories) == 1:
-            self._evaluator = EvaluatorLink(RunRecords(directories.pop()), since=self._run_wall_start)
-
-    def _poll_evaluator(self) -> None:
-        link = self._evaluator
-        if link is not None:
-            found = link.poll(self.clock())
-            if found is not None:
-                reason, step = found
-                self.request_stop(f"evaluator: {reason} (evaluated step {step})", source="evaluator")
-
-    def _mark_ended(self) -> None:
-        link, self._evaluator = self._evaluator, None
-        if link is not None:
-            try:
-                link.records.mark_ended(self.step, self.wall_clock())
-            except OSError:  # a full or read-only disk must not mask how the run ended
-                logger.exception("could not record the end of the run for an evaluator")
-
-    # -- what sinks may use ----------------------------------------------------------------------
-    def _context_for(self, sink: Sink) -> SinkContext:
-        return SinkContext(
-            clock=self.clock,
-            task=self.task,
-            known_keys=self.known_keys,
-            static_shape=self.static_shape,
-            current_step=lambda: self.step,
-            defer=self.call_after_dispatch,
-            reschedule=lambda schedule: self.reschedule(sink, schedule),
-            peers=lambda: self._peer_reports(sink),
-            checkpoint_backend=lambda: self.checkpoint_backend,
-            prepare_checkpoint=self.prepare_checkpoint,
-            commit_checkpoint=self._barrier.commit,
-            record_checkpoints=self._barrier.record,
-            load_states=self._load_states,
-            check_state_names=self._check_state_names,
-            publish_checkpoint=lambda saved: self.publish("checkpoint_saved", saved),
-            best_restorer=self._best_restorer,
-        )
-
-    def _best_restorer(self, monitor: str) -> Callable[[], str | None] | None:
-        for sink in self.sinks:
-            restore = sink.best_restorer(monitor)
-            if restore is not None:
-                return restore
-        return None
-
-    def _peer_reports(self, asking: Sink) -> list[PeerReport]:
-        reports = []
-        for record in self._here:
-            sink = record.sink
-            if sink is None or sink is asking:
-                continue
-            try:
-                status, steps = sink.status(), sink.total_steps
-            except Exception:  # one sink's report must not break another's display
-                logger.debug("status of %r failed", sink, exc_info=True)
-                continue
-            reports.append(PeerReport(sink.name, status, steps if isinstance(steps, int) else None))
-        return reports
-
-    def _load_states(self, states: Mapping[str, Any]) -> None:
-        for record in self._here:
-            if record.sink is not None and record.sink.name in states:
-                record.sink.load_state_dict(states[record.sink.name])
-
-    def _check_state_names(self) -> None:
-        seen: dict[str, Sink] = {}
-        for sink in self.sinks:
-            if type(sink).state_dict is Sink.state_dict:
-                continue
-            if sink.name in seen:
-                raise ValueError(
-                    f"two sinks with state are named {sink.name!r} ({seen[sink.name]!r} and {sink!r}); "
-                    "their states are saved by name: pass name=... to tell them apart"
-                )
-            seen[sink.name] = sink
-
-    # -- the checkpoint barrier ----------------------------------------------------------------
-    def prepare_checkpoint(self, step: int) -> PreparedCheckpoint | None:
-        """The barrier's prepare phase for a checkpoint at ``step`` (on the training thread).
-
-        Asks the control sinks for vetoes (``None`` if one refuses), then flushes every live
-        sink and collects their ``state_dict()``. A sink whose flush fails is disabled and
-        reported when its policy isolates errors; the checkpoint sink then commits.
-        """
-        return self._barrier.prepare(step)
-
-    # -- publishers and keys -----------------------------------------------------------------
-    def register(self, publisher: Publisher) -> None:
-        """Make ``publisher``'s keys known to the bus (publishers call this on construction)."""
-        if publisher not in self._publishers:
-            self._publishers.append(publisher)
-
-    @property
-    def known_keys(self) -> frozenset[str]:
-        """Every key the registered publishers provide (eval keys with their ``eval/`` prefix)."""
-        return frozenset().union(*(p.bus_keys for p in self._publishers))
-
-    def static_shape(self, key: str) -> tuple[int | None, ...] | None:
-        """The shape a publisher declared for ``key`` before step 1 (``()`` a scalar), or ``None``."""
-        for publisher in self._publishers:
-            shape = getattr(publisher, "shapes", {}).get(key)
-            if shape is not None:
-                return tuple(shape)
-        return None
-
-    def check_keys(self) -> None:
-        """Fail, naming the key and the known ones, if a subscriber needs an unknown key."""
-        known = self.known_keys
-        for record in self._subscribers:
-            missing = sorted((record.keys or frozenset()) - known)
-            if missing:
-                raise UnknownKeyError(
-                    f"subscriber {record.name!r} needs key {missing[0]!r}, which no publisher "
-                    f"attached to this bus provides; known keys: {sorted(known)}. Construct every "
-                    "publisher (an eval EventBusHook too) before the first session starts."
-                )
-
-    def start(self) -> None:
-        """Mark the run as begun (first publisher ``begin``): keys checked, subscriptions closed,
-        every sink that runs here given its :class:`SinkContext`."""
-        if not self.started:
-            self.check_keys()
-            self.started = True
-            self._owner = threading.get_ident()
+    def _start(self) -> None:
+        state = self._state
+        if not state.started:
+            self._keys.check(self._subscribers)
+            state.started = True
+            state.owner = threading.get_ident()
             for record in self._here:
                 if record.sink is not None:
-                    record.sink.setup(self._context_for(record.sink))
-            if self._start_time is None:
-                self._start_time = self.clock()
+                    record.sink.setup(self._services.context_for(record.sink))
+            if state.start_time is None:
+                state.start_time = self.clock()
+
+    def _event(self, signal: str, *, step: int, mode: str = "train", **fields: Any) -> Event:
+        task = self.task
+        if task is not None:
+            fields.update(task_type=task.type, task_index=task.index, local_step=self._state.local_step)
+        wall_time, elapsed = self.wall_clock(), self.elapsed
+        return Event(signal, step, mode, wall_time=wall_time, elapsed=elapsed, _stop=self._stop_at, **fields)
+
+    def _stop_at(self, reason: str, step: int) -> None:
+        self._dispatcher.request_stop(reason, step=step)

@@ -65,7 +65,7 @@ def task_of_strategy(strategy: Any) -> Task | None:
 
 
 def _here(bus: EventBus) -> list[Any]:
-    return [r.sink for r in bus.local_subscribers if r.sink is not None]
+    return [r.sink for r in bus._port.local_subscribers if r.sink is not None]
 
 
 class CollectiveStop:

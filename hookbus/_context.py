@@ -9,18 +9,24 @@ vetoes, status lines), which the bus runs.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from hookbus._subscriber import Sink
+
 if TYPE_CHECKING:
     from hookbus._barrier import PreparedCheckpoint
+    from hookbus._bus import EventBus
     from hookbus._checkpoint import CheckpointBackend
     from hookbus._cluster import Task
     from hookbus._events import CheckpointSaved
     from hookbus._schedule import Schedule
 
-__all__ = ["PeerReport", "SinkContext"]
+__all__ = ["PeerReport", "SinkContext", "SinkServices"]
+
+logger = logging.getLogger("hookbus")
 
 
 @dataclass(frozen=True)
@@ -78,3 +84,70 @@ class SinkContext:
     check_state_names: Callable[[], None]
     publish_checkpoint: Callable[[CheckpointSaved], None]
     best_restorer: Callable[[str], Callable[[], str | None] | None]
+
+
+class SinkServices:
+    """Builds each sink's :class:`SinkContext` from its bus's parts, and serves what it offers."""
+
+    def __init__(self, bus: EventBus) -> None:
+        self._bus = bus
+
+    def context_for(self, sink: Sink) -> SinkContext:
+        """The context the bus gives ``sink`` as a run begins."""
+        barrier = self._bus._barrier
+        return SinkContext(
+            clock=self._bus.clock,
+            task=self._bus.task,
+            known_keys=self._bus._keys.known,
+            static_shape=self._bus._keys.shape,
+            current_step=lambda: self._bus._state.step,
+            defer=self._bus._dispatcher.call_after_dispatch,
+            reschedule=lambda schedule: self._bus._reschedule(sink, schedule),
+            peers=lambda: self._peer_reports(sink),
+            checkpoint_backend=lambda: self._bus._checkpoint_backend,
+            prepare_checkpoint=barrier.prepare,
+            commit_checkpoint=barrier.commit,
+            record_checkpoints=barrier.record,
+            load_states=self._load_states,
+            check_state_names=self._check_state_names,
+            publish_checkpoint=lambda saved: self._bus._dispatcher.publish("checkpoint_saved", saved),
+            best_restorer=self._best_restorer,
+        )
+
+    def _best_restorer(self, monitor: str) -> Callable[[], str | None] | None:
+        for sink in self._bus.sinks:
+            restore = sink.best_restorer(monitor)
+            if restore is not None:
+                return restore
+        return None
+
+    def _peer_reports(self, asking: Sink) -> list[PeerReport]:
+        reports = []
+        for record in self._bus._here:
+            sink = record.sink
+            if sink is None or sink is asking:
+                continue
+            try:
+                status, steps = sink.status(), sink.total_steps
+            except Exception:  # one sink's report must not break another's display
+                logger.debug("status of %r failed", sink, exc_info=True)
+                continue
+            reports.append(PeerReport(sink.name, status, steps if isinstance(steps, int) else None))
+        return reports
+
+    def _load_states(self, states: Mapping[str, Any]) -> None:
+        for record in self._bus._here:
+            if record.sink is not None and record.sink.name in states:
+                record.sink.load_state_dict(states[record.sink.name])
+
+    def _check_state_names(self) -> None:
+        seen: dict[str, Sink] = {}
+        for sink in self._bus.sinks:
+            if type(sink).state_dict is Sink.state_dict:
+                continue
+            if sink.name in seen:
+                raise ValueError(
+                    f"two sinks with state are named {sink.name!r} ({seen[sink.name]!r} and {sink!r}); "
+                    "their states are saved by name: pass name=... to tell them apart"
+                )
+            seen[sink.name] = sink

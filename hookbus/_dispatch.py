@@ -1,7 +1,7 @@
 """Ordered, isolated delivery of one event to the subscribers, and stop requests.
 
-The mechanics under :class:`hookbus.EventBus`: subscribers run in order; a failure is handled by
-the failing subscriber's ``on_error`` policy without keeping the event from the others; stop
+A part of :class:`hookbus.EventBus`: subscribers run in order; a failure is handled by the
+failing subscriber's ``on_error`` policy without keeping the event from the others; stop
 requests and deferred work (a checkpoint's save) wait until the event has reached everyone.
 """
 
@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
-
-import blinker
+from typing import TYPE_CHECKING, Any
 
 from hookbus._events import ExceptionRaised, StopRequest, SubscriberError
 from hookbus._subscriber import Subscriber
+
+if TYPE_CHECKING:
+    from hookbus._bus import EventBus
 
 __all__ = ["Dispatcher"]
 
@@ -23,21 +24,10 @@ logger = logging.getLogger("hookbus")
 
 
 class Dispatcher:
-    """Delivery state and logic; :class:`hookbus.EventBus` initialises the attributes."""
+    """Delivers events for ``bus`` (its subscribers here, its signals, its run state)."""
 
-    signals: dict[str, blinker.NamedSignal]
-    wall_clock: Callable[[], float]
-    step: int
-    should_stop: bool
-    stop_reason: str | None
-    _subscribers: list[Subscriber]
-    _here: list[Subscriber]
-    _depth: int
-    _pending_stops: list[StopRequest]
-    _deferred: list[Callable[[], None]]
-    _current: Subscriber | None
-    _owner: int | None
-    _foreign_stops: list[tuple[str, str]]
+    def __init__(self, bus: EventBus) -> None:
+        self._bus = bus
 
     # -- dispatch ----------------------------------------------------------------------------
     def publish(self, signal: str, payload: Any, subscribers: Iterable[Subscriber] | None = None) -> None:
@@ -47,33 +37,34 @@ class Dispatcher:
         policy without keeping the event from the others. A ``"raise"`` failure is re-raised
         once every subscriber has had the event.
         """
+        bus, state = self._bus, self._bus._state
         # A snapshot: a handler may disconnect itself (or another) while the event is delivered.
-        targets = tuple(self._here) if subscribers is None else subscribers
+        targets = tuple(bus._here) if subscribers is None else subscribers
         first_error: BaseException | None = None
-        self._depth += 1
+        state.depth += 1
         try:
             for record in targets:
                 handler = record.handlers.get(signal)
                 if handler is None or record.disabled:
                     continue
-                previous, self._current = self._current, record
+                previous, state.current = state.current, record
                 try:
                     handler(payload)
                 except Exception as error:  # policy decides; KeyboardInterrupt passes
                     if self._report(record, signal, payload, error) and first_error is None:
                         first_error = error
                 finally:
-                    self._current = previous
-            raw = self.signals[signal]
+                    state.current = previous
+            raw = bus.signals[signal]
             if raw.receivers:
-                raw.send(self, event=payload)
+                raw.send(bus, event=payload)
         finally:
-            self._depth -= 1
+            state.depth -= 1
         if first_error is not None:
-            self._pending_stops.clear()
-            self._deferred.clear()
+            state.pending_stops.clear()
+            state.deferred.clear()
             raise first_error
-        if self._depth == 0:
+        if state.depth == 0:
             self._drain()
 
     def _report(self, record: Subscriber, signal: str, payload: Any, error: Exception) -> bool:
@@ -96,22 +87,23 @@ class Dispatcher:
                 exc_info=error,
             )
         if signal not in ("subscriber_error", "exception"):
-            self.announce_error(record, signal, getattr(payload, "step", self.step), error)
+            self.announce_error(record, signal, getattr(payload, "step", self._bus._state.step), error)
         return record.on_error == "raise"
 
     def announce_error(self, record: Subscriber, signal: str, step: int, error: BaseException) -> None:
         """Publish ``subscriber_error`` for ``record``'s failure to every other subscriber."""
+        bus, state = self._bus, self._bus._state
         report = SubscriberError(record.name, signal, step, error, record.errors, record.on_error)
-        self._depth += 1
+        state.depth += 1
         try:
-            for other in tuple(self._here):
+            for other in tuple(bus._here):
                 handler = other.handlers.get("subscriber_error")
                 if handler is not None and not other.disabled and other is not record:
                     self._call_quietly(other, "subscriber_error", handler, report)
-            if self.signals["subscriber_error"].receivers:
-                self.signals["subscriber_error"].send(self, event=report)
+            if bus.signals["subscriber_error"].receivers:
+                bus.signals["subscriber_error"].send(bus, event=report)
         finally:
-            self._depth -= 1
+            state.depth -= 1
 
     def _call_quietly(self, record: Subscriber, signal: str, handler: Callable[[Any], None], payload: Any) -> None:
         try:
@@ -126,57 +118,55 @@ class Dispatcher:
         A checkpoint sink runs early (priority) but must save only after the writers have
         received the step; it defers its save with this. Outside a dispatch, ``fn`` runs now.
         """
-        if self._depth == 0:
+        state = self._bus._state
+        if state.depth == 0:
             fn()
         else:
-            self._deferred.append(fn)
+            state.deferred.append(fn)
 
     def _drain(self) -> None:
-        while self._pending_stops or self._deferred:
-            if self._pending_stops:
-                request = self._pending_stops.pop(0)
+        state = self._bus._state
+        while state.pending_stops or state.deferred:
+            if state.pending_stops:
+                request = state.pending_stops.pop(0)
                 self.publish("stop_requested", request)
             else:
-                self._deferred.pop(0)()
+                state.deferred.pop(0)()
 
     def request_stop(self, reason: str, *, step: int | None = None, source: str | None = None) -> None:
-        """Stop training at the end of the current step.
-
-        The first reason of the run is kept in :attr:`stop_reason`; every request is
-        published as ``stop_requested`` once the current event has reached every subscriber.
-        From a thread other than the training thread the request is only recorded: the
-        training thread publishes it and stops at its next step.
-        """
+        """See :meth:`hookbus.EventBus.request_stop`."""
         if not isinstance(reason, str) or not reason:
             raise ValueError(f"reason must be a non-empty string (got {reason!r})")
-        if self._owner is not None and threading.get_ident() != self._owner:
+        state = self._bus._state
+        if state.owner is not None and threading.get_ident() != state.owner:
             # Another thread (a watchdog, a UI): record only. The training thread publishes the
             # request and acts on it at its next step, where the final checkpoint is saved at
             # a step that is no longer moving (list.append is atomic; the flag is read per step).
-            if self.stop_reason is None:
-                self.stop_reason = reason
-            self._foreign_stops.append((reason, source or f"thread {threading.current_thread().name}"))
-            self.should_stop = True
+            if state.stop_reason is None:
+                state.stop_reason = reason
+            state.foreign_stops.append((reason, source or f"thread {threading.current_thread().name}"))
+            state.should_stop = True
             return
         if source is None:
-            source = self._current.name if self._current is not None else "user"
-        request = StopRequest(reason, source, self.step if step is None else step, self.wall_clock())
-        if self.stop_reason is None:
-            self.stop_reason = reason
-        self.should_stop = True
-        self._pending_stops.append(request)
-        if self._depth == 0:
+            source = state.current.name if state.current is not None else "user"
+        request = StopRequest(reason, source, state.step if step is None else step, self._bus.wall_clock())
+        if state.stop_reason is None:
+            state.stop_reason = reason
+        state.should_stop = True
+        state.pending_stops.append(request)
+        if state.depth == 0:
             self._drain()
 
     def publish_exception(self, error: BaseException) -> None:
         """Publish ``exception`` to every subscriber; their failures are logged, never raised."""
-        payload = ExceptionRaised(error, self.step)
-        for record in tuple(self._here):
+        bus = self._bus
+        payload = ExceptionRaised(error, bus._state.step)
+        for record in tuple(bus._here):
             handler = record.handlers.get("exception")
             if handler is not None:
                 self._call_quietly(record, "exception", handler, payload)
-        if self.signals["exception"].receivers:
+        if bus.signals["exception"].receivers:
             try:
-                self.signals["exception"].send(self, event=payload)
+                bus.signals["exception"].send(bus, event=payload)
             except Exception:  # must not mask the training error
                 logger.exception("a raw receiver of 'exception' raised")

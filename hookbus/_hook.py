@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from hookbus._checkpoint import SaverBackend
 from hookbus._cluster import SharedStop, Task
 from hookbus._fetch import TrainFetches
-from hookbus._publisher import EVAL_PREFIX, PublisherCore
+from hookbus._publisher import EVAL_PREFIX, Plan, PublisherCore
 from hookbus._tf import require_tensorflow
 
 # The module, once a hook is made (hookbus._tf imports it on first use, not with hookbus).
@@ -158,7 +158,7 @@ class EventBusHook:
         self._aggregate = self._check_aggregate(aggregate)
         self.bus = bus
         self._step = 0
-        self._planned: tuple[str, ...] | None = None
+        self._planned: Plan | None = None
         self._training_run = False
         self._step_after: Any = None
         self._global_step: Any = None
@@ -239,12 +239,12 @@ class EventBusHook:
             self.checkpoint_backend.step_variable = self._global_step if self._shared_stop is not None else None
             self._core.offer_checkpoints(self.checkpoint_backend)
         if self.task is not None:
-            self.bus.set_task(self.task)
+            self._core.set_task(self.task)
         if self._core.mode == "train":
             keys = self._core.keys
             wanted = {
                 keys if r.keys is None else tuple(k for k in keys if k in r.keys)
-                for r in self.bus.local_subscribers
+                for r in self._core.local_subscribers()
                 if "after_run" in r.handlers and r.wants(self._core.bus_keys)
             }
             stop = self._shared_stop.read if self._shared_stop is not None else None
@@ -281,11 +281,11 @@ class EventBusHook:
         self._training_run = self._is_training_run(run_context)
         if not self._training_run:
             return None
-        keys = self._core.plan(self._step + 1)
-        if keys is None:
+        plan = self._core.plan(self._step + 1)
+        if plan is None:
             return self._stop_args if self._shared_stop is not None and self._shared_stop.due() else None
-        self._planned = keys
-        return self._train_fetches.args(keys)
+        self._planned = plan
+        return self._train_fetches.args(plan.keys)
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
         bus = self.bus
@@ -304,12 +304,13 @@ class EventBusHook:
         if stop is not None:
             stop.local_step += 1
             self._core.count_local_step(stop.local_step)
-        if self._planned is not None:
-            step, values = self._train_fetches.unpack(self._planned, results, self._step + 1)
+        plan = self._planned
+        if plan is not None:
+            step, values = self._train_fetches.unpack(plan.keys, results, self._step + 1)
             exact = self._step_after is not None
             self._step = step
             try:
-                self._core.publish_step(step, values)
+                self._core.publish_step(plan, step, values)
             except Exception as error:
                 if stop is not None:  # a raising NaN guard on one worker stops the others too
                     stop.announce(run_context.session, self.bus, f"{type(error).__name__}: {error}")
@@ -339,10 +340,10 @@ class EventBusHook:
             self._core.advance(self._step)
         if self._shared_stop is not None and self.bus.should_stop:
             self._shared_stop.announce(session, self.bus)
-        keys = self._core.final_keys(self._step)
-        if keys is not None:
-            values = session.run({k: self._elements[k] for k in keys}) if keys else {}
-            self._core.publish_final(self._step, values)
+        final = self._core.final_plan(self._step)
+        if final is not None:
+            values = session.run({k: self._elements[k] for k in final.keys}) if final.keys else {}
+            self._core.publish_final(final, values)
         self._core.end(self._step)
         if self.checkpoint_backend is not None:
             self.checkpoint_backend.attach_session(None)  # the session closes after end()

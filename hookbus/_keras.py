@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
@@ -35,6 +34,7 @@ class _EpochKeys:
 
     def __init__(self, keys: Iterable[str]) -> None:
         self.bus_keys = frozenset(EPOCH_PREFIX + p + k for k in keys for p in ("", "val_"))
+        self.shapes: dict[str, tuple[int | None, ...]] = {}  # Keras logs scalars; none declared
 
 
 class EventBusCallback:
@@ -129,7 +129,7 @@ class EventBusCallback:
         keys = (keys,) if isinstance(keys, str) else tuple(keys)
         self._core = PublisherCore(bus, keys)  # registers the keys: checked when training begins
         self._eval = PublisherCore(bus, keys, mode="eval")
-        bus.register(_EpochKeys(self._core.keys))
+        bus._port.register(_EpochKeys(self._core.keys))  # a publisher's side of the bus
         self.bus = bus
         #: Offered to checkpoint sinks (``bus.checkpoint_backend``) from train begin to train end.
         self.checkpoint_backend = TF2CheckpointBackend(checkpoint)
@@ -178,7 +178,7 @@ class EventBusCallback:
         task = task_of_strategy(strategy)
         self._collective = None if task is None else CollectiveStop(strategy, task, self._check_every)
         if task is not None:
-            self.bus.set_task(task)
+            self._core.set_task(task)
         self._core.begin()
         self.restored_from = restore_latest(self.bus, self.checkpoint_backend, self.restore)
         self._step = self._epoch_start = self._read_step()
@@ -204,10 +204,10 @@ class EventBusCallback:
 
     def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         step = self._epoch_start + batch + 1  # batch: the last batch of this execution, 0-based
-        keys = self._core.plan(step)
+        plan = self._core.plan(step)
         bus = self.bus
         self._core.count_local_step(bus.local_step + step - self._step)
-        if keys is None:
+        if plan is None:
             self._step = step
             self._core.advance(step)
         else:
@@ -217,7 +217,7 @@ class EventBusCallback:
             real = self._read_step()  # exact even if iterations is not one per batch
             self._epoch_start += real - step
             self._step = real
-            self._core.publish_step(real, {k: logs[k] for k in keys})
+            self._core.publish_step(plan, real, {k: logs[k] for k in plan.keys})
         self._logs = logs or self._logs
         self._stop_if_agreed()
 
@@ -233,19 +233,13 @@ class EventBusCallback:
         self._stop_if_agreed()
 
     def _publish_epoch(self, epoch: int, logs: Mapping[str, Any]) -> None:
-        bus = self.bus
         values: dict[str, Any] = {EPOCH_PREFIX + k: float(v) for k, v in logs.items() if isinstance(v, int | float)}
-        keyset = frozenset(values)
-        targets = [r for r in bus.local_subscribers if r.wants_epochs(keyset)]
-        if targets:
-            values["epoch"] = float(epoch)
-            event = bus.event("after_run", step=self._step, mode="epoch", values=MappingProxyType(values))
-            bus.publish("after_run", event, targets)
+        self._core.publish_epoch(self._step, {**values, "epoch": float(epoch)})
 
     def on_train_end(self, logs: Mapping[str, Any] | None = None) -> None:
-        keys = self._core.final_keys(self._step)
-        if keys is not None:
-            self._core.publish_final(self._step, {k: self._logs[k] for k in keys if k in self._logs})
+        final = self._core.final_plan(self._step)
+        if final is not None:
+            self._core.publish_final(final, {k: self._logs[k] for k in final.keys if k in self._logs})
         self._core.end(self._step)
         self.checkpoint_backend.detach()
         self._in_fit = False

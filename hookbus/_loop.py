@@ -147,7 +147,7 @@ class LoopPublisher:
         task = task_of_strategy(self._strategy)
         self._collective = None if task is None else CollectiveStop(self._strategy, task, self._check_every)
         if task is not None:
-            self.bus.set_task(task)
+            self._core.set_task(task)
         self._core.begin()
         if self._eval is not None:
             self._eval.begin()
@@ -176,17 +176,17 @@ class LoopPublisher:
             KeyError: on a due step, when ``values`` lacks a key a due subscriber needs.
         """
         step = self._step + 1
-        keys = self._core.plan(step)
+        plan = self._core.plan(step)
         bus = self.bus
         self._core.count_local_step(bus.local_step + 1)
-        if keys is None:
+        if plan is None:
             self._step = step
             self._core.advance(step)
         else:
             raw = values() if callable(values) else values
             real = self._read_counter()
             self._step = step if real is None else real
-            self._core.publish_step(self._step, self._pick(raw, keys))
+            self._core.publish_step(plan, self._step, self._pick(raw, plan.keys))
         self._last = values
         stopping = self._core.should_stop()
         collective = self._collective
@@ -218,10 +218,10 @@ class LoopPublisher:
 
     def end(self) -> None:
         """Publish the ``at_end`` values (from the last step) and ``end`` (``with loop:`` calls it)."""
-        keys = self._core.final_keys(self._step)
-        if keys is not None:
+        final = self._core.final_plan(self._step)
+        if final is not None:
             last = self._last() if callable(self._last) else (self._last or {})
-            self._core.publish_final(self._step, {k: _convert(last[k]) for k in keys if k in last})
+            self._core.publish_final(final, {k: _convert(last[k]) for k in final.keys if k in last})
         self._core.end(self._step)
         if self._eval is not None:
             self._eval.end(self._step)

@@ -19,8 +19,18 @@ from hookbus._subscriber import Subscriber
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
     from hookbus._checkpoint import CheckpointBackend
+    from hookbus._cluster import Task
 
-__all__ = ["EPOCH_PREFIX", "EVAL_PREFIX", "MODES", "RESERVED_KEYS", "PublisherCore", "check_fetch_keys", "to_value"]
+__all__ = [
+    "EPOCH_PREFIX",
+    "EVAL_PREFIX",
+    "MODES",
+    "RESERVED_KEYS",
+    "Plan",
+    "PublisherCore",
+    "check_fetch_keys",
+    "to_value",
+]
 
 MODES = ("train", "eval")
 EVAL_PREFIX = "eval/"
@@ -73,8 +83,34 @@ def to_value(value: Any) -> Any:
     return value
 
 
+class Plan:
+    """What a publisher must fetch for one due step, handed back to :meth:`PublisherCore.publish_step`.
+
+    Attributes:
+        step: The step it was planned for.
+        keys: The keys to fetch (the union of the due subscribers' keys, in declared order).
+    """
+
+    __slots__ = ("due", "keys", "now", "step")
+
+    def __init__(self, step: int, keys: tuple[str, ...], due: list[Subscriber], now: float) -> None:
+        self.step = step
+        self.keys = keys
+        self.due = due
+        self.now = now
+
+    def __repr__(self) -> str:
+        return f"<Plan step={self.step} keys={self.keys}>"
+
+
 class PublisherCore:
-    """Keys, schedules and publication for one publisher on one bus.
+    """What every publisher shares: keys, the step, the lifecycle, planning and publication.
+
+    A publisher adds only how it counts steps and fetches values: it calls :meth:`begin` and
+    :meth:`session_created`, then for each training step :meth:`plan` — ``None`` when nothing
+    is due (then :meth:`advance`), else a :class:`Plan` whose ``keys`` it fetches and hands back
+    with :meth:`publish_step` — and :meth:`should_stop`; at the end :meth:`final_plan` /
+    :meth:`publish_final` and :meth:`end`. Only the core moves the bus's step.
 
     Args:
         bus: The bus to publish on; the publisher registers its keys there.
@@ -89,64 +125,71 @@ class PublisherCore:
         if not isinstance(bus, EventBus):
             raise TypeError(f"bus must be a hookbus.EventBus (got {bus!r})")
         self.bus = bus
+        self._port = bus._port
         self.mode = check_mode(mode)
         self.keys = check_fetch_keys(keys)
         prefix = EVAL_PREFIX if self.mode == "eval" else ""
         self.bus_keys = frozenset(prefix + k for k in self.keys)
         #: Static shapes of the values, by bus key, where the publisher knows them before step 1
         #: (a graph tensor's shape; ``None`` entries for unknown dimensions). Sinks that need a
-        #: scalar check it at begin (:meth:`hookbus.EventBus.static_shape`).
+        #: scalar check it at begin (their context's ``static_shape``).
         self.shapes: dict[str, tuple[int | None, ...]] = {}
         self._version = -1
         self._subs: list[Subscriber] = []
         self._any_before = False
         self._next_step = -math.inf
         self._next_time = -math.inf
-        self._due: list[Subscriber] = []
-        self._due_step = 0
-        self._due_now = 0.0
         self._fetch_cache: dict[frozenset[str], tuple[str, ...]] = {}
         self.sessions = 0
-        bus.register(self)
+        self._port.register(self)
 
     # -- lifecycle ---------------------------------------------------------------------------
+    def set_task(self, task: Task | None) -> None:
+        """Multi-worker: run the bus as ``task`` (before :meth:`begin`)."""
+        self._port.set_task(task)
+
+    def local_subscribers(self) -> list[Subscriber]:
+        """The subscribers that run on this task, in dispatch order."""
+        return self._port.local_subscribers
+
     def begin(self) -> None:
         """Publish ``begin`` (checks every subscriber's keys first)."""
-        self.bus.start()
+        port = self._port
+        port.start()
         if self.mode == "train":
-            self.bus.link_evaluator()
-        self.bus.publish("begin", self.bus.event("begin", step=self.bus.step, mode=self.mode))
+            port.link_evaluator()
+        port.publish("begin", port.event("begin", step=self.bus.step, mode=self.mode))
 
     def session_created(self, step: int, restored: bool | None = None) -> None:
         """A session exists at ``step``: reset schedules there and publish the resume point."""
-        bus = self.bus
+        port = self._port
         self.sessions += 1
         if restored is None:
             restored = step > 0 or self.sessions > 1
-        rewound = self.mode == "train" and step < bus.step
+        rewound = self.mode == "train" and step < self.bus.step
         if self.mode == "train":
-            bus.step = step
+            port.set_step(step)
             self._refresh()
             for record in self._subs:
                 record.timer.reset(step)
             self._bounds()
-        bus.publish("after_create_session", bus.event("after_create_session", step=step, mode=self.mode))
-        bus.publish(
+        port.publish("after_create_session", port.event("after_create_session", step=step, mode=self.mode))
+        port.publish(
             "session_created",
-            bus.event("session_created", step=step, mode=self.mode, restored=bool(restored), rewound=rewound),
+            port.event("session_created", step=step, mode=self.mode, restored=bool(restored), rewound=rewound),
         )
 
     def offer_checkpoints(self, backend: CheckpointBackend | None) -> None:
         """Let checkpoint sinks save and restore this publisher's model through ``backend``
         (a train publisher calls it before :meth:`begin`; ``None`` withdraws it)."""
-        self.bus.checkpoint_backend = backend
+        self._port.offer_checkpoints(backend)
 
     def should_stop(self) -> bool:
         """Act on a signal or another thread's stop recorded since the last step; whether to stop.
 
         Call it on the training thread after every training step (and evaluation).
         """
-        self.bus.poll_signals()
+        self._port.poll()
         return self.bus.should_stop
 
     def advance(self, step: int) -> None:
@@ -155,25 +198,25 @@ class PublisherCore:
         Publishers report steps here and through :meth:`publish_step`; only the core writes
         the bus's step.
         """
-        self.bus.step = step
+        self._port.set_step(step)
 
     def count_local_step(self, local_step: int) -> None:
         """Multi-worker: this worker's own training runs so far (``Event.local_step``)."""
-        self.bus.local_step = local_step
+        self._port.set_local_step(local_step)
 
     def end(self, step: int) -> None:
         """Publish ``end`` (after a stop recorded since the last step, if any)."""
-        self.bus.poll_signals()
-        self.bus.publish("end", self.bus.event("end", step=step, mode=self.mode))
+        port = self._port
+        port.poll()
+        port.publish("end", port.event("end", step=step, mode=self.mode))
 
     # -- planning ----------------------------------------------------------------------------
     def _refresh(self) -> None:
-        bus = self.bus
-        self._version = bus.version
+        self._version = self._port.version
         self._fetch_cache.clear()
         self._subs = [
             r
-            for r in bus.local_subscribers
+            for r in self._port.local_subscribers
             if ("after_run" in r.handlers or "before_run" in r.handlers) and r.wants(self.bus_keys)
         ]
         self._any_before = any("before_run" in r.handlers for r in self._subs)
@@ -192,30 +235,29 @@ class PublisherCore:
                 next_time = at_time
         self._next_step, self._next_time = next_step, next_time
 
-    def plan(self, step: int) -> tuple[str, ...] | None:
-        """Which keys to fetch for the coming training step ``step``, or ``None`` if none is due.
+    def plan(self, step: int) -> Plan | None:
+        """What to fetch for the coming training step ``step``, or ``None`` if nothing is due.
 
         Publishes ``before_run`` to the due subscribers that listen to it.
         """
-        bus = self.bus
-        if self._version != bus.version:
+        if self._version != self._port.version:
             self._refresh()
             self._bounds()
         if step < self._next_step and self._next_time == math.inf:
             return None
-        now = bus.clock()
+        now = self.bus.clock()
         if step < self._next_step and now < self._next_time:
             return None
         due = [r for r in self._subs if not r.disabled and r.timer.is_due(step, now)]
         if not due:
             self._bounds()
             return None
-        self._due, self._due_step, self._due_now = due, step, now
         if self._any_before:
             before = [r for r in due if "before_run" in r.handlers]
             if before:
-                bus.publish("before_run", bus.event("before_run", step=step, mode=self.mode), before)
-        return self._fetch_keys(due)
+                port = self._port
+                port.publish("before_run", port.event("before_run", step=step, mode=self.mode), before)
+        return Plan(step, self._fetch_keys(due), due, now)
 
     def _fetch_keys(self, due: Iterable[Subscriber]) -> tuple[str, ...]:
         wanted: set[str] = set()
@@ -232,54 +274,51 @@ class PublisherCore:
             cached = self._fetch_cache[frozen] = tuple(k for k in self.keys if k in frozen)
         return cached
 
-    def publish_step(self, step: int, raw: Mapping[str, Any]) -> None:
-        """Publish the planned step's ``after_run`` with the fetched ``raw`` values.
+    def publish_step(self, plan: Plan, step: int, raw: Mapping[str, Any]) -> None:
+        """Publish ``plan``'s ``after_run`` with the fetched ``raw`` values.
 
         ``step`` is the real step after the run; subscribers planned for another step are
         re-checked against it.
         """
-        bus = self.bus
-        due, self._due = self._due, []
-        now = self._due_now
-        if step != self._due_step:
+        due, now = plan.due, plan.now
+        if step != plan.step:
             due = [r for r in due if r.timer.is_due(step, now)]
         for record in due:
             record.timer.fire(step, now)
         self._bounds()
-        bus.step = step
+        self._port.set_step(step)
         if not due:
             return
         self._publish_values(step, raw, due, final=False)
 
-    def final_keys(self, step: int) -> tuple[str, ...] | None:
-        """Keys for the ``at_end`` subscribers still owed a final event at ``step``, or None."""
-        if self._version != self.bus.version:
+    def final_plan(self, step: int) -> Plan | None:
+        """What the ``at_end`` subscribers still owed a final event at ``step`` need, or ``None``."""
+        if self._version != self._port.version:
             self._refresh()
         due = [r for r in self._subs if not r.disabled and r.timer.is_due_at_end(step)]
         if not due:
             return None
-        self._due, self._due_step = due, step
-        return self._fetch_keys(due)
+        return Plan(step, self._fetch_keys(due), due, self.bus.clock())
 
-    def publish_final(self, step: int, raw: Mapping[str, Any]) -> None:
-        """Publish the final ``after_run`` (``event.final``) to the ``at_end`` subscribers."""
-        due, self._due = self._due, []
+    def publish_final(self, plan: Plan, raw: Mapping[str, Any]) -> None:
+        """Publish the final ``after_run`` (``event.final``) to ``plan``'s ``at_end`` subscribers."""
         now = self.bus.clock()
-        for record in due:
-            record.timer.fire(step, now)
-        self._publish_values(step, raw, due, final=True)
+        for record in plan.due:
+            record.timer.fire(plan.step, now)
+        self._publish_values(plan.step, raw, plan.due, final=True)
 
     def _publish_values(self, step: int, raw: Mapping[str, Any], due: list[Subscriber], *, final: bool) -> None:
         values = {k: to_value(v) for k, v in raw.items()}
         keyset = frozenset(values)
         targets = [r for r in due if "after_run" in r.handlers and (r.keys is None or not r.keys.isdisjoint(keyset))]
-        event = self.bus.event("after_run", step=step, mode=self.mode, values=MappingProxyType(values), final=final)
-        self.bus.publish("after_run", event, targets)
+        port = self._port
+        event = port.event("after_run", step=step, mode=self.mode, values=MappingProxyType(values), final=final)
+        port.publish("after_run", event, targets)
 
-    # -- evaluation --------------------------------------------------------------------------
+    # -- evaluation and epochs -------------------------------------------------------------------
     def eval_wanted(self) -> bool:
         """Whether any subscriber wants this eval publisher's keys."""
-        return any("after_run" in r.handlers and r.wants(self.bus_keys) for r in self.bus.local_subscribers)
+        return any("after_run" in r.handlers and r.wants(self.bus_keys) for r in self._port.local_subscribers)
 
     def publish_eval(self, step: int, values: Mapping[str, Any]) -> None:
         """Publish one evaluation's aggregated ``values`` as ``eval/<key>`` at training ``step``.
@@ -288,8 +327,19 @@ class PublisherCore:
         """
         prefixed = {EVAL_PREFIX + k: to_value(v) for k, v in values.items()}
         keyset = frozenset(prefixed)
+        port = self._port
         targets = [
-            r for r in self.bus.local_subscribers if "after_run" in r.handlers and not r.disabled and r.wants(keyset)
+            r for r in port.local_subscribers if "after_run" in r.handlers and not r.disabled and r.wants(keyset)
         ]
-        event = self.bus.event("after_run", step=step, mode="eval", values=MappingProxyType(prefixed))
-        self.bus.publish("after_run", event, targets)
+        event = port.event("after_run", step=step, mode="eval", values=MappingProxyType(prefixed))
+        port.publish("after_run", event, targets)
+
+    def publish_epoch(self, step: int, values: Mapping[str, Any]) -> None:
+        """Publish an epoch event (``mode="epoch"``; ``values`` keyed ``epoch/<name>`` plus ``epoch``)
+        to the subscribers that opt in (:meth:`hookbus._subscriber.Subscriber.wants_epochs`)."""
+        keyset = frozenset(k for k in values if k.startswith(EPOCH_PREFIX))
+        port = self._port
+        targets = [r for r in port.local_subscribers if r.wants_epochs(keyset)]
+        if targets:
+            event = port.event("after_run", step=step, mode="epoch", values=MappingProxyType(dict(values)))
+            port.publish("after_run", event, targets)

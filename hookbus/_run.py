@@ -1,125 +1,123 @@
-"""The run scope of a bus: ``with bus:``, SIGTERM as a stop request, closing every sink once."""
+"""The run scope of a bus: ``with bus:``, SIGTERM as a stop request, closing every sink once,
+and the records an evaluator task reads (a part of :class:`hookbus.EventBus`)."""
 
 from __future__ import annotations
 
 import logging
 import signal as signal_module
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
-from hookbus._subscriber import Subscriber
+from hookbus._records import EvaluatorLink, RunRecords
 
 if TYPE_CHECKING:
-    from types import FrameType, TracebackType
+    from types import FrameType
+
+    from hookbus._bus import EventBus
 
 __all__ = ["RunScope"]
 
 logger = logging.getLogger("hookbus")
-_RunT = TypeVar("_RunT", bound="RunScope")
 
 
 class RunScope:
-    """``with bus:`` and signals; :class:`hookbus.EventBus` initialises the attributes."""
+    """Begins and ends runs of ``bus``; turns signals and other threads' stops into requests."""
 
-    clock: Callable[[], float]
-    version: int
-    should_stop: bool
-    started: bool
-    _subscribers: list[Subscriber]
-    _signal_stop: str | None
-    _foreign_stops: list[tuple[str, str]]
-    _owner: int | None
-    _run_wall_start: float
-    wall_clock: Callable[[], float]
-    _start_time: float | None
-    _closed: set[int]
-    _previous_handler: Any
-    _handler_installed: bool
-    _in_run: bool
+    def __init__(self, bus: EventBus) -> None:
+        self._bus = bus
 
-    if TYPE_CHECKING:  # provided by EventBus and Dispatcher; declared here for type checkers only
+    # -- signals (SIGTERM) and stops from elsewhere ----------------------------------------------
+    def poll(self) -> None:
+        """Turn a signal, another thread's stop or an evaluator's into a stop request here.
 
-        def _reset_run(self) -> None: ...
-
-        def request_stop(self, reason: str, *, step: int | None = None, source: str | None = None) -> None: ...
-
-        def publish_exception(self, error: BaseException) -> None: ...
-
-        def _poll_evaluator(self) -> None: ...
-
-        def _mark_ended(self) -> None: ...
-
-    # -- signals (SIGTERM) -------------------------------------------------------------------
-    def poll_signals(self) -> None:
-        """Turn a signal, or a stop another thread recorded, into a stop request here.
-
-        Publishers call it on the training thread after every training step and at the end.
+        Publishers call it (through their core) on the training thread after every step.
         """
-        if self._signal_stop is not None:
-            name, self._signal_stop = self._signal_stop, None
-            self.request_stop(f"received {name}", source="signal")
-        while self._foreign_stops:
-            reason, source = self._foreign_stops.pop(0)
-            self.request_stop(reason, source=source)
-        self._poll_evaluator()
+        bus, state = self._bus, self._bus._state
+        if state.signal_stop is not None:
+            name, state.signal_stop = state.signal_stop, None
+            bus.request_stop(f"received {name}", source="signal")
+        while state.foreign_stops:
+            reason, source = state.foreign_stops.pop(0)
+            bus.request_stop(reason, source=source)
+        link = state.evaluator
+        if link is not None:
+            found = link.poll(bus.clock())
+            if found is not None:
+                reason, step = found
+                bus.request_stop(f"evaluator: {reason} (evaluated step {step})", source="evaluator")
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         # Runs between bytecodes on the main thread: only set a flag, the publisher acts on it.
-        self._signal_stop = signal_module.Signals(signum).name
-        self.should_stop = True
+        state = self._bus._state
+        state.signal_stop = signal_module.Signals(signum).name
+        state.should_stop = True
+
+    # -- an evaluator task beside training -------------------------------------------------------
+    def link_evaluator(self) -> None:
+        """Listen for an evaluator's stop and mark the run's end in the checkpoint directory.
+
+        A train publisher's core calls it as it begins. It applies where this process saves
+        checkpoints (one machine, or the chief) and exactly one attached sink saves them.
+        """
+        bus, state = self._bus, self._bus._state
+        if state.evaluator is not None or (bus.task is not None and not bus.task.is_chief):
+            return
+        directories = {d for s in bus.sinks if (d := s.checkpoint_directory) is not None}
+        if len(directories) == 1:
+            state.evaluator = EvaluatorLink(RunRecords(directories.pop()), since=state.wall_start)
+
+    def _mark_ended(self) -> None:
+        state = self._bus._state
+        link, state.evaluator = state.evaluator, None
+        if link is not None:
+            try:
+                link.records.mark_ended(state.step, self._bus.wall_clock())
+            except OSError:  # a full or read-only disk must not mask how the run ended
+                logger.exception("could not record the end of the run for an evaluator")
 
     # -- run scope ---------------------------------------------------------------------------
-    def __enter__(self: _RunT) -> _RunT:
-        if self._in_run:
+    def enter(self) -> None:
+        bus, state = self._bus, self._bus._state
+        if state.in_run:
             raise RuntimeError("this bus is already running; one `with bus:` at a time")
-        self._reset_run()
-        self._in_run = True
-        self._start_time = self.clock()
-        self._run_wall_start = self.wall_clock()
+        state.reset(bus.wall_clock())
+        state.in_run = True
+        state.start_time = bus.clock()
         if threading.current_thread() is threading.main_thread():
-            self._previous_handler = signal_module.signal(signal_module.SIGTERM, self._on_sigterm)
-            self._handler_installed = True
-        for record in self._subscribers:  # one run each: schedules and error counts start afresh
+            state.previous_handler = signal_module.signal(signal_module.SIGTERM, self._on_sigterm)
+            state.handler_installed = True
+        for record in bus._subscribers:  # one run each: schedules and error counts start afresh
             record.timer = record.timer.schedule.timer()
             record.errors, record.disabled = 0, False
-        self.version += 1  # publishers re-plan against the fresh timers
-        return self
+        bus._version += 1  # publishers re-plan against the fresh timers
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def exit(self, exc: BaseException | None) -> None:
+        state = self._bus._state
         try:
             if exc is not None:
-                self.publish_exception(exc)
+                self._bus._dispatcher.publish_exception(exc)
             self.close(raise_errors=exc is None)
         finally:
-            if self._handler_installed:
+            if state.handler_installed:
                 # None: the previous handler was not installed from Python; the default is the
                 # closest that can be restored.
-                previous = self._previous_handler
+                previous = state.previous_handler
                 signal_module.signal(signal_module.SIGTERM, signal_module.SIG_DFL if previous is None else previous)
-                self._previous_handler, self._handler_installed = None, False
-            self._in_run = False
-            self._owner = None  # no training thread until the next run's first publisher begins
-            self.started = False  # the run is over: sinks and functions may be (un)subscribed again
+                state.previous_handler, state.handler_installed = None, False
+            state.in_run = False
+            state.owner = None  # no training thread until the next run's first publisher begins
+            state.started = False  # the run is over: sinks and functions may be (un)subscribed again
 
     def close(self, *, raise_errors: bool = True) -> None:
-        """Close every attached sink exactly once (idempotent).
-
-        Every sink is closed even if another's ``close`` raises; afterwards the first error of a
-        sink whose policy is ``"raise"`` is re-raised when ``raise_errors``.
-        """
+        """See :meth:`hookbus.EventBus.close`."""
         self._mark_ended()  # an evaluator waiting for new checkpoints ends too (once)
+        state = self._bus._state
         first: BaseException | None = None
-        for record in tuple(self._subscribers):  # a sink may detach itself when closed
+        for record in tuple(self._bus._subscribers):  # a sink may detach itself when closed
             sink = record.sink
-            if sink is None or id(sink) in self._closed:
+            if sink is None or id(sink) in state.closed:
                 continue
-            self._closed.add(id(sink))
+            state.closed.add(id(sink))
             try:
                 sink.close()
             except Exception as error:  # close the rest first

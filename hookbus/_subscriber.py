@@ -303,11 +303,11 @@ class Subscription:
     @property
     def connected(self) -> bool:
         """Whether the function is still subscribed."""
-        return self.bus.is_subscribed(self._record)
+        return self.bus._is_subscribed(self._record)
 
     def disconnect(self) -> None:
         """Unsubscribe; harmless if already done."""
-        self.bus.remove(self._record)
+        self.bus._remove(self._record)
 
     def __enter__(self) -> Subscription:
         return self

@@ -99,11 +99,11 @@ class ScriptedPublisher:
             step: The step after the run (default: one more than the last).
         """
         actual = self.step + 1 if step is None else step
-        keys = self.core.plan(actual)
-        if keys is not None:
+        plan = self.core.plan(actual)
+        if plan is not None:
             got = values(actual) if callable(values) else values
-            self.fetched.append((actual, keys))
-            self.core.publish_step(actual, {k: got[k] for k in keys if k in got})
+            self.fetched.append((actual, plan.keys))
+            self.core.publish_step(plan, actual, {k: got[k] for k in plan.keys if k in got})
         else:
             self.core.advance(actual)
         self.step = actual
@@ -115,10 +115,10 @@ class ScriptedPublisher:
 
     def end(self, final_values: Values | None = None) -> None:
         """Publish the ``at_end`` event (if owed) and ``end``."""
-        keys = self.core.final_keys(self.step)
-        if keys is not None:
+        final = self.core.final_plan(self.step)
+        if final is not None:
             got = final_values(self.step) if callable(final_values) else (final_values or {})
-            self.core.publish_final(self.step, {k: got[k] for k in keys if k in got})
+            self.core.publish_final(final, {k: got[k] for k in final.keys if k in got})
         self.core.end(self.step)
 
     def run(self, steps: Iterable[Values], *, start: int = 0) -> int:

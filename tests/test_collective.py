@@ -67,10 +67,10 @@ def test_loop_publisher_checks_its_strategy_arguments() -> None:
 def test_checkpoint_sink_runs_on_every_collective_worker() -> None:
     bus = hookbus.EventBus()
     sink = bus.attach(CheckpointSink(Path("unused"), every_n_steps=2, every_n_secs=None))
-    bus.set_task(hookbus.Task("worker", 1, collective=True))
-    assert bus.local_subscribers[0].sink is sink
-    bus.set_task(hookbus.Task("worker", 1))  # parameter-server training: the chief alone saves
-    assert bus.local_subscribers == []
+    bus._port.set_task(hookbus.Task("worker", 1, collective=True))
+    assert bus._port.local_subscribers[0].sink is sink
+    bus._port.set_task(hookbus.Task("worker", 1))  # parameter-server training: the chief alone saves
+    assert bus._port.local_subscribers == []
 
 
 def _collective_bus(tmp_path: Path, index: int, **schedule: Any) -> tuple[hookbus.EventBus, CheckpointSink, list[str]]:
@@ -84,8 +84,8 @@ def _collective_bus(tmp_path: Path, index: int, **schedule: Any) -> tuple[hookbu
     saved: list[str] = []
     save = backend.save
     backend.save = lambda path: (saved.append(path), save(path))[1]  # type: ignore[method-assign]
-    bus.checkpoint_backend = backend
-    bus.set_task(hookbus.Task("worker", index, collective=True))
+    bus._port.offer_checkpoints(backend)
+    bus._port.set_task(hookbus.Task("worker", index, collective=True))
     return bus, sink, saved
 
 

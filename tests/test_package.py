@@ -17,6 +17,33 @@ import hookbus
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def test_the_bus_surface_is_what_users_need() -> None:
+    """DESIGN "Architecture": EventBus owns its parts; what only publishers use is on its port."""
+    bus = hookbus.EventBus()
+    methods = sorted(n for n in dir(hookbus.EventBus) if not n.startswith("_"))
+    assert methods == [
+        "attach",
+        "close",
+        "detach",
+        "elapsed",
+        "known_keys",
+        "local_step",
+        "on",
+        "request_stop",
+        "should_stop",
+        "sinks",
+        "step",
+        "stop_reason",
+        "subscribers",
+    ]
+    attributes = sorted(n for n in vars(bus) if not n.startswith("_"))
+    assert attributes == sorted(["clock", "wall_clock", "namespace", "signals", "task", *hookbus.SIGNALS])
+    assert hookbus.EventBus.__bases__ == (object,)  # composed, not built from mixins
+    for read_only in ("step", "should_stop", "stop_reason", "local_step"):
+        with pytest.raises(AttributeError):
+            setattr(bus, read_only, 1)
+
+
 def test_sinks_surface_is_pinned() -> None:
     import hookbus.sinks
 

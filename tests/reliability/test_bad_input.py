@@ -58,7 +58,7 @@ class Run:
             self.bus.attach(sink)
         pub = ScriptedPublisher(self.bus, self.keys, **self.publisher)
         if backend:
-            self.bus.checkpoint_backend = FakeBackend()
+            self.bus._port.offer_checkpoints(FakeBackend())
         with self.bus:
             pub.run({k: 1.0 for k in self.keys} for _ in range(3))
 

@@ -82,7 +82,7 @@ def test_soak_every_sink_keeps_memory_flat_and_loses_nothing(tmp_path: Path) -> 
     counted = [0]
     bus.on("after_run", lambda event: counted.__setitem__(0, counted[0] + 1))
     backend = TinyBackend()
-    bus.checkpoint_backend = backend
+    bus._port.offer_checkpoints(backend)
     pub = ScriptedPublisher(bus, ["loss", "accuracy"])
 
     rss: list[int] = []

@@ -1,0 +1,67 @@
+"""Which keys the publishers of a bus provide, and the check every subscriber's keys pass."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Protocol
+
+from hookbus._subscriber import Subscriber
+
+__all__ = ["KeyRegistry", "Publisher", "UnknownKeyError"]
+
+
+class UnknownKeyError(ValueError):
+    """A subscriber asked for a key that no publisher attached to the bus provides."""
+
+
+class Publisher(Protocol):
+    """Every member of a publisher the bus uses (a :class:`hookbus.PublisherCore` has them)."""
+
+    @property
+    def bus_keys(self) -> frozenset[str]:
+        """The keys it publishes, as subscribers name them (``eval/`` prefixed in eval mode)."""
+        ...
+
+    @property
+    def mode(self) -> str:
+        """``"train"``, ``"eval"`` or ``"epoch"``."""
+        ...
+
+    @property
+    def shapes(self) -> Mapping[str, tuple[int | None, ...]]:
+        """Static shapes by bus key, where known before step 1 (``()``: a scalar)."""
+        ...
+
+
+class KeyRegistry:
+    """The publishers a bus knows of, for the key check and static shapes."""
+
+    def __init__(self) -> None:
+        self.publishers: list[Publisher] = []
+
+    def register(self, publisher: Publisher) -> None:
+        if publisher not in self.publishers:
+            self.publishers.append(publisher)
+
+    @property
+    def known(self) -> frozenset[str]:
+        return frozenset().union(*(p.bus_keys for p in self.publishers))
+
+    def shape(self, key: str) -> tuple[int | None, ...] | None:
+        for publisher in self.publishers:
+            shape = publisher.shapes.get(key)
+            if shape is not None:
+                return tuple(shape)
+        return None
+
+    def check(self, subscribers: Iterable[Subscriber]) -> None:
+        """Fail, naming the key and the known ones, if a subscriber needs an unknown key."""
+        known = self.known
+        for record in subscribers:
+            missing = sorted((record.keys or frozenset()) - known)
+            if missing:
+                raise UnknownKeyError(
+                    f"subscriber {record.name!r} needs key {missing[0]!r}, which no publisher "
+                    f"attached to this bus provides; known keys: {sorted(known)}. Construct every "
+                    "publisher (an eval EventBusHook too) before the first session starts."
+                )

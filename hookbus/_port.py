@@ -1,0 +1,77 @@
+"""What publishers use of a bus, kept off the bus's public surface.
+
+:class:`hookbus.PublisherCore` holds a bus's port; so do the publishers' helpers for
+multi-worker training. Users of a bus never need it: they attach, subscribe, stop and close.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from hookbus._bus import EventBus
+    from hookbus._checkpoint import CheckpointBackend
+    from hookbus._cluster import Task
+    from hookbus._events import Event
+    from hookbus._keys import Publisher
+    from hookbus._subscriber import Subscriber
+
+__all__ = ["BusPort"]
+
+
+class BusPort:
+    """The publisher-facing side of ``bus``."""
+
+    def __init__(self, bus: EventBus) -> None:
+        self.bus = bus
+
+    @property
+    def version(self) -> int:
+        """Bumped on every (un)subscription and new run: plans made before are stale."""
+        return self.bus._version
+
+    @property
+    def local_subscribers(self) -> list[Subscriber]:
+        """The subscribers that run on this task (all of them on one machine), in dispatch order."""
+        return list(self.bus._here)
+
+    def register(self, publisher: Publisher) -> None:
+        """Make ``publisher``'s keys known to the bus (on construction: checked at begin)."""
+        self.bus._keys.register(publisher)
+
+    def set_task(self, task: Task | None) -> None:
+        """Run as ``task`` of a multi-worker cluster (before ``begin``): subscribers whose
+        ``runs_on`` excludes it are neither planned nor called; ``runs_on="each"`` sinks get
+        the task's output suffix."""
+        self.bus._set_task(task)
+
+    def start(self) -> None:
+        """A publisher begins: keys checked (once per run), subscriptions closed, contexts given."""
+        self.bus._start()
+
+    def link_evaluator(self) -> None:
+        """A train publisher begins: listen for an evaluator task's stop (see :mod:`hookbus._records`)."""
+        self.bus._scope.link_evaluator()
+
+    def offer_checkpoints(self, backend: CheckpointBackend | None) -> None:
+        self.bus._checkpoint_backend = backend
+
+    def event(self, signal: str, *, step: int, mode: str = "train", **fields: Any) -> Event:
+        """An :class:`Event` stamped with the bus's clocks (and the task, in multi-worker training)."""
+        return self.bus._event(signal, step=step, mode=mode, **fields)
+
+    def publish(self, signal: str, payload: Any, subscribers: Iterable[Subscriber] | None = None) -> None:
+        """Deliver ``payload`` in order, isolated, to ``subscribers`` (default: all here)."""
+        self.bus._dispatcher.publish(signal, payload, subscribers)
+
+    def set_step(self, step: int) -> None:
+        self.bus._state.step = step
+
+    def set_local_step(self, local_step: int) -> None:
+        self.bus._state.local_step = local_step
+
+    def poll(self) -> None:
+        """Act, on the training thread, on signals and stops recorded since the last step."""
+        self.bus._scope.poll()

@@ -1,0 +1,71 @@
+"""One run's mutable state, shared by the bus's parts (delivery, run scope, barrier)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hookbus._events import StopRequest
+    from hookbus._records import EvaluatorLink
+    from hookbus._subscriber import Subscriber
+
+__all__ = ["RunState"]
+
+
+class RunState:
+    """What one run (one ``with bus:``, or an implicit one) has reached; :meth:`reset` per run.
+
+    Attributes:
+        step: The training step the run has reached (only publishers' core moves it).
+        local_step: Multi-worker: this worker's own training runs in this run.
+        should_stop, stop_reason: Whether a stop was requested, and the first reason.
+        started: Whether a publisher began (subscriptions are closed then).
+    """
+
+    __slots__ = (
+        "closed",
+        "current",
+        "deferred",
+        "depth",
+        "evaluator",
+        "foreign_stops",
+        "handler_installed",
+        "in_run",
+        "local_step",
+        "owner",
+        "pending_stops",
+        "previous_handler",
+        "should_stop",
+        "signal_stop",
+        "start_time",
+        "started",
+        "step",
+        "stop_reason",
+        "wall_start",
+    )
+
+    def __init__(self, wall_start: float) -> None:
+        self.in_run = False
+        self.reset(wall_start)
+
+    def reset(self, wall_start: float) -> None:
+        """A new run begins (``in_run`` is the run scope's to set)."""
+        self.stop_reason: str | None = None
+        self.should_stop = False
+        self.step = 0
+        self.local_step = 0
+        self.started = False
+        self.start_time: float | None = None
+        self.wall_start = wall_start  # run records older than this are an earlier run's
+        self.closed: set[int] = set()
+        self.depth = 0  # nesting of dispatches in progress
+        self.pending_stops: list[StopRequest] = []
+        self.deferred: list[Callable[[], None]] = []
+        self.current: Subscriber | None = None  # the subscriber being called
+        self.signal_stop: str | None = None
+        self.owner: int | None = None  # the training thread, once a publisher began
+        self.foreign_stops: list[tuple[str, str]] = []
+        self.evaluator: EvaluatorLink | None = None
+        self.previous_handler: Any = None
+        self.handler_installed = False
