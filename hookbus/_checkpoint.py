@@ -1,6 +1,6 @@
 """Checkpoint backends: how a publisher's model is saved and restored, and the files around it.
 
-A publisher provides a :class:`CheckpointBackend` on ``bus.checkpoint_backend``; the
+A publisher offers a :class:`CheckpointBackend` (``PublisherCore.offer_checkpoints``); the
 :class:`~hookbus.sinks.CheckpointSink` decides *when* and *what else* (the barrier, retention,
 the pointer) and asks the backend only to write or read the model's variables. The TF1
 :class:`SaverBackend` wraps ``tf.compat.v1.train.Saver``; a ``tf.train.Checkpoint`` backend is
@@ -228,8 +228,8 @@ def copy_checkpoint(path: str, directory: str) -> str:
 def write_state_file(path: str, data: dict[str, Any]) -> str:
     """Write ``data`` (JSON) beside checkpoint prefix ``path``, atomically; return the file.
 
-    Temp file in the same directory, fsync, then ``os.replace``: a crash leaves either no file
-    or the whole new one, never half of one.
+    Temp file in the same directory, then ``os.replace``: a crash leaves either no file or the
+    whole new one, never half of one.
     """
     target = path + STATE_SUFFIX
     write_atomically(target, json.dumps(data))

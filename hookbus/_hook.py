@@ -176,7 +176,7 @@ class EventBusHook:
         self.task = task
         self._shared_stop = SharedStop(task, check_stop_every_n_steps) if task and self.mode == "train" else None
         self._stop_args: Any = None
-        # Train mode offers its session to checkpoint sinks (bus.checkpoint_backend, set in begin).
+        # Train mode offers its session to checkpoint sinks (through the core, in begin).
         self.checkpoint_backend = SaverBackend() if self._core.mode == "train" else None
 
     def _check_aggregate(self, aggregate: str | Mapping[str, str]) -> dict[str, str]:

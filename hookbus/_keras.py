@@ -131,7 +131,7 @@ class EventBusCallback:
         self._eval = PublisherCore(bus, keys, mode="eval")
         bus._port.register(_EpochKeys(self._core.keys))  # a publisher's side of the bus
         self.bus = bus
-        #: Offered to checkpoint sinks (``bus.checkpoint_backend``) from train begin to train end.
+        #: Offered to checkpoint sinks (``PublisherCore.offer_checkpoints``) from train begin to train end.
         self.checkpoint_backend = TF2CheckpointBackend(checkpoint)
         self.restored_from: str | None = None
         self._step = 0

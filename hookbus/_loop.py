@@ -109,7 +109,7 @@ class LoopPublisher:
         self._eval = PublisherCore(bus, eval_keys, mode="eval") if eval_keys else None
         self.bus = bus
         self._counter = step_counter
-        #: Offered to checkpoint sinks (``bus.checkpoint_backend``) while the loop runs; ``None``
+        #: Offered to checkpoint sinks (``PublisherCore.offer_checkpoints``) while the loop runs; ``None``
         #: without ``checkpoint``.
         self.checkpoint_backend = TF2CheckpointBackend(checkpoint) if checkpoint is not None else None
         self.restored_from: str | None = None

@@ -2,7 +2,7 @@
 
 In TensorFlow's estimator layout the ``evaluator`` task is not a cluster member: it evaluates
 the checkpoints training leaves in a shared directory. Two small files beside them carry what
-must cross that gap, each written atomically (temporary file, fsync, rename):
+must cross that gap, each written atomically (temporary file, then rename):
 
 - ``stop.hookbus.json``, written by the evaluator when a subscriber there (early stopping on
   ``eval/`` values) asks to stop: ``{"reason", "step", "wall_time"}``. Training's chief (or the

@@ -55,15 +55,16 @@ def check_writable_dir(directory: str, what: str) -> None:
 def write_atomically(target: str | os.PathLike[str], text: str) -> None:
     """Replace ``target`` with ``text`` all at once: a crash leaves the old file or the new one.
 
-    A temporary file in the same directory, fsync, then ``os.replace``.
+    A temporary file in the same directory, then ``os.replace``. No fsync (DESIGN "Checkpoint
+    barrier"): the promise is against process crashes (kill, OOM, preemption), where the OS
+    keeps what was written; after a power loss it is as durable as TensorFlow's own checkpoint
+    files and pointer, which are not fsynced either.
     """
     directory = os.path.dirname(os.fspath(target)) or "."
     handle, temp = tempfile.mkstemp(prefix=f".{os.path.basename(os.fspath(target))}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as file:
             file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
         os.replace(temp, target)
     except BaseException:
         if os.path.exists(temp):
