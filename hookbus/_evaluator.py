@@ -23,9 +23,25 @@ from hookbus._validate import optional_positive_int, optional_seconds, seconds
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
 
-__all__ = ["evaluate_checkpoints"]
+__all__ = ["evaluate_checkpoint", "evaluate_checkpoints"]
 
 logger = logging.getLogger("hookbus")
+
+
+def evaluate_checkpoint(
+    checkpoint: str, *, eval_fetches: Any, eval_hooks: Sequence[Any], eval_steps: int | None, scaffold: Any, config: Any
+) -> None:
+    """One evaluation: a ``MonitoredSession`` restored from ``checkpoint`` runs ``eval_fetches``
+    ``eval_steps`` times (``None``: until the input ends); the eval hooks publish at its end."""
+    tf = require_tensorflow("evaluation")
+    creator = tf.compat.v1.train.ChiefSessionCreator(
+        checkpoint_filename_with_path=checkpoint, scaffold=scaffold, config=config
+    )
+    with tf.compat.v1.train.MonitoredSession(session_creator=creator, hooks=eval_hooks) as session:
+        batches = 0
+        while not session.should_stop() and (eval_steps is None or batches < eval_steps):
+            session.run(eval_fetches)
+            batches += 1
 
 
 def evaluate_checkpoints(
@@ -82,14 +98,10 @@ def evaluate_checkpoints(
         latest = tf.train.latest_checkpoint(checkpoint_dir)
         step = step_of(latest) if latest else None
         if latest is not None and step is not None and step > evaluated:
-            creator = tf.compat.v1.train.ChiefSessionCreator(
-                checkpoint_filename_with_path=latest, scaffold=scaffold, config=config
-            )
-            with tf.compat.v1.train.MonitoredSession(session_creator=creator, hooks=eval_hooks) as session:
-                batches = 0
-                while not session.should_stop() and (eval_steps is None or batches < eval_steps):
-                    session.run(eval_fetches)
-                    batches += 1
+            evaluate_checkpoint(
+                latest, eval_fetches=eval_fetches, eval_hooks=eval_hooks, eval_steps=eval_steps, scaffold=scaffold,
+                config=config,
+            )  # fmt: skip
             evaluated, rounds, waiting_since = step, rounds + 1, wall_clock()
             if bus.should_stop and not asked:
                 records.request_stop(bus.stop_reason or "the evaluator asked to stop", step, wall_clock())

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from hookbus._evaluator import evaluate_checkpoint
 from hookbus._session import monitored_training_session
 from hookbus._tf import require_tensorflow
 from hookbus._validate import optional_positive_int, positive_int
@@ -82,19 +83,16 @@ def train_and_evaluate(
         stopped = bus.should_stop
         if stopped and not evaluate_after_stop:
             break
-        if tf.train.latest_checkpoint(checkpoint_dir) is None:
+        latest = tf.train.latest_checkpoint(checkpoint_dir)
+        if latest is None:
             raise RuntimeError(
                 f"no checkpoint in {checkpoint_dir!r} after training: attach a "
                 "hookbus.sinks.CheckpointSink on that directory so each round can be evaluated"
             )
-        creator = tf.compat.v1.train.ChiefSessionCreator(
-            checkpoint_dir=checkpoint_dir, scaffold=scaffold, config=config
-        )
-        with tf.compat.v1.train.MonitoredSession(session_creator=creator, hooks=eval_hooks) as session:
-            batches = 0
-            while not session.should_stop() and (eval_steps is None or batches < eval_steps):
-                session.run(eval_fetches)
-                batches += 1
+        evaluate_checkpoint(
+            latest, eval_fetches=eval_fetches, eval_hooks=eval_hooks, eval_steps=eval_steps, scaffold=scaffold,
+            config=config,
+        )  # fmt: skip
         rounds += 1
         if stopped:
             break
