@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from hookbus._checkpoint import SaverBackend
@@ -118,6 +118,10 @@ class EventBusHook:
         check_stop_every_n_steps: With a task, read the shared stop flag at least every n local
             steps (default 10; due steps read it too): every worker stops within n of its own
             steps after any worker asked to stop.
+        final_fetches: Keys of ``fetches`` to read once more at the end for the ``at_end``
+            subscribers (``FinalOpsHook``'s job: a streaming metric's result), declared safe to
+            run then — they must not pull from the input pipeline. Default: none; the ``at_end``
+            subscribers get the last values published and the step they came from.
 
     Raises:
         ValueError, TypeError: at construction for malformed arguments; in ``begin()``, before
@@ -139,6 +143,7 @@ class EventBusHook:
         aggregate: str | Mapping[str, str] = "mean",
         task: Task | None = None,
         check_stop_every_n_steps: int = 10,
+        final_fetches: Iterable[str] = (),
     ) -> None:
         _tensorflow("EventBusHook")
         if fetches is None:
@@ -154,6 +159,10 @@ class EventBusHook:
         if self._core.mode == "eval" and train_op is not None:
             raise ValueError("an eval EventBusHook takes no train_op: evaluation runs are not training steps")
         self._fetches = dict(fetches)
+        self._final_fetches = (final_fetches,) if isinstance(final_fetches, str) else tuple(final_fetches)
+        unknown = [k for k in self._final_fetches if k not in self._fetches]
+        if unknown:
+            raise ValueError(f"final_fetches names {unknown[0]!r}, which is not in fetches {sorted(self._fetches)}")
         self._train_op_arg = train_op
         self._aggregate = self._check_aggregate(aggregate)
         self.bus = bus
@@ -342,8 +351,15 @@ class EventBusHook:
             self._shared_stop.announce(session, self.bus)
         final = self._core.final_plan(self._step)
         if final is not None:
-            values = session.run({k: self._elements[k] for k in final.keys}) if final.keys else {}
-            self._core.publish_final(final, values)
+            # No fetch here (DESIGN "End"): a finite input that just ended must not be asked for
+            # another batch, and values never published must not appear at the end. The at_end
+            # subscribers get the last published values and their step; only final_fetches,
+            # declared safe to run now, are read at the end.
+            step, values = self._core.last_values() or (self._step, {})
+            if self._final_fetches:
+                values = {**values, **session.run({k: self._elements[k] for k in self._final_fetches})}
+                step = self._step
+            self._core.publish_final(final, {k: v for k, v in values.items() if k in final.keys}, step=step)
         self._core.end(self._step)
         if self.checkpoint_backend is not None:
             self.checkpoint_backend.attach_session(None)  # the session closes after end()

@@ -140,6 +140,7 @@ class PublisherCore:
         self._next_step = -math.inf
         self._next_time = -math.inf
         self._fetch_cache: dict[frozenset[str], tuple[str, ...]] = {}
+        self._last: tuple[int, Mapping[str, Any]] | None = None  # the last values published, and their step
         self.sessions = 0
         self._port.register(self)
 
@@ -300,15 +301,26 @@ class PublisherCore:
             return None
         return Plan(step, self._fetch_keys(due), due, self.bus.clock())
 
-    def publish_final(self, plan: Plan, raw: Mapping[str, Any]) -> None:
-        """Publish the final ``after_run`` (``event.final``) to ``plan``'s ``at_end`` subscribers."""
+    def last_values(self) -> tuple[int, Mapping[str, Any]] | None:
+        """The values of the last step this core published, with that step (``None`` before any).
+
+        What ``at_end`` subscribers get at the end: the end runs no fetch of its own, so a finite
+        input that ended with ``OutOfRangeError`` is never asked for another batch.
+        """
+        return self._last
+
+    def publish_final(self, plan: Plan, raw: Mapping[str, Any], *, step: int | None = None) -> None:
+        """Publish the final ``after_run`` (``event.final``) to ``plan``'s ``at_end`` subscribers,
+        with ``raw`` from ``step`` (default: the plan's step)."""
         now = self.bus.clock()
         for record in plan.due:
             record.timer.fire(plan.step, now)
-        self._publish_values(plan.step, raw, plan.due, final=True)
+        self._publish_values(plan.step if step is None else step, raw, plan.due, final=True)
 
     def _publish_values(self, step: int, raw: Mapping[str, Any], due: list[Subscriber], *, final: bool) -> None:
         values = {k: to_value(v) for k, v in raw.items()}
+        if not final:
+            self._last = (step, values)
         keyset = frozenset(values)
         targets = [r for r in due if "after_run" in r.handlers and (r.keys is None or not r.keys.isdisjoint(keyset))]
         port = self._port

@@ -1,0 +1,74 @@
+"""A dataset that ends: MonitoredTrainingSession stops on OutOfRangeError, and the end runs no fetch."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+tf = pytest.importorskip("tensorflow")
+
+import hookbus  # noqa: E402 - after the importorskip
+from hookbus.sinks import (  # noqa: E402
+    CheckpointSink,
+    ConsoleSink,
+    CSVSink,
+    EarlyStoppingSink,
+    NanGuardSink,
+    StopAtStepSink,
+    TensorBoardSink,
+)
+
+ELEMENTS = 37  # one element per step: the input ends after step 37
+
+
+def test_an_input_without_repeat_ends_the_run_cleanly_with_every_sink_attached(tmp_path: Path) -> None:
+    finals: list[Any] = []
+    ends: list[Any] = []
+    seen: dict[int, float] = {}
+    screen = io.StringIO()
+    with tf.Graph().as_default():
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        data = tf.compat.v1.data.make_one_shot_iterator(tf.data.Dataset.range(ELEMENTS)).get_next()
+        w = tf.compat.v1.get_variable("w", initializer=0.0)
+        loss = tf.square(w - tf.cast(data % 5, tf.float32), name="loss")
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=global_step)
+        bus = hookbus.EventBus()
+        bus.attach(ConsoleSink(console=Console(file=screen, width=120), live=False))
+        bus.attach(CSVSink(tmp_path / "m.csv", every_n_steps=5))
+        bus.attach(TensorBoardSink(tmp_path / "tb", every_n_steps=10))
+        bus.attach(CheckpointSink(tmp_path / "ckpt", every_n_steps=10, every_n_secs=None))
+        bus.attach(NanGuardSink("loss"))
+        bus.attach(EarlyStoppingSink("loss", patience=1000))
+        bus.attach(StopAtStepSink(last_step=1000))
+        bus.on("after_run", lambda e: finals.append(e) if e.final else None, at_end=True, every_n_steps=1000)
+        bus.on("end", ends.append)
+        bus.on("after_run", lambda e: seen.update({e.step: e.values["loss"]}) if not e.final else None)
+        hook = hookbus.EventBusHook(bus, {"loss": loss}, train_op=train_op)
+        with bus, hookbus.monitored_training_session(hooks=[hook], checkpoint_dir=str(tmp_path / "ckpt")) as session:
+            while not session.should_stop():
+                session.run(train_op)
+    # The run ended at the input's end, with no batch asked for after the last step.
+    assert [e.step for e in ends] == [ELEMENTS]
+    assert bus.step == ELEMENTS
+    assert tf.train.latest_checkpoint(str(tmp_path / "ckpt")).endswith(f"model.ckpt-{ELEMENTS}")
+    with open(tmp_path / "m.csv", newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert [int(r["step"]) for r in rows] == list(range(5, ELEMENTS + 1, 5))
+    # The at_end subscriber got the last values that were published, and the step they came from:
+    # every step publishes (NaN guard, early stopping), so that is the last step.
+    (final,) = finals
+    assert final.step == ELEMENTS
+    assert final.values["loss"] == seen[ELEMENTS]  # the value published at that step, not a new read
+    assert "loss" in screen.getvalue()
+
+
+def test_final_fetches_must_name_fetch_keys() -> None:
+    with tf.Graph().as_default():
+        loss = tf.constant(1.0)
+        with pytest.raises(ValueError, match="final_fetches names 'acc', which is not in fetches \\['loss'\\]"):
+            hookbus.EventBusHook(hookbus.EventBus(), {"loss": loss}, final_fetches=["acc"])
