@@ -113,6 +113,7 @@ class RunScope:
         self._mark_ended()  # an evaluator waiting for new checkpoints ends too (once)
         state = self._bus._state
         first: BaseException | None = None
+        interrupt: BaseException | None = None
         for record in tuple(self._bus._subscribers):  # a sink may detach itself when closed
             sink = record.sink
             if sink is None or id(sink) in state.closed:
@@ -124,5 +125,10 @@ class RunScope:
                 logger.exception("closing %r failed", sink)
                 if record.on_error == "raise" and first is None:
                     first = error
+            except BaseException as error:  # Ctrl-C during a close: the others still close, then it surfaces
+                if interrupt is None:
+                    interrupt = error
+        if interrupt is not None:
+            raise interrupt
         if first is not None and raise_errors:
             raise first

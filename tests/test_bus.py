@@ -667,3 +667,33 @@ def test_each_with_bus_is_a_fresh_run_for_schedules_and_error_policies(clock: Fa
     assert fired == [10, 20, 10]
     assert calls == [1, 1]
     assert [r.errors for r in bus.subscribers] == [0, 1]
+
+
+def test_every_sink_is_closed_once_even_when_a_close_raises_keyboard_interrupt(tmp_path: Any) -> None:
+    """Ctrl-C inside one sink's close: the sinks after it still close (their rows reach the file),
+    each exactly once, and the KeyboardInterrupt still surfaces."""
+    from hookbus.sinks import CSVSink
+
+    closed: list[str] = []
+
+    class Interrupted(Sink):
+        def close(self) -> None:
+            closed.append("interrupted")
+            raise KeyboardInterrupt
+
+    class Counted(Sink):
+        def close(self) -> None:
+            closed.append("counted")
+
+    bus = EventBus()
+    bus.attach(Interrupted(priority=1))
+    csv_sink = bus.attach(CSVSink(tmp_path / "m.csv", every_n_steps=1, flush_secs=3600))
+    bus.attach(Counted())
+    with pytest.raises(KeyboardInterrupt), bus:
+        ScriptedPublisher(bus, keys=["loss"]).run([{"loss": float(i)} for i in range(5)])
+    assert closed == ["interrupted", "counted"]
+    rows = [line.split(",") for line in (tmp_path / "m.csv").read_text().splitlines()[1:]]
+    assert [(int(r[0]), float(r[2])) for r in rows] == [(s, float(s - 1)) for s in range(1, 6)]  # closed: written
+    bus.close()  # idempotent: nothing is closed twice
+    assert closed == ["interrupted", "counted"]
+    assert csv_sink.path.exists()
