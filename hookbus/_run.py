@@ -47,9 +47,14 @@ class RunScope:
                 bus.request_stop(f"evaluator: {reason} (evaluated step {step})", source="evaluator")
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        # Runs between bytecodes on the main thread: only set a flag, the publisher acts on it.
+        # Runs between bytecodes on the main thread: only record it; the publisher acts on it at
+        # its next step. The reason is kept now, so a signal that ends the run before any step
+        # (during begin) still says why (a requeue script reads bus.stop_reason).
         state = self._bus._state
-        state.signal_stop = signal_module.Signals(signum).name
+        name = signal_module.Signals(signum).name
+        state.signal_stop = name
+        if state.stop_reason is None:
+            state.stop_reason = f"received {name}"
         state.should_stop = True
 
     # -- an evaluator task beside training -------------------------------------------------------

@@ -697,3 +697,18 @@ def test_every_sink_is_closed_once_even_when_a_close_raises_keyboard_interrupt(t
     bus.close()  # idempotent: nothing is closed twice
     assert closed == ["interrupted", "counted"]
     assert csv_sink.path.exists()
+
+
+def test_a_signal_during_begin_is_recorded_with_its_reason() -> None:
+    """SIGTERM while the publisher begins (before any step): the run stops and says why."""
+    bus = EventBus()
+    requests: list[StopRequest] = []
+    bus.on("begin", lambda event: os.kill(os.getpid(), signal.SIGTERM))  # a real signal, mid-begin
+    bus.on("stop_requested", requests.append)
+    publisher = ScriptedPublisher(bus, keys=["loss"])
+    with bus:
+        publisher.begin()
+        assert bus.should_stop
+        assert bus.stop_reason == "received SIGTERM"
+        publisher.end()
+    assert [(r.reason, r.source) for r in requests] == [("received SIGTERM", "signal")]
