@@ -10,6 +10,7 @@ publishers use is on the port (:class:`hookbus._port.BusPort`), which
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
     from hookbus._checkpoint import CheckpointBackend
 
-__all__ = ["EventBus", "Publisher", "UnknownKeyError"]
+__all__ = ["EventBus", "Publisher", "UnknownKeyError", "check_stop_signals"]
 
 logger = logging.getLogger("hookbus")
 _SinkT = TypeVar("_SinkT", bound=Sink)
@@ -63,6 +64,22 @@ _SIGNAL_DOCS = {
 }
 
 
+def check_stop_signals(value: Iterable[int | str]) -> tuple[int, ...]:
+    """SIGTERM and the signals of ``value`` that can be caught, as numbers; else ``ValueError``."""
+    found = [signal.SIGTERM]
+    for item in [value] if isinstance(value, str | int) else list(value):
+        try:
+            signum = signal.Signals[item] if isinstance(item, str) else signal.Signals(item)
+        except (KeyError, ValueError, TypeError):
+            raise ValueError(f"stop_signals must be signal numbers or names (got {item!r})") from None
+        if signum in (signal.SIGKILL, signal.SIGSTOP, signal.SIGINT):
+            why = "Ctrl-C already stops gracefully" if signum == signal.SIGINT else "it cannot be caught"
+            raise ValueError(f"stop_signals cannot take {signum.name}: {why}")
+        if signum not in found:
+            found.append(signum)
+    return tuple(int(s) for s in found)
+
+
 class EventBus:
     """Publishes the training lifecycle to subscribers in a deterministic, isolated order.
 
@@ -75,9 +92,19 @@ class EventBus:
     published as ``exception`` before every subscriber is closed (exactly once), and the
     exception surfaces unchanged.
 
+    Under ``with bus:`` (on the main thread) SIGTERM — preemption — and every signal in
+    ``stop_signals`` become a graceful stop: recorded with its reason, acted on at the next step,
+    the final checkpoint saved and every file flushed. The first Ctrl-C is such a stop too, and
+    the run then ends by raising ``KeyboardInterrupt`` once everything is written; a second
+    Ctrl-C interrupts at once. A Ctrl-C that the process ignores (a background job) stays
+    ignored. The previous handlers come back when the run ends.
+
     Args:
         clock: Monotonic clock for schedules (default :func:`time.monotonic`).
         wall_clock: Clock for ``Event.wall_time`` (default :func:`time.time`).
+        stop_signals: More signals that mean "stop gracefully", as numbers or names (default
+            none; e.g. ``signal.SIGUSR1``, which SLURM sends before preemption with
+            ``--signal=USR1@60``).
 
     Attributes:
         task: This process's :class:`hookbus.Task` in multi-worker training (its publisher sets
@@ -100,13 +127,15 @@ class EventBus:
         *,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        stop_signals: Iterable[int | str] = (),
     ) -> None:
+        self._stop_signals = check_stop_signals(stop_signals)
         self.clock = clock
         self.wall_clock = wall_clock
         self.namespace = blinker.Namespace()
         self.signals = {name: self.namespace.signal(name, doc=_SIGNAL_DOCS[name]) for name in SIGNALS}
-        for name, signal in self.signals.items():
-            setattr(self, name, signal)  # bus.after_run etc., declared above for type checkers
+        for name, named in self.signals.items():
+            setattr(self, name, named)  # bus.after_run etc., declared above for type checkers
         self._subscribers: list[Subscriber] = []
         self._here: list[Subscriber] = self._subscribers  # those that run on this task
         self.task: Task | None = None

@@ -121,7 +121,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return demo(logdir, steps=args.steps, eval_every=args.eval_every, patience=args.patience, delay=args.delay)
         except KeyboardInterrupt:
-            print("interrupted; run the same command with --logdir to resume", file=sys.stderr)
+            print(
+                f"interrupted; the files and the last checkpoint are in {logdir}. Resume with: "
+                f"{Path(sys.argv[0]).name} demo --logdir {logdir}",
+                file=sys.stderr,
+            )
             return 130
     return 2
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import signal as signal_module
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hookbus._records import EvaluatorLink, RunRecords
 
@@ -46,7 +46,16 @@ class RunScope:
                 reason, step = found
                 bus.request_stop(f"evaluator: {reason} (evaluated step {step})", source="evaluator")
 
-    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        # The first Ctrl-C is a graceful stop (final checkpoint, flushed files; the run then ends
+        # with KeyboardInterrupt, so the exit status still says interrupted); a second interrupts.
+        state = self._bus._state
+        if state.interrupted:
+            raise KeyboardInterrupt
+        state.interrupted = True
+        self._on_stop_signal(signum, frame)
+
+    def _on_stop_signal(self, signum: int, frame: FrameType | None) -> None:
         # Runs between bytecodes on the main thread: only record it; the publisher acts on it at
         # its next step. The reason is kept now, so a signal that ends the run before any step
         # (during begin) still says why (a requeue script reads bus.stop_reason).
@@ -89,8 +98,10 @@ class RunScope:
         state.in_run = True
         state.start_time = bus.clock()
         if threading.current_thread() is threading.main_thread():
-            state.previous_handler = signal_module.signal(signal_module.SIGTERM, self._on_sigterm)
-            state.handler_installed = True
+            handlers: dict[int, Any] = {signum: self._on_stop_signal for signum in bus._stop_signals}
+            if signal_module.getsignal(signal_module.SIGINT) is not signal_module.SIG_IGN:  # a background job
+                handlers[signal_module.SIGINT] = self._on_sigint
+            state.previous_handlers = {signum: signal_module.signal(signum, h) for signum, h in handlers.items()}
         for record in bus._subscribers:  # one run each: schedules and error counts start afresh
             record.timer = record.timer.schedule.timer()
             record.errors, record.disabled = 0, False
@@ -103,15 +114,18 @@ class RunScope:
                 self._bus._dispatcher.publish_exception(exc)
             self.close(raise_errors=exc is None)
         finally:
-            if state.handler_installed:
+            for signum, previous in state.previous_handlers.items():
                 # None: the previous handler was not installed from Python; the default is the
                 # closest that can be restored.
-                previous = state.previous_handler
-                signal_module.signal(signal_module.SIGTERM, signal_module.SIG_DFL if previous is None else previous)
-                state.previous_handler, state.handler_installed = None, False
+                signal_module.signal(signum, signal_module.SIG_DFL if previous is None else previous)
+            state.previous_handlers = {}
             state.in_run = False
             state.owner = None  # no training thread until the next run's first publisher begins
             state.started = False  # the run is over: sinks and functions may be (un)subscribed again
+        if state.interrupted and exc is None:
+            # The first Ctrl-C stopped the run gracefully: everything is saved and closed; the
+            # program is still interrupted, as the user asked (exit status, tracebacks, REPLs).
+            raise KeyboardInterrupt("stopped gracefully after Ctrl-C; the final checkpoint and files are written")
 
     def close(self, *, raise_errors: bool = True) -> None:
         """See :meth:`hookbus.EventBus.close`."""

@@ -30,12 +30,12 @@ class RunState:
         "depth",
         "evaluator",
         "foreign_stops",
-        "handler_installed",
         "in_run",
+        "interrupted",
         "local_step",
         "owner",
         "pending_stops",
-        "previous_handler",
+        "previous_handlers",
         "should_stop",
         "signal_stop",
         "start_time",
@@ -67,5 +67,5 @@ class RunState:
         self.owner: int | None = None  # the training thread, once a publisher began
         self.foreign_stops: list[tuple[str, str]] = []
         self.evaluator: EvaluatorLink | None = None
-        self.previous_handler: Any = None
-        self.handler_installed = False
+        self.previous_handlers: dict[int, Any] = {}  # the handlers ``with bus:`` replaced, by signal
+        self.interrupted = False  # a first Ctrl-C asked for a graceful stop

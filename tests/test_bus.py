@@ -712,3 +712,81 @@ def test_a_signal_during_begin_is_recorded_with_its_reason() -> None:
         assert bus.stop_reason == "received SIGTERM"
         publisher.end()
     assert [(r.reason, r.source) for r in requests] == [("received SIGTERM", "signal")]
+
+
+def _run_with_signals(bus: EventBus, at_step: int, *signals: int) -> list[int]:
+    """Publish steps until the bus stops; at ``at_step`` a subscriber sends ``signals`` to this process."""
+    steps: list[int] = []
+
+    def send(event: Event) -> None:
+        steps.append(event.step)
+        if event.step == at_step:
+            for signum in signals:
+                os.kill(os.getpid(), signum)  # delivered to this (main) thread before kill returns
+
+    bus.on("after_run", send)
+    publisher = ScriptedPublisher(bus, keys=["loss"])
+    with bus:
+        publisher.run([{"loss": 1.0}] * 100)
+    return steps
+
+
+def test_the_first_ctrl_c_stops_gracefully_then_surfaces_as_keyboard_interrupt(tmp_path: Any) -> None:
+    from hookbus.sinks import CSVSink
+
+    bus = EventBus()
+    csv_sink = bus.attach(CSVSink(tmp_path / "m.csv", every_n_steps=1, flush_secs=3600))
+    requests: list[StopRequest] = []
+    errors: list[Any] = []
+    bus.on("stop_requested", requests.append)
+    bus.on("exception", errors.append)
+    with pytest.raises(KeyboardInterrupt, match="stopped gracefully after Ctrl-C"):
+        _run_with_signals(bus, 5, signal.SIGINT)
+    # The run stopped at the step that saw the signal, every row of it is on disk, nothing failed.
+    assert [(r.reason, r.source, r.step) for r in requests] == [("received SIGINT", "signal", 5)]
+    assert errors == []
+    rows = csv_sink.path.read_text().splitlines()[1:]
+    assert [int(r.split(",")[0]) for r in rows] == [1, 2, 3, 4, 5]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # pytest's, restored
+
+
+def test_a_second_ctrl_c_interrupts_at_once() -> None:
+    bus = EventBus()
+    errors: list[Any] = []
+    bus.on("exception", errors.append)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        _run_with_signals(bus, 5, signal.SIGINT, signal.SIGINT)
+    assert str(raised.value) == ""  # the interrupt itself, not the graceful end
+    assert [type(e.error) for e in errors] == [KeyboardInterrupt]
+    assert bus.stop_reason == "received SIGINT"
+
+
+def test_stop_signals_adds_a_graceful_stop_signal_and_restores_its_handler() -> None:
+    before = signal.getsignal(signal.SIGUSR1)
+    bus = EventBus(stop_signals=["SIGUSR1"])
+    steps = _run_with_signals(bus, 7, signal.SIGUSR1)
+    assert steps == list(range(1, 8))
+    assert bus.stop_reason == "received SIGUSR1"
+    assert signal.getsignal(signal.SIGUSR1) is before
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (["SIGKILL"], "stop_signals cannot take SIGKILL: it cannot be caught"),
+        ([signal.SIGINT], "stop_signals cannot take SIGINT: Ctrl-C already stops gracefully"),
+        (["SIGNOPE"], "stop_signals must be signal numbers or names \\(got 'SIGNOPE'\\)"),
+    ],
+)
+def test_bad_stop_signals_fail_at_construction(value: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        EventBus(stop_signals=value)
+
+
+def test_an_ignored_ctrl_c_stays_ignored() -> None:
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a background job
+    try:
+        with EventBus():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)

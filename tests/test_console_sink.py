@@ -619,11 +619,14 @@ def test_dashboard_in_a_real_terminal(tmp_path: Path) -> None:
 
 
 @pytest.mark.subprocess
-def test_ctrl_c_in_a_real_terminal_restores_it(tmp_path: Path) -> None:
+def test_ctrl_c_in_a_real_terminal_stops_the_run_and_restores_it(tmp_path: Path) -> None:
+    # The first Ctrl-C is a graceful stop: the dashboard ends as stopped, with the reason, and the
+    # program then ends interrupted (KeyboardInterrupt once everything is closed).
     result = run_in_pty(_script(tmp_path, 10**9), cols=100, rows=40, timeout=60, interrupt_on=b"print marker")
     assert result.interrupted
     assert result.returncode != 0
     assert result.cursor_visible
-    assert "(interrupted)" in result.text
-    assert "KeyboardInterrupt" in result.text
+    assert "(stopped)" in result.text
+    assert "received SIGINT" in result.text
+    assert "KeyboardInterrupt: stopped gracefully after Ctrl-C" in result.text
     assert "after the run" not in result.text

@@ -53,24 +53,25 @@ def _everything_shown(result: PtyResult) -> str:
     return "\n".join([*scrolled, *(row.rstrip() for row in screen.display)])
 
 
-def test_ctrl_c_during_a_step_closes_everything_restores_the_terminal_and_surfaces(tmp_path: Path) -> None:
+def test_the_first_ctrl_c_stops_with_a_final_checkpoint_then_the_program_ends_interrupted(tmp_path: Path) -> None:
     result = run_in_pty(_argv(tmp_path, "signal"), cols=110, rows=50, timeout=120, interrupt_on=b"marker")
     text = _everything_shown(result)
     assert result.interrupted
-    assert result.returncode == -signal.SIGINT, text  # what Python does with an uncaught Ctrl-C
+    assert result.returncode == -signal.SIGINT, text  # the exit status still says interrupted
     assert result.cursor_visible
-    assert "(interrupted)" in text
-    assert "KeyboardInterrupt" in text
+    assert "(stopped)" in text
+    assert "KeyboardInterrupt: stopped gracefully after Ctrl-C" in text
     log = read_log(tmp_path)
-    (exception,) = [e for e in log if e["event"] == "exception"]
-    assert exception["error"].startswith("KeyboardInterrupt")
+    assert not [e for e in log if e["event"] == "exception"]  # a stop, not a failure
+    (stop,) = [e for e in log if e["event"] == "stop"]
+    assert stop["reason"] == "received SIGINT"
     assert sorted(_closed(log)) == sorted(SINKS)  # each exactly once
-    assert not any(e["event"] == "done" for e in log)
-    # Everything up to the interrupted step is on disk. Ctrl-C may land inside the dispatch of
-    # the last step, before the writers received it; never later.
+    assert not any(e["event"] == "done" for e in log)  # the program did not go on after the run
+    # The run ended at the step that saw the signal: the final checkpoint holds it, and every
+    # step up to it is in the CSV and in TensorBoard.
     header, rows = csv_rows(tmp_path / "metrics.csv")
     last = int(rows[-1][0])
-    assert last in (exception["step"], exception["step"] - 1)
+    assert last == stop["step"] == latest_checkpoint_step(tmp_path / "ckpt")
     _files_hold_every_step_to(tmp_path, last)
 
 
