@@ -77,15 +77,7 @@ class Barrier:
         if reason is not None:
             logger.warning("no checkpoint of step %d: %s", step, reason)
             return None
-        for record in self._sinks():
-            sink = record.sink
-            assert sink is not None
-            try:
-                sink.flush()
-            except Exception as error:
-                if record.on_error == "raise":
-                    raise
-                self._disable(record, step, error)
+        self.flush(step, f"for the checkpoint at step {step}")
         states = {r.name: state for r in self._sinks() if (state := r.sink.state_dict())}  # type: ignore[union-attr]
         return PreparedCheckpoint(step, states)
 
@@ -122,15 +114,28 @@ class Barrier:
         for old in dropped:
             files.remove_checkpoint(old)
 
-    def _disable(self, record: Subscriber, step: int, error: Exception) -> None:
+    def flush(self, step: int, why: str) -> None:
+        """Flush every live sink; one whose flush raises is disabled and reported when its policy
+        is ``"isolate"`` or ``"disable"``, a ``"raise"`` sink's error propagates."""
+        for record in self._sinks():
+            sink = record.sink
+            assert sink is not None
+            try:
+                sink.flush()
+            except Exception as error:
+                if record.on_error == "raise":
+                    raise
+                self._disable(record, step, why, error)
+
+    def _disable(self, record: Subscriber, step: int, why: str, error: Exception) -> None:
         record.errors += 1
         record.disabled = True
         logger.error(
-            "subscriber %r could not flush for the checkpoint at step %d and is disabled for the rest of "
-            "the run (on_error=%r); the checkpoint is saved without it. Its output has lost the "
-            "exactly-once promise: what it had not written is missing, and a resume will not rewrite it",
+            "subscriber %r could not flush %s and is disabled for the rest of the run (on_error=%r); "
+            "training goes on without it. Its output has lost the exactly-once promise: what it had "
+            "not written is missing, and a resume will not rewrite it",
             record.name,
-            step,
+            why,
             record.on_error,
             exc_info=error,
         )

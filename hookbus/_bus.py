@@ -391,6 +391,8 @@ class EventBus:
     def _start(self) -> None:
         state = self._state
         if not state.started:
+            if not state.in_run:
+                self._scope.open_implicit()  # no `with bus:`: the run closes at exit, or at bus.close()
             self._keys.check(self._subscribers)
             state.started = True
             state.owner = threading.get_ident()

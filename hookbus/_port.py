@@ -72,6 +72,10 @@ class BusPort:
     def set_local_step(self, local_step: int) -> None:
         self.bus._state.local_step = local_step
 
+    def flush_sinks(self, step: int) -> None:
+        """Hand everything the sinks received to the OS (a publisher's end)."""
+        self.bus._barrier.flush(step, f"at the end of a session (step {step})")
+
     def poll(self) -> None:
         """Act, on the training thread, on signals and stops recorded since the last step."""
         self.bus._scope.poll()

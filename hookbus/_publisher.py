@@ -206,10 +206,12 @@ class PublisherCore:
         self._port.set_local_step(local_step)
 
     def end(self, step: int) -> None:
-        """Publish ``end`` (after a stop recorded since the last step, if any)."""
+        """Publish ``end`` (after a stop recorded since the last step, if any), then flush every
+        sink: what a session wrote is on disk when it ends, also without ``with bus:``."""
         port = self._port
         port.poll()
         port.publish("end", port.event("end", step=step, mode=self.mode))
+        port.flush_sinks(step)
 
     # -- planning ----------------------------------------------------------------------------
     def _refresh(self) -> None:

@@ -3,9 +3,11 @@ and the records an evaluator task reads (a part of :class:`hookbus.EventBus`).""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import signal as signal_module
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from hookbus._records import EvaluatorLink, RunRecords
@@ -90,22 +92,36 @@ class RunScope:
                 logger.exception("could not record the end of the run for an evaluator")
 
     # -- run scope ---------------------------------------------------------------------------
+    def _new_run(self) -> None:
+        bus, state = self._bus, self._bus._state
+        state.reset(bus.wall_clock())
+        state.start_time = bus.clock()
+        for record in bus._subscribers:  # one run each: schedules and error counts start afresh
+            record.timer = record.timer.schedule.timer()
+            record.errors, record.disabled = 0, False
+        bus._version += 1  # publishers re-plan against the fresh timers
+
+    def open_implicit(self) -> None:
+        """A publisher begins outside ``with bus:``: open a run that closes at interpreter exit,
+        at :meth:`close`, or when the bus enters ``with bus:`` — forgetting ``with bus:`` loses
+        nothing on a clean end. (No signal handlers: only ``with bus:`` installs them.)"""
+        self._new_run()
+        self._bus._state.implicit = True
+        _implicit_runs.add(self)
+
     def enter(self) -> None:
         bus, state = self._bus, self._bus._state
         if state.in_run:
             raise RuntimeError("this bus is already running; one `with bus:` at a time")
-        state.reset(bus.wall_clock())
+        if state.implicit:
+            self.close()  # the run a publisher opened without `with bus:` ends here
+        self._new_run()
         state.in_run = True
-        state.start_time = bus.clock()
         if threading.current_thread() is threading.main_thread():
             handlers: dict[int, Any] = {signum: self._on_stop_signal for signum in bus._stop_signals}
             if signal_module.getsignal(signal_module.SIGINT) is not signal_module.SIG_IGN:  # a background job
                 handlers[signal_module.SIGINT] = self._on_sigint
             state.previous_handlers = {signum: signal_module.signal(signum, h) for signum, h in handlers.items()}
-        for record in bus._subscribers:  # one run each: schedules and error counts start afresh
-            record.timer = record.timer.schedule.timer()
-            record.errors, record.disabled = 0, False
-        bus._version += 1  # publishers re-plan against the fresh timers
 
     def exit(self, exc: BaseException | None) -> None:
         state = self._bus._state
@@ -131,6 +147,11 @@ class RunScope:
         """See :meth:`hookbus.EventBus.close`."""
         self._mark_ended()  # an evaluator waiting for new checkpoints ends too (once)
         state = self._bus._state
+        if state.implicit:
+            state.implicit = False
+            state.started = False  # a later publisher opens a new run
+            state.owner = None
+            _implicit_runs.discard(self)
         first: BaseException | None = None
         interrupt: BaseException | None = None
         for record in tuple(self._bus._subscribers):  # a sink may detach itself when closed
@@ -151,3 +172,17 @@ class RunScope:
             raise interrupt
         if first is not None and raise_errors:
             raise first
+
+
+#: Runs that publishers opened without ``with bus:`` and that are still open; closed at exit.
+#: Weak: a bus that is gone takes its run along (atexit must not keep every bus alive).
+_implicit_runs: weakref.WeakSet[RunScope] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_implicit_runs() -> None:
+    for scope in list(_implicit_runs):
+        try:
+            scope.close(raise_errors=False)
+        except BaseException:  # the interpreter is exiting: report, and close the others
+            logger.exception("closing a run at interpreter exit failed")

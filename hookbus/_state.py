@@ -30,6 +30,7 @@ class RunState:
         "depth",
         "evaluator",
         "foreign_stops",
+        "implicit",
         "in_run",
         "interrupted",
         "local_step",
@@ -46,7 +47,8 @@ class RunState:
     )
 
     def __init__(self, wall_start: float) -> None:
-        self.in_run = False
+        self.in_run = False  # inside `with bus:`
+        self.implicit = False  # a run a publisher opened without `with bus:`
         self.reset(wall_start)
 
     def reset(self, wall_start: float) -> None:
