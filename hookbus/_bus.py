@@ -388,11 +388,12 @@ class EventBus:
                         record.sink.set_output_suffix(task.suffix)
         self._locate()
 
-    def _start(self) -> None:
+    def _start(self, publisher: Publisher) -> None:
         state = self._state
+        if not state.started and not state.in_run:
+            self._scope.open_implicit()  # no `with bus:`: the run closes at exit, or at bus.close()
+        self._keys.begun(publisher)
         if not state.started:
-            if not state.in_run:
-                self._scope.open_implicit()  # no `with bus:`: the run closes at exit, or at bus.close()
             self._keys.check(self._subscribers)
             state.started = True
             state.owner = threading.get_ident()

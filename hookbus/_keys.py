@@ -34,21 +34,39 @@ class Publisher(Protocol):
 
 
 class KeyRegistry:
-    """The publishers a bus knows of, for the key check and static shapes."""
+    """The publishers a bus knows of, for the key check and static shapes.
+
+    Each run starts clean (DESIGN "Runs"): a publisher that began in an earlier run counts again
+    only once it begins in this one; a publisher constructed and not yet begun counts (an eval
+    hook that begins after the train hook is known when the run starts).
+    """
 
     def __init__(self) -> None:
         self.publishers: list[Publisher] = []
+        self._begun: dict[int, int] = {}  # id(publisher) -> the run it last began in
+        self.run = 0
 
     def register(self, publisher: Publisher) -> None:
         if publisher not in self.publishers:
             self.publishers.append(publisher)
 
+    def new_run(self) -> None:
+        self.run += 1
+
+    def begun(self, publisher: Publisher) -> None:
+        """``publisher`` begins in the current run."""
+        self.register(publisher)
+        self._begun[id(publisher)] = self.run
+
+    def _current(self) -> list[Publisher]:
+        return [p for p in self.publishers if self._begun.get(id(p), self.run) == self.run]
+
     @property
     def known(self) -> frozenset[str]:
-        return frozenset().union(*(p.bus_keys for p in self.publishers))
+        return frozenset().union(*(p.bus_keys for p in self._current()))
 
     def shape(self, key: str) -> tuple[int | None, ...] | None:
-        for publisher in self.publishers:
+        for publisher in self._current():
             shape = publisher.shapes.get(key)
             if shape is not None:
                 return tuple(shape)

@@ -47,9 +47,9 @@ class BusPort:
         the task's output suffix."""
         self.bus._set_task(task)
 
-    def start(self) -> None:
-        """A publisher begins: keys checked (once per run), subscriptions closed, contexts given."""
-        self.bus._start()
+    def start(self, publisher: Publisher) -> None:
+        """``publisher`` begins: keys checked (once per run), subscriptions closed, contexts given."""
+        self.bus._start(publisher)
 
     def link_evaluator(self) -> None:
         """A train publisher begins: listen for an evaluator task's stop (see :mod:`hookbus._records`)."""

@@ -156,7 +156,7 @@ class PublisherCore:
     def begin(self) -> None:
         """Publish ``begin`` (checks every subscriber's keys first)."""
         port = self._port
-        port.start()
+        port.start(self)
         if self.mode == "train":
             port.link_evaluator()
         port.publish("begin", port.event("begin", step=self.bus.step, mode=self.mode))

@@ -94,6 +94,7 @@ class RunScope:
     # -- run scope ---------------------------------------------------------------------------
     def _new_run(self) -> None:
         bus, state = self._bus, self._bus._state
+        bus._keys.new_run()
         state.reset(bus.wall_clock())
         state.start_time = bus.clock()
         for record in bus._subscribers:  # one run each: schedules and error counts start afresh

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import threading
 import time
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
@@ -21,7 +23,7 @@ from hookbus._publisher import EVAL_PREFIX
 from hookbus._schedule import Schedule
 from hookbus._subscriber import Sink
 from hookbus._validate import non_empty_path, positive_int, seconds
-from hookbus._writer import check_writable_dir
+from hookbus._writer import WriterWarning, check_writable_dir
 
 __all__ = ["TensorBoardSink"]
 
@@ -83,6 +85,7 @@ class TensorBoardSink(Sink):
         every_n_secs: Also (or instead) write every t seconds (default ``None``).
         max_queue_size: Events that may wait before training blocks (default 1024).
         histogram_bins: Buckets per histogram (default 30).
+        close_deadline: Seconds ``close`` waits for the event files to close (default 10.0).
         priority, on_error, name: See :class:`hookbus.Sink` (default ``on_error="isolate"``).
         runs_on: Multi-worker training: ``"chief"`` (default), ``"all"`` or ``"each"`` (every
             worker writes under ``logdir/worker-<i>``, a run of its own). Summaries are keyed by
@@ -103,6 +106,7 @@ class TensorBoardSink(Sink):
         every_n_secs: float | None = None,
         max_queue_size: int = 1024,
         histogram_bins: int = 30,
+        close_deadline: float = 10.0,
         priority: int | None = None,
         on_error: str | None = None,
         name: str | None = None,
@@ -119,6 +123,7 @@ class TensorBoardSink(Sink):
         seconds("flush_secs", flush_secs)
         positive_int("max_queue_size", max_queue_size)
         positive_int("histogram_bins", histogram_bins)
+        self.close_deadline = seconds("close_deadline", close_deadline)
         if hparams is not None and not (
             isinstance(hparams, Mapping)
             and all(isinstance(k, str) and isinstance(v, HParamValue) for k, v in hparams.items())
@@ -204,7 +209,34 @@ class TensorBoardSink(Sink):
             writer.flush()
 
     def close(self) -> None:
-        """Flush and close the event files (idempotent); a later run starts new files."""
+        """Flush and close the event files (idempotent); a later run starts new files.
+
+        Returns within ``close_deadline``: TensorBoard's writer joins its thread without a
+        timeout, so a stalled disk would otherwise hang the end of the run (and the signals
+        waiting behind it). Past the deadline it warns (``WriterWarning``) and leaves the files
+        to a background thread.
+        """
         writers, self._writers, self._open = self._writers, {}, False
-        for writer in writers.values():
-            writer.close()
+        if not writers:
+            return
+        failed: list[BaseException] = []
+
+        def close_all() -> None:
+            for writer in writers.values():
+                try:
+                    writer.close()
+                except BaseException as error:  # reported on the closing thread below
+                    failed.append(error)
+
+        closer = threading.Thread(target=close_all, name=f"{self.name} close", daemon=True)
+        closer.start()
+        closer.join(self.close_deadline)
+        if closer.is_alive():
+            warnings.warn(
+                f"{self.name}: the event files in {self.logdir!r} did not close within "
+                f"{self.close_deadline:g} s (a stalled disk?); events not yet written may be lost",
+                WriterWarning,
+                stacklevel=2,
+            )
+        elif failed:
+            raise failed[0]

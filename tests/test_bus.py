@@ -790,3 +790,28 @@ def test_an_ignored_ctrl_c_stays_ignored() -> None:
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_reused_bus_starts_clean_a_publisher_of_an_earlier_run_no_longer_counts() -> None:
+    """Run 1 had a publisher of 'acc'; run 2's publisher has only 'loss': a subscriber that needs
+    'acc' now fails the key check at begin (it would never receive a value), naming the key."""
+    bus = EventBus()
+    with bus:
+        ScriptedPublisher(bus, keys=["loss", "acc"]).run([{"loss": 1.0, "acc": 0.5}])
+    bus.on("after_run", lambda event: None, keys="acc", name="needs-acc")
+    second = ScriptedPublisher(bus, keys=["loss"])
+    with pytest.raises(UnknownKeyError, match="subscriber 'needs-acc' needs key 'acc'.*known keys: \\['loss'\\]"), bus:
+        second.begin()
+
+
+def test_a_publisher_that_begins_again_counts_again_and_one_not_begun_yet_counts() -> None:
+    bus = EventBus()
+    train = ScriptedPublisher(bus, keys=["loss"])
+    evaluation = ScriptedPublisher(bus, keys=["loss"], mode="eval")  # begins after training, each run
+    for _ in range(2):
+        with bus:
+            train.run([{"loss": 1.0}])
+            evaluation.begin()
+            evaluation.evaluate({"loss": 0.5})
+            evaluation.end()
+        assert bus.known_keys == {"loss", "eval/loss"}

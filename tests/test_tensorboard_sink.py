@@ -233,3 +233,23 @@ def test_default_rust_data_server_reads_each_step_once(resumed_logdir: Any) -> N
     want = _expected(train, evals)
     got, log = serve_and_read(logdir, ["--load_fast=true"], want)  # true: fail rather than fall back
     check_served(got, want, log)
+
+
+def test_close_returns_within_its_deadline_when_the_event_file_hangs(tmp_path: Path) -> None:
+    """TensorBoard's writer joins its thread with no timeout: closing on a stalled disk must not hang
+    the run's end. The writer's close is held (a stand-in for a disk that stopped answering)."""
+    import threading
+
+    from hookbus._writer import WriterWarning
+
+    bus = hookbus.EventBus()
+    sink = bus.attach(TensorBoardSink(tmp_path / "tb", every_n_steps=1, close_deadline=0.2))
+    release = threading.Event()
+    with bus:
+        ScriptedPublisher(bus, keys=["loss"]).run([{"loss": 1.0}] * 3)
+        (writer,) = sink._writers.values()
+        real_close = writer.close
+        writer.close = lambda: (release.wait(60), real_close())  # type: ignore[method-assign]
+        with pytest.warns(WriterWarning, match="TensorBoardSink: the event files in .* did not close within 0.2 s"):
+            sink.close()
+    release.set()
