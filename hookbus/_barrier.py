@@ -108,6 +108,18 @@ class Barrier:
             raise
         return written
 
+    def record_evaluated(self, prefix: str) -> None:
+        """Checkpoint ``prefix`` has been evaluated: flush every sink, then write the sinks' states
+        (which now include that evaluation) beside it, marked ``evaluated`` — atomically, so a
+        kill before this leaves the pre-evaluation states and the evaluation is made up on restart."""
+        data = files.read_state_file(prefix)
+        if data is None:  # not a checkpoint of a CheckpointSink: nothing to keep in step with
+            return
+        step = int(data.get("step") or files.step_of(prefix) or 0)
+        self.flush(step, f"after the evaluation of step {step}")
+        states = {r.name: state for r in self._sinks() if (state := r.sink.state_dict())}  # type: ignore[union-attr]
+        files.write_state_file(prefix, {**data, "sinks": states, "evaluated": True})
+
     def record(self, directory: str, kept: list[str], dropped: list[str]) -> None:
         """Make ``kept`` (latest last) ``directory``'s checkpoints, atomically; then prune ``dropped``."""
         files.record_checkpoints(directory, kept)

@@ -76,6 +76,10 @@ class BusPort:
         """Hand everything the sinks received to the OS (a publisher's end)."""
         self.bus._barrier.flush(step, f"at the end of a session (step {step})")
 
+    def record_evaluated(self, prefix: str) -> None:
+        """An evaluation of checkpoint ``prefix`` finished (see :meth:`hookbus._barrier.Barrier.record_evaluated`)."""
+        self.bus._barrier.record_evaluated(prefix)
+
     def poll(self) -> None:
         """Act, on the training thread, on signals and stops recorded since the last step."""
         self.bus._scope.poll()

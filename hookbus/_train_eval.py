@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from hookbus import _checkpoint as files
 from hookbus._evaluator import evaluate_checkpoint
 from hookbus._session import monitored_training_session
 from hookbus._tf import require_tensorflow
@@ -71,15 +72,22 @@ def train_and_evaluate(
     optional_positive_int("eval_steps", eval_steps)
     optional_positive_int("max_rounds", max_rounds)
     step = run_step if run_step is not None else (lambda session: session.run(train_op))
+    # A process killed while it evaluated checkpoint S left S without its "evaluated" record: the
+    # first round then trains nothing (the session restores S and the sinks' states from before
+    # that evaluation) and evaluates S, so eval rows and early stopping's patience come out as in
+    # an uninterrupted run.
+    latest = tf.train.latest_checkpoint(checkpoint_dir)
+    make_up = latest is not None and _evaluated(latest) is False
     rounds = 0
     while not bus.should_stop and (max_rounds is None or rounds < max_rounds):
         with monitored_training_session(
             checkpoint_dir=checkpoint_dir, hooks=train_hooks, scaffold=scaffold, config=config
         ) as session:
-            for _ in range(steps_per_round):
+            for _ in range(0 if make_up else steps_per_round):
                 if session.should_stop():
                     break
                 step(session)
+        make_up = False
         stopped = bus.should_stop
         if stopped and not evaluate_after_stop:
             break
@@ -89,11 +97,21 @@ def train_and_evaluate(
                 f"no checkpoint in {checkpoint_dir!r} after training: attach a "
                 "hookbus.sinks.CheckpointSink on that directory so each round can be evaluated"
             )
-        evaluate_checkpoint(
-            latest, eval_fetches=eval_fetches, eval_hooks=eval_hooks, eval_steps=eval_steps, scaffold=scaffold,
-            config=config,
-        )  # fmt: skip
-        rounds += 1
+        if not _evaluated(latest):  # a session that trained nothing ends on an evaluated checkpoint
+            evaluate_checkpoint(
+                latest, eval_fetches=eval_fetches, eval_hooks=eval_hooks, eval_steps=eval_steps, scaffold=scaffold,
+                config=config,
+            )  # fmt: skip
+            bus._port.record_evaluated(latest)  # durable: a kill before this is made up on restart
+            rounds += 1
+        elif not stopped:
+            break  # the round made no new checkpoint (an input that ended): nothing left to evaluate
         if stopped:
             break
     return rounds
+
+
+def _evaluated(prefix: str) -> bool | None:
+    """Whether checkpoint ``prefix`` was evaluated (its state file says so); ``None`` without one."""
+    data = files.read_state_file(prefix)
+    return None if data is None else bool(data.get("evaluated"))

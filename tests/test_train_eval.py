@@ -114,3 +114,81 @@ def test_a_stop_during_training_still_evaluates_the_final_checkpoint_unless_told
     assert steps == evaluated
     assert bus.stop_reason is not None
     assert "250" in bus.stop_reason
+
+
+_KILL_CHILD = '''
+import json, os, signal, sys
+import tensorflow as tf
+import hookbus
+from hookbus._demo import build_linear_regression
+from hookbus.sinks import CheckpointSink, CSVSink, EarlyStoppingSink
+
+out, kill_at = sys.argv[1], int(sys.argv[2])
+tf.compat.v1.disable_eager_execution()
+SCRIPT = __SCRIPT__
+with tf.Graph().as_default():
+    m = build_linear_regression()
+    index = tf.cast(m.global_step, tf.int32) // 100 - 1
+    eval_loss = tf.gather(tf.constant(SCRIPT), tf.clip_by_value(index, 0, len(SCRIPT) - 1))
+    bus = hookbus.EventBus()
+    bus.attach(CheckpointSink(os.path.join(out, "ckpt"), every_n_secs=None, keep=3))
+    stopper = bus.attach(EarlyStoppingSink(monitor="eval/loss", patience=2))
+    csv_sink = bus.attach(CSVSink(os.path.join(out, "metrics.csv"), every_n_steps=50))
+
+    def die(event):  # the evaluation is published and its CSV row on disk, nothing recorded yet
+        if event.mode == "eval" and event.step == kill_at:
+            csv_sink.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    bus.on("after_run", die, keys="eval/loss")
+    train = hookbus.EventBusHook(bus, {"loss": m.loss}, train_op=m.train_op)
+    evaluate = hookbus.EventBusHook(bus, {"loss": eval_loss}, mode="eval")
+    with bus:
+        hookbus.train_and_evaluate(
+            bus, train_op=m.train_op, eval_fetches=eval_loss, checkpoint_dir=os.path.join(out, "ckpt"),
+            steps_per_round=100, train_hooks=[train], eval_hooks=[evaluate], eval_steps=1, max_rounds=20,
+        )
+    with open(os.path.join(out, "result.json"), "w") as f:
+        json.dump({"state": stopper.state_dict(), "stop_reason": bus.stop_reason, "step": bus.step}, f)
+'''.replace("__SCRIPT__", repr(SCRIPT))
+
+
+def _run_child(out: Path, kill_at: int) -> int:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run(
+        [sys.executable, "-c", _KILL_CHILD, str(out), str(kill_at)], capture_output=True, text=True, env=env,
+        timeout=240, check=False,
+    )  # fmt: skip
+    assert done.returncode in (0, -9), done.stderr[-3000:]
+    return done.returncode
+
+
+@pytest.mark.subprocess
+def test_a_kill_during_an_evaluation_is_made_up_on_restart(tmp_path: Path) -> None:
+    """SIGKILL while checkpoint 300 is evaluated (its eval row already on disk): the restart
+    evaluates 300 again before training on, so the eval rows and early stopping's decision are an
+    uninterrupted run's, each evaluation once."""
+    import json
+
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    whole.mkdir()
+    killed.mkdir()
+    assert _run_child(whole, kill_at=-1) == 0
+    assert _run_child(killed, kill_at=300) == -9
+    assert _run_child(killed, kill_at=-1) == 0
+
+    def eval_rows(out: Path) -> list[tuple[str, str]]:
+        lines = (out / "metrics.eval.csv").read_text().splitlines()[1:]
+        return [(line.split(",")[0], line.split(",")[2]) for line in lines]
+
+    assert eval_rows(killed) == eval_rows(whole)
+    assert [step for step, _ in eval_rows(whole)] == ["100", "200", "300", "400", "500"]
+    results = [json.loads((out / "result.json").read_text()) for out in (whole, killed)]
+    assert results[0] == results[1]
+    assert results[0]["step"] == 500
+    assert results[0]["state"]["best"] == 3.0
+    assert results[0]["state"]["wait"] == 2
