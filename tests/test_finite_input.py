@@ -72,3 +72,55 @@ def test_final_fetches_must_name_fetch_keys() -> None:
         loss = tf.constant(1.0)
         with pytest.raises(ValueError, match="final_fetches names 'acc', which is not in fetches \\['loss'\\]"):
             hookbus.EventBusHook(hookbus.EventBus(), {"loss": loss}, final_fetches=["acc"])
+
+
+def _every_sink(bus: hookbus.EventBus, tmp_path: Path, screen: io.StringIO, monitor: str = "loss") -> None:
+    bus.attach(ConsoleSink(console=Console(file=screen, width=120), live=False))
+    bus.attach(CSVSink(tmp_path / "m.csv", every_n_steps=5))
+    bus.attach(TensorBoardSink(tmp_path / "tb", every_n_steps=10))
+    bus.attach(CheckpointSink(tmp_path / "ckpt", every_n_steps=10, every_n_secs=None))
+    bus.attach(NanGuardSink("loss"))
+    bus.attach(EarlyStoppingSink(monitor, patience=1000))
+    bus.attach(StopAtStepSink(last_step=1000))
+
+
+def test_a_custom_loop_over_a_dataset_that_ends_closes_cleanly_with_every_sink(tmp_path: Path) -> None:
+    screen = io.StringIO()
+    bus = hookbus.EventBus()
+    _every_sink(bus, tmp_path, screen)
+    w = tf.Variable(0.0)
+    optimizer = tf.keras.optimizers.SGD(0.1)
+    loop = hookbus.LoopPublisher(bus, keys="loss", checkpoint=tf.train.Checkpoint(w=w, optimizer=optimizer))
+    ends: list[Any] = []
+    bus.on("end", ends.append)
+    with bus, loop:
+        for x in tf.data.Dataset.range(ELEMENTS):  # no repeat(): the loop ends with the data
+            with tf.GradientTape() as tape:
+                loss = tf.square(w - tf.cast(x % 5, tf.float32))
+            optimizer.apply_gradients([(tape.gradient(loss, w), w)])
+            if loop.step({"loss": loss}):
+                break
+    assert [e.step for e in ends] == [ELEMENTS]
+    with open(tmp_path / "m.csv", newline="") as file:
+        assert [int(r["step"]) for r in csv.DictReader(file)] == list(range(5, ELEMENTS + 1, 5))
+    assert tf.train.latest_checkpoint(str(tmp_path / "ckpt")).endswith(f"model.ckpt-{ELEMENTS}")
+
+
+def test_keras_fit_on_a_dataset_that_ends_closes_cleanly_with_every_sink(tmp_path: Path) -> None:
+    import numpy as np
+
+    screen = io.StringIO()
+    bus = hookbus.EventBus()
+    _every_sink(bus, tmp_path, screen)
+    ends: list[Any] = []
+    bus.on("end", ends.append)
+    x = np.random.default_rng(0).normal(size=(ELEMENTS * 4, 3)).astype("float32")
+    data = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(4)  # ELEMENTS batches, then the end
+    model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    with bus:
+        model.fit(data, epochs=1, verbose=0, shuffle=False, callbacks=[hookbus.EventBusCallback(bus)])
+    assert [e.step for e in ends] == [ELEMENTS]
+    with open(tmp_path / "m.csv", newline="") as file:
+        assert [int(r["step"]) for r in csv.DictReader(file)] == list(range(5, ELEMENTS + 1, 5))
+    assert tf.train.latest_checkpoint(str(tmp_path / "ckpt")).endswith(f"model.ckpt-{ELEMENTS}")

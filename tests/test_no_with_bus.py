@@ -56,6 +56,20 @@ CHILD = textwrap.dedent(
     model.compile(optimizer="sgd", loss="mse")
     x = np.random.default_rng(0).normal(size=(64, 2)).astype("float32")
     model.fit(x, x[:, :1], batch_size=8, epochs=2, verbose=0, callbacks=[hookbus.EventBusCallback(keras_bus)])
+
+    # 4. train_and_evaluate: many sessions in one implicit run, no `with bus:`.
+    from hookbus._demo import build_linear_regression
+    with tf.Graph().as_default():
+        m = build_linear_regression()
+        te_bus = hookbus.EventBus()
+        te_bus.attach(CSVSink(os.path.join(out, "te.csv"), every_n_steps=10, flush_secs=3600))
+        te_bus.attach(CheckpointSink(os.path.join(out, "te-ckpt"), every_n_secs=None))
+        train = hookbus.EventBusHook(te_bus, {"loss": m.loss}, train_op=m.train_op)
+        evaluate = hookbus.EventBusHook(te_bus, {"loss": m.eval_loss}, mode="eval")
+        hookbus.train_and_evaluate(
+            te_bus, train_op=m.train_op, eval_fetches=m.eval_loss, checkpoint_dir=os.path.join(out, "te-ckpt"),
+            steps_per_round=50, train_hooks=[train], eval_hooks=[evaluate], eval_steps=1, max_rounds=3,
+        )
     print("exiting without with bus", flush=True)
     """
 )
@@ -78,3 +92,5 @@ def test_every_publisher_without_with_bus_writes_everything_by_a_normal_exit(tmp
     assert _steps(tmp_path / "keras.csv") == list(range(1, 17))  # 2 epochs x 8 batches
     assert (tmp_path / "hook-ckpt" / "model.ckpt-40.index").exists()  # the end-of-session save
     assert "ended.hookbus.json" in os.listdir(tmp_path / "hook-ckpt")  # the implicit run closed at exit
+    assert _steps(tmp_path / "te.csv") == list(range(10, 151, 10))  # three sessions, one run
+    assert _steps(tmp_path / "te.eval.csv") == [50, 100, 150]
