@@ -7,15 +7,22 @@ redirect of ``print``.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
-from collections.abc import Mapping
-from typing import IO, Any
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from typing import IO, TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.file_proxy import FileProxy
+from rich.live import Live
+from rich.text import Text
 
-__all__ = ["restore_logging", "route_logging", "wants_live"]
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+__all__ = ["TerminalDisplay", "restore_logging", "route_logging", "wants_live"]
 
 Routed = list[tuple["logging.StreamHandler[Any]", IO[str]]]
 
@@ -69,3 +76,77 @@ def restore_logging(routed: Routed) -> None:
     """Give every routed handler its own stream back (flushing what it buffered)."""
     for handler, stream in reversed(routed):
         handler.setStream(stream)
+
+
+class TerminalDisplay:
+    """Where the dashboard goes: a rich ``Live`` on an interactive terminal, plain lines elsewhere.
+
+    Owns the console, the ``Live`` (which draws ``get_renderable()`` on rich's own thread) and
+    the logging handlers routed through it while it runs.
+
+    Args:
+        console: The console (default ``None``: a new ``Console()`` at :meth:`start`).
+        live: ``True``/``False`` force the mode; ``None`` (default) asks :func:`wants_live`.
+        refresh_per_second: Frames per second of the live display.
+        get_renderable: What to draw (called on rich's refresh thread: must not raise).
+    """
+
+    def __init__(
+        self,
+        console: Console | None,
+        live: bool | None,
+        refresh_per_second: float,
+        get_renderable: Callable[[], RenderableType],
+    ) -> None:
+        self.console = console
+        self.live = live
+        self.refresh_per_second = refresh_per_second
+        self._get_renderable = get_renderable
+        self._live: Live | None = None
+        self._routed: Routed = []
+        self._on_exit: Callable[[], None] | None = None
+
+    @property
+    def is_live(self) -> bool:
+        return self._live is not None
+
+    def start(self, on_exit: Callable[[], None]) -> None:
+        """Show the live display if this is a terminal; ``on_exit`` runs at interpreter exit if
+        the display is still up then (a process that dies without closing gets its cursor back)."""
+        if self.console is None:
+            self.console = Console()
+        live = self.live if self.live is not None else wants_live(self.console)
+        if not live:
+            return
+        streams = {id(s) for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__, self.console.file)}
+        self._live = Live(
+            get_renderable=self._get_renderable,
+            console=self.console,
+            refresh_per_second=self.refresh_per_second,
+            redirect_stdout=True,
+            redirect_stderr=True,
+        )
+        self._on_exit = on_exit
+        atexit.register(on_exit)
+        self._live.start(refresh=True)
+        self._routed = route_logging(self.console, streams)
+
+    def print(self, line: str) -> None:
+        """A plain line, shown literally (plain mode only: the live display has its own frame)."""
+        if self._live is None and self.console is not None:
+            self.console.print(Text(line), highlight=False, soft_wrap=True)
+
+    def stop(self, summary: Iterable[str]) -> None:
+        """Restore logging, then draw the final frame (live) or print ``summary`` (plain)."""
+        live, self._live = self._live, None
+        routed, self._routed = self._routed, []
+        try:
+            restore_logging(routed)
+        finally:
+            if live is not None:
+                if self._on_exit is not None:
+                    atexit.unregister(self._on_exit)
+                live.stop()
+            else:
+                for line in summary:
+                    self.print(line)

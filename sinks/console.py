@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import math
 import os
 import sys
@@ -11,8 +10,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.console import Console
-from rich.live import Live
-from rich.text import Text
 
 from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
 from hookbus._schedule import Schedule
@@ -28,7 +25,7 @@ from ._console_render import (
     plain_line,
     plain_summary,
 )
-from ._console_terminal import Routed, restore_logging, route_logging, wants_live
+from ._console_terminal import TerminalDisplay
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -136,15 +133,12 @@ class ConsoleSink(Sink):
             on_error=on_error,
             name=name,
         )
-        self.console = console
         self.refresh_per_second = float(refresh_per_second)
         self.run_name = run_name if run_name is not None else (os.path.basename(sys.argv[0] or "") or "run")
         self.history = history
-        self.live = live
         self.plain_every_n_secs = float(plain_every_n_secs)
         self.clock = clock
-        self._live: Live | None = None
-        self._routed: Routed = []
+        self.display = TerminalDisplay(console, live, self.refresh_per_second, self.renderable)
         self._active = False
         self._reset(0.0)
 
@@ -170,7 +164,12 @@ class ConsoleSink(Sink):
     @property
     def is_live(self) -> bool:
         """Whether the live dashboard is being shown now."""
-        return self._live is not None
+        return self.display.is_live
+
+    @property
+    def console(self) -> Console | None:
+        """The rich console the dashboard draws on (made at begin when none was given)."""
+        return self.display.console
 
     def _publish(self) -> Snapshot:
         """Freeze the current state into a new snapshot (what the refresh thread draws)."""
@@ -229,7 +228,7 @@ class ConsoleSink(Sink):
             self._active = True
             self._phase = "running"
             self._publish()
-            self._start_display()
+            self.display.start(on_exit=self.close)
         self._publish()
 
     def on_session_created(self, event: Event) -> None:
@@ -259,7 +258,7 @@ class ConsoleSink(Sink):
                 self._metric(self._train, key).update(event.step, value)
         snap = self._publish()
         now = self.clock()
-        if self._live is None and (self._last_plain is None or now - self._last_plain >= self.plain_every_n_secs):
+        if not self.display.is_live and (self._last_plain is None or now - self._last_plain >= self.plain_every_n_secs):
             self._last_plain = now
             self._plain(plain_line(snap))
 
@@ -302,26 +301,8 @@ class ConsoleSink(Sink):
         return Dashboard(self.snapshot, now)
 
     def _plain(self, line: str) -> None:
-        if self._live is None and self._active and self.console is not None:
-            self.console.print(Text(line), highlight=False, soft_wrap=True)
-
-    def _start_display(self) -> None:
-        if self.console is None:
-            self.console = Console()
-        live = self.live if self.live is not None else wants_live(self.console)
-        if not live:
-            return
-        streams = {id(s) for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__, self.console.file)}
-        self._live = Live(
-            get_renderable=self.renderable,
-            console=self.console,
-            refresh_per_second=self.refresh_per_second,
-            redirect_stdout=True,
-            redirect_stderr=True,
-        )
-        atexit.register(self.close)  # a process that dies without closing still gets its cursor back
-        self._live.start(refresh=True)
-        self._routed = route_logging(self.console, streams)
+        if self._active:
+            self.display.print(line)
 
     def close(self) -> None:
         """Stop the dashboard and restore the terminal and logging (idempotent).
@@ -333,16 +314,5 @@ class ConsoleSink(Sink):
         self._active = False
         if self._phase in ("starting", "running", "stopping"):
             self._phase = "stopped" if self._stop else "finished"
-        snap = self._publish()
-        live, self._live = self._live, None
-        routed, self._routed = self._routed, []
-        try:
-            restore_logging(routed)
-        finally:
-            if live is not None:
-                atexit.unregister(self.close)
-                live.stop()
-            elif self.console is not None:
-                for line in plain_summary(snap):
-                    self.console.print(Text(line), highlight=False, soft_wrap=True)
+        self.display.stop(plain_summary(self._publish()))
 
