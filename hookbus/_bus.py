@@ -10,7 +10,6 @@ publishers use is on the port (:class:`hookbus._port.BusPort`), which
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -39,13 +38,14 @@ from hookbus._subscriber import (
     check_on_error,
     check_priority,
 )
+from hookbus._validate import check_stop_signals
 
 if TYPE_CHECKING:
     from types import TracebackType
 
     from hookbus._checkpoint import CheckpointBackend
 
-__all__ = ["EventBus", "Publisher", "UnknownKeyError", "check_stop_signals"]
+__all__ = ["EventBus", "Publisher", "UnknownKeyError"]
 
 logger = logging.getLogger("hookbus")
 _SinkT = TypeVar("_SinkT", bound=Sink)
@@ -62,22 +62,6 @@ _SIGNAL_DOCS = {
     "exception": "Training raised; subscribers are closed next. Payload: event=ExceptionRaised.",
     "checkpoint_saved": "A checkpoint became visible. Payload: event=CheckpointSaved.",
 }
-
-
-def check_stop_signals(value: Iterable[int | str]) -> tuple[int, ...]:
-    """SIGTERM and the signals of ``value`` that can be caught, as numbers; else ``ValueError``."""
-    found = [signal.SIGTERM]
-    for item in [value] if isinstance(value, str | int) else list(value):
-        try:
-            signum = signal.Signals[item] if isinstance(item, str) else signal.Signals(item)
-        except (KeyError, ValueError, TypeError):
-            raise ValueError(f"stop_signals must be signal numbers or names (got {item!r})") from None
-        if signum in (signal.SIGKILL, signal.SIGSTOP, signal.SIGINT):
-            why = "Ctrl-C already stops gracefully" if signum == signal.SIGINT else "it cannot be caught"
-            raise ValueError(f"stop_signals cannot take {signum.name}: {why}")
-        if signum not in found:
-            found.append(signum)
-    return tuple(int(s) for s in found)
 
 
 class EventBus:

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import math
 import os
+import signal
+from collections.abc import Iterable
 
 __all__ = [
+    "check_stop_signals",
     "finite_number",
     "flag",
     "non_empty_path",
@@ -105,3 +108,19 @@ def non_empty_path(name: str, value: object) -> str:
     if not isinstance(value, str | os.PathLike) or not os.fspath(value):
         raise ValueError(f"{name} must be a non-empty str or os.PathLike (got {value!r})")
     return os.fspath(value)
+
+
+def check_stop_signals(value: Iterable[int | str]) -> tuple[int, ...]:
+    """SIGTERM and the signals of ``value`` that can be caught, as numbers; else ``ValueError``."""
+    found = [signal.SIGTERM]
+    for item in [value] if isinstance(value, str | int) else list(value):
+        try:
+            signum = signal.Signals[item] if isinstance(item, str) else signal.Signals(item)
+        except (KeyError, ValueError, TypeError):
+            raise ValueError(f"stop_signals must be signal numbers or names (got {item!r})") from None
+        if signum in (signal.SIGKILL, signal.SIGSTOP, signal.SIGINT):
+            why = "Ctrl-C already stops gracefully" if signum == signal.SIGINT else "it cannot be caught"
+            raise ValueError(f"stop_signals cannot take {signum.name}: {why}")
+        if signum not in found:
+            found.append(signum)
+    return tuple(int(s) for s in found)
