@@ -269,7 +269,7 @@ class EventBus:
         for record in self._subscribers:
             if record.sink is sink:
                 record.timer = schedule.timer()
-                record.timer.reset(self._state.step)
+                record.timer.reset(self._state.step, self.clock())
                 self._version += 1
                 return
         raise ValueError(f"{sink!r} is not attached to this bus")

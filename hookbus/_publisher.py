@@ -170,9 +170,10 @@ class PublisherCore:
         rewound = self.mode == "train" and step < self.bus.step
         if self.mode == "train":
             port.set_step(step)
+            now = self.bus.clock()
             self._refresh()
             for record in self._subs:
-                record.timer.reset(step)
+                record.timer.reset(step, now)
             self._bounds()
         port.publish("after_create_session", port.event("after_create_session", step=step, mode=self.mode))
         port.publish(

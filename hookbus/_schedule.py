@@ -27,6 +27,9 @@ class Schedule:
         at_begin: Also due at the first training step of each session. Default ``False``.
         at_end: Also due once at the end, with the final values, unless it already fired at the
             final step. Default ``False``.
+        secs_from_session_start: Count ``every_n_secs`` from the start of each session instead of
+            firing at its first step. Default ``False``; ``CheckpointSink`` uses it, so a fresh
+            start or a resume does not save just because a timer began.
 
     Raises:
         ValueError: naming the argument and the value, when a value is invalid.
@@ -36,12 +39,14 @@ class Schedule:
     every_n_secs: float | None = None
     at_begin: bool = False
     at_end: bool = False
+    secs_from_session_start: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "every_n_steps", _check_steps(self.every_n_steps))
         object.__setattr__(self, "every_n_secs", optional_seconds("every_n_secs", self.every_n_secs))
         flag("at_begin", self.at_begin)
         flag("at_end", self.at_end)
+        flag("secs_from_session_start", self.secs_from_session_start)
 
     @property
     def is_empty(self) -> bool:
@@ -69,13 +74,15 @@ class ScheduleTimer:
         self._last_step: int | None = None
         self._begin_pending = schedule.at_begin
 
-    def reset(self, step: int) -> None:
-        """Start counting from ``step`` (a new session, possibly rewound)."""
+    def reset(self, step: int, now: float | None = None) -> None:
+        """Start counting from ``step`` (a new session, possibly rewound) at clock time ``now``."""
         n = self.schedule.every_n_steps
         self._bucket = step // n if n else 0
         self._begin_pending = self.schedule.at_begin
         if self._last_step is not None and self._last_step > step:
             self._last_step = None
+        if self.schedule.secs_from_session_start and now is not None:
+            self._last_time = now  # the time rule counts from here, not from the first step
 
     def is_due(self, step: int, now: float) -> bool:
         """Whether the subscriber should fire at ``step`` (at clock time ``now``)."""

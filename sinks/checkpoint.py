@@ -6,7 +6,7 @@ import logging
 import os
 import shutil
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from hookbus import _checkpoint as files
 from hookbus._bus import UnknownKeyError
@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from hookbus._events import Event, StopRequest
 
 __all__ = ["CheckpointSink"]
+
+#: ``every_n_secs`` not given: the default schedule applies unless ``every_n_steps`` is given.
+_NOT_GIVEN: Any = object()
 
 logger = logging.getLogger("hookbus")
 
@@ -53,9 +56,12 @@ class CheckpointSink(Sink):
     Args:
         directory: Where checkpoints go (pass the same as the session's ``checkpoint_dir``).
         every_n_steps: Save when the step reaches a new multiple (default ``None``).
-        every_n_secs: Save at most this often (default 600; with ``every_n_steps`` whichever
-            comes first; pass ``None`` to save on steps only). With both ``None`` it saves only at
-            the end of each session and when a stop is requested.
+        every_n_secs: Save when this many seconds have passed, counted from each session's start
+            (a fresh start or a resume does not save at its first step). Default: 600 when no
+            schedule argument is given. Schedule arguments replace the default as a whole:
+            ``every_n_steps=500`` alone saves on steps only; with both, whichever comes first.
+            ``every_n_steps=None, every_n_secs=None`` saves only at the end of each session and
+            when a stop is requested.
         keep: How many recent checkpoints to keep, across restarts (default 5).
         keep_best: Also keep this many best checkpoints by ``monitor`` in ``directory/best``
             (default 0: off).
@@ -72,7 +78,7 @@ class CheckpointSink(Sink):
             file or cannot be created fails at construction.
     """
 
-    default_schedule: ClassVar[Schedule] = Schedule(every_n_secs=600)
+    default_schedule: ClassVar[Schedule] = Schedule(every_n_secs=600, secs_from_session_start=True)
     #: Parameter-server training: only the chief saves (``chief_only_hooks``), at the shared global step.
     default_runs_on: ClassVar[str] = "chief"
     #: Under MultiWorkerMirroredStrategy every worker saves (the non-chiefs into a scratch directory).
@@ -84,7 +90,7 @@ class CheckpointSink(Sink):
         self,
         directory: str | os.PathLike[str],
         every_n_steps: int | None = None,
-        every_n_secs: float | None = 600,
+        every_n_secs: float | None = _NOT_GIVEN,
         keep: int = 5,
         keep_best: int = 0,
         monitor: str | None = None,
@@ -95,9 +101,12 @@ class CheckpointSink(Sink):
     ) -> None:
         if not isinstance(directory, str | os.PathLike) or not os.fspath(directory):
             raise ValueError(f"directory must be a non-empty path (got {directory!r})")
+        if every_n_secs is _NOT_GIVEN:
+            every_n_secs = None if every_n_steps is not None else 600.0  # given arguments replace the default
         # Both None: save only at the end of each session and on a stop (the train/evaluate loop).
         at_end = every_n_steps is None and every_n_secs is None
         super().__init__(every_n_steps=every_n_steps, every_n_secs=every_n_secs, at_end=at_end, name=name)
+        self.schedule = Schedule(every_n_steps, every_n_secs, at_end=at_end, secs_from_session_start=True)
         self.directory = os.path.abspath(os.fspath(directory))
         if os.path.isfile(self.directory):
             raise ValueError(f"directory must be a directory, but {self.directory!r} is an existing file")

@@ -130,7 +130,9 @@ class CSVSink(Sink):
 
     Args:
         path: The train file (``str`` or path-like); its directory is created at begin.
-        every_n_steps: Write every n steps (default 10; ``None`` with ``every_n_secs``).
+        every_n_steps: Write every n steps. Default: every 10 steps when no schedule argument is
+            given; schedule arguments replace the default as a whole (``every_n_secs=3600`` alone
+            writes by time only).
         keys: Keys to write (default ``None``: every scalar key).
         every_n_secs: Also (or instead) write every t seconds (default ``None``).
         flush_secs: Longest time rows stay unflushed (default 5.0).
@@ -154,7 +156,7 @@ class CSVSink(Sink):
     def __init__(
         self,
         path: str | os.PathLike[str],
-        every_n_steps: int | None = 10,
+        every_n_steps: int | None = None,
         keys: str | Iterable[str] | None = None,
         *,
         every_n_secs: float | None = None,

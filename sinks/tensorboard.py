@@ -77,7 +77,9 @@ class TensorBoardSink(Sink):
 
     Args:
         logdir: Directory for the event files (``str`` or path-like); created at begin.
-        every_n_steps: Write every n steps (default 100; ``None`` with ``every_n_secs``).
+        every_n_steps: Write every n steps. Default: every 100 steps when no schedule argument is
+            given; schedule arguments replace the default as a whole (``every_n_secs=60`` alone
+            writes by time only).
         keys: Keys to write (default ``None``: every key).
         flush_secs: Longest time events stay unflushed (default 5.0).
         hparams: Hyperparameters (name to bool, int, float or str) for the HParams dashboard,
@@ -98,7 +100,7 @@ class TensorBoardSink(Sink):
     def __init__(
         self,
         logdir: str | os.PathLike[str],
-        every_n_steps: int | None = 100,
+        every_n_steps: int | None = None,
         keys: str | Iterable[str] | None = None,
         flush_secs: float = 5.0,
         hparams: Mapping[str, HParamValue] | None = None,

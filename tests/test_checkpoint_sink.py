@@ -278,3 +278,29 @@ def test_only_control_sinks_may_veto() -> None:
 
     with pytest.raises(TypeError, match="overrides checkpoint_veto\\(\\) but does not control training"):
         EventBus().attach(Observer())
+
+
+def test_schedule_arguments_replace_the_default_schedule(tmp_path: Any) -> None:
+    from hookbus.sinks import CSVSink, TensorBoardSink
+
+    assert CSVSink(tmp_path / "m.csv").schedule == hookbus.Schedule(every_n_steps=10)
+    assert CSVSink(tmp_path / "m.csv", every_n_secs=3600).schedule == hookbus.Schedule(every_n_secs=3600)
+    assert TensorBoardSink(tmp_path / "tb", every_n_secs=60).schedule == hookbus.Schedule(every_n_secs=60)
+    step_only = CheckpointSink(tmp_path / "c", every_n_steps=500).schedule
+    assert (step_only.every_n_steps, step_only.every_n_secs) == (500, None)
+    default = CheckpointSink(tmp_path / "c").schedule
+    assert (default.every_n_secs, default.secs_from_session_start) == (600, True)
+
+
+def test_a_checkpoint_timer_counts_from_the_session_start(tmp_path: Any) -> None:
+    """Neither a fresh start nor a resume saves at its first step just because a timer began:
+    every_n_steps=5 saves at 5, 10 and the end; the default 600 s timer saves only at the end."""
+    d = str(tmp_path / "ckpt")
+    _, saved, _ = train(d, [CheckpointSink(d, every_n_steps=5)], last_step=12)
+    assert [s.step for s in saved] == [5, 10, 12]
+    _, resumed, _ = train(d, [CheckpointSink(d, every_n_steps=5)], last_step=17)
+    assert [s.step for s in resumed] == [15, 17]
+    other = str(tmp_path / "other")
+    _, by_time, _ = train(other, [CheckpointSink(other)], last_step=8)
+    assert [s.step for s in by_time] == [8]
+    assert steps_on_disk(other) == [8]
