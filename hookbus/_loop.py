@@ -43,14 +43,15 @@ class LoopPublisher:
     ``with loop:`` publishes ``begin`` and ``session_created`` (restoring the latest checkpoint
     first when ``restore`` asks), and on a clean exit the ``at_end`` values and ``end``. Each
     :meth:`step` is one training step, planned with the subscribers' schedules: on a quiet step
-    it compares two ints and returns, touching no value (no ``.numpy()``, the callable is not
-    called); on a due step it converts only the due subscribers' keys. Values are tensors
+    it compares two ints and returns, touching no value (the callable is not called; only the
+    step counter, when given, is read); on a due step it converts only the due subscribers' keys. Values are tensors
     (converted with ``.numpy()``), numpy values or Python numbers.
 
     Steps: with ``step_counter`` (a variable such as ``optimizer.iterations``; recommended) the
-    step is read from it at the start and on due steps, so it survives a restore and is exact;
-    call :meth:`step` after the update. Without it, steps are counted from 0, or from the
-    restored checkpoint's ``-N`` suffix.
+    step is read from it at every call, so it survives a restore and is exact also when one call
+    runs several optimizer steps (a ``tf.function`` with an inner loop); call :meth:`step` after
+    the update. Without it, each call is one step, counted from 0 or from the restored
+    checkpoint's ``-N`` suffix.
 
     Multi-worker (``strategy=`` a ``MultiWorkerMirroredStrategy`` with two or more workers):
     the bus runs as this worker's :class:`hookbus.Task`, so the chief-only sinks (console,
@@ -175,18 +176,17 @@ class LoopPublisher:
         Raises:
             KeyError: on a due step, when ``values`` lacks a key a due subscriber needs.
         """
-        step = self._step + 1
+        counted = self._read_counter()  # several optimizer steps per call: the counter knows
+        step = self._step + 1 if counted is None else counted
         plan = self._core.plan(step)
         bus = self.bus
         self._core.count_local_step(bus.local_step + 1)
+        self._step = step
         if plan is None:
-            self._step = step
             self._core.advance(step)
         else:
             raw = values() if callable(values) else values
-            real = self._read_counter()
-            self._step = step if real is None else real
-            self._core.publish_step(plan, self._step, self._pick(raw, plan.keys))
+            self._core.publish_step(plan, step, self._pick(raw, plan.keys))
         self._last = values
         stopping = self._core.should_stop()
         collective = self._collective

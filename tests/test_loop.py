@@ -171,3 +171,31 @@ def test_checkpoints_through_the_users_tf_checkpoint_and_resumes(tmp_path: Path)
 
 def test_exported() -> None:
     assert hookbus.LoopPublisher is LoopPublisher
+
+
+
+def test_a_call_running_several_optimizer_steps_is_numbered_by_the_step_counter(tmp_path: Path) -> None:
+    """A tf.function with an inner loop runs 3 optimizer steps per call: steps come from the
+    counter, so schedules fire where the step crosses their multiples (as in TF's own hooks)."""
+    tf = pytest.importorskip("tensorflow")
+    w = tf.Variable(5.0)
+    optimizer = tf.keras.optimizers.SGD(0.01)
+
+    @tf.function
+    def three_steps() -> Any:
+        for _ in tf.range(3):
+            with tf.GradientTape() as tape:
+                loss = tf.square(w - 1.0)
+            optimizer.apply_gradients([(tape.gradient(loss, w), w)])
+        return loss
+
+    bus = EventBus()
+    bus.attach(CSVSink(tmp_path / "m.csv", every_n_steps=5))
+    loop = LoopPublisher(bus, keys="loss", step_counter=optimizer.iterations)
+    with bus, loop:
+        for _ in range(10):
+            loss = three_steps()
+            loop.step({"loss": loss})
+    rows = (tmp_path / "m.csv").read_text().splitlines()[1:]
+    assert [int(r.split(",")[0]) for r in rows] == [6, 12, 15, 21, 27, 30]
+    assert bus.step == loop.global_step == int(optimizer.iterations.numpy()) == 30
