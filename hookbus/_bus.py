@@ -240,6 +240,7 @@ class EventBus:
         """
         if not isinstance(sink, Sink):
             raise TypeError(f"attach() takes a hookbus.Sink (got {sink!r}); use bus.on() for a function")
+        handlers = sink.handlers()  # checks the sink's wiring first (base __init__, handler names)
         if any(s.sink is sink for s in self._subscribers):
             raise ValueError(f"{sink!r} is already attached to this bus")
         if not sink.controls_training and type(sink).checkpoint_veto is not Sink.checkpoint_veto:
@@ -251,7 +252,7 @@ class EventBus:
         self._add(
             Subscriber(
                 name=sink.name,
-                handlers=sink.handlers(),
+                handlers=handlers,
                 schedule=sink.schedule,
                 keys=sink.keys,
                 priority=sink.priority,

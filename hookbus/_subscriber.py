@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -194,12 +196,43 @@ class Sink:
         raise TypeError(f"{type(self).__name__} has no output path to suffix with {suffix!r}")
 
     def handlers(self) -> dict[str, Callable[[Any], None]]:
-        """The bound ``on_<signal>`` methods this sink overrides, by signal name."""
+        """The bound ``on_<signal>`` methods this sink overrides, by signal name.
+
+        Raises:
+            TypeError: when the sink cannot be wired as written, before the run: its class did
+                not run ``Sink.__init__``, a method looks like a misspelled handler
+                (``on_after_runs``), or a handler does not take exactly the event.
+        """
+        cls = type(self)
+        if "name" not in vars(self) or "schedule" not in vars(self):
+            raise TypeError(
+                f"{cls.__name__}.__init__ did not run hookbus.Sink.__init__ (it sets the name, schedule and "
+                "keys): call super().__init__(...) in it"
+            )
+        expected = [f"on_{signal}" for signal in SIGNALS]
+        for attribute in dir(cls):
+            if attribute.startswith("on_") and attribute not in expected:
+                close = difflib.get_close_matches(attribute, expected, n=1, cutoff=0.8)
+                if close:
+                    raise TypeError(
+                        f"{cls.__name__}.{attribute} looks like a misspelled handler (did you mean {close[0]}?); "
+                        f"the handlers are {', '.join(expected)}. Helpers need a name further from these"
+                    )
         found: dict[str, Callable[[Any], None]] = {}
         for signal in SIGNALS:
-            method = getattr(type(self), f"on_{signal}", None)
+            method = getattr(cls, f"on_{signal}", None)
             if method is not None and method is not getattr(Sink, f"on_{signal}", None):
-                found[signal] = getattr(self, f"on_{signal}")
+                bound = getattr(self, f"on_{signal}")
+                try:
+                    inspect.signature(bound).bind(None)
+                except TypeError:
+                    raise TypeError(
+                        f"{cls.__name__}.on_{signal} must take exactly one argument, the event "
+                        f"(got {cls.__name__}.on_{signal}{inspect.signature(bound)})"
+                    ) from None
+                except ValueError:  # no signature to read (a builtin): trust it
+                    pass
+                found[signal] = bound
         return found
 
     # The handlers a subclass may override. Only overridden ones are subscribed, so a sink

@@ -815,3 +815,30 @@ def test_a_publisher_that_begins_again_counts_again_and_one_not_begun_yet_counts
             evaluation.evaluate({"loss": 0.5})
             evaluation.end()
         assert bus.known_keys == {"loss", "eval/loss"}
+
+
+def test_a_custom_sink_is_checked_when_attached() -> None:
+    class Typo(Sink):
+        def on_after_runs(self, event: Event) -> None: ...
+
+    class NoBase(Sink):
+        def __init__(self) -> None:
+            self.rows = 0
+
+    class Arity(Sink):
+        def on_after_run(self) -> None:  # type: ignore[override]
+            ...
+
+    class Helper(Sink):
+        def on_rows_written(self, count: int) -> None: ...  # not a handler name: allowed
+
+        def on_after_run(self, event: Event, *extra: Any) -> None: ...
+
+    bus = EventBus()
+    with pytest.raises(TypeError, match="Typo.on_after_runs looks like a misspelled handler .did you mean on_after_run"):  # noqa: E501 - the message
+        bus.attach(Typo())
+    with pytest.raises(TypeError, match="NoBase.__init__ did not run hookbus.Sink.__init__"):
+        bus.attach(NoBase())
+    with pytest.raises(TypeError, match="Arity.on_after_run must take exactly one argument, the event"):
+        bus.attach(Arity())
+    assert "after_run" in bus.attach(Helper()).handlers()
