@@ -118,6 +118,11 @@ class EventBusHook:
         check_stop_every_n_steps: With a task, read the shared stop flag at least every n local
             steps (default 10; due steps read it too): every worker stops within n of its own
             steps after any worker asked to stop.
+        batch_size: Eval mode: the number of examples in each evaluation batch (a tensor or its
+            name, e.g. ``tf.shape(labels)[0]``); ``"mean"`` values are then weighted by it, as
+            TensorFlow's streaming metrics and Keras's ``evaluate`` are, so a short last batch
+            does not count as a full one. Default ``None``: every batch counts equally (exact
+            only when all batches have the same size).
         final_fetches: Keys of ``fetches`` to read once more at the end for the ``at_end``
             subscribers (``FinalOpsHook``'s job: a streaming metric's result), declared safe to
             run then — they must not pull from the input pipeline. Default: none; the ``at_end``
@@ -144,6 +149,7 @@ class EventBusHook:
         task: Task | None = None,
         check_stop_every_n_steps: int = 10,
         final_fetches: Iterable[str] = (),
+        batch_size: Any = None,
     ) -> None:
         _tensorflow("EventBusHook")
         if fetches is None:
@@ -159,6 +165,12 @@ class EventBusHook:
         if self._core.mode == "eval" and train_op is not None:
             raise ValueError("an eval EventBusHook takes no train_op: evaluation runs are not training steps")
         self._fetches = dict(fetches)
+        if batch_size is not None and self._core.mode != "eval":
+            raise ValueError("batch_size weights evaluation means: it takes mode='eval'")
+        if batch_size is not None and not isinstance(batch_size, str | tf.Tensor | tf.Variable):
+            raise TypeError(f"batch_size must be a tensor or a tensor name (got {batch_size!r})")
+        self._batch_size_arg = batch_size
+        self._batch_size_element: Any = None
         self._final_fetches = (final_fetches,) if isinstance(final_fetches, str) else tuple(final_fetches)
         unknown = [k for k in self._final_fetches if k not in self._fetches]
         if unknown:
@@ -176,7 +188,7 @@ class EventBusHook:
         self._run_args: dict[tuple[str, ...], Any] = {}
         self._train_fetches = TrainFetches()  # due steps' fetches: scalars packed in one tensor
         self._sums: dict[str, Any] = {}
-        self._batches = 0
+        self._batches = 0.0  # batches seen, or examples when batch_size is given
         self._stop_before_eval = False
         if task is None:
             task = Task.from_tf_config()
@@ -215,6 +227,8 @@ class EventBusHook:
     def begin(self) -> None:
         graph = tf.compat.v1.get_default_graph()
         self._elements = {k: resolve(graph, "fetch", v) for k, v in self._fetches.items()}
+        if self._batch_size_arg is not None:
+            self._batch_size_element = resolve(graph, "batch_size", self._batch_size_arg)
         prefix = EVAL_PREFIX if self._core.mode == "eval" else ""
         shapes = {prefix + k: _static_shape(e) for k, e in self._elements.items()}
         self._core.shapes = {k: shape for k, shape in shapes.items() if shape is not None}
@@ -262,7 +276,7 @@ class EventBusHook:
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         self._step = int(session.run(self._global_step)) if self._global_step is not None else 0
-        self._sums, self._batches = {}, 0
+        self._sums, self._batches = {}, 0.0
         # A stop requested before an evaluation began (the training's) must not cut it short.
         self._stop_before_eval = self._core.mode == "eval" and self.bus.should_stop
         if self.checkpoint_backend is not None:
@@ -374,17 +388,25 @@ class EventBusHook:
             return None
         args = self._run_args.get(keys)
         if args is None:
-            args = self._run_args[keys] = tf.compat.v1.train.SessionRunArgs({k: self._elements[k] for k in keys})
+            fetch: Any = {k: self._elements[k] for k in keys}
+            if self._batch_size_element is not None:
+                fetch = {"values": fetch, "size": self._batch_size_element}
+            args = self._run_args[keys] = tf.compat.v1.train.SessionRunArgs(fetch)
         return args
 
     def _after_eval_run(self, run_values: Any) -> None:
         results = run_values.results
         if not results:
             return
-        self._batches += 1
+        # Weighted by the batch's size when it is known, as TensorFlow's streaming metrics and
+        # Keras's evaluate are: a short last batch must not count as much as a full one.
+        weight = 1.0
+        if self._batch_size_element is not None:
+            results, weight = results["values"], float(results["size"])
+        self._batches += weight
         for key, value in results.items():
             total = self._sums.get(key)
-            self._sums[key] = value if total is None else total + value
+            self._sums[key] = value * weight if total is None else total + value * weight
 
     def _end_eval(self, session: Any) -> None:
         if self._core.eval_wanted():

@@ -497,3 +497,41 @@ def test_packed_fetch_without_train_op_counts_steps(tf_graph: Any) -> None:
         for _ in range(4):
             sess.run(train_op)
     assert got == [(2, _expected(2, ["loss", "n"])), (4, _expected(4, ["loss", "n"]))]
+
+
+def test_evaluation_means_weighted_by_batch_size_equal_tensorflow_streaming_mean() -> None:
+    """Differential: 10 examples in batches of 4, 4 and 2. The eval publisher's mean, weighted by
+    batch_size, equals tf.compat.v1.metrics.mean over the same run (read at the end, by design,
+    with aggregate="final"); the unweighted mean of the batch means would not."""
+    import numpy as np
+
+    values = np.arange(10, dtype=np.float32) ** 2
+    with tf.Graph().as_default():
+        tf.compat.v1.train.get_or_create_global_step()
+        dataset = tf.data.Dataset.from_tensor_slices(values).batch(4)
+        batch = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+        streaming, update = tf.compat.v1.metrics.mean(batch)
+        with tf.control_dependencies([update]):
+            batch_mean = tf.reduce_mean(batch)
+        bus = hookbus.EventBus()
+        seen: list[Any] = []
+        bus.on("after_run", seen.append, keys="eval/x")
+        hook = hookbus.EventBusHook(
+            bus, {"x": batch_mean, "tf_mean": streaming}, mode="eval", aggregate={"tf_mean": "final"},
+            batch_size=tf.size(batch),
+        )  # fmt: skip
+        with bus, tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
+            while not session.should_stop():
+                session.run(batch_mean)
+    (event,) = seen
+    assert event.values["eval/x"] == pytest.approx(event.values["eval/tf_mean"])
+    assert event.values["eval/tf_mean"] == pytest.approx(float(values.mean()))
+    unweighted = float(np.mean([values[:4].mean(), values[4:8].mean(), values[8:].mean()]))
+    assert event.values["eval/x"] != pytest.approx(unweighted)
+
+
+def test_batch_size_is_for_evaluation_only() -> None:
+    with tf.Graph().as_default():
+        loss = tf.constant(1.0)
+        with pytest.raises(ValueError, match="batch_size weights evaluation means: it takes mode='eval'"):
+            hookbus.EventBusHook(hookbus.EventBus(), {"loss": loss}, batch_size=tf.constant(4))
