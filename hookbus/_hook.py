@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from hookbus._checkpoint import SaverBackend
 from hookbus._cluster import SharedStop, Task
+from hookbus._eval_mean import EvalAggregator, check_aggregate
 from hookbus._fetch import TrainFetches
 from hookbus._publisher import EVAL_PREFIX, Plan, PublisherCore
 from hookbus._tf import require_tensorflow
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
 
 __all__ = ["EventBusHook"]
 
-AGGREGATIONS = ("mean", "final")
 # A tuple, not ``list | tuple | dict``: a union written in the call is rebuilt on every run.
 _STRUCTURES = (list, tuple, dict)
 
@@ -176,7 +176,7 @@ class EventBusHook:
         if unknown:
             raise ValueError(f"final_fetches names {unknown[0]!r}, which is not in fetches {sorted(self._fetches)}")
         self._train_op_arg = train_op
-        self._aggregate = self._check_aggregate(aggregate)
+        self._eval = EvalAggregator(check_aggregate(aggregate, self._fetches))
         self.bus = bus
         self._step = 0
         self._planned: Plan | None = None
@@ -185,10 +185,8 @@ class EventBusHook:
         self._global_step: Any = None
         self._train_ops: frozenset[Any] = frozenset()
         self._elements: dict[str, Any] = {}
-        self._run_args: dict[tuple[str, ...], Any] = {}
+        self._eval_args: Any = None
         self._train_fetches = TrainFetches()  # due steps' fetches: scalars packed in one tensor
-        self._sums: dict[str, Any] = {}
-        self._batches = 0.0  # batches seen, or examples when batch_size is given
         self._stop_before_eval = False
         if task is None:
             task = Task.from_tf_config()
@@ -199,21 +197,6 @@ class EventBusHook:
         self._stop_args: Any = None
         # Train mode offers its session to checkpoint sinks (through the core, in begin).
         self.checkpoint_backend = SaverBackend() if self._core.mode == "train" else None
-
-    def _check_aggregate(self, aggregate: str | Mapping[str, str]) -> dict[str, str]:
-        if isinstance(aggregate, str):
-            per_key = dict.fromkeys(self._fetches, aggregate)
-        elif isinstance(aggregate, Mapping):
-            unknown = sorted(set(aggregate) - set(self._fetches))
-            if unknown:
-                raise ValueError(f"aggregate names key {unknown[0]!r}, which is not in fetches {sorted(self._fetches)}")
-            per_key = {k: aggregate.get(k, "mean") for k in self._fetches}
-        else:
-            raise TypeError(f"aggregate must be 'mean', 'final' or a mapping of key to one of them (got {aggregate!r})")
-        for key, how in per_key.items():
-            if how not in AGGREGATIONS:
-                raise ValueError(f"aggregate for {key!r} must be 'mean' or 'final' (got {how!r})")
-        return per_key
 
     @property
     def mode(self) -> str:
@@ -233,7 +216,7 @@ class EventBusHook:
         shapes = {prefix + k: _static_shape(e) for k, e in self._elements.items()}
         self._core.shapes = {k: shape for k, shape in shapes.items() if shape is not None}
         self._global_step = tf.compat.v1.train.get_global_step(graph)
-        self._run_args = {}
+        self._eval_args = None
         if self._train_op_arg is not None:
             train_op = resolve(graph, "train_op", self._train_op_arg)
             if self._global_step is None:
@@ -276,7 +259,7 @@ class EventBusHook:
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         self._step = int(session.run(self._global_step)) if self._global_step is not None else 0
-        self._sums, self._batches = {}, 0.0
+        self._eval.start()
         # A stop requested before an evaluation began (the training's) must not cut it short.
         self._stop_before_eval = self._core.mode == "eval" and self.bus.should_stop
         if self.checkpoint_backend is not None:
@@ -313,7 +296,8 @@ class EventBusHook:
     def after_run(self, run_context: Any, run_values: Any) -> None:
         bus = self.bus
         if self._core.mode == "eval":
-            self._after_eval_run(run_values)
+            if run_values.results:
+                self._eval.add(run_values.results, weighted=self._batch_size_element is not None)
         elif self._training_run:
             self._after_training_run(run_context, run_values.results)
         stopping = self._core.should_stop()
@@ -379,41 +363,19 @@ class EventBusHook:
             self.checkpoint_backend.attach_session(None)  # the session closes after end()
 
     # -- evaluation ----------------------------------------------------------------------------
-    def _mean_keys(self) -> tuple[str, ...]:
-        return tuple(k for k in self._core.keys if self._aggregate[k] == "mean")
-
     def _before_eval_run(self) -> Any:
-        keys = self._mean_keys()
-        if not keys or not self._core.eval_wanted():
+        if not self._eval.mean_keys or not self._core.eval_wanted():
             return None
-        args = self._run_args.get(keys)
-        if args is None:
-            fetch: Any = {k: self._elements[k] for k in keys}
-            if self._batch_size_element is not None:
-                fetch = {"values": fetch, "size": self._batch_size_element}
-            args = self._run_args[keys] = tf.compat.v1.train.SessionRunArgs(fetch)
-        return args
-
-    def _after_eval_run(self, run_values: Any) -> None:
-        results = run_values.results
-        if not results:
-            return
-        # Weighted by the batch's size when it is known, as TensorFlow's streaming metrics and
-        # Keras's evaluate are: a short last batch must not count as much as a full one.
-        weight = 1.0
-        if self._batch_size_element is not None:
-            results, weight = results["values"], float(results["size"])
-        self._batches += weight
-        for key, value in results.items():
-            total = self._sums.get(key)
-            self._sums[key] = value * weight if total is None else total + value * weight
+        if self._eval_args is None:
+            fetch = self._eval.fetch(self._elements, self._batch_size_element)
+            self._eval_args = tf.compat.v1.train.SessionRunArgs(fetch)
+        return self._eval_args
 
     def _end_eval(self, session: Any) -> None:
         if self._core.eval_wanted():
-            values: dict[str, Any] = {k: v / self._batches for k, v in self._sums.items()} if self._batches else {}
-            finals = [k for k in self._core.keys if self._aggregate[k] == "final"]
-            if finals:
-                values.update(session.run({k: self._elements[k] for k in finals}))
+            values = self._eval.means()
+            if self._eval.final_keys:
+                values.update(session.run({k: self._elements[k] for k in self._eval.final_keys}))
             if values:
                 self._core.publish_eval(self._step, values)
         self._core.end(self._step)
