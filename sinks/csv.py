@@ -39,9 +39,12 @@ def _line(cells: Iterable[str]) -> str:
 class _File:
     """One CSV file, touched only on the writer's thread (after :meth:`CSVSink.on_begin`)."""
 
-    def __init__(self, path: Path, columns: list[str]) -> None:
+    def __init__(self, path: Path, columns: list[str], *, csv_logger_order: bool = False) -> None:
         self.path = path
-        self.columns = columns  # the value columns, after step and wall_time
+        # CSVLogger's order (epoch, then the rest sorted) for epoch files, kept while no row is
+        # written yet: metrics the callback's keys did not name arrive with the first epoch.
+        self.csv_logger_order = csv_logger_order
+        self.columns = self._ordered(columns)  # the value columns, after step and wall_time
         self.last_step = -1
         self.resume_at: int | None = None
         self.handle: io.TextIOWrapper | None = None
@@ -72,12 +75,19 @@ class _File:
         # A last line without its newline was torn by a kill; its step is regenerated after S.
         kept = [ln for ln in lines if ln.endswith("\n") and int(ln.split(",", 1)[0]) <= step]
         self.columns = (old or []) + [c for c in self.columns if c not in (old or [])]
+        if not kept:  # no row to keep in step with the old header: the order is free
+            self.columns = self._ordered(self.columns)
         self.last_step = int(kept[-1].split(",", 1)[0]) if kept else -1
         if old != self.columns or len(kept) != len(lines):
             extra = "," * (len(self.columns) - len(old or []))  # old rows: new cells empty
             self.replace(_line([*_FIXED, *self.columns]) + "".join(ln[:-1] + extra + "\n" for ln in kept))
         self.handle = self.path.open("a", newline="", encoding="utf-8")
         return self.handle
+
+    def _ordered(self, columns: list[str]) -> list[str]:
+        if not self.csv_logger_order:
+            return columns
+        return [c for c in columns if c == "epoch"] + sorted(c for c in columns if c != "epoch")
 
     def start_session(self, step: int) -> None:
         """A session starts at ``step``: resume now, or at the first row if there is no file yet."""
@@ -215,7 +225,7 @@ class CSVSink(Sink):
         wanted = sorted(k for k in known if self.keys is None or k in self.keys)
         if self.epochs:
             columns = ["epoch"] + [k[len(EPOCH_PREFIX) :] for k in wanted if k.startswith(EPOCH_PREFIX)]
-            self._files = {"epoch": _File(self.path, columns)}
+            self._files = {"epoch": _File(self.path, columns, csv_logger_order=True)}
         else:
             self._files = {
                 "train": _File(self.path, [k for k in wanted if not k.startswith((EVAL_PREFIX, EPOCH_PREFIX))]),

@@ -247,3 +247,26 @@ def test_sigkill_mid_fit_then_resume_continues_steps_and_csv_exactly_once(tmp_pa
         steps = [int(row["step"]) for row in csv.DictReader(f)]
     assert steps == list(range(1, last + 1))  # every step exactly once, none missing
     assert tf.train.latest_checkpoint(str(tmp_path / "ckpt")).endswith(f"model.ckpt-{last}")
+
+
+def test_epoch_csv_has_csvloggers_columns_even_for_metrics_the_keys_do_not_name(tmp_path: Path) -> None:
+    """Differential with keras.callbacks.CSVLogger on the same fit: the callback declares only
+    'loss', Keras also logs accuracy and the validation metrics; the columns and their order
+    (epoch, then sorted) match CSVLogger's, and so do the values."""
+    x, y = data()
+    bus = EventBus()
+    bus.attach(CSVSink(tmp_path / "epochs.csv", epochs=True))
+    logger = keras.callbacks.CSVLogger(str(tmp_path / "keras.csv"))
+    with bus:
+        model().fit(
+            x, y, batch_size=16, epochs=3, verbose=0, validation_data=data(32, 1),
+            callbacks=[EventBusCallback(bus, keys=["loss"]), logger],
+        )  # fmt: skip
+    with open(tmp_path / "epochs.csv") as f:
+        mine = [{k: v for k, v in row.items() if k not in ("step", "wall_time")} for row in csv.DictReader(f)]
+    with open(tmp_path / "keras.csv") as f:
+        reference = list(csv.DictReader(f))
+    assert [list(r) for r in mine] == [list(r) for r in reference]
+    assert list(reference[0]) == ["epoch", "accuracy", "loss", "val_accuracy", "val_loss"]
+    for row, ref in zip(mine, reference, strict=True):
+        assert {k: float(v) for k, v in row.items()} == pytest.approx({k: float(v) for k, v in ref.items()})
