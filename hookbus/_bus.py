@@ -126,6 +126,7 @@ class EventBus:
         self._order = 0
         self._version = 0  # bumped on every (un)subscription; publishers re-plan on change
         self._checkpoint_backend: CheckpointBackend | None = None
+        self._graph_def: Callable[[], bytes | None] | None = None  # offered by a train publisher
         self._state = RunState(wall_clock())
         self._keys = KeyRegistry()
         self._dispatcher = Dispatcher(self)

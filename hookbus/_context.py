@@ -66,6 +66,8 @@ class SinkContext:
         publish_checkpoint: Publish ``checkpoint_saved``.
         best_restorer: ``monitor -> restore`` from the first sink that keeps the best checkpoints
             by ``monitor`` (:meth:`hookbus.Sink.best_restorer`), or ``None``.
+        graph_def: The training graph as a serialized ``GraphDef``, where the publisher has one
+            (the TF1 hook), else ``None``: what TensorBoard's graph tab shows.
     """
 
     clock: Callable[[], float]
@@ -84,6 +86,7 @@ class SinkContext:
     check_state_names: Callable[[], None]
     publish_checkpoint: Callable[[CheckpointSaved], None]
     best_restorer: Callable[[str], Callable[[], str | None] | None]
+    graph_def: Callable[[], bytes | None]
 
 
 class SinkServices:
@@ -112,6 +115,7 @@ class SinkServices:
             check_state_names=self._check_state_names,
             publish_checkpoint=lambda saved: self._bus._dispatcher.publish("checkpoint_saved", saved),
             best_restorer=self._best_restorer,
+            graph_def=lambda: self._bus._graph_def() if self._bus._graph_def is not None else None,
         )
 
     def _best_restorer(self, monitor: str) -> Callable[[], str | None] | None:

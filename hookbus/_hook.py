@@ -244,6 +244,9 @@ class EventBusHook:
             # names each checkpoint after the global step it really holds.
             self.checkpoint_backend.step_variable = self._global_step if self._shared_stop is not None else None
             self._core.offer_checkpoints(self.checkpoint_backend)
+            # The graph TensorBoard shows, as SummarySaverHook and CheckpointSaverHook wrote it;
+            # serialized only when a sink asks (the graph is finalized by then).
+            self._core.offer_graph(lambda: graph.as_graph_def(add_shapes=True).SerializeToString())
         if self.task is not None:
             self._core.set_task(self.task)
         if self._core.mode == "train":

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from hookbus._bus import EventBus
     from hookbus._checkpoint import CheckpointBackend
@@ -57,6 +57,10 @@ class BusPort:
 
     def offer_checkpoints(self, backend: CheckpointBackend | None) -> None:
         self.bus._checkpoint_backend = backend
+
+    def offer_graph(self, graph_def: Callable[[], bytes | None] | None) -> None:
+        """How sinks get the training graph (a serialized ``GraphDef``), read when they need it."""
+        self.bus._graph_def = graph_def
 
     def event(self, signal: str, *, step: int, mode: str = "train", **fields: Any) -> Event:
         """An :class:`Event` stamped with the bus's clocks (and the task, in multi-worker training)."""

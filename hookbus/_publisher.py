@@ -8,7 +8,7 @@ so does :mod:`hookbus.testing`. Planning is the hot path: on a step where no sub
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -185,6 +185,11 @@ class PublisherCore:
         """Let checkpoint sinks save and restore this publisher's model through ``backend``
         (a train publisher calls it before :meth:`begin`; ``None`` withdraws it)."""
         self._port.offer_checkpoints(backend)
+
+    def offer_graph(self, graph_def: Callable[[], bytes | None] | None) -> None:
+        """Let sinks show the training graph: ``graph_def()`` returns it serialized (a
+        ``GraphDef``), called when a sink needs it (TensorBoard, once per event file)."""
+        self._port.offer_graph(graph_def)
 
     def should_stop(self) -> bool:
         """Act on a signal or another thread's stop recorded since the last step; whether to stop.

@@ -137,6 +137,7 @@ class TensorBoardSink(Sink):
         self._open = False
         self._session_step = 0
         self._rate_from: tuple[int, float] | None = None
+        self._graph_written = False
 
     def set_output_suffix(self, suffix: str) -> None:
         """Write under ``<logdir>/<suffix>`` instead: per-worker output, one TensorBoard run each."""
@@ -151,6 +152,7 @@ class TensorBoardSink(Sink):
         except OSError as error:
             raise OSError(f"{self.name} cannot write event files in {self.logdir!r}: {error}") from error
         self._open = True
+        self._graph_written = False
         writer = self._writer("train")
         if self.hparams is not None:
             summary = hparams_summary.hparams_pb(self.hparams, start_time_secs=int(event.wall_time))
@@ -178,6 +180,11 @@ class TensorBoardSink(Sink):
         self._rate_from = (event.step, event.wall_time)
         for writer in self._writers.values():
             writer.add_event(self._marker(event.wall_time))
+        if not self._graph_written:  # once per event file: TensorBoard's graph tab
+            self._graph_written = True
+            graph_def = self.context.graph_def()
+            if graph_def:
+                self._writer("train").add_event(EventProto(wall_time=event.wall_time, graph_def=graph_def))
 
     def on_after_run(self, event: Event) -> None:
         if not self._open:

@@ -253,3 +253,41 @@ def test_close_returns_within_its_deadline_when_the_event_file_hangs(tmp_path: P
         with pytest.warns(WriterWarning, match="TensorBoardSink: the event files in .* did not close within 0.2 s"):
             sink.close()
     release.set()
+
+
+def test_the_training_graph_is_written_once_as_tensorflows_own_hooks_wrote_it(tmp_path: Path) -> None:
+    """Differential with SummarySaverHook on the same model: TensorBoard's reader finds a graph in
+    both event files, and ours holds every node of TensorFlow's (plus hookbus's own reads)."""
+    tf = pytest.importorskip("tensorflow")
+    from hookbus._demo import build_linear_regression
+
+    def graph_nodes(logdir: Path) -> set[str]:
+        accumulator = event_accumulator.EventAccumulator(str(logdir))
+        accumulator.Reload()
+        return {node.name for node in accumulator.Graph().node}
+
+    with tf.Graph().as_default():
+        model = build_linear_regression()
+        summary = tf.compat.v1.summary.scalar("loss", model.loss)
+        hook = tf.compat.v1.train.SummarySaverHook(save_steps=10, output_dir=str(tmp_path / "tf"), summary_op=summary)
+        plain = {"save_summaries_steps": None, "save_checkpoint_secs": None, "log_step_count_steps": None}
+        with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook], **plain) as s:
+            for _ in range(5):
+                s.run(model.train_op)
+    with tf.Graph().as_default():
+        model = build_linear_regression()
+        bus = hookbus.EventBus()
+        bus.attach(TensorBoardSink(tmp_path / "ours", every_n_steps=1))
+        publisher = hookbus.EventBusHook(bus, {"loss": model.loss}, train_op=model.train_op)
+        with bus:
+            for _ in range(2):  # two sessions in one run: the graph is written once
+                with hookbus.monitored_training_session(hooks=[publisher]) as s:
+                    for _ in range(5):
+                        s.run(model.train_op)
+    theirs, ours = graph_nodes(tmp_path / "tf"), graph_nodes(tmp_path / "ours")
+    assert "loss" in theirs
+    assert theirs - {n for n in theirs if n.startswith("loss_1")} <= ours  # every TF node (bar its summary op)
+    assert "hookbus_step_after" in ours
+    files = sorted((tmp_path / "ours").glob("events.*"))
+    events = [e for f in files for e in tf.compat.v1.train.summary_iterator(str(f))]
+    assert sum(1 for e in events if e.graph_def) == 1
