@@ -77,9 +77,7 @@ class Barrier:
         if reason is not None:
             logger.warning("no checkpoint of step %d: %s", step, reason)
             return None
-        self.flush(step, f"for the checkpoint at step {step}")
-        states = {r.name: state for r in self._sinks() if (state := r.sink.state_dict())}  # type: ignore[union-attr]
-        return PreparedCheckpoint(step, states)
+        return PreparedCheckpoint(step, self._flushed_states(step, f"for the checkpoint at step {step}"))
 
     def commit(
         self, prepared: PreparedCheckpoint, prefix: str, value: float | None, taken: Container[int] = ()
@@ -116,8 +114,7 @@ class Barrier:
         if data is None:  # not a checkpoint of a CheckpointSink: nothing to keep in step with
             return
         step = int(data.get("step") or files.step_of(prefix) or 0)
-        self.flush(step, f"after the evaluation of step {step}")
-        states = {r.name: state for r in self._sinks() if (state := r.sink.state_dict())}  # type: ignore[union-attr]
+        states = self._flushed_states(step, f"after the evaluation of step {step}")
         files.write_state_file(prefix, {**data, "sinks": states, "evaluated": True})
 
     def record(self, directory: str, kept: list[str], dropped: list[str]) -> None:
@@ -125,6 +122,11 @@ class Barrier:
         files.record_checkpoints(directory, kept)
         for old in dropped:
             files.remove_checkpoint(old)
+
+    def _flushed_states(self, step: int, why: str) -> dict[str, dict[str, Any]]:
+        """Flush every live sink, then the ``state_dict()`` of each with state, by name."""
+        self.flush(step, why)
+        return {r.name: state for r in self._sinks() if (state := r.sink.state_dict())}  # type: ignore[union-attr]
 
     def flush(self, step: int, why: str) -> None:
         """Flush every live sink; one whose flush raises is disabled and reported when its policy

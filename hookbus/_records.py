@@ -56,12 +56,8 @@ class RunRecords:
     def clear_before(self, since: float) -> None:
         """Remove records written before ``since`` (training calls it as its run begins)."""
         for name in (STOP, ENDED):
-            try:
-                with open(self._path(name), encoding="utf-8") as file:
-                    stale = json.load(file).get("wall_time", 0) < since
-            except (FileNotFoundError, ValueError, AttributeError):
-                stale = os.path.exists(self._path(name))
-            if stale:
+            # Older than ``since``, torn or foreign: nothing this run may act on.
+            if os.path.exists(self._path(name)) and self._read(name, since) is None:
                 with contextlib.suppress(FileNotFoundError):  # another process removed it first
                     os.remove(self._path(name))
 
