@@ -11,6 +11,7 @@ from pathlib import Path
 
 from hookbus._startup_notices import held_startup_notices
 from hookbus._tf import require_tensorflow
+from hookbus._validate import non_negative_seconds
 
 __all__ = ["main"]
 
@@ -23,10 +24,10 @@ def _positive_int(text: str) -> int:
 
 
 def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative number of seconds (got {text})")
-    return value
+    try:  # the one check for durations (inf and nan fail there, not as time.sleep's OverflowError)
+        return non_negative_seconds("--delay", float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0 (got {text})") from None
 
 
 def _parser() -> argparse.ArgumentParser:
