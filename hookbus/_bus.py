@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from hookbus._checkpoint import CheckpointBackend
+    from hookbus._weights import WeightsBackend
 
 __all__ = ["EventBus", "Publisher", "UnknownKeyError"]
 
@@ -127,6 +128,7 @@ class EventBus:
         self._version = 0  # bumped on every (un)subscription; publishers re-plan on change
         self._checkpoint_backend: CheckpointBackend | None = None
         self._graph_def: Callable[[], bytes | None] | None = None  # offered by a train publisher
+        self._weights: WeightsBackend | None = None  # offered by a train publisher holding its model
         self._state = RunState(wall_clock())
         self._keys = KeyRegistry()
         self._dispatcher = Dispatcher(self)

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from hookbus._events import Event
     from hookbus._keys import Publisher
     from hookbus._subscriber import Subscriber
+    from hookbus._weights import WeightsBackend
 
 __all__ = ["BusPort"]
 
@@ -57,6 +58,9 @@ class BusPort:
 
     def offer_checkpoints(self, backend: CheckpointBackend | None) -> None:
         self.bus._checkpoint_backend = backend
+
+    def offer_weights(self, weights: WeightsBackend | None) -> None:
+        self.bus._weights = weights
 
     def offer_graph(self, graph_def: Callable[[], bytes | None] | None) -> None:
         """How sinks get the training graph (a serialized ``GraphDef``), read when they need it."""

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from hookbus._bus import EventBus
     from hookbus._checkpoint import CheckpointBackend
     from hookbus._cluster import Task
+    from hookbus._weights import WeightsBackend
 
 __all__ = [
     "EPOCH_PREFIX",
@@ -185,6 +186,12 @@ class PublisherCore:
         """Let checkpoint sinks save and restore this publisher's model through ``backend``
         (a train publisher calls it before :meth:`begin`; ``None`` withdraws it)."""
         self._port.offer_checkpoints(backend)
+
+    def offer_weights(self, weights: WeightsBackend | None) -> None:
+        """Let sinks take and put back the live model's weights in memory (a train publisher
+        calls it before :meth:`begin`; ``None`` withdraws it): what
+        ``EarlyStoppingSink(restore_best=True)`` restores, as Keras's ``restore_best_weights``."""
+        self._port.offer_weights(weights)
 
     def offer_graph(self, graph_def: Callable[[], bytes | None] | None) -> None:
         """Let sinks show the training graph: ``graph_def()`` returns it serialized (a

@@ -1,0 +1,67 @@
+"""Model weights in memory: what a publisher offers so that a sink can keep and put back the
+weights of one step (``EarlyStoppingSink(restore_best=True)``, as Keras's
+``EarlyStopping(restore_best_weights=True)`` does).
+
+Weights only: the optimizer's slots and the step stay as they are, so restoring never moves
+training, or a checkpoint, back. Nothing here imports TensorFlow: a Keras model and TensorFlow
+variables are used through their own methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["ModelWeights", "VariableWeights", "WeightsBackend"]
+
+
+@runtime_checkable
+class WeightsBackend(Protocol):
+    """Takes and puts back a copy of a live model's weights (``PublisherCore.offer_weights``)."""
+
+    def snapshot(self) -> object:
+        """A copy of the weights now, independent of later training steps."""
+        ...
+
+    def restore(self, snapshot: object) -> None:
+        """Put the weights of ``snapshot`` back into the live model."""
+        ...
+
+
+class ModelWeights:
+    """A Keras model's weights: ``model.get_weights()`` / ``model.set_weights()``, as Keras's
+    ``EarlyStopping(restore_best_weights=True)`` takes and restores them (trainable and
+    non-trainable weights; no optimizer state)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def snapshot(self) -> object:
+        return self.model.get_weights()
+
+    def restore(self, snapshot: object) -> None:
+        self.model.set_weights(snapshot)
+
+
+class VariableWeights:
+    """The values of given TensorFlow variables (``LoopPublisher(weights=model.weights)``)."""
+
+    def __init__(self, variables: Iterable[Any]) -> None:
+        self.variables = list(variables)
+        for variable in self.variables:
+            if not (callable(getattr(variable, "numpy", None)) and callable(getattr(variable, "assign", None))):
+                raise TypeError(
+                    f"weights must be TensorFlow variables (with .numpy() and .assign()); got {variable!r}"
+                )
+        if not self.variables:
+            raise ValueError("weights must name at least one variable (got none)")
+
+    def snapshot(self) -> object:
+        return [np.array(variable.numpy(), copy=True) for variable in self.variables]  # no view of a live buffer
+
+    def restore(self, snapshot: object) -> None:
+        assert isinstance(snapshot, list)
+        for variable, value in zip(self.variables, snapshot, strict=True):
+            variable.assign(value)
