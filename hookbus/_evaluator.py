@@ -86,10 +86,10 @@ def evaluate_checkpoints(
     Returns:
         The number of checkpoints evaluated.
     """
-    tf = require_tensorflow("evaluate_checkpoints")
     optional_positive_int("eval_steps", eval_steps)
     seconds("poll_secs", poll_secs)
     optional_seconds("timeout_secs", timeout_secs)
+    tf = require_tensorflow("evaluate_checkpoints")
     records = RunRecords(checkpoint_dir)
     started = wall_clock()
     evaluated, rounds, asked = -1, 0, False

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hookbus._tf import require_tensorflow
+from hookbus._validate import non_negative_seconds
 
 __all__ = ["monitored_training_session"]
 
@@ -32,7 +33,11 @@ def monitored_training_session(
 
     Raises:
         TypeError: if ``kwargs`` tries to turn one of those hooks back on.
+        ValueError: if ``stop_grace_period_secs`` or ``max_wait_secs`` is not a finite number of
+            seconds >= 0.
     """
+    non_negative_seconds("stop_grace_period_secs", stop_grace_period_secs)
+    non_negative_seconds("max_wait_secs", max_wait_secs)
     tf = require_tensorflow("monitored_training_session")
     owned = {"save_checkpoint_secs", "save_checkpoint_steps", "save_summaries_steps",
              "save_summaries_secs", "log_step_count_steps"}

@@ -6,8 +6,10 @@ message and that no step was published (``after_run`` never sent, the bus still 
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
+import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -308,21 +310,96 @@ def test_bad_input_with_tensorflow_fails_before_step_1(case: Case) -> None:
 
 
 SECONDS = "must be a positive finite number of seconds"
+SECONDS_OR_0 = "must be a finite number of seconds >= 0"
+RATE = "must be a positive finite number"
 
 
+def _evaluate(**time: Any) -> Any:
+    return hookbus.evaluate_checkpoints(
+        hookbus.EventBus(), eval_fetches=None, checkpoint_dir="unused", eval_hooks=[], **time
+    )
+
+
+#: Every time argument of the public surface: (owner, argument, make(tmp, value), expected message).
+TIME_ARGUMENTS: list[tuple[str, str, Callable[[Path, float], Any], str]] = [
+    ("Schedule", "every_n_secs", lambda t, v: hookbus.Schedule(every_n_secs=v), SECONDS),
+    ("Sink", "every_n_secs", lambda t, v: hookbus.Sink(every_n_secs=v), SECONDS),
+    ("EventBus.on", "every_n_secs", lambda t, v: hookbus.EventBus().on("after_run", _fn, every_n_secs=v), SECONDS),
+    ("CSVSink", "every_n_secs", lambda t, v: CSVSink(t / "m.csv", every_n_secs=v), SECONDS),
+    ("CSVSink", "flush_secs", lambda t, v: CSVSink(t / "m.csv", flush_secs=v), SECONDS),
+    ("CSVSink", "close_deadline", lambda t, v: CSVSink(t / "m.csv", close_deadline=v), SECONDS),
+    ("TensorBoardSink", "every_n_secs", lambda t, v: TensorBoardSink(t / "tb", every_n_secs=v), SECONDS),
+    ("TensorBoardSink", "flush_secs", lambda t, v: TensorBoardSink(t / "tb", flush_secs=v), SECONDS),
+    ("TensorBoardSink", "close_deadline", lambda t, v: TensorBoardSink(t / "tb", close_deadline=v), SECONDS),
+    ("ConsoleSink", "every_n_secs", lambda t, v: ConsoleSink(every_n_secs=v), SECONDS),
+    ("ConsoleSink", "plain_every_n_secs", lambda t, v: ConsoleSink(plain_every_n_secs=v), SECONDS_OR_0),
+    ("ConsoleSink", "refresh_per_second", lambda t, v: ConsoleSink(refresh_per_second=v), RATE),
+    ("EarlyStoppingSink", "every_n_secs", lambda t, v: EarlyStoppingSink("loss", every_n_secs=v), SECONDS),
+    ("CheckpointSink", "every_n_secs", lambda t, v: CheckpointSink(t / "c", every_n_secs=v), SECONDS),
+    ("StopAtStepSink", "max_seconds", lambda t, v: StopAtStepSink(last_step=5, max_seconds=v), SECONDS),
+    ("evaluate_checkpoints", "poll_secs", lambda t, v: _evaluate(poll_secs=v), SECONDS),
+    ("evaluate_checkpoints", "timeout_secs", lambda t, v: _evaluate(timeout_secs=v), SECONDS),
+    ("monitored_training_session", "stop_grace_period_secs",
+     lambda t, v: hookbus.monitored_training_session(stop_grace_period_secs=v), SECONDS_OR_0),
+    ("monitored_training_session", "max_wait_secs",
+     lambda t, v: hookbus.monitored_training_session(max_wait_secs=v), SECONDS_OR_0),
+]  # fmt: skip
+
+_TIME_NAME = re.compile(r"secs|deadline|timeout|delay|interval|seconds|per_second|period")
+
+
+def _public_time_arguments() -> set[tuple[str, str]]:
+    """(owner, argument) for every parameter of the public surface that names a duration or a rate."""
+    import hookbus.sinks
+
+    found: set[tuple[str, str]] = set()
+    for module in (hookbus, hookbus.sinks):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            members = [(name, obj)] if not inspect.isclass(obj) else [
+                (name if member == "__init__" else f"{name}.{member}", getattr(obj, member))
+                for member in dir(obj) if member == "__init__" or not member.startswith("_")
+            ]  # fmt: skip
+            for owner, function in members:
+                if not callable(function):
+                    continue
+                try:
+                    parameters = inspect.signature(function).parameters
+                except (TypeError, ValueError):
+                    continue
+                found |= {(owner, p) for p in parameters if _TIME_NAME.search(p) and p != "secs_from_session_start"}
+    return found
+
+
+def test_the_time_argument_table_names_every_public_time_argument() -> None:
+    """A new duration on the public surface must join TIME_ARGUMENTS (and so be checked for inf and nan)."""
+    assert _public_time_arguments() == {(owner, arg) for owner, arg, _, _ in TIME_ARGUMENTS}
+
+
+@pytest.mark.parametrize("value", [math.inf, math.nan, -math.inf], ids=["inf", "nan", "-inf"])
 @pytest.mark.parametrize(
-    ("make", "message"),
-    [
-        (lambda t: CSVSink(t / "m.csv", flush_secs=math.inf), rf"flush_secs {SECONDS} \(got inf\)"),
-        (lambda t: CSVSink(t / "m.csv", close_deadline=math.inf), rf"close_deadline {SECONDS} \(got inf\)"),
-        (lambda t: TensorBoardSink(t / "tb", flush_secs=math.inf), rf"flush_secs {SECONDS} \(got inf\)"),
-        (lambda t: StopAtStepSink(last_step=5, max_seconds=math.inf), rf"max_seconds {SECONDS} \(got inf\)"),
-        (lambda t: ConsoleSink(refresh_per_second=math.inf), r"refresh_per_second must be a positive finite number"),
-        (lambda t: ConsoleSink(plain_every_n_secs=math.nan), r"plain_every_n_secs must be a finite number of seconds"),
-        (lambda t: EarlyStoppingSink("loss", min_delta=math.inf), r"min_delta must be a finite number \(got inf\)"),
-    ],
+    ("make", "argument", "message"),
+    [(make, arg, message) for _, arg, make, message in TIME_ARGUMENTS],
+    ids=[f"{owner}-{arg}" for owner, arg, _, _ in TIME_ARGUMENTS],
 )
-def test_every_time_argument_rejects_infinity_at_construction(tmp_path: Path, make: Any, message: str) -> None:
-    """One validation module: every duration, rate and margin rejects inf and nan alike."""
-    with pytest.raises(ValueError, match=message):
-        make(tmp_path)
+def test_every_time_argument_rejects_infinity_and_nan_at_construction(
+    tmp_path: Path, make: Any, argument: str, message: str, value: float
+) -> None:
+    """One validation module: every duration and rate rejects inf and nan with the same message shape."""
+    with pytest.raises(ValueError, match=rf"^{argument} {message} \(got {re.escape(repr(value))}\)$"):
+        make(tmp_path, value)
+
+
+@pytest.mark.parametrize("delay", ["inf", "nan", "-1"])
+def test_the_demo_delay_rejects_infinity_and_nan(delay: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from hookbus._cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", "--delay", delay])
+    assert exit_info.value.code == 2
+    assert f"argument --delay: must be a finite number of seconds >= 0 (got {delay})" in capsys.readouterr().err
+
+
+def test_margins_reject_infinity_at_construction() -> None:
+    with pytest.raises(ValueError, match=r"min_delta must be a finite number \(got inf\)"):
+        EarlyStoppingSink("loss", min_delta=math.inf)
