@@ -131,7 +131,12 @@ class Dispatcher:
                 request = state.pending_stops.pop(0)
                 self.publish("stop_requested", request)
             else:
-                state.deferred.pop(0)()
+                deferred = state.deferred.pop(0)
+                state.depth += 1  # what deferred work defers runs after the work deferred before it
+                try:
+                    deferred()
+                finally:
+                    state.depth -= 1
 
     def request_stop(self, reason: str, *, step: int | None = None, source: str | None = None) -> None:
         """See :meth:`hookbus.EventBus.request_stop`."""
