@@ -8,7 +8,14 @@ from typing import Any
 
 import numpy as np
 
+from hookbus._publisher import is_real_dtype
+
 __all__ = ["find_nonfinite"]
+
+
+def _inexact(dtype: np.dtype[Any]) -> bool:
+    # ml_dtypes' floats (bfloat16, float8_*) are of kind "V": real dtypes, and np.isfinite knows them.
+    return dtype.kind in "fc" or (dtype.kind == "V" and is_real_dtype(dtype))
 
 
 def find_nonfinite(values: Mapping[str, Any], keys: Iterable[str]) -> tuple[str, Any] | None:
@@ -18,6 +25,6 @@ def find_nonfinite(values: Mapping[str, Any], keys: Iterable[str]) -> tuple[str,
         if isinstance(value, float):
             if not math.isfinite(value):
                 return key, value
-        elif isinstance(value, np.ndarray) and value.dtype.kind in "fc" and not np.all(np.isfinite(value)):
+        elif isinstance(value, np.ndarray) and _inexact(value.dtype) and not np.all(np.isfinite(value)):
             return key, value
     return None
