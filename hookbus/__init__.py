@@ -11,6 +11,7 @@ from hookbus._loop import LoopPublisher
 from hookbus._publisher import PublisherCore
 from hookbus._schedule import Schedule
 from hookbus._session import monitored_training_session
+from hookbus._stats import BusStats, SubscriberStats, WriterStats
 from hookbus._subscriber import (
     PRIORITY_CHECKPOINT,
     PRIORITY_DEFAULT,
@@ -33,6 +34,7 @@ __all__ = [
     "PRIORITY_STOP_AT_STEP",
     "RUNS_ON",
     "SIGNALS",
+    "BusStats",
     "CheckpointSaved",
     "Event",
     "EventBus",
@@ -47,9 +49,11 @@ __all__ = [
     "SinkContext",
     "StopRequest",
     "SubscriberError",
+    "SubscriberStats",
     "Subscription",
     "Task",
     "UnknownKeyError",
+    "WriterStats",
     "__version__",
     "evaluate_checkpoints",
     "monitored_training_session",

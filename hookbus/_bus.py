@@ -21,12 +21,13 @@ from hookbus._barrier import Barrier
 from hookbus._cluster import Task, check_runs_on
 from hookbus._context import SinkServices
 from hookbus._dispatch import Dispatcher
-from hookbus._events import Event
+from hookbus._events import SIGNAL_DOCS, Event
 from hookbus._keys import KeyRegistry, Publisher, UnknownKeyError
 from hookbus._port import BusPort
 from hookbus._run import RunScope
 from hookbus._schedule import Schedule
 from hookbus._state import RunState
+from hookbus._stats import BusStats, collect
 from hookbus._subscriber import (
     PRIORITY_DEFAULT,
     SIGNALS,
@@ -50,19 +51,6 @@ __all__ = ["EventBus", "Publisher", "UnknownKeyError"]
 
 logger = logging.getLogger("hookbus")
 _SinkT = TypeVar("_SinkT", bound=Sink)
-
-_SIGNAL_DOCS = {
-    "begin": "A publisher began (graph built, before any session). Payload: event=Event.",
-    "after_create_session": "A session was created. Payload: event=Event(step).",
-    "session_created": "A (re)created session is a resume point. Payload: event=Event(step, restored).",
-    "before_run": "A due training step is about to run. Payload: event=Event(step=expected step).",
-    "after_run": "A due step ran, or an evaluation finished. Payload: event=Event(step, mode, values).",
-    "end": "A publisher ended cleanly. Payload: event=Event(step).",
-    "stop_requested": "A subscriber or a signal asked to stop. Payload: event=StopRequest.",
-    "subscriber_error": "A subscriber raised. Payload: event=SubscriberError.",
-    "exception": "Training raised; subscribers are closed next. Payload: event=ExceptionRaised.",
-    "checkpoint_saved": "A checkpoint became visible. Payload: event=CheckpointSaved.",
-}
 
 
 class EventBus:
@@ -118,7 +106,7 @@ class EventBus:
         self.clock = clock
         self.wall_clock = wall_clock
         self.namespace = blinker.Namespace()
-        self.signals = {name: self.namespace.signal(name, doc=_SIGNAL_DOCS[name]) for name in SIGNALS}
+        self.signals = {name: self.namespace.signal(name, doc=SIGNAL_DOCS[name]) for name in SIGNALS}
         for name, named in self.signals.items():
             setattr(self, name, named)  # bus.after_run etc., declared above for type checkers
         self._subscribers: list[Subscriber] = []
@@ -168,6 +156,15 @@ class EventBus:
     def known_keys(self) -> frozenset[str]:
         """Every key the registered publishers provide (eval keys with their ``eval/`` prefix)."""
         return self._keys.known
+
+    def stats(self) -> BusStats:
+        """Each subscriber's health in the current (or last) run, in dispatch order.
+
+        Calls, time on the training thread (timed around each handler call, only on due steps
+        and lifecycle signals: a quiet step costs nothing), errors, whether it is disabled, and
+        for writers rows queued and written (:class:`hookbus.BusStats`). Cheap; any thread.
+        """
+        return collect(self._state.step, self._state.due_steps, tuple(self._here))
 
     def request_stop(self, reason: str, *, step: int | None = None, source: str | None = None) -> None:
         """Stop training at the end of the current step.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from hookbus._events import ExceptionRaised, StopRequest, SubscriberError
@@ -41,6 +42,9 @@ class Dispatcher:
         # A snapshot: a handler may disconnect itself (or another) while the event is delivered.
         targets = tuple(bus._here) if subscribers is None else subscribers
         first_error: BaseException | None = None
+        step_signal = signal == "after_run"
+        if step_signal:
+            state.due_steps += 1
         state.depth += 1
         try:
             for record in targets:
@@ -48,12 +52,15 @@ class Dispatcher:
                 if handler is None or record.disabled:
                     continue
                 previous, state.current = state.current, record
+                # Timed only here, on dispatches: a quiet step never reaches this loop.
+                started = perf_counter()
                 try:
                     handler(payload)
                 except Exception as error:  # policy decides; KeyboardInterrupt passes
                     if self._report(record, signal, payload, error) and first_error is None:
                         first_error = error
                 finally:
+                    record.usage.add(perf_counter() - started, step_signal)
                     state.current = previous
             raw = bus.signals[signal]
             if raw.receivers:
@@ -121,8 +128,20 @@ class Dispatcher:
         state = self._bus._state
         if state.depth == 0:
             fn()
-        else:
+            return
+        record = state.current
+        if record is None:
             state.deferred.append(fn)
+            return
+
+        def timed() -> None:  # the deferred work (a checkpoint's save) is its subscriber's cost
+            started = perf_counter()
+            try:
+                fn()
+            finally:
+                record.usage.add_deferred(perf_counter() - started)
+
+        state.deferred.append(timed)
 
     def _drain(self) -> None:
         state = self._bus._state

@@ -7,9 +7,23 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["CheckpointSaved", "Event", "ExceptionRaised", "StopRequest", "SubscriberError"]
+__all__ = ["SIGNAL_DOCS", "CheckpointSaved", "Event", "ExceptionRaised", "StopRequest", "SubscriberError"]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+#: Each signal's blinker ``doc=``: what it means and its payload.
+SIGNAL_DOCS = {
+    "begin": "A publisher began (graph built, before any session). Payload: event=Event.",
+    "after_create_session": "A session was created. Payload: event=Event(step).",
+    "session_created": "A (re)created session is a resume point. Payload: event=Event(step, restored).",
+    "before_run": "A due training step is about to run. Payload: event=Event(step=expected step).",
+    "after_run": "A due step ran, or an evaluation finished. Payload: event=Event(step, mode, values).",
+    "end": "A publisher ended cleanly. Payload: event=Event(step).",
+    "stop_requested": "A subscriber or a signal asked to stop. Payload: event=StopRequest.",
+    "subscriber_error": "A subscriber raised. Payload: event=SubscriberError.",
+    "exception": "Training raised; subscribers are closed next. Payload: event=ExceptionRaised.",
+    "checkpoint_saved": "A checkpoint became visible. Payload: event=CheckpointSaved.",
+}
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from hookbus._records import EvaluatorLink, RunRecords
+from hookbus._stats import Usage
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -100,6 +101,7 @@ class RunScope:
         for record in bus._subscribers:  # one run each: schedules and error counts start afresh
             record.timer = record.timer.schedule.timer()
             record.errors, record.disabled = 0, False
+            record.usage = Usage()
         bus._version += 1  # publishers re-plan against the fresh timers
 
     def open_implicit(self) -> None:

@@ -28,6 +28,7 @@ class RunState:
         "current",
         "deferred",
         "depth",
+        "due_steps",
         "evaluator",
         "foreign_stops",
         "implicit",
@@ -62,6 +63,7 @@ class RunState:
         self.wall_start = wall_start  # run records older than this are an earlier run's
         self.closed: set[int] = set()
         self.depth = 0  # nesting of dispatches in progress
+        self.due_steps = 0  # after_run events published (what bus.stats() divides by)
         self.pending_stops: list[StopRequest] = []
         self.deferred: list[Callable[[], None]] = []
         self.current: Subscriber | None = None  # the subscriber being called

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from hookbus._cluster import check_runs_on
 from hookbus._schedule import Schedule, ScheduleTimer
+from hookbus._stats import Usage
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from hookbus._bus import EventBus
     from hookbus._context import SinkContext
     from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
+    from hookbus._stats import WriterStats
 
 __all__ = [
     "ON_ERROR_POLICIES",
@@ -186,6 +188,11 @@ class Sink:
     def best_restorer(self, monitor: str) -> Callable[[], str | None] | None:
         """A function that makes the best checkpoint by ``monitor`` current, if this sink keeps
         one (default ``None``). ``EarlyStoppingSink(restore_best=True)`` calls it at its stop."""
+        return None
+
+    def writer_stats(self) -> WriterStats | None:
+        """How this sink's background writer keeps up, for :meth:`hookbus.EventBus.stats`
+        (default ``None``: no writer). Writers override it; it must be cheap and never block."""
         return None
 
     def set_output_suffix(self, suffix: str) -> None:
@@ -373,6 +380,7 @@ class Subscriber:
         "runs_on",
         "sink",
         "timer",
+        "usage",
     )
 
     def __init__(
@@ -399,6 +407,7 @@ class Subscriber:
         self.sink = sink
         self.errors = 0
         self.disabled = False
+        self.usage = Usage()  # timed by the dispatcher; see hookbus.EventBus.stats
         self.epochs = sink.receives_epochs if sink is not None else False
 
     @property

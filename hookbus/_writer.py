@@ -25,6 +25,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from hookbus._stats import WriterStats
 from hookbus._validate import positive_int, seconds
 
 __all__ = ["BackgroundWriter", "WriterError", "WriterWarning", "check_writable_dir"]
@@ -127,6 +128,11 @@ class BackgroundWriter(Generic[T]):
     def pending(self) -> int:
         """Items given to :meth:`put` and not written yet."""
         return self._enqueued - self._written
+
+    def stats(self) -> WriterStats:
+        """Rows given, written and waiting, and the queue's size (for ``bus.stats()``; never blocks)."""
+        written = self._written
+        return WriterStats(self._enqueued, written, self._enqueued - written, self._queue.maxsize)
 
     # -- caller side -------------------------------------------------------------------------
     def put(self, item: T) -> None:

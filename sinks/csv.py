@@ -15,6 +15,7 @@ from typing import ClassVar
 from hookbus._events import Event
 from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX
 from hookbus._schedule import Schedule
+from hookbus._stats import WriterStats
 from hookbus._subscriber import Sink
 from hookbus._validate import non_empty_path, positive_int, seconds
 from hookbus._writer import BackgroundWriter, check_writable_dir, write_atomically
@@ -202,6 +203,7 @@ class CSVSink(Sink):
             self.schedule = Schedule()  # never due on a step: epoch events are unscheduled
         self._files: dict[str, _File] = {}
         self._writer: BackgroundWriter[tuple[str, Row]] | None = None
+        self._closed_writer: BackgroundWriter[tuple[str, Row]] | None = None
 
     @property
     def receives_epochs(self) -> bool:
@@ -274,7 +276,13 @@ class CSVSink(Sink):
         """Write what is queued (within ``close_deadline``) and close the files; idempotent."""
         writer, self._writer = self._writer, None
         if writer is not None:
+            self._closed_writer = writer  # its counts stay readable (bus.stats() after the run)
             writer.close(self.close_deadline)
+
+    def writer_stats(self) -> WriterStats | None:
+        """Rows queued and written by this run's writer (see :meth:`hookbus.EventBus.stats`)."""
+        writer = self._writer or self._closed_writer
+        return None if writer is None else writer.stats()
 
     def _write(self, item: tuple[str, Row]) -> None:
         self._files[item[0]].write(item[1])

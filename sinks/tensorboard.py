@@ -21,6 +21,7 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from hookbus._events import Event
 from hookbus._publisher import EVAL_PREFIX
 from hookbus._schedule import Schedule
+from hookbus._stats import WriterStats
 from hookbus._subscriber import Sink
 from hookbus._validate import non_empty_path, positive_int, seconds
 from hookbus._writer import WriterWarning, check_writable_dir
@@ -138,6 +139,7 @@ class TensorBoardSink(Sink):
         self._session_step = 0
         self._rate_from: tuple[int, float] | None = None
         self._graph_written = False
+        self._events = 0  # summary events handed to the writers in this run (bus.stats())
 
     def set_output_suffix(self, suffix: str) -> None:
         """Write under ``<logdir>/<suffix>`` instead: per-worker output, one TensorBoard run each."""
@@ -153,6 +155,7 @@ class TensorBoardSink(Sink):
             raise OSError(f"{self.name} cannot write event files in {self.logdir!r}: {error}") from error
         self._open = True
         self._graph_written = False
+        self._events = 0
         writer = self._writer("train")
         if self.hparams is not None:
             summary = hparams_summary.hparams_pb(self.hparams, start_time_secs=int(event.wall_time))
@@ -211,6 +214,12 @@ class TensorBoardSink(Sink):
         writer = self._writer("eval" if eval_mode else "train")
         for summary in ([Summary(value=values)] if values else []) + raw:
             writer.add_event(EventProto(wall_time=event.wall_time, step=event.step, summary=summary))
+            self._events += 1
+
+    def writer_stats(self) -> WriterStats:
+        """Summary events handed to TensorBoard's ``EventFileWriter`` in this run; its queue
+        keeps its depth to itself, so ``written`` and ``queued`` are ``None``."""
+        return WriterStats(self._events, None, None, self.max_queue_size)
 
     def flush(self) -> None:
         """Block until every event received so far is written to the OS (checkpoint barrier)."""

@@ -32,6 +32,7 @@ def test_the_bus_surface_is_what_users_need() -> None:
         "request_stop",
         "should_stop",
         "sinks",
+        "stats",
         "step",
         "stop_reason",
         "subscribers",
@@ -89,6 +90,7 @@ def test_the_seams_hold() -> None:
 
 def test_public_surface_is_pinned() -> None:
     assert sorted(hookbus.__all__) == [
+        "BusStats",
         "CheckpointSaved",
         "Event",
         "EventBus",
@@ -110,9 +112,11 @@ def test_public_surface_is_pinned() -> None:
         "SinkContext",
         "StopRequest",
         "SubscriberError",
+        "SubscriberStats",
         "Subscription",
         "Task",
         "UnknownKeyError",
+        "WriterStats",
         "__version__",
         "evaluate_checkpoints",
         "monitored_training_session",

@@ -1,0 +1,171 @@
+"""Sink health: what each subscriber costs the training thread, how its writer keeps up, whether it fails.
+
+The dispatcher times every handler call it makes (``time.perf_counter`` around the call) into
+the subscriber's :class:`Usage`. Handlers are called only on due dispatches and lifecycle
+signals, so a quiet step — where the publisher plans, finds nothing due and sends nothing —
+costs nothing here. :meth:`hookbus.EventBus.stats` freezes the counters into
+:class:`BusStats`, together with each sink's :class:`WriterStats` (``Sink.writer_stats``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hookbus._subscriber import Subscriber
+
+__all__ = ["BusStats", "SubscriberStats", "Usage", "WriterStats", "collect"]
+
+logger = logging.getLogger("hookbus")
+
+
+class Usage:
+    """The mutable counters of one subscriber in one run, kept by the dispatcher."""
+
+    __slots__ = ("calls", "max_seconds", "seconds", "step_calls", "step_seconds")
+
+    def __init__(self) -> None:
+        self.calls = 0  # every handler call
+        self.seconds = 0.0
+        self.max_seconds = 0.0
+        self.step_calls = 0  # calls for after_run (a due step or an evaluation)
+        self.step_seconds = 0.0
+
+    def add(self, seconds: float, step: bool) -> None:
+        """One handler call took ``seconds``; ``step``: it handled ``after_run``."""
+        self.calls += 1
+        self.seconds += seconds
+        if seconds > self.max_seconds:
+            self.max_seconds = seconds
+        if step:
+            self.step_calls += 1
+            self.step_seconds += seconds
+
+    def add_deferred(self, seconds: float) -> None:
+        """Work the subscriber deferred until after the dispatch (a checkpoint's save) took ``seconds``."""
+        self.seconds += seconds
+        if seconds > self.max_seconds:
+            self.max_seconds = seconds
+
+
+@dataclass(frozen=True)
+class WriterStats:
+    """How a sink's background writer keeps up (what the writer can tell).
+
+    Attributes:
+        rows: Rows (CSV lines, TensorBoard events) the sink handed to its writer in this run.
+        written: Of those, the rows the writer has written, or ``None`` when the writer does not
+            say (TensorBoard's own ``EventFileWriter``).
+        queued: Rows waiting in the writer's queue, or ``None`` when the writer does not say.
+        capacity: The queue's size: a full queue blocks training until the disk catches up.
+    """
+
+    rows: int
+    written: int | None
+    queued: int | None
+    capacity: int | None
+
+    @property
+    def backlog(self) -> float | None:
+        """``queued / capacity`` (0 to 1), or ``None`` when either is unknown."""
+        if self.queued is None or not self.capacity:
+            return None
+        return self.queued / self.capacity
+
+
+@dataclass(frozen=True)
+class SubscriberStats:
+    """One subscriber's health in the current (or last) run.
+
+    Attributes:
+        name: The sink's or function's name.
+        kind: ``"sink"`` or ``"function"``.
+        on_error: Its error policy.
+        calls: Handler calls on the publishing (training) thread, every signal.
+        seconds: Time spent in those calls (``time.perf_counter``).
+        max_seconds: The longest single call.
+        step_calls: Calls for ``after_run`` (a due step or an evaluation).
+        step_seconds: Time spent in those.
+        errors: Exceptions raised by its handlers.
+        disabled: Whether the bus stopped calling it (``on_error="disable"``, or a writer that
+            failed at a checkpoint barrier).
+        writer: Its writer's counters (sinks with a background writer), else ``None``.
+    """
+
+    name: str
+    kind: str
+    on_error: str
+    calls: int
+    seconds: float
+    max_seconds: float
+    step_calls: int
+    step_seconds: float
+    errors: int
+    disabled: bool
+    writer: WriterStats | None
+
+    @property
+    def mean_seconds(self) -> float:
+        """Mean time per ``after_run`` call (0.0 before the first)."""
+        return self.step_seconds / self.step_calls if self.step_calls else 0.0
+
+
+@dataclass(frozen=True)
+class BusStats:
+    """Every subscriber's health, in dispatch order: what :meth:`hookbus.EventBus.stats` returns.
+
+    Attributes:
+        step: The training step the run has reached.
+        due_steps: ``after_run`` events published in this run (due steps and evaluations).
+        subscribers: One :class:`SubscriberStats` per subscriber running on this task.
+    """
+
+    step: int
+    due_steps: int
+    subscribers: tuple[SubscriberStats, ...]
+
+    @property
+    def seconds_per_due_step(self) -> float:
+        """Time the subscribers took on the training thread per due step, all of them together."""
+        total = sum(s.step_seconds for s in self.subscribers)
+        return total / self.due_steps if self.due_steps else 0.0
+
+    def __getitem__(self, name: str) -> SubscriberStats:
+        """The stats of the subscriber named ``name`` (the first, if several share it)."""
+        for stats in self.subscribers:
+            if stats.name == name:
+                return stats
+        known = ", ".join(repr(s.name) for s in self.subscribers)
+        raise KeyError(f"no subscriber named {name!r}; the subscribers are {known}")
+
+
+def collect(step: int, due_steps: int, records: Iterable[Subscriber]) -> BusStats:
+    """Freeze ``records``' counters (and their sinks' writer counters) into a :class:`BusStats`."""
+    frozen = []
+    for record in records:
+        usage, sink = record.usage, record.sink
+        writer: WriterStats | None = None
+        if sink is not None:
+            try:
+                writer = sink.writer_stats()
+            except Exception:  # one sink's report must not break the others' (or a dashboard)
+                logger.debug("writer_stats of %r failed", sink, exc_info=True)
+        frozen.append(
+            SubscriberStats(
+                name=record.name,
+                kind="function" if sink is None else "sink",
+                on_error=record.on_error,
+                calls=usage.calls,
+                seconds=usage.seconds,
+                max_seconds=usage.max_seconds,
+                step_calls=usage.step_calls,
+                step_seconds=usage.step_seconds,
+                errors=record.errors,
+                disabled=record.disabled,
+                writer=writer,
+            )
+        )
+    return BusStats(step, due_steps, tuple(frozen))
