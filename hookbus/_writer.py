@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import queue
-import tempfile
+import secrets
 import threading
 import time
 import warnings
@@ -61,8 +61,7 @@ def write_atomically(target: str | os.PathLike[str], text: str) -> None:
     keeps what was written; after a power loss it is as durable as TensorFlow's own checkpoint
     files and pointer, which are not fsynced either.
     """
-    directory = os.path.dirname(os.fspath(target)) or "."
-    handle, temp = tempfile.mkstemp(prefix=f".{os.path.basename(os.fspath(target))}.", suffix=".tmp", dir=directory)
+    handle, temp = _create_temp(os.fspath(target))
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as file:
             file.write(text)
@@ -71,6 +70,22 @@ def write_atomically(target: str | os.PathLike[str], text: str) -> None:
         if os.path.exists(temp):
             os.remove(temp)
         raise
+
+
+def _create_temp(target: str) -> tuple[int, str]:
+    """A new file beside ``target`` created with mode 0o666 less the umask, as TensorFlow's own files.
+
+    ``tempfile.mkstemp`` would make it 0600, and ``os.replace`` keeps that mode: the CSV, the
+    state files and the checkpoint pointer would then be unreadable to TensorBoard, an evaluator
+    or a colleague running as another user.
+    """
+    directory, name = os.path.split(target)
+    while True:
+        temp = os.path.join(directory or ".", f".{name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666), temp
+        except FileExistsError:  # another writer's temp file of the same name: draw again
+            continue
 
 
 class WriterError(RuntimeError):
