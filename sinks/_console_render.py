@@ -226,7 +226,7 @@ def _metrics(rows: tuple[MetricRow, ...], *, ascii_only: bool) -> Table:
     table.add_column("recent", no_wrap=True, overflow="crop")
     for row in rows:
         table.add_row(
-            row.key,
+            Text(row.key),  # a Text, never markup: keys like "loss[train]" or "acc[/]" are names
             format_value(row.last),
             f"{format_value(row.best)} {row.goal}",
             _step(row.best_step),
