@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from hookbus._cluster import Task
     from hookbus._events import CheckpointSaved
     from hookbus._schedule import Schedule
+    from hookbus._weights import WeightsBackend
 
 __all__ = ["PeerReport", "SinkContext", "SinkServices"]
 
@@ -64,8 +65,9 @@ class SinkContext:
         check_state_names: Fail, naming them, if two sinks with state share a name (their states
             are saved by name).
         publish_checkpoint: Publish ``checkpoint_saved``.
-        best_restorer: ``monitor -> restore`` from the first sink that keeps the best checkpoints
-            by ``monitor`` (:meth:`hookbus.Sink.best_restorer`), or ``None``.
+        model_weights: The training publisher's way to take and put back its model's weights in
+            memory (``snapshot()`` / ``restore(snapshot)``), ``None`` where it holds no model
+            (the TF1 hook, whose session closes at the end) or before it began.
         graph_def: The training graph as a serialized ``GraphDef``, where the publisher has one
             (the TF1 hook), else ``None``: what TensorBoard's graph tab shows.
     """
@@ -85,7 +87,7 @@ class SinkContext:
     load_states: Callable[[Mapping[str, Any]], None]
     check_state_names: Callable[[], None]
     publish_checkpoint: Callable[[CheckpointSaved], None]
-    best_restorer: Callable[[str], Callable[[], str | None] | None]
+    model_weights: Callable[[], WeightsBackend | None]
     graph_def: Callable[[], bytes | None]
 
 
@@ -114,16 +116,9 @@ class SinkServices:
             load_states=self._load_states,
             check_state_names=self._check_state_names,
             publish_checkpoint=lambda saved: self._bus._dispatcher.publish("checkpoint_saved", saved),
-            best_restorer=self._best_restorer,
+            model_weights=lambda: self._bus._weights,
             graph_def=lambda: self._bus._graph_def() if self._bus._graph_def is not None else None,
         )
-
-    def _best_restorer(self, monitor: str) -> Callable[[], str | None] | None:
-        for sink in self._bus.sinks:
-            restore = sink.best_restorer(monitor)
-            if restore is not None:
-                return restore
-        return None
 
     def _peer_reports(self, asking: Sink) -> list[PeerReport]:
         reports = []

@@ -11,6 +11,7 @@ from hookbus._hook import with_base
 from hookbus._publisher import EPOCH_PREFIX, PublisherCore
 from hookbus._tf import require_tensorflow
 from hookbus._validate import positive_int
+from hookbus._weights import ModelWeights
 
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
@@ -76,8 +77,14 @@ class EventBusCallback:
     directory ``restore`` names) into the model and optimizer; steps continue from the restored
     ``iterations``, and sinks resume there (CSV drops rows after it, sink states come back).
     A run killed and restarted with the same ``fit`` and ``restore=True`` writes every step
-    exactly once. Pass ``initial_epoch=step // steps_per_epoch`` to ``fit`` to continue the epoch
-    numbering (exact when checkpoints fall on epoch ends).
+    exactly once. ``fit`` continues at the epoch of the restored step (``step // steps_per_epoch``,
+    as Keras's ``BackupAndRestore`` does; exact when checkpoints fall on epoch ends; with an
+    input of unknown length pass ``initial_epoch`` yourself), and a stop asked for at the resume
+    (early stopping whose patience ran out before the checkpoint) ends ``fit`` before another
+    epoch.
+
+    The model's weights are offered to sinks in memory (``EarlyStoppingSink(restore_best=True)``
+    puts the best ones back at train end, as ``EarlyStopping(restore_best_weights=True)``).
 
     Stop requests (early stopping, stop-at-step, SIGTERM) set ``model.stop_training``.
 
@@ -137,6 +144,7 @@ class EventBusCallback:
         self._step = 0
         self._epoch_start = 0
         self._in_fit = False
+        self._set_initial_epoch = False
         self._checked = False
         self._logs: Mapping[str, Any] = {}
         self._iterations: Any = None
@@ -173,6 +181,7 @@ class EventBusCallback:
         checkpoint = self._checkpoint or tf.train.Checkpoint(model=model, optimizer=optimizer)
         self.checkpoint_backend.attach(checkpoint)
         self._core.offer_checkpoints(self.checkpoint_backend)
+        self._core.offer_weights(ModelWeights(model))
         self._in_fit, self._checked = True, False
         strategy = getattr(model, "distribute_strategy", None)
         task = task_of_strategy(strategy)
@@ -188,6 +197,25 @@ class EventBusCallback:
             self._collective.reset(self._step)
             self._collective.agree(self.bus, self._step, plan=True)
         self._stop_if_agreed()
+        self._start_epoch(model)
+
+    def _start_epoch(self, model: Any) -> None:
+        """Have ``fit`` start at the epoch of the restored step, or train no epoch at all when a
+        stop was asked for before the first batch (Keras looks at ``stop_training`` only after
+        a batch). ``model._initial_epoch`` is what Keras's trainer reads for this, set by its own
+        ``BackupAndRestore`` in ``on_train_begin``."""
+        epochs, steps = self.params.get("epochs"), self.params.get("steps")  # type: ignore[attr-defined]
+        if not hasattr(model, "_initial_epoch") or not isinstance(epochs, int):
+            return
+        if model.stop_training:
+            start = epochs
+        elif self.restored_from is not None and isinstance(steps, int) and steps > 0:
+            start = self._step // steps
+        else:
+            return
+        if start > 0:
+            model._initial_epoch = start
+            self._set_initial_epoch = True
 
     def _stop_if_agreed(self) -> None:
         """Set ``model.stop_training`` once a stop is asked for (agreed, under a collective strategy)."""
@@ -242,6 +270,10 @@ class EventBusCallback:
             self._core.publish_final(final, {k: self._logs[k] for k in final.keys if k in self._logs})
         self._core.end(self._step)
         self.checkpoint_backend.detach()
+        self._core.offer_weights(None)
+        if self._set_initial_epoch:
+            self.model._initial_epoch = None  # type: ignore[attr-defined]  # the next fit starts as told
+            self._set_initial_epoch = False
         self._in_fit = False
 
     # -- evaluate -----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpo
 from hookbus._collective import CollectiveStop, task_of_strategy
 from hookbus._publisher import PublisherCore
 from hookbus._validate import positive_int
+from hookbus._weights import VariableWeights
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -71,6 +72,8 @@ class LoopPublisher:
         step_counter: A variable holding completed training steps (default ``None``).
         checkpoint: A ``tf.train.Checkpoint`` for checkpoint sinks (default ``None``: none).
         restore: ``False`` (default), ``True`` (the CheckpointSink's directory) or a directory.
+        weights: The model's variables, e.g. ``model.weights`` (default ``None``): offered to sinks
+            in memory, for ``EarlyStoppingSink(restore_best=True)``.
         strategy: The ``tf.distribute`` strategy the loop trains under (default ``None``).
             Only a multi-worker ``MultiWorkerMirroredStrategy`` changes anything.
         check_stop_every_n_steps: Under a multi-worker strategy, agree on stopping each time
@@ -90,6 +93,7 @@ class LoopPublisher:
         step_counter: Any = None,
         checkpoint: Any = None,
         restore: Restore = False,
+        weights: Iterable[Any] | None = None,
         strategy: Any = None,
         check_stop_every_n_steps: int = 10,
     ) -> None:
@@ -113,6 +117,7 @@ class LoopPublisher:
         #: Offered to checkpoint sinks (``PublisherCore.offer_checkpoints``) while the loop runs; ``None``
         #: without ``checkpoint``.
         self.checkpoint_backend = TF2CheckpointBackend(checkpoint) if checkpoint is not None else None
+        self._weights = VariableWeights(weights) if weights is not None else None
         self.restored_from: str | None = None
         self._step = 0
         self._last: StepValues | None = None
@@ -145,6 +150,8 @@ class LoopPublisher:
         if backend is not None:
             backend.attach()
             self._core.offer_checkpoints(backend)
+        if self._weights is not None:
+            self._core.offer_weights(self._weights)
         task = task_of_strategy(self._strategy)
         self._collective = None if task is None else CollectiveStop(self._strategy, task, self._check_every)
         if task is not None:
@@ -227,6 +234,7 @@ class LoopPublisher:
             self._eval.end(self._step)
         if self.checkpoint_backend is not None:
             self.checkpoint_backend.detach()
+        self._core.offer_weights(None)
 
     def __enter__(self) -> LoopPublisher:
         self.begin()

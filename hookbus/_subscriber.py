@@ -185,11 +185,6 @@ class Sink:
         (default ``False``; ``CSVSink(epochs=True)`` does). See :meth:`Subscriber.wants_epochs`."""
         return False
 
-    def best_restorer(self, monitor: str) -> Callable[[], str | None] | None:
-        """A function that makes the best checkpoint by ``monitor`` current, if this sink keeps
-        one (default ``None``). ``EarlyStoppingSink(restore_best=True)`` calls it at its stop."""
-        return None
-
     def writer_stats(self) -> WriterStats | None:
         """How this sink's background writer keeps up, for :meth:`hookbus.EventBus.stats`
         (default ``None``: no writer). Writers override it; it must be cheap and never block."""

@@ -18,6 +18,7 @@ from hookbus._publisher import EVAL_PREFIX, PublisherCore
 
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
+    from hookbus._weights import WeightsBackend
 
 __all__ = ["FakeClock", "ScriptedPublisher"]
 
@@ -58,6 +59,8 @@ class ScriptedPublisher:
         mode: ``"train"`` (default) or ``"eval"``.
         shapes: Static shapes by key, declared before step 1 as a graph publisher declares its
             tensors' shapes (default ``None``: unknown).
+        weights: Offered to sinks as the live model's weights (``snapshot()`` /
+            ``restore(snapshot)``, see ``PublisherCore.offer_weights``; default ``None``).
 
     Attributes:
         step: The current training step.
@@ -71,8 +74,10 @@ class ScriptedPublisher:
         *,
         mode: str = "train",
         shapes: Mapping[str, tuple[int | None, ...]] | None = None,
+        weights: WeightsBackend | None = None,
     ) -> None:
         self.core = PublisherCore(bus, keys, mode=mode)
+        self.weights = weights
         unknown = sorted(set(shapes or {}) - set(self.core.keys))
         if unknown:
             raise ValueError(f"shapes names key {unknown[0]!r}, which is not in keys {sorted(self.core.keys)}")
@@ -84,6 +89,8 @@ class ScriptedPublisher:
 
     def begin(self) -> None:
         """Publish ``begin`` (keys are checked)."""
+        if self.weights is not None:
+            self.core.offer_weights(self.weights)
         self.core.begin()
 
     def session(self, step: int = 0, restored: bool | None = None) -> None:

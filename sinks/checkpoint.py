@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hookbus import _checkpoint as files
@@ -127,7 +126,6 @@ class CheckpointSink(Sink):
         self._best = BestCheckpoints(self._monitor, self.keep_best) if self._monitor and self.keep_best else None
         self._saved: set[int] = set()
         self._nonfinite_step: int | None = None
-        self._frozen = False  # after restore_best: the live model no longer matches its step
         self._resumed = False  # whether a session_created has been seen: the first may load states
         self._scratch: str | None = None  # a collective non-chief's save directory, removed after each save
         self._collective = False
@@ -136,9 +134,6 @@ class CheckpointSink(Sink):
     @property
     def checkpoint_directory(self) -> str:
         return self.directory
-
-    def best_restorer(self, monitor: str) -> Callable[[], str | None] | None:
-        return self.restore_best if self.keep_best > 0 and monitor == self.monitor else None
 
     def on_begin(self, event: Event) -> None:
         if event.mode != "train":
@@ -179,7 +174,6 @@ class CheckpointSink(Sink):
     def on_session_created(self, event: Event) -> None:
         if event.mode != "train":
             return
-        self._frozen = False
         if self._nonfinite_step is not None and event.step < self._nonfinite_step:
             self._nonfinite_step = None
         first, self._resumed = not self._resumed, True
@@ -225,7 +219,7 @@ class CheckpointSink(Sink):
             self._save(self._context.current_step(), None)
 
     def _savable(self, step: int) -> bool:
-        if self._frozen or self._context is None:
+        if self._context is None:
             return False
         return self._nonfinite_step is None or step < self._nonfinite_step
 
@@ -296,32 +290,7 @@ class CheckpointSink(Sink):
     def _publish(self, path: str, step: int, value: float | None) -> None:
         self.context.publish_checkpoint(CheckpointSaved(path, step, value))
 
-    # -- restoring -------------------------------------------------------------------------------
     @property
     def best_checkpoint(self) -> str | None:
         """The prefix of the best checkpoint kept in ``directory/best``, if any."""
         return self._best.best if self._best is not None else None
-
-    def restore_best(self) -> str | None:
-        """Make the best checkpoint current: restored into the live model, if there is one, and
-        recorded as the latest checkpoint of ``directory``. Returns its prefix (``None`` if none).
-
-        Nothing is saved after it in this session: the model no longer matches the step.
-        """
-        best = self.best_checkpoint
-        if best is None:
-            logger.warning("%s: no best checkpoint to restore", self.name)
-            return None
-        backend = self._backend()
-        if backend.ready:
-            backend.restore(best)
-            self._frozen = True
-        target = os.path.join(self.directory, os.path.basename(best))
-        if self._scratch is not None:  # a collective non-chief: the chief records it
-            return target
-        if not os.path.exists(target + ".index"):
-            files.copy_checkpoint(best, self.directory)
-        kept = [p for p in self._kept if p != target] + [target]
-        self.context.record_checkpoints(self.directory, kept[-self.keep :], kept[: -self.keep])
-        self._kept = kept[-self.keep :]
-        return target

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
     from hookbus._events import Event
 
 __all__ = ["Decision", "EarlyStopRule", "EarlyStopState", "EarlyStoppingSink", "decide"]
+
+logger = logging.getLogger("hookbus")
 
 
 @dataclass(frozen=True)
@@ -103,17 +106,23 @@ class EarlyStoppingSink(Sink):
         stop_below: Stop at once when the value falls below this (default ``None``).
         stop_on_nonfinite: Stop at once on NaN or inf (default ``True``).
         min_steps: Ignore evaluations before this training step (default 0).
-        restore_best: When this sink stopped the run, restore the best checkpoint at the end
-            (into the live model if any, and as the latest checkpoint of the directory). Needs
-            a :class:`~hookbus.sinks.CheckpointSink` with ``keep_best`` monitoring the same key.
-            Unlike Keras, a run that ends without an early stop keeps its last state (default
-            ``False``).
+        restore_best: At the end of training, put back the model's weights from the best
+            evaluation by this rule (``min_delta`` and ``baseline`` included), as Keras's
+            ``EarlyStopping(restore_best_weights=True)`` does, also when the run ends without an
+            early stop. Weights only, kept in memory: the optimizer's state and the step stay,
+            the final checkpoint is saved before the weights go back and the checkpoint pointer
+            never moves back, so a resume continues where training ended. Needs a publisher
+            holding its model (:class:`~hookbus.EventBusCallback`,
+            ``LoopPublisher(weights=...)``); no checkpoint sink is needed. After a restart, the
+            best weights are known only if the best evaluation happened in this process or is
+            the checkpoint it resumed from; otherwise a warning says so and the last weights
+            stay (default ``False``).
         every_n_steps, every_n_secs: The schedule for training keys (default every step).
         name: Name in reports and in checkpoint state (default the class name).
 
     Raises:
         ValueError: at construction for invalid settings; at ``begin`` when ``restore_best``
-            has no matching checkpoint sink, no publisher provides ``monitor``, or a publisher
+            has no publisher holding a model, no publisher provides ``monitor``, or a publisher
             declares it with a non-scalar shape; at the first value of ``monitor`` that is not a
             scalar number (``stop_below >= stop_above`` fails at construction).
     """
@@ -163,6 +172,10 @@ class EarlyStoppingSink(Sink):
         self.restore_best = restore_best
         self.state = EarlyStopState()
         self.stopped_at: int | None = None
+        self.stop_reason: str | None = None  # saved with checkpoints: a resumed run stops again
+        self._best_weights: object = None  # the weights at state.best_step (restore_best)
+        self._best_weights_step: int | None = None
+        self._resumed: Event | None = None  # the session_created being dispatched, until a step runs
 
     @property
     def monitor(self) -> str:
@@ -170,37 +183,86 @@ class EarlyStoppingSink(Sink):
 
     def on_begin(self, event: Event) -> None:
         check_scalar(self.name, self.monitor, self.context.static_shape(self.monitor))
-        if not self.restore_best:
-            return
-        if self.context.best_restorer(self.monitor) is None:
+        if self.restore_best and event.mode == "train" and self.context.model_weights() is None:
             raise ValueError(
-                f"{self.name}: restore_best=True needs a CheckpointSink with keep_best > 0 and "
-                f"monitor={self.monitor!r} attached to the same bus"
+                f"{self.name}: restore_best=True puts the best weights back into the live model, and "
+                "this training publisher holds none (a MonitoredTrainingSession closes its session at "
+                "the end); use EventBusCallback or LoopPublisher(weights=...), or keep the best "
+                f"checkpoints with CheckpointSink(keep_best=1, monitor={self.monitor!r})"
             )
 
     def on_session_created(self, event: Event) -> None:
-        if event.mode == "train" and not event.restored:
-            self.state, self.stopped_at = EarlyStopState(), None  # a fresh model starts afresh
+        if event.mode != "train":
+            return
+        if not event.restored:
+            self.state, self.stopped_at, self.stop_reason = EarlyStopState(), None, None  # a fresh model
+            self._best_weights = self._best_weights_step = None
+            return
+        # The checkpoint sink, which runs after this sink, may load the saved state next
+        # (load_state_dict); the resume is judged on the state as it is then.
+        self._resumed = event
+        self._judge_resume(loaded=False)
+
+    def _judge_resume(self, *, loaded: bool) -> None:
+        event = self._resumed
+        if event is None:
+            return
+        if self.restore_best and self.state.best_step == event.step:
+            self._keep_best_weights(event.step)  # the checkpoint resumed from holds the best weights
+        reason = self.stop_reason
+        if loaded and reason is not None and self.state.wait >= self.rule.patience and self.stopped_at != event.step:
+            # Patience ran out before the checkpoint: stop again before training another step.
+            self.stopped_at = event.step
+            event.request_stop(f"{reason} (before the restart)")
 
     def on_after_run(self, event: Event) -> None:
+        self._resumed = None
         value = self.rule.monitor.value(event.values)
         if value is None:
             return
-        self.state, should_stop, reason = decide(self.rule, self.state, value, event.step)
+        before = self.state
+        self.state, should_stop, reason = decide(self.rule, before, value, event.step)
+        if self.restore_best and self.state.best_step != before.best_step and self.state.best_step is not None:
+            self._keep_best_weights(self.state.best_step)
         if should_stop and reason is not None:
-            self.stopped_at = event.step
+            self.stopped_at, self.stop_reason = event.step, reason
             event.request_stop(reason)
 
+    def _keep_best_weights(self, step: int) -> None:
+        weights = self.context.model_weights()
+        if weights is not None:
+            self._best_weights, self._best_weights_step = weights.snapshot(), step
+
     def on_end(self, event: Event) -> None:
-        if self.restore_best and self.stopped_at is not None:
-            restore = self.context.best_restorer(self.monitor)
-            if restore is not None:
-                restore()
-            self.stopped_at = None  # restore once
+        self._resumed = None
+        if self.restore_best and event.mode == "train" and self.state.best_step is not None:
+            # Deferred twice: after the checkpoint sink's own deferred final save, which must
+            # hold the weights training ended with.
+            self.context.defer(lambda: self.context.defer(self._restore_best_weights))
+
+    def _restore_best_weights(self) -> None:
+        weights, best_step = self.context.model_weights(), self.state.best_step
+        if weights is None or best_step is None:
+            return
+        if self._best_weights_step != best_step:
+            logger.warning(
+                "%s: the best weights (step %d) were not kept across the restart; the model keeps its last weights",
+                self.name,
+                best_step,
+            )
+            return
+        weights.restore(self._best_weights)
+        logger.info("%s: restored the model's weights from step %d", self.name, best_step)
 
     def state_dict(self) -> dict[str, Any]:
         s = self.state
-        return {"best": s.best, "best_step": s.best_step, "wait": s.wait, "seen": s.seen}
+        return {
+            "best": s.best,
+            "best_step": s.best_step,
+            "wait": s.wait,
+            "seen": s.seen,
+            "stop_reason": self.stop_reason,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         best = state.get("best")
@@ -211,6 +273,9 @@ class EarlyStoppingSink(Sink):
             wait=int(state.get("wait", 0)),
             seen=int(state.get("seen", 0)),
         )
+        reason = state.get("stop_reason")
+        self.stop_reason = reason if isinstance(reason, str) else None
+        self._judge_resume(loaded=True)
 
     def status(self) -> str:
         s = self.state

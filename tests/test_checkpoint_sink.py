@@ -169,13 +169,13 @@ def test_no_checkpoint_from_a_nonfinite_step(tmp_path: Any) -> None:
     assert max(steps_on_disk(d)) < guard.nonfinite_step
 
 
-def test_keep_best_and_restore_best(tmp_path: Any) -> None:
+def test_keep_best_ranks_checkpoints_and_leaves_the_pointer_at_the_last_step(tmp_path: Any) -> None:
     d = str(tmp_path / "ckpt")
     values = iter([5.0, 3.0, 4.0, 1.0, 2.0, 6.0, 7.0, 8.0])
 
     sinks: list[Sink] = [
         CheckpointSink(d, every_n_steps=2, every_n_secs=None, keep=2, keep_best=2, monitor="score"),
-        EarlyStoppingSink("score", patience=2, every_n_steps=2, restore_best=True),
+        EarlyStoppingSink("score", patience=2, every_n_steps=2),
     ]
 
     def fetches(model: Any) -> dict[str, Any]:
@@ -189,8 +189,10 @@ def test_keep_best_and_restore_best(tmp_path: Any) -> None:
     assert "model.ckpt-8.index" in best
     assert "model.ckpt-10.index" in best
     assert "model.ckpt-4.index" not in best
-    assert tf.train.latest_checkpoint(d) == os.path.join(d, "model.ckpt-8")
-    assert restored_step(d) == 8
+    assert tf.train.latest_checkpoint(os.path.join(d, "best")) == os.path.join(d, "best", "model.ckpt-8")
+    # The pointer of the directory itself never goes back: a resume continues at the stop.
+    assert tf.train.latest_checkpoint(d) == os.path.join(d, "model.ckpt-12")
+    assert restored_step(d) == 12
     assert any(s.path.endswith(os.path.join("best", "model.ckpt-8")) and s.value == 1.0 for s in saved)
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hookbus import EventBus, UnknownKeyError
+from hookbus import EventBus, Sink, UnknownKeyError
 from hookbus.sinks import EarlyStoppingSink
 from hookbus.sinks._monitor import Monitor, resolve_mode
 from hookbus.sinks.early_stopping import EarlyStopRule, EarlyStopState, decide
@@ -160,7 +160,7 @@ def test_sink_stops_on_eval_events_and_the_reason_reaches_the_bus() -> None:
     assert bus.stop_reason is not None
     assert "eval/loss did not improve on 0.5 (step 200)" in bus.stop_reason
     assert sink.status() == "early stop: patience 1/1 (best 0.5 @ 200)"
-    assert sink.state_dict() == {"best": 0.5, "best_step": 200, "wait": 1, "seen": 3}
+    assert sink.state_dict() == {"best": 0.5, "best_step": 200, "wait": 1, "seen": 3, "stop_reason": bus.stop_reason}
 
 
 def test_state_round_trips() -> None:
@@ -179,9 +179,99 @@ def test_unknown_monitor_key_fails_at_begin() -> None:
         publisher.begin()
 
 
-def test_restore_best_without_a_best_keeping_checkpoint_sink_fails_at_begin() -> None:
+def test_restore_best_without_a_publisher_holding_a_model_fails_at_begin() -> None:
     bus = EventBus()
     bus.attach(EarlyStoppingSink("loss", restore_best=True))
     publisher = ScriptedPublisher(bus, keys=["loss"])
-    with pytest.raises(ValueError, match="restore_best=True needs a CheckpointSink with keep_best > 0"):
+    with pytest.raises(ValueError, match="restore_best=True puts the best weights back into the live model, and this "
+                       "training publisher holds none"):
         publisher.begin()
+
+
+class StepWeights:
+    """A model whose weights are the step they were trained to (a test double for a Keras model)."""
+
+    def __init__(self) -> None:
+        self.step = 0
+        self.restored: list[int] = []
+
+    def snapshot(self) -> object:
+        return self.step
+
+    def restore(self, snapshot: object) -> None:
+        assert isinstance(snapshot, int)
+        self.step = snapshot
+        self.restored.append(snapshot)
+
+
+class FinalSave(Sink):
+    """Saves at the end through ``defer``, as CheckpointSink does: records the weights it saved."""
+
+    def __init__(self, model: StepWeights, states: dict[str, Any] | None = None) -> None:
+        super().__init__(name="FinalSave")
+        self.model, self.states, self.saved = model, states, list[int]()
+
+    def on_session_created(self, event: Any) -> None:  # after early stopping, as a checkpoint sink
+        if self.states is not None and event.restored:
+            self.context.load_states(self.states)
+
+    def on_end(self, event: Any) -> None:
+        self.context.defer(lambda: self.saved.append(self.model.step))
+
+
+def train_with_weights(values: list[float], *, start: int = 0, states: dict[str, Any] | None = None,
+                       **kwargs: Any) -> tuple[EventBus, EarlyStoppingSink, StepWeights, FinalSave]:
+    bus = EventBus()
+    model = StepWeights()
+    model.step = start
+    sink = bus.attach(EarlyStoppingSink("loss", restore_best=True, **kwargs))
+    save = bus.attach(FinalSave(model, states))
+    publisher = ScriptedPublisher(bus, keys=["loss"], weights=model)
+    with bus:
+        publisher.begin()
+        publisher.session(start, restored=start > 0)
+        for value in ([] if bus.should_stop else values):
+            model.step += 1
+            if publisher.advance({"loss": value}, step=model.step):
+                break
+        publisher.end()
+    return bus, sink, model, save
+
+
+def test_restore_best_puts_back_the_weights_of_the_best_step_by_the_rule_after_the_final_save() -> None:
+    # min_delta 0.1: 0.95 and 0.80 are no improvement, so the best by the rule is step 3 (0.85),
+    # not step 5 where the lowest value is.
+    bus, sink, model, save = train_with_weights([1.0, 0.95, 0.85, 0.80, 0.79, 0.5], patience=2, min_delta=0.1)
+    assert sink.stopped_at == 5
+    assert "did not improve on 0.85 (step 3)" in (bus.stop_reason or "")
+    assert save.saved == [5]  # the final save holds the weights training ended with
+    assert model.restored == [3]
+    assert model.step == 3
+
+
+def test_restore_best_also_at_an_end_without_an_early_stop_as_keras() -> None:
+    bus, sink, model, save = train_with_weights([3.0, 1.0, 2.0, 2.5], patience=5)
+    assert bus.stop_reason is None
+    assert save.saved == [4]
+    assert model.restored == [2]
+
+
+def test_after_a_restart_the_best_weights_are_those_of_the_resumed_checkpoint_or_none() -> None:
+    state = {"best": 0.5, "best_step": 10, "wait": 0, "seen": 3, "stop_reason": None}
+    _, _, model, _ = train_with_weights([0.9, 0.8], start=10, states={"EarlyStoppingSink": state}, patience=5)
+    assert model.restored == [10]  # the checkpoint resumed from was the best
+    older = {**state, "best_step": 6}
+    _, _, model, _ = train_with_weights([0.9, 0.8], start=10, states={"EarlyStoppingSink": older}, patience=5)
+    assert model.restored == []  # step 6's weights are gone with the old process: the last stay
+
+
+def test_a_resume_after_an_early_stop_stops_again_before_training_a_step() -> None:
+    reason = "early stopping: loss did not improve on 0.5 (step 6) for 2 evaluations (patience 2)"
+    state = {"best": 0.5, "best_step": 6, "wait": 2, "seen": 5, "stop_reason": reason}
+    bus, sink, model, _ = train_with_weights([0.1], start=10, states={"EarlyStoppingSink": state}, patience=2)
+    assert model.step == 10  # not one step trained
+    assert bus.stop_reason == reason + " (before the restart)"
+    # With more patience than was used up, the resumed run trains on.
+    bus, _, model, _ = train_with_weights([0.1], start=10, states={"EarlyStoppingSink": state}, patience=3)
+    assert model.step == 11
+    assert bus.stop_reason is None

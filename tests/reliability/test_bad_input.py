@@ -203,8 +203,9 @@ CASES: list[Case] = [
     ("a checkpoint sink without a train publisher",
      lambda t, r: r.start(CheckpointSink(t / "c"), backend=False), ValueError,
      r"CheckpointSink needs a publisher that provides a checkpoint backend"),
-    ("restore_best without keep_best", lambda t, r: r.start(EarlyStoppingSink("loss", restore_best=True)), ValueError,
-     r"restore_best=True needs a CheckpointSink with keep_best > 0 and monitor='loss'"),
+    ("restore_best without a model in memory", lambda t, r: r.start(EarlyStoppingSink("loss", restore_best=True)),
+     ValueError, r"restore_best=True puts the best weights back into the live model, and this training publisher "
+     r"holds none .*CheckpointSink\(keep_best=1, monitor='loss'\)"),
     ("two stateful sinks with one name",
      lambda t, r: r.start(CheckpointSink(t / "c"), EarlyStoppingSink("loss"), EarlyStoppingSink("loss")), ValueError,
      r"two sinks with state are named 'EarlyStoppingSink'.*pass name=\.\.\. to tell them apart"),
