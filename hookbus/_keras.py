@@ -10,7 +10,7 @@ from hookbus._collective import CollectiveStop, task_of_strategy
 from hookbus._hook import with_base
 from hookbus._publisher import EPOCH_PREFIX, PublisherCore
 from hookbus._tf import require_tensorflow
-from hookbus._validate import positive_int
+from hookbus._validate import key_name, positive_int
 from hookbus._weights import ModelWeights
 
 if TYPE_CHECKING:
@@ -146,6 +146,7 @@ class EventBusCallback:
         self._in_fit = False
         self._set_initial_epoch = False
         self._checked = False
+        self._names_checked = False
         self._logs: Mapping[str, Any] = {}
         self._iterations: Any = None
 
@@ -160,6 +161,13 @@ class EventBusCallback:
 
     def _read_step(self) -> int:
         return int(self._iterations.numpy()) if self._iterations is not None else 0
+
+    def _check_names(self, logs: Mapping[str, Any] | None) -> None:
+        # Every log name reaches the sinks in epoch events (CSV columns, TensorBoard tags): a
+        # metric named with a line break fails at the first step, naming it.
+        for key in logs or {}:
+            key_name("Keras log key", key)
+        self._names_checked = True
 
     def _check_logs(self, logs: Mapping[str, Any], where: str) -> None:
         missing = [k for k in self._core.keys if k not in logs]
@@ -182,7 +190,7 @@ class EventBusCallback:
         self.checkpoint_backend.attach(checkpoint)
         self._core.offer_checkpoints(self.checkpoint_backend)
         self._core.offer_weights(ModelWeights(model))
-        self._in_fit, self._checked = True, False
+        self._in_fit, self._checked, self._names_checked = True, False, False
         strategy = getattr(model, "distribute_strategy", None)
         task = task_of_strategy(strategy)
         self._collective = None if task is None else CollectiveStop(strategy, task, self._check_every)
@@ -231,6 +239,8 @@ class EventBusCallback:
         self._epoch_start = self._step
 
     def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+        if not self._names_checked:  # Keras's log names arrive with the first batch
+            self._check_names(logs)
         step = self._epoch_start + batch + 1  # batch: the last batch of this execution, 0-based
         plan = self._core.plan(step)
         bus = self.bus

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hookbus._subscriber import Subscriber
+from hookbus._validate import key_name
 
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
@@ -44,11 +45,12 @@ RESERVED_KEYS = frozenset({"step", "wall_time", "mode", "elapsed"})
 
 
 def check_fetch_keys(keys: Iterable[object]) -> tuple[str, ...]:
-    """Validate publisher keys: non-empty strings, not reserved, no ``eval/`` prefix."""
+    """Validate publisher keys: names (:func:`hookbus._validate.key_name`), not reserved, no ``eval/`` prefix."""
     checked: list[str] = []
     for key in keys:
         if not isinstance(key, str) or not key:
             raise ValueError(f"fetch keys must be non-empty strings (got {key!r})")
+        key_name("fetch key", key)
         if key in RESERVED_KEYS:
             raise ValueError(
                 f"fetch key {key!r} is reserved (reserved: {sorted(RESERVED_KEYS)}); rename it, e.g. {key + '_value'!r}"

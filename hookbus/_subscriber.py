@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from hookbus._cluster import check_runs_on
 from hookbus._schedule import Schedule, ScheduleTimer
 from hookbus._stats import Usage
+from hookbus._validate import key_name
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -79,7 +80,7 @@ def check_keys(value: object, argument: str = "keys") -> frozenset[str] | None:
         raise ValueError(f"{argument} must be a key, a list of keys or None (got {value!r})") from None
     if not keys or not all(isinstance(k, str) and k for k in keys):
         raise ValueError(f"{argument} must be non-empty strings (got {value!r})")
-    return frozenset(keys)  # type: ignore[arg-type]
+    return frozenset(key_name("key", k) for k in keys)  # type: ignore[arg-type]
 
 
 class Sink:

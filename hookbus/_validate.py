@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 from collections.abc import Iterable
 
@@ -17,6 +18,7 @@ __all__ = [
     "check_stop_signals",
     "finite_number",
     "flag",
+    "key_name",
     "non_empty_path",
     "non_negative_int",
     "non_negative_seconds",
@@ -101,6 +103,37 @@ def flag(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"{name} must be True or False (got {value!r})")
     return value
+
+
+#: What a key may not contain: C0 and C1 controls (every str.splitlines break but two is one) and
+#: U+2028/U+2029, which splitlines also breaks on; lone surrogates, which no UTF-8 file can hold.
+_NOT_IN_NAMES = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def key_name(what: str, key: str) -> str:
+    """``key`` if it can be a metric's name in every sink: a CSV column, a TensorBoard tag, a row.
+
+    Anything ``str.splitlines`` splits on and C0/C1 control characters are refused (a line
+    break in a CSV header breaks the file's resume; a control character garbles a terminal); every
+    other character — spaces, commas, quotes, brackets, ``=``, ``/``, any script, emoji — is fine.
+    The message names the key as ``what`` calls it (``"fetch key"``, ``"monitor"``, ...).
+    """
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"{what} must be a non-empty string (got {key!r})")
+    found = _NOT_IN_NAMES.search(key)
+    if found is None:
+        return key
+    char = found.group()
+    if "\ud800" <= char <= "\udfff":
+        kind = "a lone surrogate (not text: no UTF-8 file can hold it)"
+    elif len(f"a{char}b".splitlines()) > 1:
+        kind = "a line break"
+    else:
+        kind = "a control character"
+    raise ValueError(
+        f"{what} {key!r} contains {kind} ({char!r}, U+{ord(char):04X}); keys are names: any character but "
+        "line breaks and control characters (U+0000-U+001F, U+007F-U+009F, U+2028, U+2029)"
+    )
 
 
 def non_empty_path(name: str, value: object) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from hookbus._direction import better_direction
+from hookbus._validate import key_name
 
 __all__ = ["MODES", "Monitor", "check_scalar", "resolve_mode"]
 
@@ -57,6 +58,9 @@ class Monitor:
     key: str
     mode: str
     min_delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        key_name("monitor", self.key)
 
     def value(self, values: Mapping[str, Any]) -> float | None:
         """The monitored scalar in ``values``, or ``None`` if absent.

@@ -14,7 +14,7 @@ from rich.console import Console
 from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
 from hookbus._schedule import Schedule
 from hookbus._subscriber import Sink
-from hookbus._validate import non_negative_seconds, positive_int, positive_number
+from hookbus._validate import key_name, non_negative_seconds, positive_int, positive_number
 
 from ._console_render import (
     Dashboard,
@@ -121,6 +121,7 @@ class ConsoleSink(Sink):
             raise ValueError(f"clock must be a callable returning seconds (got {clock!r})")
         self.goals = dict(goals or {})
         for key, goal in self.goals.items():
+            key_name("goals key", key)
             if goal not in ("min", "max"):
                 raise ValueError(f"goals[{key!r}] must be 'min' or 'max' (got {goal!r})")
         if every_n_steps is None and every_n_secs is None:
