@@ -176,6 +176,7 @@ class BackgroundWriter(Generic[T]):
         written) if the thread could not finish in time; raises :class:`WriterError` if it
         failed.
         """
+        seconds("deadline", deadline)  # before anything closes: an invalid deadline loses nothing
         if self._closed:
             return
         self._closed = True

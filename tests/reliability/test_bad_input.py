@@ -409,3 +409,17 @@ def test_the_demo_delay_rejects_infinity_and_nan(delay: str, capsys: pytest.Capt
 def test_margins_reject_infinity_at_construction() -> None:
     with pytest.raises(ValueError, match=r"min_delta must be a finite number \(got inf\)"):
         EarlyStoppingSink("loss", min_delta=math.inf)
+
+
+@pytest.mark.parametrize("value", [math.inf, math.nan], ids=["inf", "nan"])
+def test_a_writer_close_deadline_rejects_infinity_and_nan_and_leaves_the_writer_open(value: float) -> None:
+    from hookbus._writer import BackgroundWriter
+
+    written: list[int] = []
+    writer = BackgroundWriter("w", written.append, lambda: None)
+    writer.put(1)
+    with pytest.raises(ValueError, match=rf"^deadline {SECONDS} \(got {value!r}\)$"):
+        writer.close(value)
+    writer.put(2)  # still open: nothing was lost
+    writer.close(5.0)
+    assert written == [1, 2]
