@@ -4,11 +4,13 @@ from hookbus._bus import EventBus, UnknownKeyError
 from hookbus._cluster import RUNS_ON, Task
 from hookbus._context import PeerReport, SinkContext
 from hookbus._evaluator import evaluate_checkpoints
+from hookbus._event_log import event_log_line, read_event_log
 from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
 from hookbus._hook import EventBusHook
 from hookbus._keras import EventBusCallback
 from hookbus._loop import LoopPublisher
 from hookbus._publisher import PublisherCore
+from hookbus._replay import ReplayResult, replay
 from hookbus._schedule import Schedule
 from hookbus._session import monitored_training_session
 from hookbus._stats import BusStats, SubscriberStats, WriterStats
@@ -23,6 +25,7 @@ from hookbus._subscriber import (
     Subscription,
 )
 from hookbus._train_eval import train_and_evaluate
+from hookbus._writer import BackgroundWriter, WriterError, WriterWarning, check_writable_dir, write_atomically
 
 __version__ = "0.1.0"
 
@@ -34,6 +37,7 @@ __all__ = [
     "PRIORITY_STOP_AT_STEP",
     "RUNS_ON",
     "SIGNALS",
+    "BackgroundWriter",
     "BusStats",
     "CheckpointSaved",
     "Event",
@@ -44,6 +48,7 @@ __all__ = [
     "LoopPublisher",
     "PeerReport",
     "PublisherCore",
+    "ReplayResult",
     "Schedule",
     "Sink",
     "SinkContext",
@@ -53,9 +58,16 @@ __all__ = [
     "Subscription",
     "Task",
     "UnknownKeyError",
+    "WriterError",
     "WriterStats",
+    "WriterWarning",
     "__version__",
+    "check_writable_dir",
     "evaluate_checkpoints",
+    "event_log_line",
     "monitored_training_session",
+    "read_event_log",
+    "replay",
     "train_and_evaluate",
+    "write_atomically",
 ]

@@ -105,6 +105,10 @@ def to_value(value: Any) -> Any:
     return value
 
 
+def _dispatch_order(record: Subscriber) -> tuple[int, int]:
+    return record.sort_key
+
+
 class Plan:
     """What a publisher must fetch for one due step, handed back to :meth:`PublisherCore.publish_step`.
 
@@ -158,6 +162,7 @@ class PublisherCore:
         self.shapes: dict[str, tuple[int | None, ...]] = {}
         self._version = -1
         self._subs: list[Subscriber] = []
+        self._observers: list[Subscriber] = []  # passive subscribers: see what others are sent
         self._any_before = False
         self._next_step = -math.inf
         self._next_time = -math.inf
@@ -257,6 +262,7 @@ class PublisherCore:
             if ("after_run" in r.handlers or "before_run" in r.handlers) and r.wants(self.bus_keys)
         ]
         self._any_before = any("before_run" in r.handlers for r in self._subs)
+        self._observers = [r for r in self._port.local_subscribers if r.passive and "after_run" in r.handlers]
 
     def _bounds(self) -> None:
         # Runs after every due step: one plain loop (no intermediate list, no generators).
@@ -359,6 +365,8 @@ class PublisherCore:
             self._last = (step, values)
         keyset = frozenset(values)
         targets = [r for r in due if "after_run" in r.handlers and (r.keys is None or not r.keys.isdisjoint(keyset))]
+        if self._observers:  # they see what the due subscribers were sent, in dispatch order
+            targets = sorted([*targets, *self._observers], key=_dispatch_order)
         port = self._port
         event = port.event("after_run", step=step, mode=self.mode, values=MappingProxyType(values), final=final)
         port.publish("after_run", event, targets)
@@ -377,7 +385,9 @@ class PublisherCore:
         keyset = frozenset(prefixed)
         port = self._port
         targets = [
-            r for r in port.local_subscribers if "after_run" in r.handlers and not r.disabled and r.wants(keyset)
+            r
+            for r in port.local_subscribers
+            if "after_run" in r.handlers and not r.disabled and (r.passive or r.wants(keyset))
         ]
         event = port.event("after_run", step=step, mode="eval", values=MappingProxyType(prefixed))
         port.publish("after_run", event, targets)
@@ -387,7 +397,9 @@ class PublisherCore:
         to the subscribers that opt in (:meth:`hookbus._subscriber.Subscriber.wants_epochs`)."""
         keyset = frozenset(k for k in values if k.startswith(EPOCH_PREFIX))
         port = self._port
-        targets = [r for r in port.local_subscribers if r.wants_epochs(keyset)]
-        if targets:
+        targets = [
+            r for r in port.local_subscribers if r.wants_epochs(keyset) or (r.passive and "after_run" in r.handlers)
+        ]
+        if any(not r.passive for r in targets):  # published for someone: passive ones observe it
             event = port.event("after_run", step=step, mode="epoch", values=MappingProxyType(dict(values)))
             port.publish("after_run", event, targets)

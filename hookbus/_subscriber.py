@@ -115,6 +115,11 @@ class Sink:
     #: Whether this sink steers training (stops it, guards it). Only such sinks may veto a
     #: checkpoint (:meth:`checkpoint_veto`); the NaN guard, early stopping and stop-at-step are.
     controls_training: ClassVar[bool] = False
+    #: Whether this sink only observes: it receives every ``after_run`` event published for the
+    #: other subscribers (train, eval, epoch and at-end events), with whatever values were
+    #: fetched for them, and is never planned itself: its keys and schedule add nothing to any
+    #: fetch, so it costs no extra ``session.run`` work (``EventLogSink``). Default ``False``.
+    passive: ClassVar[bool] = False
     priority: int = PRIORITY_DEFAULT
     on_error: str = "isolate"
     _context: SinkContext | None = None
@@ -372,6 +377,7 @@ class Subscriber:
         "name",
         "on_error",
         "order",
+        "passive",
         "priority",
         "runs_on",
         "sink",
@@ -405,14 +411,16 @@ class Subscriber:
         self.disabled = False
         self.usage = Usage()  # timed by the dispatcher; see hookbus.EventBus.stats
         self.epochs = sink.receives_epochs if sink is not None else False
+        self.passive = sink.passive if sink is not None else False
 
     @property
     def sort_key(self) -> tuple[int, int]:
         return (self.priority, self.order)
 
     def wants(self, keys: frozenset[str]) -> bool:
-        """Whether an event carrying ``keys`` concerns this subscriber."""
-        return self.keys is None or not self.keys.isdisjoint(keys)
+        """Whether an event carrying ``keys`` concerns this subscriber: it is planned and fetched
+        for. Never for a passive one, which only observes what is published for others."""
+        return not self.passive and (self.keys is None or not self.keys.isdisjoint(keys))
 
     def wants_epochs(self, keys: frozenset[str]) -> bool:
         """Whether an epoch event (``mode="epoch"``, ``epoch/<name>`` keys) reaches this subscriber.

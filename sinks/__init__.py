@@ -4,6 +4,7 @@ from .checkpoint import CheckpointSink
 from .console import ConsoleSink
 from .csv import CSVSink
 from .early_stopping import EarlyStoppingSink
+from .event_log import EventLogSink
 from .nan_guard import NanGuardSink, NonFiniteError
 from .stop_at_step import StopAtStepSink
 from .tensorboard import TensorBoardSink
@@ -13,6 +14,7 @@ __all__: list[str] = [
     "CheckpointSink",
     "ConsoleSink",
     "EarlyStoppingSink",
+    "EventLogSink",
     "NanGuardSink",
     "NonFiniteError",
     "StopAtStepSink",

@@ -53,6 +53,7 @@ def test_sinks_surface_is_pinned() -> None:
         "CheckpointSink",
         "ConsoleSink",
         "EarlyStoppingSink",
+        "EventLogSink",
         "NanGuardSink",
         "NonFiniteError",
         "StopAtStepSink",
@@ -90,6 +91,7 @@ def test_the_seams_hold() -> None:
 
 def test_public_surface_is_pinned() -> None:
     assert sorted(hookbus.__all__) == [
+        "BackgroundWriter",
         "BusStats",
         "CheckpointSaved",
         "Event",
@@ -106,6 +108,7 @@ def test_public_surface_is_pinned() -> None:
         "PeerReport",
         "PublisherCore",
         "RUNS_ON",
+        "ReplayResult",
         "SIGNALS",
         "Schedule",
         "Sink",
@@ -116,14 +119,46 @@ def test_public_surface_is_pinned() -> None:
         "Subscription",
         "Task",
         "UnknownKeyError",
+        "WriterError",
         "WriterStats",
+        "WriterWarning",
         "__version__",
+        "check_writable_dir",
         "evaluate_checkpoints",
+        "event_log_line",
         "monitored_training_session",
+        "read_event_log",
+        "replay",
         "train_and_evaluate",
+        "write_atomically",
     ]
     for name in hookbus.__all__:
         assert hasattr(hookbus, name), name
+
+
+def test_validate_surface_is_pinned() -> None:
+    """hookbus.validate: the argument checks, public for sinks written outside hookbus."""
+    import hookbus.validate
+
+    assert sorted(hookbus.validate.__all__) == [
+        "finite_number",
+        "flag",
+        "non_empty_path",
+        "non_negative_int",
+        "non_negative_seconds",
+        "optional_positive_int",
+        "optional_seconds",
+        "positive_int",
+        "positive_number",
+        "seconds",
+    ]
+
+
+def test_the_event_log_sink_is_written_with_the_public_api_only() -> None:
+    """Issue 18: EventLogSink proves the seams: it imports hookbus's public names, nothing private."""
+    imports = _imports(ROOT / "sinks" / "event_log.py")
+    ours = sorted(m for m in imports if m.split(".")[0] == "hookbus")
+    assert ours == ["hookbus", "hookbus.validate"]
 
 
 def run_python(code: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,175 @@
+"""The event log's format: a run as one JSON object per line, written by ``EventLogSink``.
+
+Every record has ``v`` (the format version), ``record`` (its kind), ``step`` and ``wall_time``.
+Step records (``record: "step"``: train, eval, epoch and at-end events) carry their scalar values
+as top-level fields, so ``pandas.read_json(path, lines=True)`` gives one float column per key;
+NaN and infinities are written ``NaN``, ``Infinity`` and ``-Infinity`` (what Python's ``json``
+and pandas read as floats). A key that would collide with a record field is nested under
+``values`` instead. Arrays are summarised under ``arrays`` (shape, dtype, and for numbers min,
+max, mean and the count of non-finite entries); ``bytes`` (serialized summaries) and other
+values are not recorded, only named in ``skipped``.
+
+The writer writes whole lines only; a reader ignores a last line without its newline (a write
+in progress, or one a kill tore). :func:`read_event_log` is that reader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
+
+__all__ = ["EVENT_LOG_VERSION", "RECORDS", "event_log_line", "read_event_log"]
+
+#: The format version every record carries as ``v``; a reader refuses newer ones.
+EVENT_LOG_VERSION = 1
+#: The record kinds, in the order a run produces them.
+RECORDS = (
+    "begin",
+    "session_created",
+    "step",
+    "checkpoint_saved",
+    "stop_requested",
+    "subscriber_error",
+    "exception",
+    "status",
+    "end",
+    "close",
+)
+# The fields of a step record besides its values: a value whose key is one of these is nested.
+_STEP_FIELDS = frozenset(
+    {"v", "record", "step", "wall_time", "elapsed", "mode", "final", "task", "local_step"}
+    | {"arrays", "skipped", "values"}
+)
+Payload = Event | CheckpointSaved | StopRequest | SubscriberError | ExceptionRaised
+
+
+def _summary(array: np.ndarray[Any, Any]) -> dict[str, Any]:
+    summary: dict[str, Any] = {"shape": list(array.shape), "dtype": str(array.dtype)}
+    if array.dtype.kind in "biuf" and array.size:
+        values = np.asarray(array, dtype=np.float64).ravel()
+        finite = values[np.isfinite(values)]
+        summary["nonfinite"] = int(values.size - finite.size)
+        if finite.size:
+            summary.update(min=float(finite.min()), max=float(finite.max()), mean=float(finite.mean()))
+    return summary
+
+
+def _step_record(event: Event) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "v": EVENT_LOG_VERSION, "record": "step", "step": event.step, "wall_time": event.wall_time,
+        "elapsed": event.elapsed, "mode": event.mode,
+    }  # fmt: skip
+    if event.final:
+        record["final"] = True
+    if event.task_type is not None:
+        record["task"] = f"{event.task_type}:{event.task_index}"
+        record["local_step"] = event.local_step
+    nested: dict[str, float] = {}
+    arrays: dict[str, Any] = {}
+    skipped: list[str] = []
+    for key, value in event.values.items():
+        if isinstance(value, float):
+            (nested if key in _STEP_FIELDS else record)[key] = value
+        elif isinstance(value, np.ndarray):
+            arrays[key] = _summary(value)
+        else:
+            skipped.append(key)
+    if nested:
+        record["values"] = nested
+    if arrays:
+        record["arrays"] = arrays
+    if skipped:
+        record["skipped"] = sorted(skipped)
+    return record
+
+
+def _record(payload: Payload | str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(payload, str):
+        return {"v": EVENT_LOG_VERSION, "record": payload, **fields}
+    head: dict[str, Any] = {"v": EVENT_LOG_VERSION}
+    if isinstance(payload, Event):
+        if payload.signal == "after_run":
+            return {**_step_record(payload), **fields}
+        head.update(record=payload.signal, step=payload.step, wall_time=payload.wall_time, mode=payload.mode)
+        if payload.signal == "session_created":
+            head.update(restored=payload.restored, rewound=payload.rewound)
+    elif isinstance(payload, CheckpointSaved):
+        head.update(record="checkpoint_saved", step=payload.step, path=payload.path, value=payload.value)
+    elif isinstance(payload, StopRequest):
+        head.update(
+            record="stop_requested", step=payload.step, wall_time=payload.wall_time,
+            reason=payload.reason, source=payload.source,
+        )  # fmt: skip
+    elif isinstance(payload, SubscriberError):
+        head.update(
+            record="subscriber_error", step=payload.step, subscriber=payload.subscriber, signal=payload.signal,
+            error=f"{type(payload.error).__name__}: {payload.error}", count=payload.count, policy=payload.policy,
+        )  # fmt: skip
+    elif isinstance(payload, ExceptionRaised):
+        head.update(record="exception", step=payload.step, error=f"{type(payload.error).__name__}: {payload.error}")
+    else:
+        raise TypeError(f"not a bus payload: {payload!r}")
+    return {**head, **fields}
+
+
+def event_log_line(payload: Payload | str, **fields: Any) -> str:
+    """One event-log line (JSON and a newline) for a bus payload, or a record of kind ``payload``.
+
+    Args:
+        payload: An :class:`Event` (``after_run`` becomes a ``step`` record; ``begin``,
+            ``session_created`` and ``end`` keep their signal's name), a
+            :class:`CheckpointSaved`, :class:`StopRequest`, :class:`SubscriberError` or
+            :class:`ExceptionRaised`; or a record kind (``"status"``, ``"close"``) given with
+            all its ``fields``.
+        **fields: More fields for the record (``begin``: keys, shapes, ...; ``wall_time`` for
+            payloads that have none).
+    """
+    return json.dumps(_record(payload, fields), ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def _decoded(record: dict[str, Any]) -> dict[str, Any]:
+    if record.get("record") != "step":
+        return record
+    values = {k: v for k, v in record.items() if k not in _STEP_FIELDS}
+    values.update(record.get("values", {}))
+    out = {k: v for k, v in record.items() if k in _STEP_FIELDS}
+    out["values"] = values
+    return out
+
+
+def decode_line(line: str, where: str = "the event log") -> dict[str, Any]:
+    """A complete line as a record (step values gathered under ``values``); ValueError if it is not one."""
+    try:
+        record = json.loads(line)
+    except ValueError as error:
+        raise ValueError(f"{where} is not an event log record ({error}): {line[:80]!r}") from None
+    if not isinstance(record, dict) or not isinstance(record.get("v"), int) or "record" not in record:
+        raise ValueError(f"{where} is not an event log record (no 'v' and 'record' fields): {line[:80]!r}")
+    if record["v"] > EVENT_LOG_VERSION:
+        raise ValueError(
+            f"{where} has format version {record['v']}; this hookbus reads up to {EVENT_LOG_VERSION}: upgrade hookbus"
+        )
+    return _decoded(record)
+
+
+def read_event_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records of an event log written by ``EventLogSink``, in order; safe while it is written.
+
+    A last line without its newline (being written, or torn by a kill) is not data and is left
+    out. Step records have their values gathered in a ``values`` dict (NaN and infinities as
+    floats); every other field is as written (see the README's "Record and replay").
+
+    Raises:
+        ValueError: naming the line, when a complete line is not a record, or when the log was
+            written in a newer format.
+    """
+    with open(path, encoding="utf-8", newline="\n") as handle:
+        text = handle.read()
+    lines = text.split("\n")[:-1]  # the piece after the last newline is not a complete line
+    return [decode_line(line, f"{os.fspath(path)} line {n}") for n, line in enumerate(lines, 1)]

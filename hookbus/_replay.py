@@ -1,0 +1,207 @@
+"""Replay a recorded run (an ``EventLogSink`` log) on any bus, through the publishers' own core.
+
+A replay publisher is one more publisher on :class:`hookbus.PublisherCore`: the recorded train
+steps are planned with the bus's schedules exactly as live steps are (a subscriber due at a step
+the log holds receives that step's values), evaluations and epoch events are published as
+recorded, and sessions and ends follow the log. The bus's clocks read the recorded times while
+it replays, so events carry the recorded wall times and time schedules count recorded seconds.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from hookbus._event_log import read_event_log
+from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX, PublisherCore
+
+if TYPE_CHECKING:
+    from hookbus._bus import EventBus
+
+__all__ = ["ReplayResult", "replay"]
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What :func:`replay` did.
+
+    Attributes:
+        steps: Train step records replayed (each planned against the bus's schedules).
+        last_step: The last training step reached.
+        stopped: Whether a subscriber of the replaying bus asked to stop before the log ended.
+        stop_step: The step at which it asked (``None`` when it did not).
+        stop_reason: Its reason (``None`` when it did not).
+    """
+
+    steps: int
+    last_step: int
+    stopped: bool
+    stop_step: int | None
+    stop_reason: str | None
+
+
+class _RecordedClock:
+    """Reads the time of the record being replayed (both the monotonic and the wall clock)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@contextmanager
+def _recorded_time(bus: EventBus) -> Iterator[_RecordedClock]:
+    clock = _RecordedClock()
+    saved = bus.clock, bus.wall_clock
+    bus.clock = bus.wall_clock = clock
+    try:
+        yield clock
+    finally:
+        bus.clock, bus.wall_clock = saved
+
+
+def _keys(records: list[dict[str, Any]]) -> tuple[list[str], list[str], list[str], dict[str, tuple[int | None, ...]]]:
+    """Train, eval (without ``eval/``) and epoch keys, and shapes by bus key, from the log."""
+    known: dict[str, None] = {}
+    shapes: dict[str, tuple[int | None, ...]] = {}
+    for record in records:
+        if record["record"] == "begin":
+            known.update(dict.fromkeys(record.get("keys") or ()))
+            for key, shape in (record.get("shapes") or {}).items():
+                if shape is not None:
+                    shapes[key] = tuple(shape)
+        elif record["record"] == "step" and record.get("mode") in ("train", "eval"):
+            known.update(dict.fromkeys(record["values"]))  # a log without its begin still replays
+    train = [k for k in known if not k.startswith((EVAL_PREFIX, EPOCH_PREFIX))]
+    evaluated = [k[len(EVAL_PREFIX) :] for k in known if k.startswith(EVAL_PREFIX)]
+    epoch = [k for k in known if k.startswith(EPOCH_PREFIX)]
+    return train, evaluated, epoch, shapes
+
+
+class _Replayer:
+    """Publishes one log's records on ``bus`` (inside a run)."""
+
+    def __init__(self, bus: EventBus, records: list[dict[str, Any]]) -> None:
+        train, evaluated, epoch, shapes = _keys(records)
+        self.bus = bus
+        self.records = records
+        self.train = PublisherCore(bus, train)
+        self.train.shapes = {k: s for k, s in shapes.items() if k in train}
+        self.eval = PublisherCore(bus, evaluated, mode="eval") if evaluated else None
+        if self.eval is not None:
+            self.eval.shapes = {k: s for k, s in shapes.items() if k.startswith(EVAL_PREFIX)}
+        # Epoch keys are known to the bus through a core of their own; it only publishes epochs.
+        self.epoch = PublisherCore(bus, epoch) if epoch else None
+        self.in_session = False
+        self.final: tuple[int, Mapping[str, Any]] | None = None
+        self.steps = 0
+
+    def run(self, clock: _RecordedClock) -> bool:
+        """Replay every record until the log ends or the bus stops; whether it stopped."""
+        begun = False
+        for record in self.records:
+            clock.now = float(record.get("wall_time") or clock.now)
+            kind, mode, step = record["record"], record.get("mode", "train"), record.get("step")
+            if kind == "begin" or (not begun and kind in ("session_created", "step")):
+                begun = True
+                if kind == "begin" and mode == "eval" and self.eval is not None:
+                    self.eval.begin()
+                elif mode != "eval":
+                    self.train.begin()
+                if kind == "begin":
+                    continue
+            if kind == "session_created" and isinstance(step, int):
+                if mode == "train":
+                    self.train.session_created(step, bool(record.get("restored")))
+                    self.in_session = True
+                    if self.train.should_stop():
+                        return self._stop()
+                elif self.eval is not None:
+                    self.eval.session_created(step, bool(record.get("restored")))
+            elif kind == "step" and isinstance(step, int) and self._step(record, mode, step):
+                return self._stop()
+            elif kind == "end" and isinstance(step, int):
+                if mode == "train" and self.in_session:
+                    self._end(step)
+                elif mode == "eval" and self.eval is not None:
+                    self.eval.end(step)
+        if self.in_session:  # a log cut short (a kill, a log still being written)
+            self._end(self.bus.step)
+        return False
+
+    def _step(self, record: dict[str, Any], mode: str, step: int) -> bool:
+        """Publish one step record; whether the bus asked to stop."""
+        values = {k: v for k, v in record["values"].items() if isinstance(v, float)}
+        if mode == "eval":
+            if self.eval is None:
+                return False
+            prefixed = {k[len(EVAL_PREFIX) :]: v for k, v in values.items() if k.startswith(EVAL_PREFIX)}
+            self.eval.publish_eval(step, prefixed)
+            return self.eval.should_stop()
+        if mode == "epoch":
+            if self.epoch is None:
+                return False
+            self.epoch.publish_epoch(step, values)
+            return self.epoch.should_stop()
+        if record.get("final"):
+            self.final = (step, values)  # what the at-end subscribers were given; published at the end
+            return False
+        self.steps += 1
+        plan = self.train.plan(step)
+        if plan is None:
+            self.train.advance(step)
+        else:
+            self.train.publish_step(plan, step, {k: values[k] for k in plan.keys if k in values})
+        return self.train.should_stop()
+
+    def _end(self, step: int) -> None:
+        """End the train session at ``step``, with the at-end values the log holds (or the last ones)."""
+        self.in_session = False
+        final = self.train.final_plan(step)
+        if final is not None:
+            at, values = self.final or self.train.last_values() or (step, {})
+            self.train.publish_final(final, {k: v for k, v in values.items() if k in final.keys}, step=at)
+        self.final = None
+        self.train.end(step)
+
+    def _stop(self) -> bool:
+        if self.in_session:
+            self._end(self.bus.step)
+        return True
+
+
+def replay(path: str | os.PathLike[str], bus: EventBus) -> ReplayResult:
+    """Drive ``bus`` from a run recorded by ``EventLogSink``, with the same schedules and keys as live.
+
+    Runs one run of ``bus`` (``with bus:``): ``begin``, ``session_created``, the train steps the
+    log holds (planned against each subscriber's schedule and keys, as live), evaluations,
+    epoch events, the at-end values and ``end`` — until the log ends or a subscriber asks to
+    stop (then the run ends there, as live training would). The bus's clocks read the recorded
+    times meanwhile (restored afterwards). Checkpoints, stops, errors and exceptions recorded in
+    the log are not replayed: the bus's own subscribers decide anew. A sink that needs a model
+    (``CheckpointSink``) cannot be replayed.
+
+    Args:
+        path: The log (``EventLogSink``'s file).
+        bus: Any bus with its sinks and functions attached, not running.
+
+    Returns:
+        A :class:`ReplayResult`: steps replayed, the last step, and where the bus stopped.
+    """
+    records = read_event_log(path)
+    replayer = _Replayer(bus, records)
+    with _recorded_time(bus) as clock:
+        clock.now = float(records[0].get("wall_time") or 0.0) if records else 0.0
+        with bus:
+            stopped = replayer.run(clock)
+    return ReplayResult(
+        steps=replayer.steps,
+        last_step=bus.step,
+        stopped=stopped,
+        stop_step=bus.step if stopped else None,
+        stop_reason=bus.stop_reason if stopped else None,
+    )

@@ -1,0 +1,330 @@
+"""EventLogSink: the run as a log of JSON lines, which ``hookbus replay`` feeds to any sink later.
+
+Written with hookbus's public sink API only (``hookbus`` and ``hookbus.validate``).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from hookbus import (
+    BackgroundWriter,
+    CheckpointSaved,
+    Event,
+    ExceptionRaised,
+    Sink,
+    StopRequest,
+    SubscriberError,
+    WriterStats,
+    check_writable_dir,
+    event_log_line,
+    write_atomically,
+)
+from hookbus.validate import non_empty_path, positive_int, seconds
+
+__all__ = ["EventLogSink"]
+
+_CHUNK = 1 << 16  # pending bytes written at once, whole lines only
+Item = tuple[Any, Mapping[str, Any]]  # (payload or record kind, more fields)
+HParamValue = bool | int | float | str
+
+
+def _step_of(line: bytes) -> int:
+    step = json.loads(line).get("step")
+    return step if isinstance(step, int) else -1
+
+
+def _cut(old: bytes, how: str, step: int, offset: int | None) -> bytes:
+    """What of the file ``old`` a session starting at ``step`` keeps (see :meth:`_LogFile.start_session`)."""
+    complete = old[: old.rfind(b"\n") + 1]  # a last line without its newline was torn by a kill
+    if how == "new":
+        return b""
+    whole = offset is not None and offset <= len(complete) and complete[offset - 1 : offset] in (b"\n", b"")
+    if how == "offset" and whole:
+        kept, tail = complete[:offset], complete[offset:].splitlines(keepends=True)
+        # The checkpoint restored from became visible after the states were taken: keep its record.
+        for line in tail:
+            record = json.loads(line)
+            if record.get("record") != "checkpoint_saved" or record.get("step") != step:
+                break
+            kept += line
+        return kept
+    if how in ("step", "offset"):  # no state to go by: keep the records up to the first after step
+        end = 0
+        for line in complete.splitlines(keepends=True):
+            if _step_of(line) > step:
+                break
+            end += len(line)
+        return complete[:end]
+    return complete
+
+
+class _LogFile:
+    """The log file, touched only on the writer's thread. Lines are written whole, in chunks."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.handle: io.RawIOBase | None = None
+        self.size = 0  # bytes of the file, all complete lines: what a state_dict points at
+        self.pending: list[bytes] = []
+        self.pending_bytes = 0
+
+    def add(self, line: str) -> None:
+        data = line.encode("utf-8")
+        self.pending.append(data)
+        self.pending_bytes += len(data)
+        if self.handle is not None and self.pending_bytes >= _CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.handle is None or not self.pending:
+            return  # before the first session, records wait: the session decides where they go
+        data = memoryview(b"".join(self.pending))
+        self.pending, self.pending_bytes = [], 0
+        self.size += len(data)
+        while data:
+            written = self.handle.write(data)
+            data = data[written or 0 :]
+
+    def start_session(self, how: str, step: int, offset: int | None) -> None:
+        """Cut the file to a session's resume point, then append (the records before this run's
+        first session, its ``begin``, follow the cut). A cut writes a new file (a new inode)."""
+        if self.handle is not None:
+            self.flush()  # everything so far is in the file, so the cut covers it too
+            self.handle.close()
+            self.handle = None
+        preamble, self.pending, self.pending_bytes = b"".join(self.pending), [], 0
+        try:
+            old = self.path.read_bytes()
+        except FileNotFoundError:
+            old = b""
+        kept = _cut(old, how, step, offset)
+        self.size = len(kept)
+        if kept != old or not self.path.exists():
+            write_atomically(self.path, (kept + preamble).decode("utf-8"))
+            self.size, preamble = len(kept) + len(preamble), b""
+        self.handle = open(self.path, "ab", buffering=0)  # noqa: SIM115 - open until close
+        if preamble:
+            self.pending, self.pending_bytes = [preamble], len(preamble)
+            self.flush()
+
+    def close(self) -> None:
+        if self.handle is None and self.pending:
+            self.start_session("append", 0, None)  # a run without a session: keep what it recorded
+        self.flush()
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+
+
+class EventLogSink(Sink):
+    """Records every event the bus publishes as one JSON object per line (see the README's
+    "Record and replay" for the format); ``hookbus.replay`` and ``hookbus replay`` read it back.
+
+    Passive (:attr:`hookbus.Sink.passive`): it receives every step event published for the other
+    subscribers, with the values fetched for them, and never makes a publisher fetch anything:
+    recording costs no ``session.run`` work. Records: ``begin`` (keys, shapes, total steps when a
+    sink knows them, ``hparams``), ``session_created``, ``step`` (train, eval, epoch and at-end
+    events: step, wall time, mode, task, scalar values; arrays summarised, bytes skipped),
+    ``checkpoint_saved``, ``stop_requested``, ``subscriber_error``, ``exception``, ``status``
+    (the other sinks' status lines when they change, at evaluations, checkpoints, stops and
+    ends), ``end`` (per session) and ``close`` (the run closed).
+
+    Exactly once across kills and resumes: its ``state_dict()`` is the log's length at the
+    checkpoint barrier; a session restored from that checkpoint cuts the log back to it (keeping
+    the ``checkpoint_saved`` record of the checkpoint restored) and appends. Without a saved
+    state (no ``CheckpointSink``), a resumed or rewound session at step S keeps the records up to
+    the first one after S; a fresh start (step 0, nothing restored) starts the log anew. Every
+    cut replaces the file atomically with a new one (a new inode): a follower that sees the inode
+    change re-reads from the start. Lines are written whole; a reader ignores a last line without
+    its newline (:func:`hookbus.read_event_log`).
+
+    Args:
+        path: The log file (``str`` or path-like); its directory is created at begin.
+        hparams: Hyperparameters (name to bool, int, float or str) recorded in ``begin``
+            (default ``None``). ``hookbus replay --tensorboard`` writes them for TensorBoard.
+        flush_secs: Longest time records stay unflushed (default 5.0).
+        max_queue_size: Records that may wait before training blocks (default 1024).
+        close_deadline: Seconds ``close`` waits for the writer (default 10.0).
+        priority, on_error, name: See :class:`hookbus.Sink` (default ``on_error="isolate"``).
+        runs_on: Multi-worker training: ``"chief"`` (default), ``"all"`` or ``"each"`` (every
+            worker writes ``<stem>.worker-<i><suffix>``).
+    """
+
+    passive: ClassVar[bool] = True
+    default_runs_on: ClassVar[str] = "chief"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        hparams: Mapping[str, HParamValue] | None = None,
+        flush_secs: float = 5.0,
+        max_queue_size: int = 1024,
+        close_deadline: float = 10.0,
+        priority: int | None = None,
+        on_error: str | None = None,
+        name: str | None = None,
+        runs_on: str | None = None,
+    ) -> None:
+        super().__init__(priority=priority, on_error=on_error, name=name, runs_on=runs_on)
+        self._base_path = self.path = Path(non_empty_path("path", path))
+        if self.path.is_dir():
+            raise ValueError(f"path must be a file, not a directory (got {str(self.path)!r})")
+        check_writable_dir(str(self.path.parent), "path's directory")
+        if hparams is not None and not (
+            isinstance(hparams, Mapping)
+            and all(isinstance(k, str) and isinstance(v, HParamValue) for k, v in hparams.items())
+        ):
+            raise ValueError(f"hparams must map names to bool, int, float or str (got {hparams!r})")
+        self.hparams = dict(hparams) if hparams is not None else None
+        self.flush_secs = seconds("flush_secs", flush_secs)
+        self.max_queue_size = positive_int("max_queue_size", max_queue_size)
+        self.close_deadline = seconds("close_deadline", close_deadline)
+        self._writer: BackgroundWriter[Item] | None = None
+        self._closed_writer: BackgroundWriter[Item] | None = None
+        self._file: _LogFile | None = None
+        self._train_seen = False  # whether this run had a train session: the first one cuts
+        self._started = False  # whether this run's records have a place in the file yet
+        self._loaded: int | None = None  # the offset a checkpoint's state gave, for the next session
+        self._statuses: dict[str, str] = {}
+
+    def set_output_suffix(self, suffix: str) -> None:
+        """Write ``<stem>.<suffix><ext>`` instead: per-worker output."""
+        base = self._base_path
+        self.path = base.with_name(f"{base.stem}.{suffix}{base.suffix}")
+
+    def on_begin(self, event: Event) -> None:
+        if self._writer is None:
+            self._open()
+        context = self.context
+        totals = [p.total_steps for p in context.peers() if p.total_steps is not None]
+        shapes = {k: (None if (s := context.static_shape(k)) is None else list(s)) for k in sorted(context.known_keys)}
+        task = None if context.task is None else f"{context.task.type}:{context.task.index}"
+        self._put(event, keys=sorted(context.known_keys), shapes=shapes, total_steps=min(totals, default=None),
+                  hparams=self.hparams, task=task)  # fmt: skip
+
+    def _open(self) -> None:
+        try:  # fail now, with the path, rather than on the writer's thread
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=self.path.parent).close()
+            with self.path.open("rb") as f:
+                first = f.readline()
+        except FileNotFoundError:
+            first = b""
+        except OSError as error:
+            raise OSError(f"{self.name} cannot write in {str(self.path.parent)!r}: {error}") from error
+        if first.endswith(b"\n"):
+            try:
+                record = json.loads(first)
+            except ValueError:
+                record = None
+            if not isinstance(record, dict) or "v" not in record or "record" not in record:
+                raise ValueError(
+                    f"{self.path} exists and is not an event log (its first line is {first[:60]!r}); "
+                    "choose another path or remove it"
+                )
+        self._file = _LogFile(self.path)
+        self._train_seen, self._started, self._statuses = False, False, {}
+        self._writer = BackgroundWriter(
+            self.name, self._write, self._file.flush, self._file.close,
+            max_queue_size=self.max_queue_size, flush_secs=self.flush_secs,
+        )  # fmt: skip
+
+    def _put(self, payload: Any, **fields: Any) -> None:
+        if self._writer is not None:
+            self._writer.put((payload, fields))
+
+    def _write(self, item: Item) -> None:
+        assert self._file is not None
+        self._file.add(event_log_line(item[0], **item[1]))
+
+    def on_session_created(self, event: Event) -> None:
+        writer, file = self._writer, self._file
+        if writer is None or file is None:
+            return
+        if event.mode == "train":
+            first, self._train_seen = not self._train_seen, True
+            offset, self._loaded = self._loaded, None
+            if offset is not None:
+                how = "offset"  # restored from a checkpoint whose state says where the log was
+            elif event.rewound or (first and event.restored):
+                how = "step"
+            else:  # a fresh start drops an older run's records, not this run's (an evaluation first)
+                how = "new" if first and not self._started else "append"
+            writer.call(functools.partial(file.start_session, how, event.step, offset))
+            self._started = True
+        elif not self._started:  # an evaluation-only run (an evaluator task): add to the log
+            writer.call(functools.partial(file.start_session, "append", event.step, None))
+            self._started = True
+        self._put(event)
+
+    def on_after_run(self, event: Event) -> None:
+        self._put(event)
+        if event.mode != "train":
+            self._status(event.step, event.wall_time)
+
+    def on_checkpoint_saved(self, event: CheckpointSaved) -> None:
+        now = time.time()
+        self._put(event, wall_time=now)
+        self._status(event.step, now)
+
+    def on_stop_requested(self, event: StopRequest) -> None:
+        self._put(event)
+        self._status(event.step, event.wall_time)
+
+    def on_subscriber_error(self, event: SubscriberError) -> None:
+        self._put(event, wall_time=time.time())
+
+    def on_exception(self, event: ExceptionRaised) -> None:
+        self._put(event, wall_time=time.time())
+
+    def on_end(self, event: Event) -> None:
+        self._put(event)
+        self._status(event.step, event.wall_time)
+
+    def _status(self, step: int, wall_time: float) -> None:
+        statuses = {p.name: p.status for p in self.context.peers() if p.status}
+        if statuses != self._statuses:
+            self._statuses = statuses
+            self._put("status", step=step, wall_time=wall_time, sinks=statuses)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the log stood at the checkpoint barrier (after :meth:`flush`): its length in bytes."""
+        file = self._file
+        if file is None or file.handle is None or self._writer is None:
+            return {}
+        return {"offset": file.size}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The next train session cuts the log back to ``state``'s offset."""
+        offset = state.get("offset")
+        self._loaded = offset if isinstance(offset, int) and offset >= 0 else None
+
+    def flush(self) -> None:
+        """Block until every record received so far is handed to the OS (checkpoint barrier)."""
+        if self._writer is not None:
+            self._writer.flush()
+
+    def writer_stats(self) -> WriterStats | None:
+        """Records queued and written by this run's writer (see :meth:`hookbus.EventBus.stats`)."""
+        writer = self._writer or self._closed_writer
+        return None if writer is None else writer.stats()
+
+    def close(self) -> None:
+        """Write a ``close`` record and what is queued (within ``close_deadline``); idempotent."""
+        writer = self._writer
+        if writer is None:
+            return
+        context = self._context
+        self._put("close", step=context.current_step() if context is not None else None, wall_time=time.time())
+        self._writer, self._closed_writer = None, writer
+        writer.close(self.close_deadline)
