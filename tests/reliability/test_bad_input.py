@@ -23,6 +23,7 @@ from hookbus.sinks import (
     ConsoleSink,
     CSVSink,
     EarlyStoppingSink,
+    EventLogSink,
     NanGuardSink,
     StopAtStepSink,
     TensorBoardSink,
@@ -315,6 +316,14 @@ SECONDS_OR_0 = "must be a finite number of seconds >= 0"
 RATE = "must be a positive finite number"
 
 
+def _close_writer(deadline: float) -> None:
+    writer: hookbus.BackgroundWriter[Any] = hookbus.BackgroundWriter("w", _fn, lambda: None)
+    try:
+        writer.close(deadline)
+    finally:
+        writer.close()
+
+
 def _evaluate(**time: Any) -> Any:
     return hookbus.evaluate_checkpoints(
         hookbus.EventBus(), eval_fetches=None, checkpoint_dir="unused", eval_hooks=[], **time
@@ -332,6 +341,10 @@ TIME_ARGUMENTS: list[tuple[str, str, Callable[[Path, float], Any], str]] = [
     ("TensorBoardSink", "every_n_secs", lambda t, v: TensorBoardSink(t / "tb", every_n_secs=v), SECONDS),
     ("TensorBoardSink", "flush_secs", lambda t, v: TensorBoardSink(t / "tb", flush_secs=v), SECONDS),
     ("TensorBoardSink", "close_deadline", lambda t, v: TensorBoardSink(t / "tb", close_deadline=v), SECONDS),
+    ("EventLogSink", "flush_secs", lambda t, v: EventLogSink(t / "e.jsonl", flush_secs=v), SECONDS),
+    ("EventLogSink", "close_deadline", lambda t, v: EventLogSink(t / "e.jsonl", close_deadline=v), SECONDS),
+    ("BackgroundWriter", "flush_secs", lambda t, v: hookbus.BackgroundWriter("w", _fn, _fn, flush_secs=v), SECONDS),
+    ("BackgroundWriter.close", "deadline", lambda t, v: _close_writer(v), SECONDS),
     ("ConsoleSink", "every_n_secs", lambda t, v: ConsoleSink(every_n_secs=v), SECONDS),
     ("ConsoleSink", "plain_every_n_secs", lambda t, v: ConsoleSink(plain_every_n_secs=v), SECONDS_OR_0),
     ("ConsoleSink", "refresh_per_second", lambda t, v: ConsoleSink(refresh_per_second=v), RATE),
