@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import time
@@ -47,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--delay", type=_non_negative_float, default=0.002, help="sleep per step, to watch it (default 0.002 s)"
     )
+    _add_replay(commands)
     return parser
 
 
@@ -117,6 +119,8 @@ def demo(logdir: Path, *, steps: int, eval_every: int, patience: int, delay: flo
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hookbus`` console script."""
     args = _parser().parse_args(argv)
+    if args.command == "replay":
+        return replay_command(args)
     if args.command == "demo":
         logdir = args.logdir or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
         try:
@@ -129,6 +133,87 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 130
     return 2
+
+
+def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    replay = commands.add_parser(
+        "replay",
+        help="rebuild outputs from a run recorded by EventLogSink, or try a stop rule on it",
+        description="Feed a recorded run (an EventLogSink log) to new sinks with the schedules given "
+        "here: --csv and --tensorboard rebuild those outputs; --early-stopping prints where that rule "
+        "would have stopped the run. Only steps the log holds can be replayed.",
+    )
+    replay.add_argument("log", type=Path, help="the event log (EventLogSink's file)")
+    replay.add_argument("--csv", type=Path, default=None, help="write CSVSink's files here")
+    replay.add_argument(
+        "--csv-every-n-steps", type=_positive_int, default=10, help="CSV rows every n steps (default 10, as CSVSink)"
+    )
+    replay.add_argument("--tensorboard", type=Path, default=None, help="write TensorBoardSink's event files here")
+    replay.add_argument(
+        "--tensorboard-every-n-steps",
+        type=_positive_int,
+        default=100,
+        help="TensorBoard summaries every n steps (default 100, as TensorBoardSink)",
+    )
+    replay.add_argument(
+        "--early-stopping",
+        metavar="SPEC",
+        default=None,
+        help='EarlyStoppingSink arguments, e.g. "monitor=eval/loss,patience=5,min_delta=0.001"',
+    )
+
+
+def _spec(text: str) -> dict[str, object]:
+    """``"monitor=eval/loss,patience=5"`` as keyword arguments (ints, floats, true/false, strings)."""
+    found: dict[str, object] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, raw = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"expected name=value pairs separated by commas (got {item!r})")
+        value: object = raw.strip()
+        for convert in (int, float):
+            try:
+                value = convert(raw)
+                break
+            except ValueError:
+                continue
+        if raw.strip().lower() in ("true", "false"):
+            value = raw.strip().lower() == "true"
+        found[name.strip()] = value
+    return found
+
+
+def replay_command(args: argparse.Namespace) -> int:
+    """``hookbus replay``: returns the process exit status."""
+    import hookbus
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    with held_startup_notices():
+        if args.tensorboard is not None and importlib.util.find_spec("tensorflow") is not None:
+            require_tensorflow("hookbus replay")  # TensorBoard's writer imports it: its notices are held here
+        from hookbus.sinks import CSVSink, EarlyStoppingSink, TensorBoardSink
+    try:
+        begins = [r for r in hookbus.read_event_log(args.log) if r["record"] == "begin"]
+        bus = hookbus.EventBus()
+        if args.csv is not None:
+            bus.attach(CSVSink(args.csv, every_n_steps=args.csv_every_n_steps))
+        if args.tensorboard is not None:
+            hparams = next((r["hparams"] for r in begins if r.get("hparams")), None)
+            bus.attach(TensorBoardSink(args.tensorboard, every_n_steps=args.tensorboard_every_n_steps, hparams=hparams))
+        early = None
+        if args.early_stopping is not None:
+            early = bus.attach(EarlyStoppingSink(**_spec(args.early_stopping)))
+        result = hookbus.replay(args.log, bus)
+    except (OSError, ValueError, TypeError) as error:
+        print(f"hookbus replay: {error}", file=sys.stderr)
+        return 2
+    print(f"replayed {result.steps} step records of {args.log} (last step {result.last_step})")
+    if early is not None:
+        if result.stopped:
+            print(f"{early.name} would have stopped at step {result.stop_step}: {result.stop_reason}")
+        else:
+            print(f"{early.name} would not have stopped: the log ends at step {result.last_step} ({early.status()})")
+    return 0
 
 
 if __name__ == "__main__":
