@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from hookbus._cluster import Task
     from hookbus._events import CheckpointSaved
     from hookbus._schedule import Schedule
+    from hookbus._stats import BusStats
     from hookbus._weights import WeightsBackend
 
 __all__ = ["PeerReport", "SinkContext", "SinkServices"]
@@ -65,11 +66,14 @@ class SinkContext:
         check_state_names: Fail, naming them, if two sinks with state share a name (their states
             are saved by name).
         publish_checkpoint: Publish ``checkpoint_saved``.
+        record_evaluated: ``prefix`` (a checkpoint of the current step) has been evaluated: flush,
+            then write the sinks' states beside it again, marked ``evaluated``.
         model_weights: The training publisher's way to take and put back its model's weights in
             memory (``snapshot()`` / ``restore(snapshot)``), ``None`` where it holds no model
             (the TF1 hook, whose session closes at the end) or before it began.
         graph_def: The training graph as a serialized ``GraphDef``, where the publisher has one
             (the TF1 hook), else ``None``: what TensorBoard's graph tab shows.
+        stats: Every subscriber's health (:meth:`hookbus.EventBus.stats`), for dashboards.
     """
 
     clock: Callable[[], float]
@@ -87,8 +91,10 @@ class SinkContext:
     load_states: Callable[[Mapping[str, Any]], None]
     check_state_names: Callable[[], None]
     publish_checkpoint: Callable[[CheckpointSaved], None]
+    record_evaluated: Callable[[str], None]
     model_weights: Callable[[], WeightsBackend | None]
     graph_def: Callable[[], bytes | None]
+    stats: Callable[[], BusStats]
 
 
 class SinkServices:
@@ -116,8 +122,10 @@ class SinkServices:
             load_states=self._load_states,
             check_state_names=self._check_state_names,
             publish_checkpoint=lambda saved: self._bus._dispatcher.publish("checkpoint_saved", saved),
+            record_evaluated=barrier.record_evaluated,
             model_weights=lambda: self._bus._weights,
             graph_def=lambda: self._bus._graph_def() if self._bus._graph_def is not None else None,
+            stats=self._bus.stats,
         )
 
     def _peer_reports(self, asking: Sink) -> list[PeerReport]:

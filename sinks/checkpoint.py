@@ -196,6 +196,12 @@ class CheckpointSink(Sink):
         step = event.step
         if event.mode == "train" and not event.final:
             defer(lambda: self._save(step, value))
+        elif event.mode == "eval" and self._kept and files.step_of(self._kept[-1]) == step and self._scratch is None:
+            # An evaluation of the latest checkpoint's step (Keras's validation at an epoch end)
+            # changed the sinks' states: write them beside it again, so a resume neither misses
+            # it nor trains on after an early stop it decided.
+            latest = self._kept[-1]
+            defer(lambda: self.context.record_evaluated(latest))
         if value is not None and self.keep_best:
             defer(lambda: self._consider_best(step, value))
 

@@ -1,0 +1,156 @@
+"""Differential tests against Keras's own callbacks on the same training: restore-best as
+``EarlyStopping(restore_best_weights=True)``, resuming as ``BackupAndRestore``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+from hookbus import EventBus, EventBusCallback  # noqa: E402 - after the importorskip
+from hookbus.sinks import CheckpointSink, EarlyStoppingSink  # noqa: E402
+
+STEPS_PER_EPOCH = 4  # 128 examples in batches of 32
+FIT = {"batch_size": 32, "verbose": 0}
+
+
+def data(n: int, seed: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 4)).astype("float32")
+    y = ((x[:, 0] + rng.normal(scale=0.8, size=n)) > 0).astype("int32")
+    return x, y
+
+
+TRAIN, VAL = data(128, 0), data(64, 1)
+
+
+def model() -> Any:
+    keras.utils.set_random_seed(0)
+    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
+    m.compile(
+        optimizer=keras.optimizers.Adam(0.1),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    return m
+
+
+class EpochWeights(keras.callbacks.Callback):  # type: ignore[misc]
+    """The model's weights at every epoch end, by epoch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weights: dict[int, list[Any]] = {}
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self.weights[epoch] = self.model.get_weights()
+
+
+class InterruptAt(keras.callbacks.Callback):  # type: ignore[misc]
+    """Raises when ``epoch`` begins: a run killed between epochs."""
+
+    def __init__(self, epoch: int) -> None:
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        if epoch == self.epoch:
+            raise RuntimeError(f"interrupted at epoch {epoch}")
+
+
+def same(a: list[Any], b: list[Any]) -> bool:
+    return len(a) == len(b) and all(np.allclose(x, y, rtol=1e-5, atol=1e-6) for x, y in zip(a, b, strict=True))
+
+
+def checkpoint_weights(prefix: str) -> list[Any]:
+    fresh = model()
+    tf.train.Checkpoint(model=fresh).read(prefix).expect_partial()
+    return list(fresh.get_weights())
+
+
+@pytest.mark.parametrize("min_delta", [0.0, 0.005])
+def test_restore_best_restores_what_keras_early_stopping_restores(tmp_path: Path, min_delta: float) -> None:
+    settings = {"patience": 3, "min_delta": min_delta}
+    keras_stopping = keras.callbacks.EarlyStopping(monitor="val_loss", restore_best_weights=True, **settings)
+    theirs = model()
+    history = theirs.fit(*TRAIN, epochs=40, validation_data=VAL, callbacks=[keras_stopping], **FIT)
+    val_loss = history.history["val_loss"]
+    assert len(val_loss) < 40  # Keras stopped early: the comparison means something
+    if min_delta:
+        # The rule's best is not the lowest value: restoring "the lowest" would differ.
+        assert int(np.argmin(val_loss)) != keras_stopping.best_epoch
+
+    bus = EventBus()
+    stopping = bus.attach(EarlyStoppingSink("eval/loss", restore_best=True, **settings))
+    bus.attach(CheckpointSink(tmp_path / "ckpt", every_n_steps=STEPS_PER_EPOCH))
+    recorded = EpochWeights()
+    ours = model()
+    with bus:
+        mine = ours.fit(*TRAIN, epochs=40, validation_data=VAL, callbacks=[EventBusCallback(bus), recorded], **FIT)
+
+    epochs = len(val_loss)
+    assert len(mine.history["val_loss"]) == epochs  # the same stop
+    assert stopping.state.best_step == (keras_stopping.best_epoch + 1) * STEPS_PER_EPOCH
+    assert same(ours.get_weights(), theirs.get_weights())  # the same weights restored
+    assert same(ours.get_weights(), recorded.weights[keras_stopping.best_epoch])
+    # Weights only: the optimizer and the step are those training ended with, as Keras's.
+    assert int(ours.optimizer.iterations.numpy()) == int(theirs.optimizer.iterations.numpy()) == epochs * 4
+    assert same([v.numpy() for v in ours.optimizer.variables], [v.numpy() for v in theirs.optimizer.variables])
+    # The checkpoint pointer stays at the last step, and that checkpoint holds the last weights.
+    latest = tf.train.latest_checkpoint(str(tmp_path / "ckpt"))
+    assert latest is not None
+    assert latest.endswith(f"model.ckpt-{epochs * STEPS_PER_EPOCH}")
+    assert same(checkpoint_weights(latest), recorded.weights[epochs - 1])
+
+
+# Keras's own BackupAndRestore saves with np.array(variable), which numpy 2.4 warns about.
+@pytest.mark.filterwarnings("ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning")
+def test_a_resumed_fit_starts_at_the_epoch_backup_and_restore_starts_at(tmp_path: Path) -> None:
+    backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
+    with pytest.raises(RuntimeError, match="interrupted at epoch 3"):
+        model().fit(*TRAIN, epochs=6, callbacks=[backup, InterruptAt(3)], **FIT)
+    theirs = model().fit(*TRAIN, epochs=6, callbacks=[backup], **FIT)
+
+    def run(*extra: Any) -> Any:
+        bus = EventBus()
+        bus.attach(CheckpointSink(tmp_path / "ckpt", every_n_steps=STEPS_PER_EPOCH))
+        m = model()
+        with bus:
+            history = m.fit(*TRAIN, epochs=6, callbacks=[EventBusCallback(bus, restore=True), *extra], **FIT)
+        return m, history
+
+    with pytest.raises(RuntimeError, match="interrupted at epoch 3"):
+        run(InterruptAt(3))
+    resumed, ours = run()  # no initial_epoch
+    assert ours.epoch == theirs.epoch == [3, 4, 5]
+    assert int(resumed.optimizer.iterations.numpy()) == 6 * STEPS_PER_EPOCH
+    assert resumed._initial_epoch is None  # a later fit of this model starts where it is told
+
+
+def test_a_resumed_fit_whose_patience_ran_out_trains_no_further_epoch(tmp_path: Path) -> None:
+    def run() -> tuple[Any, Any, EventBus]:
+        bus = EventBus()
+        bus.attach(EarlyStoppingSink("eval/loss", patience=3))
+        bus.attach(CheckpointSink(tmp_path / "ckpt", every_n_steps=STEPS_PER_EPOCH))
+        m = model()
+        with bus:
+            history = m.fit(*TRAIN, epochs=40, validation_data=VAL, callbacks=[EventBusCallback(bus, restore=True)], **FIT)
+        return m, history, bus
+
+    first, history, bus = run()
+    stopped = len(history.epoch) * STEPS_PER_EPOCH
+    assert stopped < 40 * STEPS_PER_EPOCH
+    assert bus.stop_reason is not None
+    again, history, bus = run()
+    assert history.epoch == []  # not one more epoch, not one batch
+    assert int(again.optimizer.iterations.numpy()) == stopped
+    assert bus.stop_reason is not None
+    assert bus.stop_reason.endswith("(before the restart)")
+    assert same(again.get_weights(), first.get_weights())
+    assert os.path.basename(tf.train.latest_checkpoint(str(tmp_path / "ckpt"))) == f"model.ckpt-{stopped}"
