@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from hookbus._startup_notices import held_startup_notices
 from hookbus._tf import require_tensorflow
@@ -163,9 +164,9 @@ def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
 
 
-def _spec(text: str) -> dict[str, object]:
+def _spec(text: str) -> dict[str, Any]:
     """``"monitor=eval/loss,patience=5"`` as keyword arguments (ints, floats, true/false, strings)."""
-    found: dict[str, object] = {}
+    found: dict[str, Any] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, sep, raw = item.partition("=")
         if not sep or not name.strip():
