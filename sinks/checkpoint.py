@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from hookbus import _checkpoint as files
 from hookbus._bus import UnknownKeyError
 from hookbus._events import CheckpointSaved
+from hookbus._lock import OutputLock
 from hookbus._schedule import Schedule
 from hookbus._subscriber import PRIORITY_CHECKPOINT, Sink
 from hookbus._validate import non_negative_int, positive_int
@@ -129,6 +130,8 @@ class CheckpointSink(Sink):
         self._resumed = False  # whether a session_created has been seen: the first may load states
         self._scratch: str | None = None  # a collective non-chief's save directory, removed after each save
         self._collective = False
+        lock_file = os.path.join(self.directory, ".checkpoint.lock")
+        self._lock = OutputLock(self.directory, self.name, "the checkpoint directory", lock_file)
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
@@ -165,11 +168,17 @@ class CheckpointSink(Sink):
             if not task.is_chief:
                 self._scratch = os.path.join(self.directory, f".hookbus-tmp-{task.suffix}")
         os.makedirs(self.directory, exist_ok=True)
+        if self._scratch is None:  # the one process that writes the pointer
+            self._lock.acquire()  # one writer per directory, before step 1
         # The disk is the truth: this also recovers what earlier processes saved, so keep holds.
         self._kept = files.list_checkpoints(self.directory)
         if self._best is not None:
             self._best.load(self.best_directory)
         self._saved = {s for s in map(files.step_of, self._kept) if s is not None}
+
+    def close(self) -> None:
+        """Let another run save into ``directory`` (the one-writer lock); idempotent."""
+        self._lock.release()
 
     def on_session_created(self, event: Event) -> None:
         if event.mode != "train":

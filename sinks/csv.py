@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from hookbus._events import Event
+from hookbus._lock import OutputLock
 from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX
 from hookbus._schedule import Schedule
 from hookbus._stats import WriterStats
@@ -202,6 +203,7 @@ class CSVSink(Sink):
         if epochs:
             self.schedule = Schedule()  # never due on a step: epoch events are unscheduled
         self._files: dict[str, _File] = {}
+        self._locks: dict[str, OutputLock] = {}
         self._writer: BackgroundWriter[tuple[str, Row]] | None = None
         self._closed_writer: BackgroundWriter[tuple[str, Row]] | None = None
 
@@ -217,7 +219,8 @@ class CSVSink(Sink):
 
     def on_begin(self, event: Event) -> None:
         if self._writer is not None:
-            return  # a second publisher (eval) began in the same run
+            self._lock_files(event)  # a second publisher (eval) began in the same run
+            return
         try:  # fail now, with the path, rather than on the writer's thread at the first row
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tempfile.TemporaryFile(dir=self.path.parent).close()
@@ -235,10 +238,33 @@ class CSVSink(Sink):
             }
         for f in self._files.values():
             f.read_header()  # a foreign file fails here, before training
+        self._lock_files(event)
         self._writer = BackgroundWriter(
             self.name, self._write, self._flush_files, self._close_files,
             max_queue_size=self.max_queue_size, flush_secs=self.flush_secs,
         )  # fmt: skip
+
+    def _lock_files(self, event: Event) -> None:
+        """Take the lock of every file this publisher writes (one writer per file), before step 1.
+
+        A train publisher writes the train (or epoch) file, and the eval file when eval keys are
+        known; an eval publisher only the eval file, so an evaluator beside training may share ``path``.
+        """
+        wanted = [name for name, f in self._files.items() if name != "eval" or f.columns or event.mode == "eval"]
+        if event.mode == "eval":
+            wanted = [name for name in wanted if name == "eval"]
+        try:
+            for name in wanted:
+                lock = self._locks.setdefault(name, OutputLock(self._files[name].path, self.name, "the CSV file"))
+                lock.acquire()
+        except BaseException:
+            self._release_locks()
+            raise
+
+    def _release_locks(self) -> None:
+        locks, self._locks = self._locks, {}
+        for lock in locks.values():
+            lock.release()
 
     def on_session_created(self, event: Event) -> None:
         if event.mode != "train" or self._writer is None:
@@ -275,9 +301,12 @@ class CSVSink(Sink):
     def close(self) -> None:
         """Write what is queued (within ``close_deadline``) and close the files; idempotent."""
         writer, self._writer = self._writer, None
-        if writer is not None:
-            self._closed_writer = writer  # its counts stay readable (bus.stats() after the run)
-            writer.close(self.close_deadline)
+        try:
+            if writer is not None:
+                self._closed_writer = writer  # its counts stay readable (bus.stats() after the run)
+                writer.close(self.close_deadline)
+        finally:
+            self._release_locks()  # the next run, in this process or another, may write the files
 
     def writer_stats(self) -> WriterStats | None:
         """Rows queued and written by this run's writer (see :meth:`hookbus.EventBus.stats`)."""

@@ -14,11 +14,15 @@ from typing import Any, ClassVar
 import numpy as np
 from tensorboard.compat.proto.event_pb2 import Event as EventProto
 from tensorboard.compat.proto.event_pb2 import SessionLog
-from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary
+from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary, SummaryMetadata
+from tensorboard.compat.proto.tensor_pb2 import TensorProto
+from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+from tensorboard.compat.proto.types_pb2 import DT_STRING
 from tensorboard.plugins.hparams import summary_v2 as hparams_summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from hookbus._events import Event
+from hookbus._lock import OutputLock
 from hookbus._publisher import EVAL_PREFIX
 from hookbus._schedule import Schedule
 from hookbus._stats import WriterStats
@@ -135,6 +139,7 @@ class TensorBoardSink(Sink):
         self.flush_secs, self.max_queue_size, self.histogram_bins = flush_secs, max_queue_size, histogram_bins
         self.hparams = dict(hparams) if hparams is not None else None
         self._writers: dict[str, EventFileWriter] = {}
+        self._locks: dict[str, OutputLock] = {}
         self._open = False
         self._session_step = 0
         self._rate_from: tuple[int, float] | None = None
@@ -146,26 +151,45 @@ class TensorBoardSink(Sink):
         self.logdir = os.path.join(self._base_logdir, suffix)
 
     def on_begin(self, event: Event) -> None:
-        if self._open:
-            return  # a second publisher (eval) began in the same run
-        try:  # fail now with the path, not inside TensorBoard's writer
-            os.makedirs(self.logdir, exist_ok=True)
-            tempfile.TemporaryFile(dir=self.logdir).close()
-        except OSError as error:
-            raise OSError(f"{self.name} cannot write event files in {self.logdir!r}: {error}") from error
-        self._open = True
-        self._graph_written = False
-        self._events = 0
-        writer = self._writer("train")
-        if self.hparams is not None:
-            summary = hparams_summary.hparams_pb(self.hparams, start_time_secs=int(event.wall_time))
-            writer.add_event(EventProto(wall_time=event.wall_time, step=0, summary=summary))
+        if not self._open:  # else a second publisher (eval) began in the same run
+            try:  # fail now with the path, not inside TensorBoard's writer
+                os.makedirs(self.logdir, exist_ok=True)
+                tempfile.TemporaryFile(dir=self.logdir).close()
+            except OSError as error:
+                raise OSError(f"{self.name} cannot write event files in {self.logdir!r}: {error}") from error
+            self._open = True
+            self._graph_written = False
+            self._events = 0
+        # One writer per run directory, locked before step 1: a train publisher writes the train
+        # run (and the eval run when eval keys are known), an eval publisher only the eval run, so
+        # an evaluator process beside training may share the logdir.
+        keys = self.context.known_keys if self.keys is None else self.context.known_keys & self.keys
+        evals = any(k.startswith(EVAL_PREFIX) for k in keys)
+        for run in ["eval"] if event.mode == "eval" else ["train", "eval"] if evals else ["train"]:
+            self._lock(run)
+        if event.mode != "eval" and "train" not in self._writers:
+            writer = self._writer("train")
+            if self.hparams is not None:
+                summary = hparams_summary.hparams_pb(self.hparams, start_time_secs=int(event.wall_time))
+                writer.add_event(EventProto(wall_time=event.wall_time, step=0, summary=summary))
+
+    def _run_dir(self, run: str) -> str:
+        return self.logdir if run == "train" else os.path.join(self.logdir, run)
+
+    def _lock(self, run: str) -> None:
+        lock = self._locks.get(run)
+        if lock is None:
+            directory = self._run_dir(run)
+            path = os.path.join(directory, ".events.lock")
+            lock = self._locks[run] = OutputLock(directory, self.name, "the TensorBoard run", path)
+        lock.acquire()
 
     def _writer(self, run: str) -> EventFileWriter:
         writer = self._writers.get(run)
         if writer is None:
-            logdir = self.logdir if run == "train" else os.path.join(self.logdir, run)
+            logdir = self._run_dir(run)
             os.makedirs(logdir, exist_ok=True)
+            self._lock(run)  # a run first seen now (no publisher announced it at begin)
             writer = self._writers[run] = _new_event_file(logdir, self.flush_secs, self.max_queue_size)
             if run != "train":  # made lazily: the current session's marker must come first
                 writer.add_event(self._marker(time.time()))
@@ -188,6 +212,9 @@ class TensorBoardSink(Sink):
             graph_def = self.context.graph_def()
             if graph_def:
                 self._writer("train").add_event(EventProto(wall_time=event.wall_time, graph_def=graph_def))
+            config = self.context.model_config()
+            if config:
+                self._writer("train").add_event(_keras_model_event(event.wall_time, config))
 
     def on_after_run(self, event: Event) -> None:
         if not self._open:
@@ -235,6 +262,14 @@ class TensorBoardSink(Sink):
         to a background thread.
         """
         writers, self._writers, self._open = self._writers, {}, False
+        locks, self._locks = self._locks, {}
+        try:
+            self._close_writers(writers)
+        finally:
+            for lock in locks.values():  # the next run, in this process or another, may write here
+                lock.release()
+
+    def _close_writers(self, writers: dict[str, EventFileWriter]) -> None:
         if not writers:
             return
         failed: list[BaseException] = []
@@ -254,7 +289,16 @@ class TensorBoardSink(Sink):
                 f"{self.name}: the event files in {self.logdir!r} did not close within "
                 f"{self.close_deadline:g} s (a stalled disk?); events not yet written may be lost",
                 WriterWarning,
-                stacklevel=2,
+                stacklevel=3,  # the caller of close()
             )
         elif failed:
             raise failed[0]
+
+
+def _keras_model_event(wall_time: float, config: str) -> EventProto:
+    """A Keras model's configuration as Keras's ``TensorBoard(write_graph=True)`` writes it: tag
+    ``keras`` at step 0, for the graph plugin's conceptual graph."""
+    metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="graph_keras_model", content=b"1"))
+    tensor = TensorProto(dtype=DT_STRING, tensor_shape=TensorShapeProto(), string_val=[config.encode()])
+    value = Summary.Value(tag="keras", metadata=metadata, tensor=tensor)
+    return EventProto(wall_time=wall_time, step=0, summary=Summary(value=[value]))

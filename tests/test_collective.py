@@ -157,7 +157,7 @@ def _check_cluster_run(clusters: dict[str, Any], scenario: str) -> None:
     ckpt = out / "ckpt"
     assert chief["saved"] == [str(ckpt / f"model.ckpt-{s}") for s in (10, 20, 30)]
     assert other["saved"] == [str(ckpt / ".hookbus-tmp-worker-1" / f"model.ckpt-{s}") for s in (10, 20, 30)]
-    assert sorted(p.name for p in ckpt.iterdir() if p.name.startswith(".")) == []
+    assert sorted(p.name for p in ckpt.iterdir() if p.name.startswith(".hookbus-tmp")) == []
     assert "model_checkpoint_path: \"model.ckpt-30\"" in (ckpt / "checkpoint").read_text()
 
 

@@ -109,7 +109,7 @@ def test_a_key_appearing_later_widens_the_header_atomically(tmp_path: Path) -> N
     rows = read(path)
     assert header(path) == ["step", "wall_time", "loss", "acc"]
     assert [(r["step"], r["loss"], r["acc"]) for r in rows] == [("1", "1.0", ""), ("2", "2.0", ""), ("3", "3.0", "0.5")]
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp file left
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]  # no temp file left
 
 
 def test_resume_in_process_drops_later_rows(tmp_path: Path) -> None:
@@ -180,7 +180,7 @@ def test_no_eval_file_without_eval_values(tmp_path: Path) -> None:
     bus, _, pub = make(tmp_path / "m.csv", ["x"])
     with bus:
         pub.run([{"x": 1.0}])
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".m.csv.lock", "m.csv"]  # the lock of the train file only
 
 
 def test_flush_is_the_checkpoint_barrier(tmp_path: Path) -> None:

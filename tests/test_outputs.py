@@ -6,8 +6,16 @@ run opening the same output file at once fails before step 1 naming the holder.
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import os
+import signal
+import socket
 import stat
+import subprocess
+import sys
+import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +26,9 @@ tf = pytest.importorskip("tensorflow")
 
 import hookbus  # noqa: E402 - after the importorskip
 from hookbus._demo import build_linear_regression  # noqa: E402
+from hookbus._lock import OutputInUseError  # noqa: E402
 from hookbus.sinks import CheckpointSink, CSVSink, StopAtStepSink, TensorBoardSink  # noqa: E402
+from hookbus.testing import ScriptedPublisher  # noqa: E402
 
 
 @pytest.fixture
@@ -63,3 +73,141 @@ def test_every_output_file_has_the_mode_tensorflow_gives_its_own_checkpoint_file
     assert {"metrics.csv", "ckpt/checkpoint", "ckpt/model.ckpt-20.hookbus.json"} <= modes.keys()
     assert any(name.startswith("tb/events.out.tfevents.") for name in modes)
     assert {name: oct(mode) for name, mode in modes.items() if mode != reference} == {}
+
+
+HOLDER = textwrap.dedent(
+    """
+    import os, sys, time
+    import tensorflow as tf
+    import hookbus
+    from hookbus._demo import build_linear_regression
+    from hookbus.sinks import CheckpointSink, CSVSink, StopAtStepSink, TensorBoardSink
+
+    out = sys.argv[1]
+    tf.compat.v1.disable_eager_execution()
+
+    def hold(event):
+        if event.step == 6:  # the checkpoint of step 5 is saved: every output is open
+            with open(os.path.join(out, "holding"), "w") as file:
+                file.write(str(os.getpid()))
+            while not os.path.exists(os.path.join(out, "go")):
+                time.sleep(0.02)
+
+    with tf.Graph().as_default():
+        model = build_linear_regression()
+        bus = hookbus.EventBus()
+        bus.attach(CSVSink(os.path.join(out, "metrics.csv"), every_n_steps=1))
+        bus.attach(TensorBoardSink(os.path.join(out, "tb"), every_n_steps=1))
+        bus.attach(CheckpointSink(os.path.join(out, "ckpt"), every_n_steps=5, every_n_secs=None))
+        bus.attach(StopAtStepSink(last_step=10))
+        bus.on("after_run", hold)
+        hook = hookbus.EventBusHook(bus, {"loss": model.loss}, train_op=model.train_op)
+        ckpt = os.path.join(out, "ckpt")
+        with bus, hookbus.monitored_training_session(hooks=[hook], checkpoint_dir=ckpt) as session:
+            while not session.should_stop():
+                session.run(model.train_op)
+    """
+)
+
+
+@contextlib.contextmanager
+def holder(out: Path) -> Iterator[subprocess.Popen[str]]:
+    """A real training process that holds every output under ``out`` until ``out/go`` exists."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "holding").exists():
+            assert child.poll() is None, child.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the holder did not reach step 6"
+            time.sleep(0.05)
+        yield child
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.communicate()
+
+
+def second_run(sink: hookbus.Sink, out: Path, last_step: int = 20) -> list[int]:
+    """Train with ``sink`` (and a stop) on ``out``'s checkpoints; the steps published."""
+    steps: list[int] = []
+    with tf.Graph().as_default():
+        model = build_linear_regression()
+        bus = hookbus.EventBus()
+        bus.attach(sink)
+        bus.attach(StopAtStepSink(last_step=last_step))
+        bus.on("after_run", lambda event: steps.append(event.step))
+        hook = hookbus.EventBusHook(bus, {"loss": model.loss}, train_op=model.train_op)
+        with bus, hookbus.monitored_training_session(hooks=[hook], checkpoint_dir=str(out / "ckpt")) as session:
+            while not session.should_stop():
+                session.run(model.train_op)
+    return steps
+
+
+@pytest.mark.subprocess
+def test_a_second_run_on_the_same_outputs_fails_before_step_1_naming_the_holder(tmp_path: Path) -> None:
+    with holder(tmp_path) as child:
+        attempts = {
+            "CSV file": (CSVSink(tmp_path / "metrics.csv", every_n_steps=1), tmp_path / "metrics.csv"),
+            "TensorBoard run": (TensorBoardSink(tmp_path / "tb", every_n_steps=1), tmp_path / "tb"),
+            "checkpoint directory": (CheckpointSink(tmp_path / "ckpt", every_n_steps=5), tmp_path / "ckpt"),
+        }
+        for what, (sink, path) in attempts.items():
+            steps: list[int] = []
+            with pytest.raises(OutputInUseError) as raised:
+                steps = second_run(sink, tmp_path)
+            message = str(raised.value)
+            assert f"the {what} {str(path)!r} is being written by another run: pid {child.pid}" in message
+            assert socket.gethostname() in message
+            assert steps == []  # before step 1
+        # A sidecar evaluator writing the eval files beside training's (logdir/eval, <stem>.eval.csv) is fine.
+        bus = hookbus.EventBus()
+        bus.attach(CSVSink(tmp_path / "metrics.csv"))
+        bus.attach(TensorBoardSink(tmp_path / "tb"))
+        evaluator = ScriptedPublisher(bus, ["loss"], mode="eval")
+        with bus:
+            evaluator.begin()
+            evaluator.evaluate({"loss": 0.5}, step=5)
+            evaluator.end()
+        assert (tmp_path / "metrics.eval.csv").read_text().splitlines()[1].startswith("5,")
+        assert any(p.name.startswith("events.out.tfevents.") for p in (tmp_path / "tb" / "eval").iterdir())
+        (tmp_path / "go").touch()
+        assert child.wait(120) == 0
+    # The holder's files are whole: the attempts wrote nothing into them.
+    assert [int(row[0]) for row in csv_rows(tmp_path / "metrics.csv")] == list(range(1, 11))
+    # The holder closed its run: a run after it writes every output, resuming at its last checkpoint.
+    out = tmp_path
+    assert second_run(CSVSink(out / "metrics.csv", every_n_steps=1), out, last_step=12) == [11, 12]
+    assert second_run(CheckpointSink(out / "ckpt", every_n_steps=5), out, last_step=14) == [11, 12, 13, 14]
+    assert second_run(TensorBoardSink(out / "tb", every_n_steps=1), out, last_step=16) == [15, 16]
+
+
+@pytest.mark.subprocess
+def test_the_lock_goes_with_a_killed_holder(tmp_path: Path) -> None:
+    with holder(tmp_path) as child:
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(60) == -signal.SIGKILL
+    steps: list[int] = []
+    with tf.Graph().as_default():
+        model = build_linear_regression()
+        bus = hookbus.EventBus()
+        bus.attach(CSVSink(tmp_path / "metrics.csv", every_n_steps=1))
+        bus.attach(TensorBoardSink(tmp_path / "tb", every_n_steps=1))
+        bus.attach(CheckpointSink(tmp_path / "ckpt", every_n_steps=5, every_n_secs=None))
+        bus.attach(StopAtStepSink(last_step=8))
+        bus.on("after_run", lambda event: steps.append(event.step))
+        hook = hookbus.EventBusHook(bus, {"loss": model.loss}, train_op=model.train_op)
+        with bus, hookbus.monitored_training_session(hooks=[hook], checkpoint_dir=str(tmp_path / "ckpt")) as session:
+            while not session.should_stop():
+                session.run(model.train_op)
+    assert steps == [6, 7, 8]  # resumed from the killed holder's checkpoint of step 5
+    assert [int(row[0]) for row in csv_rows(tmp_path / "metrics.csv")] == list(range(1, 9))
+
+
+def csv_rows(path: Path) -> list[list[str]]:
+    header, *rows = list(csv.reader(path.read_text().splitlines()))
+    assert header[:2] == ["step", "wall_time"]
+    assert all(len(row) == len(header) for row in rows)
+    return rows
