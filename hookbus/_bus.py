@@ -117,6 +117,7 @@ class EventBus:
         self._checkpoint_backend: CheckpointBackend | None = None
         self._graph_def: Callable[[], bytes | None] | None = None  # offered by a train publisher
         self._weights: WeightsBackend | None = None  # offered by a train publisher holding its model
+        self._model_config: Callable[[], str | None] | None = None  # offered by the Keras callback
         self._state = RunState(wall_clock())
         self._keys = KeyRegistry()
         self._dispatcher = Dispatcher(self)

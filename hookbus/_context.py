@@ -73,6 +73,8 @@ class SinkContext:
             (the TF1 hook, whose session closes at the end) or before it began.
         graph_def: The training graph as a serialized ``GraphDef``, where the publisher has one
             (the TF1 hook), else ``None``: what TensorBoard's graph tab shows.
+        model_config: The Keras model's JSON configuration (the Keras callback, for Sequential
+            and functional models, as Keras's ``TensorBoard`` writes it), else ``None``.
         stats: Every subscriber's health (:meth:`hookbus.EventBus.stats`), for dashboards.
     """
 
@@ -94,6 +96,7 @@ class SinkContext:
     record_evaluated: Callable[[str], None]
     model_weights: Callable[[], WeightsBackend | None]
     graph_def: Callable[[], bytes | None]
+    model_config: Callable[[], str | None]
     stats: Callable[[], BusStats]
 
 
@@ -125,6 +128,7 @@ class SinkServices:
             record_evaluated=barrier.record_evaluated,
             model_weights=lambda: self._bus._weights,
             graph_def=lambda: self._bus._graph_def() if self._bus._graph_def is not None else None,
+            model_config=lambda: self._bus._model_config() if self._bus._model_config is not None else None,
             stats=self._bus.stats,
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
 
 __all__ = ["EventBusCallback"]
 
+logger = logging.getLogger("hookbus")
+
 
 
 def require_keras(what: str) -> Any:
@@ -26,6 +29,20 @@ def require_keras(what: str) -> Any:
     import keras  # type: ignore[import-untyped]  # Keras ships no type information
 
     return keras
+
+
+def _model_config(model: Any) -> str | None:
+    """The model's JSON configuration where Keras's ``TensorBoard(write_graph=True)`` writes one:
+    Sequential and functional models (a subclassed model has no configuration to draw)."""
+    if type(model).__name__ not in ("Sequential", "Functional"):
+        return None
+    try:
+        config: str = model.to_json()
+    except Exception:  # as Keras: a model that fails to serialize is not drawn, and trains on
+        logger.warning("the model's configuration does not serialize to JSON; TensorBoard shows no graph of it",
+                       exc_info=True)
+        return None
+    return config
 
 
 class _EpochKeys:
@@ -190,6 +207,7 @@ class EventBusCallback:
         self.checkpoint_backend.attach(checkpoint)
         self._core.offer_checkpoints(self.checkpoint_backend)
         self._core.offer_weights(ModelWeights(model))
+        self._core.offer_model_config(lambda: _model_config(model))
         self._in_fit, self._checked, self._names_checked = True, False, False
         strategy = getattr(model, "distribute_strategy", None)
         task = task_of_strategy(strategy)
@@ -281,6 +299,7 @@ class EventBusCallback:
         self._core.end(self._step)
         self.checkpoint_backend.detach()
         self._core.offer_weights(None)
+        self._core.offer_model_config(None)
         if self._set_initial_epoch:
             self.model._initial_epoch = None  # type: ignore[attr-defined]  # the next fit starts as told
             self._set_initial_epoch = False

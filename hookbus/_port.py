@@ -66,6 +66,9 @@ class BusPort:
         """How sinks get the training graph (a serialized ``GraphDef``), read when they need it."""
         self.bus._graph_def = graph_def
 
+    def offer_model_config(self, config: Callable[[], str | None] | None) -> None:
+        self.bus._model_config = config
+
     def event(self, signal: str, *, step: int, mode: str = "train", **fields: Any) -> Event:
         """An :class:`Event` stamped with the bus's clocks (and the task, in multi-worker training)."""
         return self.bus._event(signal, step=step, mode=mode, **fields)

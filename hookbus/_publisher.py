@@ -224,6 +224,12 @@ class PublisherCore:
         ``GraphDef``), called when a sink needs it (TensorBoard, once per event file)."""
         self._port.offer_graph(graph_def)
 
+    def offer_model_config(self, config: Callable[[], str | None] | None) -> None:
+        """Let sinks show the model's structure: ``config()`` returns a Keras model's JSON
+        configuration, what Keras's ``TensorBoard(write_graph=True)`` writes for the graph tab's
+        conceptual graph (``None``: the model has none to show)."""
+        self._port.offer_model_config(config)
+
     def should_stop(self) -> bool:
         """Act on a signal or another thread's stop recorded since the last step; whether to stop.
 

@@ -20,6 +20,13 @@ STEPS_PER_EPOCH = 4  # 128 examples in batches of 32
 FIT = {"batch_size": 32, "verbose": 0}
 
 
+# Keras's own BackupAndRestore and TensorBoard convert variables with np.array(variable), which
+# numpy 2.4 warns about (DESIGN, pitfalls); only those tests ignore it.
+KERAS_NP_ARRAY = pytest.mark.filterwarnings(
+    "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning"
+)
+
+
 def data(n: int, seed: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n, 4)).astype("float32")
@@ -109,8 +116,7 @@ def test_restore_best_restores_what_keras_early_stopping_restores(tmp_path: Path
     assert same(checkpoint_weights(latest), recorded.weights[epochs - 1])
 
 
-# Keras's own BackupAndRestore saves with np.array(variable), which numpy 2.4 warns about.
-@pytest.mark.filterwarnings("ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning")
+@KERAS_NP_ARRAY
 def test_a_resumed_fit_starts_at_the_epoch_backup_and_restore_starts_at(tmp_path: Path) -> None:
     backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
     with pytest.raises(RuntimeError, match="interrupted at epoch 3"):
@@ -154,3 +160,31 @@ def test_a_resumed_fit_whose_patience_ran_out_trains_no_further_epoch(tmp_path: 
     assert bus.stop_reason.endswith("(before the restart)")
     assert same(again.get_weights(), first.get_weights())
     assert os.path.basename(tf.train.latest_checkpoint(str(tmp_path / "ckpt"))) == f"model.ckpt-{stopped}"
+
+
+@KERAS_NP_ARRAY
+def test_the_keras_model_graph_is_what_keras_tensorboard_writes(tmp_path: Path) -> None:
+    """Keras's ``TensorBoard(write_graph=True)`` and TensorBoardSink on the same fit: TensorBoard's
+    reader finds the same model configuration for the graph tab in both (Keras 3 on TensorFlow
+    writes no op graph of ``train_function``, a plain Python function)."""
+    from tensorboard.backend.event_processing import event_accumulator
+
+    from hookbus.sinks import TensorBoardSink
+
+    def keras_configs(logdir: Path) -> list[tuple[int, str]]:
+        accumulator = event_accumulator.EventAccumulator(str(logdir), size_guidance={"tensors": 0})
+        accumulator.Reload()
+        assert accumulator.PluginTagToContent("graph_keras_model") == {"keras": b"1"}
+        return [(e.step, e.tensor_proto.string_val[0].decode()) for e in accumulator.Tensors("keras")]
+
+    bus = EventBus()
+    bus.attach(TensorBoardSink(tmp_path / "ours"))
+    m = model()
+    keras_board = keras.callbacks.TensorBoard(str(tmp_path / "keras"), write_graph=True)
+    with bus:
+        m.fit(*TRAIN, epochs=2, callbacks=[keras_board, EventBusCallback(bus)], **FIT)
+        m.fit(*TRAIN, epochs=3, initial_epoch=2, callbacks=[EventBusCallback(bus)], **FIT)  # a second session
+    theirs, ours = keras_configs(tmp_path / "keras" / "train"), keras_configs(tmp_path / "ours")
+    assert ours == theirs
+    assert len(ours) == 1  # once per event file
+    assert '"class_name": "Sequential"' in ours[0][1]
