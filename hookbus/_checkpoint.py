@@ -14,6 +14,7 @@ the sinks' states. TensorFlow is imported lazily: importing this module costs no
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -32,6 +33,7 @@ __all__ = [
     "list_checkpoints",
     "read_state_file",
     "record_checkpoints",
+    "recover_checkpoints",
     "remove_checkpoint",
     "step_of",
     "write_state_file",
@@ -210,10 +212,40 @@ def record_checkpoints(directory: str, paths: list[str]) -> None:
 
 
 def remove_checkpoint(path: str) -> None:
-    """Delete every file of checkpoint prefix ``path``, its state file included."""
-    for name in glob.glob(glob.escape(path) + ".*"):
-        if re.fullmatch(r"\.(index|meta|data-\d+-of-\d+|hookbus\.json)", name[len(path) :]):
+    """Delete every file of checkpoint prefix ``path``, its state file last.
+
+    The state file goes last: a kill halfway leaves it, so the next start still recognizes the
+    rest as hookbus's and finishes the job (:func:`recover_checkpoints`).
+    """
+    names = [
+        name
+        for name in glob.glob(glob.escape(path) + ".*")
+        if re.fullmatch(r"\.(index|meta|data-\d+-of-\d+|hookbus\.json)", name[len(path) :])
+    ]
+    for name in sorted(names, key=lambda name: name.endswith(STATE_SUFFIX)):
+        with contextlib.suppress(FileNotFoundError):  # a kill between two removals already took it
             os.remove(name)
+
+
+def recover_checkpoints(directory: str, keep: int | None) -> tuple[list[str], list[str]]:
+    """``(kept, dropped)`` as a run starts: the pointer's checkpoints to keep, and what to prune.
+
+    ``kept`` are the last ``keep`` checkpoints the pointer names (all of them for ``None``),
+    oldest first; ``dropped`` are those beyond ``keep`` and every checkpoint hookbus saved in
+    ``directory`` that the pointer does not name: what a kill between the pointer and pruning
+    leaves behind (or between a save and the pointer, which named it never). Only prefixes with
+    a hookbus state file count as hookbus's: TensorFlow's own unlisted checkpoints (a Saver's
+    ``keep_checkpoint_every_n_hours``) are left alone. The latest checkpoint is never dropped.
+    """
+    listed = list_checkpoints(directory)
+    kept = listed if keep is None else listed[-keep:]
+    unlisted = {
+        prefix
+        for state in glob.glob(os.path.join(glob.escape(directory), "*" + STATE_SUFFIX))
+        if (prefix := state[: -len(STATE_SUFFIX)]) not in listed and step_of(prefix) is not None
+    }
+    dropped = listed[: len(listed) - len(kept)] + sorted(unlisted, key=lambda p: step_of(p) or 0)
+    return kept, dropped
 
 
 def copy_checkpoint(path: str, directory: str) -> str:

@@ -168,13 +168,23 @@ class CheckpointSink(Sink):
             if not task.is_chief:
                 self._scratch = os.path.join(self.directory, f".hookbus-tmp-{task.suffix}")
         os.makedirs(self.directory, exist_ok=True)
-        if self._scratch is None:  # the one process that writes the pointer
+        if self._scratch is None:  # the one process that writes the pointer and prunes
             self._lock.acquire()  # one writer per directory, before step 1
+            self._prune_at_start()
         # The disk is the truth: this also recovers what earlier processes saved, so keep holds.
         self._kept = files.list_checkpoints(self.directory)
         if self._best is not None:
             self._best.load(self.best_directory)
         self._saved = {s for s in map(files.step_of, self._kept) if s is not None}
+
+    def _prune_at_start(self) -> None:
+        """Prune what a kill between the pointer and pruning left: checkpoints beyond ``keep`` and
+        those the pointer does not name (never the latest; see ``recover_checkpoints``)."""
+        for directory, keep in ((self.directory, self.keep), (self.best_directory, None)):
+            kept, dropped = files.recover_checkpoints(directory, keep)
+            if dropped:
+                logger.info("%s: pruning %d checkpoint(s) left in %s", self.name, len(dropped), directory)
+                self.context.record_checkpoints(directory, kept, dropped)
 
     def close(self) -> None:
         """Let another run save into ``directory`` (the one-writer lock); idempotent."""

@@ -11,7 +11,9 @@ StopAtStepSink, and appends what the test compares to ``DIR/log.jsonl``.
 - ``checkpoint:n``: inside the checkpoint barrier of the first save at step >= n, after the
   sinks' state file is written and before the model is saved;
 - ``csv_flush:n``: inside the CSV writer's flush (on its thread) once step n is reached;
-- ``tb_flush:n``: inside the TensorBoard sink's flush at the first barrier from step n.
+- ``tb_flush:n``: inside the TensorBoard sink's flush at the first barrier from step n;
+- ``prune:n``: at the first save from step n that prunes, after the pointer names the new
+  checkpoint and before the one beyond ``keep`` is deleted.
 
 ``MODE`` ``signal`` (for the SIGINT/SIGTERM/exception tests) adds a ConsoleSink, prints
 ``marker`` at step 30 and keeps training slowly; ``exception`` raises ``ValueError`` at step 30.
@@ -110,6 +112,15 @@ def main() -> None:
                 real_flush_files()
 
             csv_sink._flush_files = flush_files  # type: ignore[method-assign]
+        elif phase == "prune":
+            real_remove = files.remove_checkpoint
+
+            def remove_checkpoint(path: str) -> None:
+                if bus.step >= at_step:
+                    die()  # the pointer no longer names ``path``; its files are all still there
+                real_remove(path)
+
+            files.remove_checkpoint = remove_checkpoint
         elif phase == "tb_flush":
             real_tb_flush = tb.flush
 
