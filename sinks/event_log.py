@@ -276,6 +276,10 @@ class EventLogSink(Sink):
         now = time.time()
         self._put(event, wall_time=now)
         self._status(event.step, now)
+        if self._writer is not None:
+            # To disk now (checkpoints are rare): a resume from this checkpoint keeps the record,
+            # which follows the state the barrier took.
+            self._writer.flush()
 
     def on_stop_requested(self, event: StopRequest) -> None:
         self._put(event)

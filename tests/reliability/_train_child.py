@@ -71,6 +71,10 @@ def main() -> None:
         ]
         if mode != "train":
             sinks.append(ConsoleSink(run_name="child", refresh_per_second=20, plain_every_n_secs=0))
+        if os.environ.get("HOOKBUS_TEST_EVENT_LOG"):  # the event-log kill test (test_event_log_kill.py)
+            from hookbus.sinks import EventLogSink
+
+            sinks.append(EventLogSink(os.path.join(directory, "events.jsonl"), flush_secs=0.05))
         for sink in sinks:
             bus.attach(sink)
             real_close = sink.close

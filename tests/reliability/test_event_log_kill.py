@@ -1,0 +1,58 @@
+"""The event log across SIGKILL and resume (issue 18): a child trains with CheckpointSink and
+EventLogSink (and CSV, TensorBoard, early stopping), is killed at a step after a checkpoint,
+inside a checkpoint's barrier and at a random moment, and restarts each time; in the end every
+step's record is in the log exactly once, with the values the CSV holds for it."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+from pathlib import Path
+
+import pytest
+
+import hookbus
+
+from ._helpers import csv_column, latest_checkpoint_step, run_child
+
+pytestmark = pytest.mark.reliability
+
+LAST = 120
+
+
+def test_each_step_is_in_the_event_log_exactly_once_after_kills_and_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOOKBUS_TEST_EVENT_LOG", "1")
+    log = tmp_path / "events.jsonl"
+    kills = ["step:60", "checkpoint:100", f"timer:{random.Random(18).randrange(100, 400)}"]
+    resumed_at = [0]
+    inodes = []
+    for gen, kill in enumerate(kills):
+        result = run_child(tmp_path, LAST, gen, kill)
+        if not kill.startswith("timer") or result.returncode != 0:  # a late timer may find the run done
+            assert result.returncode == -signal.SIGKILL, (kill, result.stderr[-3000:])
+        resumed_at.append(latest_checkpoint_step(tmp_path / "ckpt") or 0)
+        inodes.append(os.stat(log).st_ino)
+        hookbus.read_event_log(log)  # readable after every kill: a torn last line is no record
+    assert resumed_at[1:3] == [50, 75]  # killed at 60 after the save at 50; inside the save at 100
+    final = run_child(tmp_path, LAST, len(kills))
+    assert final.returncode == 0, final.stderr[-3000:]
+
+    records = hookbus.read_event_log(log)
+    steps = [r for r in records if r["record"] == "step" and r["mode"] == "train" and not r.get("final")]
+    assert [r["step"] for r in steps] == list(range(1, LAST + 1))  # each step exactly once, in order
+    loss = csv_column(tmp_path / "metrics.csv", "loss")
+    assert {r["step"]: r["values"]["loss"] for r in steps} == loss  # the same values as the CSV
+    sessions = [(r["step"], r["restored"]) for r in records if r["record"] == "session_created"]
+    assert sessions[0] == (0, False)
+    assert [s for s, _ in sessions] == sorted(s for s, _ in sessions)  # the timeline never goes back
+    assert all(restored for _, restored in sessions[1:])
+    assert [s for s, _ in sessions][:3] == [0, 50, 75]
+    saved = [r["step"] for r in records if r["record"] == "checkpoint_saved"]
+    assert saved == sorted(set(saved))  # each checkpoint once
+    assert {25, 50, 75, LAST} <= set(saved)  # the one restored from kept too (100: the timer's run may die in it)
+    assert [r["record"] for r in records].count("close") == 1  # only the finishing process closed
+    assert [r["record"] for r in records][-1] == "close"
+    assert inodes[0] != inodes[1]  # a resume's cut is a new file: a follower notices
