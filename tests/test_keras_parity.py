@@ -13,8 +13,10 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
+from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
+
 from hookbus import EventBus, EventBusCallback  # noqa: E402 - after the importorskip
-from hookbus.sinks import CheckpointSink, EarlyStoppingSink  # noqa: E402
+from hookbus.sinks import CheckpointSink, EarlyStoppingSink, TensorBoardSink  # noqa: E402
 
 STEPS_PER_EPOCH = 4  # 128 examples in batches of 32
 FIT = {"batch_size": 32, "verbose": 0}
@@ -75,18 +77,30 @@ def same(a: list[Any], b: list[Any]) -> bool:
     return len(a) == len(b) and all(np.allclose(x, y, rtol=1e-5, atol=1e-6) for x, y in zip(a, b, strict=True))
 
 
+def accumulator(logdir: Path) -> Any:
+    reader = event_accumulator.EventAccumulator(str(logdir), size_guidance={"tensors": 0, "scalars": 0})
+    reader.Reload()
+    return reader
+
+
+def tensors(logdir: Path, tag: str) -> list[tuple[int, float]]:
+    return [(e.step, float(tf.make_ndarray(e.tensor_proto))) for e in accumulator(logdir).Tensors(tag)]
+
+
 def checkpoint_weights(prefix: str) -> list[Any]:
     fresh = model()
     tf.train.Checkpoint(model=fresh).read(prefix).expect_partial()
     return list(fresh.get_weights())
 
 
+@KERAS_NP_ARRAY
 @pytest.mark.parametrize("min_delta", [0.0, 0.005])
 def test_restore_best_restores_what_keras_early_stopping_restores(tmp_path: Path, min_delta: float) -> None:
     settings = {"patience": 3, "min_delta": min_delta}
     keras_stopping = keras.callbacks.EarlyStopping(monitor="val_loss", restore_best_weights=True, **settings)
     theirs = model()
-    history = theirs.fit(*TRAIN, epochs=40, validation_data=VAL, callbacks=[keras_stopping], **FIT)
+    keras_board = keras.callbacks.TensorBoard(str(tmp_path / "keras"))
+    history = theirs.fit(*TRAIN, epochs=40, validation_data=VAL, callbacks=[keras_stopping, keras_board], **FIT)
     val_loss = history.history["val_loss"]
     assert len(val_loss) < 40  # Keras stopped early: the comparison means something
     if min_delta:
@@ -96,6 +110,7 @@ def test_restore_best_restores_what_keras_early_stopping_restores(tmp_path: Path
     bus = EventBus()
     stopping = bus.attach(EarlyStoppingSink("eval/loss", restore_best=True, **settings))
     bus.attach(CheckpointSink(tmp_path / "ckpt", every_n_steps=STEPS_PER_EPOCH))
+    bus.attach(TensorBoardSink(tmp_path / "ours"))
     recorded = EpochWeights()
     ours = model()
     with bus:
@@ -114,6 +129,11 @@ def test_restore_best_restores_what_keras_early_stopping_restores(tmp_path: Path
     assert latest is not None
     assert latest.endswith(f"model.ckpt-{epochs * STEPS_PER_EPOCH}")
     assert same(checkpoint_weights(latest), recorded.weights[epochs - 1])
+    # TensorBoard: the validation losses Keras's callback logs by iteration are ours, step by step.
+    theirs_tb = tensors(tmp_path / "keras" / "validation", "evaluation_loss_vs_iterations")
+    ours_tb = [(e.step, e.value) for e in accumulator(tmp_path / "ours" / "eval").Scalars("loss")]
+    assert [s for s, _ in ours_tb] == [s for s, _ in theirs_tb] == [STEPS_PER_EPOCH * (i + 1) for i in range(epochs)]
+    assert [v for _, v in ours_tb] == pytest.approx([v for _, v in theirs_tb], rel=1e-5)
 
 
 @KERAS_NP_ARRAY
@@ -146,7 +166,8 @@ def test_a_resumed_fit_whose_patience_ran_out_trains_no_further_epoch(tmp_path: 
         bus.attach(CheckpointSink(tmp_path / "ckpt", every_n_steps=STEPS_PER_EPOCH))
         m = model()
         with bus:
-            history = m.fit(*TRAIN, epochs=40, validation_data=VAL, callbacks=[EventBusCallback(bus, restore=True)], **FIT)
+            callback = EventBusCallback(bus, restore=True)
+            history = m.fit(*TRAIN, epochs=40, validation_data=VAL, callbacks=[callback], **FIT)
         return m, history, bus
 
     first, history, bus = run()
@@ -167,15 +188,10 @@ def test_the_keras_model_graph_is_what_keras_tensorboard_writes(tmp_path: Path) 
     """Keras's ``TensorBoard(write_graph=True)`` and TensorBoardSink on the same fit: TensorBoard's
     reader finds the same model configuration for the graph tab in both (Keras 3 on TensorFlow
     writes no op graph of ``train_function``, a plain Python function)."""
-    from tensorboard.backend.event_processing import event_accumulator
-
-    from hookbus.sinks import TensorBoardSink
-
     def keras_configs(logdir: Path) -> list[tuple[int, str]]:
-        accumulator = event_accumulator.EventAccumulator(str(logdir), size_guidance={"tensors": 0})
-        accumulator.Reload()
-        assert accumulator.PluginTagToContent("graph_keras_model") == {"keras": b"1"}
-        return [(e.step, e.tensor_proto.string_val[0].decode()) for e in accumulator.Tensors("keras")]
+        reader = accumulator(logdir)
+        assert reader.PluginTagToContent("graph_keras_model") == {"keras": b"1"}
+        return [(e.step, e.tensor_proto.string_val[0].decode()) for e in reader.Tensors("keras")]
 
     bus = EventBus()
     bus.attach(TensorBoardSink(tmp_path / "ours"))
