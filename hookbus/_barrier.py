@@ -118,12 +118,8 @@ class Barrier:
         files.write_state_file(prefix, {**data, "sinks": states, "evaluated": True})
 
     def record(self, directory: str, kept: list[str], dropped: list[str]) -> None:
-        """Make ``kept`` (latest last) ``directory``'s checkpoints, atomically; then prune ``dropped``.
-
-        An empty ``kept`` leaves the pointer as it is (there is none yet: a first save was killed
-        before it, and only its files are pruned)."""
-        if kept:
-            files.record_checkpoints(directory, kept)
+        """Make ``kept`` (latest last) ``directory``'s checkpoints, atomically; then prune ``dropped``."""
+        files.record_checkpoints(directory, kept)
         for old in dropped:
             files.remove_checkpoint(old)
 

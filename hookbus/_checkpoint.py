@@ -235,9 +235,13 @@ def recover_checkpoints(directory: str, keep: int | None) -> tuple[list[str], li
     ``directory`` that the pointer does not name: what a kill between the pointer and pruning
     leaves behind (or between a save and the pointer, which named it never). Only prefixes with
     a hookbus state file count as hookbus's: TensorFlow's own unlisted checkpoints (a Saver's
-    ``keep_checkpoint_every_n_hours``) are left alone. The latest checkpoint is never dropped.
+    ``keep_checkpoint_every_n_hours``) are left alone. The latest checkpoint is never dropped,
+    and nothing is while the pointer names no checkpoint on disk (none yet, or a directory moved
+    under a pointer with absolute paths): without a latest, nothing is known to be stale.
     """
     listed = list_checkpoints(directory)
+    if not listed:
+        return [], []
     kept = listed if keep is None else listed[-keep:]
     unlisted = {
         prefix
