@@ -199,3 +199,28 @@ def test_a_call_running_several_optimizer_steps_is_numbered_by_the_step_counter(
     rows = (tmp_path / "m.csv").read_text().splitlines()[1:]
     assert [int(r.split(",")[0]) for r in rows] == [6, 12, 15, 21, 27, 30]
     assert bus.step == loop.global_step == int(optimizer.iterations.numpy()) == 30
+
+
+def test_restore_best_puts_back_the_best_weights_of_a_custom_loop() -> None:
+    """A hand-written eager loop gives its model's variables (``weights=``): early stopping keeps
+    the weights of the best evaluation and puts them back when the loop ends."""
+    tf = pytest.importorskip("tensorflow")
+    kernel = tf.Variable([0.0, 0.0])
+    step_counter = tf.Variable(0, dtype=tf.int64)
+    bus = EventBus()
+    stopper = bus.attach(EarlyStoppingSink("eval/loss", patience=2, min_delta=0.1, restore_best=True))
+    loop = LoopPublisher(bus, keys="loss", eval_keys=["loss"], step_counter=step_counter, weights=[kernel])
+    losses = iter([3.0, 2.0, 1.95, 2.5, 1.0])  # 1.95 is no improvement by min_delta: best is step 4
+    with bus, loop:
+        while not loop.should_stop:
+            kernel.assign_add([1.0, -1.0])
+            step_counter.assign_add(1)
+            loop.step({"loss": 0.0})
+            if loop.global_step % 2 == 0:
+                loop.evaluate({"loss": next(losses)})
+    assert stopper.stopped_at == 8
+    assert stopper.state.best_step == 4
+    assert kernel.numpy().tolist() == [4.0, -4.0]  # the weights of step 4, not 8's
+    assert int(step_counter.numpy()) == 8  # weights only: the step stays
+    with pytest.raises(TypeError, match="weights must be TensorFlow variables"):
+        LoopPublisher(EventBus(), keys="loss", weights=[1.0])
