@@ -196,6 +196,30 @@ def test_keep_best_ranks_checkpoints_and_leaves_the_pointer_at_the_last_step(tmp
     assert any(s.path.endswith(os.path.join("best", "model.ckpt-8")) and s.value == 1.0 for s in saved)
 
 
+def test_a_resume_after_an_early_stop_runs_no_step(tmp_path: Any) -> None:
+    """Early stopping's decision is saved with the checkpoint of its step; a restart from that
+    checkpoint stops again as its session begins, before a training step."""
+    d = str(tmp_path / "ckpt")
+    scores = iter([5.0, 3.0, 4.0, 4.5] + [0.0] * 10)
+
+    def fetches(model: Any) -> dict[str, Any]:
+        return {"loss": model.loss, "score": tf.py_function(lambda: next(scores), [], tf.float32)}
+
+    def sinks() -> list[Sink]:
+        return [
+            CheckpointSink(d, every_n_steps=2, every_n_secs=None),
+            EarlyStoppingSink("score", patience=2, every_n_steps=2),
+        ]
+
+    bus, _, step = train(d, sinks(), last_step=100, fetches=fetches)
+    assert step == 8  # 3.0 at step 4 is the best; 4.0 and 4.5 use up patience 2
+    assert restored_step(d) == 8
+    bus, _, step = train(d, sinks(), last_step=100, fetches=fetches)
+    assert step == 8  # not one step trained
+    assert (bus.stop_reason or "").endswith("(before the restart)")
+    assert restored_step(d) == 8
+
+
 def test_bad_settings_fail_at_construction_or_begin(tmp_path: Any) -> None:
     with pytest.raises(ValueError, match=r"keep must be a positive int \(got 0\)"):
         CheckpointSink(tmp_path, keep=0)
