@@ -129,8 +129,9 @@ class BusStats:
 
     @property
     def seconds_per_due_step(self) -> float:
-        """Time the subscribers took on the training thread per due step, all of them together."""
-        total = sum(s.step_seconds for s in self.subscribers)
+        """The subscribers' time on the training thread (every call and deferred save, all of
+        them together) per due step: what the bus adds to a step where anything is due."""
+        total = sum(s.seconds for s in self.subscribers)
         return total / self.due_steps if self.due_steps else 0.0
 
     def __getitem__(self, name: str) -> SubscriberStats:

@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rich.cells import cell_len
 from rich.console import Group
 from rich.panel import Panel
 from rich.progress_bar import ProgressBar
@@ -21,8 +22,14 @@ from rich.table import Table
 from rich.text import Text
 
 from hookbus._direction import better_direction
+from hookbus._events import CheckpointSaved
+from hookbus._stats import BusStats
+
+from ._console_health import health_items, health_summary
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 
 __all__ = [
@@ -36,11 +43,13 @@ __all__ = [
     "plain_eval_line",
     "plain_line",
     "plain_summary",
+    "saved_bests",
     "sparkline",
 ]
 
 _BLOCKS = "▁▂▃▄▅▆▇█"
 _ASCII_BLOCKS = "_.-:=+*#"
+_MIN_SPARKLINE = 4  # narrower than this, the "recent" column is left out
 
 
 @dataclass(frozen=True)
@@ -49,7 +58,7 @@ class MetricRow:
 
     key: str
     goal: str  # "min" or "max"
-    last: float
+    last: float | None  # None: no value yet in this process (a best restored from a checkpoint)
     best: float | None
     best_step: int | None
     history: tuple[float, ...]
@@ -72,7 +81,7 @@ class MetricTracker:
     def __init__(self, key: str, goal: str, history: int) -> None:
         self.key = key
         self.goal = goal
-        self.last = math.nan
+        self.last: float | None = None
         self.best: float | None = None
         self.best_step: int | None = None
         self.history: deque[float] = deque(maxlen=history)
@@ -85,8 +94,17 @@ class MetricTracker:
         ):
             self.best, self.best_step = value, step
 
+    def restore_best(self, best: float, step: int) -> None:
+        """The best saved beside the checkpoint a session resumed from (what came after is gone)."""
+        self.best, self.best_step = best, step
+
     def row(self) -> MetricRow:
         return MetricRow(self.key, self.goal, self.last, self.best, self.best_step, tuple(self.history))
+
+
+def saved_bests(trackers: Iterable[MetricTracker]) -> dict[str, list[float | int]]:
+    """``{key: [best, best_step]}`` of every tracker with a best (the console sink's saved state)."""
+    return {t.key: [t.best, t.best_step] for t in trackers if t.best is not None and t.best_step is not None}
 
 
 @dataclass(frozen=True)
@@ -109,11 +127,12 @@ class Snapshot:
     train: tuple[MetricRow, ...] = ()
     evals: tuple[MetricRow, ...] = ()
     eval_step: int | None = None
-    checkpoint: str | None = None
+    checkpoint: CheckpointSaved | None = None
     stop: str | None = None
     errors: tuple[tuple[str, int], ...] = ()
     statuses: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    health: BusStats | None = None
 
     def elapsed_at(self, now: float) -> float:
         """Elapsed seconds as of ``now`` (frozen once the run is over)."""
@@ -127,18 +146,27 @@ class Snapshot:
         return max(0, self.total - self.step) / self.rate
 
     @property
-    def status_items(self) -> tuple[str, ...]:
-        """The status line's parts: checkpoint, stop, other sinks, errors, notes."""
-        items: list[str] = []
-        if self.checkpoint:
-            items.append(self.checkpoint)
+    def footer(self) -> tuple[tuple[str, ...], ...]:
+        """The footer's lines, each a tuple of parts, none repeated: the run's own (checkpoint,
+        stop, resume, current activity, failure), the other sinks' status lines (while running),
+        and errors when no health line (:attr:`health`) names them."""
+        own: list[str] = []
+        if self.checkpoint is not None:
+            value = "" if self.checkpoint.value is None else f" ({format_value(self.checkpoint.value)})"
+            own.append(f"checkpoint step {self.checkpoint.step:,}{value}")
         if self.stop:
-            items.append(self.stop)
-        items.extend(self.statuses)
-        if self.errors:
-            items.append("errors: " + ", ".join(f"{name} ×{count}" for name, count in self.errors))
-        items.extend(self.notes)
-        return tuple(items)
+            own.append(self.stop)
+        own.extend(self.notes)
+        errors = []
+        if self.errors and self.health is None:
+            errors.append("errors: " + ", ".join(f"{name} ×{count}" for name, count in self.errors))
+        lines = (tuple(dict.fromkeys(own)), tuple(dict.fromkeys(self.statuses)), tuple(errors))
+        return tuple(line for line in lines if line)
+
+    @property
+    def status_items(self) -> tuple[str, ...]:
+        """Every part of :attr:`footer`, in order."""
+        return tuple(item for line in self.footer for item in line)
 
 
 def format_value(value: float | None) -> str:
@@ -217,43 +245,64 @@ def _progress(snap: Snapshot) -> Table | None:
     return grid
 
 
-def _metrics(rows: tuple[MetricRow, ...], *, ascii_only: bool) -> Table:
-    table = Table(box=None, padding=(0, 2, 0, 0), show_edge=False, header_style="bold")
-    table.add_column("metric", no_wrap=True)
-    table.add_column("last", justify="right", no_wrap=True)
-    table.add_column("best", justify="right", no_wrap=True)
-    table.add_column("at step", justify="right", no_wrap=True)
-    table.add_column("recent", no_wrap=True, overflow="crop")
-    for row in rows:
-        table.add_row(
-            Text(row.key),  # a Text, never markup: keys like "loss[train]" or "acc[/]" are names
-            format_value(row.last),
-            f"{format_value(row.best)} {row.goal}",
-            _step(row.best_step),
-            Text(sparkline(row.history, ascii_only=ascii_only), style="green"),
-        )
+_HEADINGS = ("metric", "last", "best", "at step")
+_GAP = 2  # spaces after each column
+
+
+def _metrics(rows: tuple[MetricRow, ...], *, ascii_only: bool, width: int) -> Table:
+    """The table of ``rows`` in ``width`` cells: names and numbers whole, the sparkline gets the rest.
+
+    Numbers never wrap or shorten; a name too long for the width folds onto more lines rather
+    than losing characters; the "recent" sparkline shows as many of the latest values as fit,
+    and is left out below a few cells.
+    """
+    cells = [
+        (row.key, format_value(row.last), f"{format_value(row.best)} {row.goal}", _step(row.best_step)) for row in rows
+    ]
+    widths = [max([cell_len(heading)] + [cell_len(c[i]) for c in cells]) for i, heading in enumerate(_HEADINGS)]
+    room = width - sum(widths) - _GAP * len(widths)  # what the last column, "recent", may take
+    longest = max((len(row.history) for row in rows), default=0)
+    spark = min(room, longest)
+    table = Table(box=None, padding=(0, _GAP, 0, 0), pad_edge=False, show_edge=False, header_style="bold")
+    table.add_column("metric", overflow="fold")  # the one column that may wrap: never cut
+    for heading, w in zip(_HEADINGS[1:], widths[1:], strict=True):
+        table.add_column(heading, justify="right", no_wrap=True, min_width=w)
+    if spark >= _MIN_SPARKLINE:
+        heading = "recent" if room >= cell_len("recent") else ""
+        table.add_column(heading, no_wrap=True, overflow="crop", width=max(spark, cell_len(heading)))
+    for row, (key, last, best, step) in zip(rows, cells, strict=True):
+        line: list[RenderableType] = [Text(key), last, best, step]  # a Text, never markup: "acc[/]" is a name
+        if spark >= _MIN_SPARKLINE:
+            line.append(Text(sparkline(row.history[-spark:], ascii_only=ascii_only), style="green"))
+        table.add_row(*line)
     return table
 
 
-def build(snap: Snapshot, now: float, *, ascii_only: bool = False) -> RenderableType:
-    """The dashboard for ``snap`` as of ``now``: header, progress, metrics, eval, status."""
+def build(snap: Snapshot, now: float, *, ascii_only: bool = False, width: int = 120) -> RenderableType:
+    """The dashboard for ``snap`` as of ``now`` in ``width`` cells: header, progress, metrics,
+    eval, status, health."""
+    inner = width - 4  # the panel's borders and padding
     parts: list[RenderableType] = [_header(snap, now)]
     progress = _progress(snap)
     if progress is not None:
         parts.append(progress)
     if snap.train:
-        parts.extend([Text(""), _metrics(snap.train, ascii_only=ascii_only)])
+        parts.extend([Text(""), _metrics(snap.train, ascii_only=ascii_only, width=inner)])
     elif not snap.evals:
         parts.append(
             Text("waiting for the first values…" if not ascii_only else "waiting for the first values...", style="dim")
         )
     if snap.evals:
         parts.append(Text(f"\nevaluation at step {_step(snap.eval_step)}", style="bold magenta"))
-        parts.append(_metrics(snap.evals, ascii_only=ascii_only))
-    items = snap.status_items
-    if items:
+        parts.append(_metrics(snap.evals, ascii_only=ascii_only, width=inner))
+    separator = Text(" · " if not ascii_only else " | ")
+    footer = snap.footer
+    if footer or snap.health is not None:
         parts.append(Text(""))
-        parts.append(Text(" · " if not ascii_only else " | ").join(Text(item) for item in items))
+    parts.extend(separator.join(Text(item) for item in line) for line in footer)
+    if snap.health is not None:
+        health = health_items(snap.health)
+        parts.append(separator.join(Text(text, style=style) for text, style in health))
     return Panel(Group(*parts), title=Text(snap.run_name, style="bold"), title_align="left", expand=True)
 
 
@@ -271,7 +320,8 @@ class Dashboard:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         try:
             ascii_only = options.ascii_only or not options.encoding.lower().startswith("utf")
-            lines = console.render_lines(build(self.snapshot, self.now, ascii_only=ascii_only), options, pad=False)
+            frame = build(self.snapshot, self.now, ascii_only=ascii_only, width=options.max_width)
+            lines = console.render_lines(frame, options, pad=False)
         except Exception as error:  # the refresh thread must survive anything drawn
             yield Text(f"(dashboard could not be drawn: {type(error).__name__}: {error})", style="red")
             return
@@ -312,4 +362,6 @@ def plain_summary(snap: Snapshot) -> list[str]:
             f" at step {row.best_step if row.best_step is not None else '-'}"
         )
     lines.extend(f"  {item}" for item in snap.status_items)
+    if snap.health is not None:
+        lines.append(f"  {health_summary(snap.health)}")
     return lines

@@ -1,18 +1,27 @@
 """The console dashboard's terminal: live or plain, and logging routed through the console.
 
-Two facts decide the design here: rich takes a pipe for a terminal under ``FORCE_COLOR``, and
+Three facts decide the design here: rich takes a pipe for a terminal under ``FORCE_COLOR``;
 logging handlers made before a ``Live`` display started hold the real stdout/stderr, past its
-redirect of ``print``.
+redirect of ``print``; and the terminal echoes what is typed (``^C``, Enter) at the cursor, which
+``Live`` keeps at the end of its frame: one echoed line break and every later frame is drawn a
+line lower, under a stale copy of its top border. So the live display turns the echo of typed
+input off while it runs (Ctrl-C still interrupts) and back on as it stops.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, TYPE_CHECKING, Any
+
+try:
+    import termios
+except ImportError:  # not a POSIX system: no terminal modes to change
+    termios = None  # type: ignore[assignment]
 
 from rich.console import Console
 from rich.file_proxy import FileProxy
@@ -72,6 +81,32 @@ def route_logging(console: Console, streams: set[int]) -> Routed:
     return routed
 
 
+def quiet_input(stream: IO[str] | None) -> Callable[[], None]:
+    """Stop the terminal behind ``stream`` from echoing typed input; returns what restores it.
+
+    Only the echo changes: line editing and the signals of Ctrl-C and Ctrl-Z stay as they were.
+    Nothing happens (and the restore does nothing) when ``stream`` is not a terminal.
+    """
+    if termios is None or stream is None:
+        return lambda: None
+    try:
+        fd = stream.fileno()
+        if not os.isatty(fd):
+            return lambda: None
+        saved = termios.tcgetattr(fd)
+        quiet = list(saved)
+        quiet[3] &= ~(termios.ECHO | getattr(termios, "ECHOCTL", 0))
+        termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    except (AttributeError, OSError, ValueError, termios.error):  # no usable terminal: leave it be
+        return lambda: None
+
+    def restore() -> None:
+        with contextlib.suppress(OSError, termios.error):  # the terminal went away: nothing to restore
+            termios.tcsetattr(fd, termios.TCSANOW, saved)
+
+    return restore
+
+
 def restore_logging(routed: Routed) -> None:
     """Give every routed handler its own stream back (flushing what it buffered)."""
     for handler, stream in reversed(routed):
@@ -105,6 +140,7 @@ class TerminalDisplay:
         self._live: Live | None = None
         self._routed: Routed = []
         self._on_exit: Callable[[], None] | None = None
+        self._restore_input: Callable[[], None] = lambda: None
 
     @property
     def is_live(self) -> bool:
@@ -128,6 +164,7 @@ class TerminalDisplay:
         )
         self._on_exit = on_exit
         atexit.register(on_exit)
+        self._restore_input = quiet_input(sys.stdin)
         self._live.start(refresh=True)
         self._routed = route_logging(self.console, streams)
 
@@ -146,7 +183,11 @@ class TerminalDisplay:
             if live is not None:
                 if self._on_exit is not None:
                     atexit.unregister(self._on_exit)
-                live.stop()
+                try:
+                    live.stop()
+                finally:
+                    restore, self._restore_input = self._restore_input, lambda: None
+                    restore()
             else:
                 for line in summary:
                     self.print(line)

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.console import Console
 
@@ -24,6 +24,7 @@ from ._console_render import (
     plain_eval_line,
     plain_line,
     plain_summary,
+    saved_bests,
 )
 from ._console_terminal import TerminalDisplay
 
@@ -154,11 +155,13 @@ class ConsoleSink(Sink):
         self._train: dict[str, MetricTracker] = {}
         self._evals: dict[str, MetricTracker] = {}
         self._eval_step: int | None = None
-        self._checkpoint: str | None = None
+        self._checkpoint: CheckpointSaved | None = None
         self._stop: str | None = None
         self._errors: dict[str, int] = {}
         self._resumed: str | None = None
+        self._activity: str | None = None  # what happens now, between training steps
         self._failure: str | None = None
+        self._sessions = 0  # training sessions seen in this run
         self._last_plain: float | None = None
         self.snapshot = Snapshot(self.run_name, taken_at=self._start)
 
@@ -177,9 +180,11 @@ class ConsoleSink(Sink):
         statuses: list[str] = []
         total: int | None = None
         for peer in self._context.peers() if self._context is not None else ():
-            if peer.status:
-                statuses.append(f"{peer.name}: {peer.status}")
             steps = peer.total_steps
+            # A sink that knows the last step shows as the header's total and progress bar, not
+            # again in the footer; once stopping, the stop line says it all.
+            if peer.status and steps is None and self._stop is None:
+                statuses.append(f"{peer.name}: {peer.status}")
             if steps is not None and steps > 0:
                 total = steps if total is None else min(total, steps)
         now = self.clock()
@@ -200,7 +205,8 @@ class ConsoleSink(Sink):
             stop=self._stop,
             errors=tuple(self._errors.items()),
             statuses=tuple(statuses),
-            notes=tuple(note for note in (self._resumed, self._failure) if note),
+            notes=tuple(note for note in (self._resumed, self._activity, self._failure) if note),
+            health=self._context.stats() if self._context is not None else None,
         )
         return self.snapshot
 
@@ -233,19 +239,33 @@ class ConsoleSink(Sink):
         self._publish()
 
     def on_session_created(self, event: Event) -> None:
+        if event.mode == "eval":
+            # An evaluation session restored a checkpoint; its values arrive at its end.
+            self._activity = f"evaluating checkpoint {event.step:,}"
+            self._publish()
+            return
         if event.mode != "train":
             return
-        self._step = event.step
+        self._sessions += 1
+        self._activity = None
         self._last_rate_point, self._rate = None, None  # a resume point: the rate starts anew
-        if event.restored:
-            self._resumed = f"resumed at step {event.step}"  # only the latest resume point matters
+        # Say "resumed" only for what a user did or must know: a run that starts from an earlier
+        # run's checkpoint, or a session re-created behind the step reached (a recoverable error).
+        # Training rounds that continue where this run was (train_and_evaluate) are not resumes.
+        if event.rewound:
+            self._resumed = f"rewound to step {event.step:,} (session re-created)"
             self._plain(self._resumed)
+        elif self._sessions == 1 and event.restored and event.step > 0:
+            self._resumed = f"resumed from step {event.step:,}"
+            self._plain(self._resumed)
+        self._step = event.step
         self._publish()
 
     def on_after_run(self, event: Event) -> None:
         self._mode = event.mode
         if event.mode == "eval":
             self._eval_step = event.step
+            self._activity = None
             for key, value in event.values.items():
                 if isinstance(value, float):
                     self._metric(self._evals, key).update(event.step, value)
@@ -264,17 +284,24 @@ class ConsoleSink(Sink):
             self._plain(plain_line(snap))
 
     def on_checkpoint_saved(self, event: CheckpointSaved) -> None:
+        self._checkpoint = event
         value = "" if event.value is None else f" (value {event.value:.4g})"
-        self._checkpoint = f"checkpoint step {event.step}{value}: {event.path}"
-        self._plain(self._checkpoint)
+        self._plain(f"checkpoint step {event.step}{value}: {event.path}")
         self._publish()
 
     def on_stop_requested(self, event: StopRequest) -> None:
         if self._stop is None:  # the first reason stops the run, as bus.stop_reason
-            self._stop = f"stop at step {event.step}: {event.reason} ({event.source})"
+            self._stop = f"stop at step {event.step:,}: {event.reason} ({event.source})"
             self._plain(self._stop)
+            # The header shows the step the stop happened at, also when the last due step was earlier.
+            self._step = max(self._step, event.step)
         self._phase = "stopping"
         self._publish()
+
+    def on_end(self, event: Event) -> None:
+        if event.mode == "train":
+            self._step = max(self._step, event.step)  # the step training ended at: header and footer agree
+            self._publish()
 
     def on_subscriber_error(self, event: SubscriberError) -> None:
         self._errors[event.subscriber] = event.count
@@ -288,8 +315,24 @@ class ConsoleSink(Sink):
     def on_exception(self, event: ExceptionRaised) -> None:
         interrupted = isinstance(event.error, KeyboardInterrupt)
         self._phase = "interrupted" if interrupted else "failed"
+        self._step = max(self._step, event.step)
         detail = f": {event.error}" if str(event.error) else ""
-        self._failure = f"{self._phase} at step {event.step}: {type(event.error).__name__}{detail}"
+        self._failure = f"{self._phase} at step {event.step:,}: {type(event.error).__name__}{detail}"
+        self._activity = None
+        self._publish()
+
+    # -- state across a resume ---------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Each key's best value and its step, saved beside a checkpoint: after a resume the
+        dashboard's "best" is the run's best (as early stopping's restored best), not the
+        best since the restart."""
+        return {"train": saved_bests(self._train.values()), "eval": saved_bests(self._evals.values())}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` saved (keys not seen yet get a row with their best)."""
+        for table, saved in ((self._train, state.get("train")), (self._evals, state.get("eval"))):
+            for key, (best, step) in (saved or {}).items():
+                self._metric(table, key).restore_best(float(best), int(step))
         self._publish()
 
     # -- output ------------------------------------------------------------------------------

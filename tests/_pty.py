@@ -18,8 +18,8 @@ import struct
 import subprocess
 import termios
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import pyte
 
@@ -37,13 +37,16 @@ class PtyResult:
         output: Every byte the command wrote to the terminal.
         returncode: Its exit status (negative: killed by that signal).
         screen: The emulated terminal after all output.
-        interrupted: Whether SIGINT was sent (see ``interrupt_on``).
+        interrupted: Whether SIGINT was sent (see ``interrupt_on``) or Ctrl-C typed (``ctrl_c_when``).
+        moments: The screen's rows (trailing blanks removed) at the first moment each of
+            ``moments``' conditions held, by name; a name is missing if its moment never came.
     """
 
     output: bytes
     returncode: int
     screen: pyte.Screen
     interrupted: bool
+    moments: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def lines(self) -> list[str]:
@@ -54,6 +57,14 @@ class PtyResult:
     def text(self) -> str:
         """The screen as text, one row per line."""
         return "\n".join(self.lines)
+
+    @property
+    def scrolled(self) -> list[str]:
+        """Rows that scrolled off the top of the screen, oldest first, then the screen's rows."""
+        top = getattr(self.screen, "history", None)
+        old = [] if top is None else list(top.top)
+        cols = self.screen.columns
+        return ["".join(row[x].data for x in range(cols)).rstrip() for row in old] + self.lines
 
     @property
     def cursor_visible(self) -> bool:
@@ -70,6 +81,8 @@ def run_in_pty(
     cwd: str | os.PathLike[str] | None = None,
     timeout: float = 60.0,
     interrupt_on: bytes | None = None,
+    moments: Mapping[str, Callable[[str], bool]] | None = None,
+    ctrl_c_when: Callable[[str], bool] | None = None,
 ) -> PtyResult:
     """Run ``argv`` with a fresh pty of ``cols`` x ``rows`` as stdin, stdout and stderr.
 
@@ -83,16 +96,26 @@ def run_in_pty(
             (default 60).
         interrupt_on: Send SIGINT (what Ctrl-C does) once this byte string has appeared in the
             output (default ``None``: never).
+        moments: ``name -> condition`` on the screen's text: the screen is kept at the first
+            moment each condition holds (see :attr:`PtyResult.moments`). Default none.
+        ctrl_c_when: Type Ctrl-C into the terminal (the command runs in its own session with
+            the pty as its controlling terminal, so the line discipline sends SIGINT and echoes
+            ``^C`` as a terminal does) once this condition on the screen's text holds.
     """
     environ = {k: v for k, v in os.environ.items() if k not in _CLEARED}
     environ.update({"TERM": "xterm-256color", "PYTHONUNBUFFERED": "1"})
     environ.update(env or {})
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    def controlling_terminal() -> None:  # in the child: its own session, the pty its terminal
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
     try:
         process = subprocess.Popen(
-            list(argv), stdin=slave, stdout=slave, stderr=slave, env=environ, cwd=cwd, close_fds=True
-        )
+            list(argv), stdin=slave, stdout=slave, stderr=slave, env=environ, cwd=cwd, close_fds=True,
+            preexec_fn=controlling_terminal if ctrl_c_when is not None else None,
+        )  # fmt: skip
     except BaseException:
         os.close(master)
         raise
@@ -100,6 +123,10 @@ def run_in_pty(
         os.close(slave)  # the child holds its copy; EOF arrives when it exits
     chunks: list[bytes] = []
     interrupted = False
+    screen = pyte.HistoryScreen(cols, rows, history=10_000)
+    stream = pyte.ByteStream(screen)
+    waiting = dict(moments or {})
+    seen: dict[str, list[str]] = {}
     deadline = time.monotonic() + timeout
     try:
         while True:
@@ -118,9 +145,20 @@ def run_in_pty(
                 if not data:
                     break
                 chunks.append(data)
+                stream.feed(data)
                 if interrupt_on is not None and not interrupted and interrupt_on in b"".join(chunks):
                     process.send_signal(signal.SIGINT)
                     interrupted = True
+                if waiting or (ctrl_c_when is not None and not interrupted):
+                    lines = [line.rstrip() for line in screen.display]
+                    text = "\n".join(lines)
+                    for name, condition in list(waiting.items()):
+                        if condition(text):
+                            seen[name] = lines
+                            del waiting[name]
+                    if ctrl_c_when is not None and not interrupted and ctrl_c_when(text):
+                        os.write(master, b"\x03")
+                        interrupted = True
         returncode = process.wait(timeout=max(1.0, deadline - time.monotonic()))
     finally:
         with contextlib.suppress(OSError):
@@ -128,7 +166,4 @@ def run_in_pty(
         if process.poll() is None:
             process.kill()
             process.wait()
-    output = b"".join(chunks)
-    screen = pyte.Screen(cols, rows)
-    pyte.ByteStream(screen).feed(output)
-    return PtyResult(output, returncode, screen, interrupted)
+    return PtyResult(b"".join(chunks), returncode, screen, interrupted, seen)

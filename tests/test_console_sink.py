@@ -228,15 +228,38 @@ def test_status_line_shows_checkpoint_stop_other_sinks_and_errors(clock: FakeClo
             pass
         pub.end({"loss": 1.0})
         text = text_of(sink, width=200)
-    assert "checkpoint step 4 (value 0.5): runs/exp/ckpt/model.ckpt-4" in text
-    assert "stop at step 6: reached step 6 (StopAt)" in text
-    assert "StopAt: patience 1/3" in text
+    assert "checkpoint step 4 (0.5)" in text  # the path is in the plain log, not on the dashboard
+    assert text.count("stop at step 6: reached step 6 (StopAt)") == 1
+    assert "StopAt: patience 1/3" not in text  # once stopping, the stop line says it all
     assert "errors: uploader ×6" in text
+    assert "sinks: 2 ok, 1 failing" in text
     assert "(stopping)" in text
     assert "(stopped)" in text_of(sink, width=200)
 
 
-def test_resume_resets_the_rate_and_is_noted(clock: FakeClock) -> None:
+class Status(hookbus.Sink):
+    """Reports a status line and no last step."""
+
+    def status(self) -> str | None:
+        return "patience 1/3"
+
+
+def test_other_sinks_status_shows_while_running_the_last_step_only_in_the_header(clock: FakeClock) -> None:
+    bus, sink, _ = make(clock, every_n_steps=1)
+    bus.attach(StopAt(6, status="stop at step 6"))
+    bus.attach(Status())
+    pub = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        pub.begin()
+        pub.session(0)
+        pub.advance({"loss": 1.0})
+        text = text_of(sink)
+    assert "Status: patience 1/3" in text
+    assert "step 1/6" in text
+    assert "stop at step 6" not in text
+
+
+def test_a_rewind_resets_the_rate_and_is_noted(clock: FakeClock) -> None:
     bus, sink, _ = make(clock, every_n_steps=1)
     pub = ScriptedPublisher(bus, ["loss"])
     with bus:
@@ -250,22 +273,41 @@ def test_resume_resets_the_rate_and_is_noted(clock: FakeClock) -> None:
         assert sink.snapshot.rate is None
         assert sink.snapshot.step == 3
         text = text_of(sink)
-    assert "resumed at step 3" in text
+    assert "rewound to step 3 (session re-created)" in text
     assert "- steps/s" in text
+
+
+def test_a_run_resumed_from_an_earlier_checkpoint_says_so(clock: FakeClock) -> None:
+    bus, sink, console = make(clock, every_n_steps=1, plain_every_n_secs=0)
+    pub = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        pub.begin()
+        pub.session(500, restored=True)
+        pub.advance({"loss": 1.0})
+        assert "resumed from step 500" in text_of(sink)
+    assert "resumed from step 500" in console.file.getvalue().splitlines()  # type: ignore[attr-defined]
 
 
 def test_sessions_ending_between_rounds_do_not_end_the_run(clock: FakeClock) -> None:
     bus, sink, console = make(clock, every_n_steps=1, plain_every_n_secs=0)
     pub = ScriptedPublisher(bus, ["loss"])
+    evaluator = ScriptedPublisher(bus, ["loss"], mode="eval")
     with bus:
         pub.run([{"loss": 1.0}, {"loss": 0.5}])  # one round of train-and-evaluate
-        pub.session(2, restored=True)
+        evaluator.session(2, restored=True)  # its evaluation restores the round's checkpoint
+        assert "evaluating checkpoint 2" in text_of(sink)
+        evaluator.evaluate({"loss": 0.75}, step=2)
+        assert "evaluating" not in text_of(sink)
+        pub.session(2, restored=True)  # the next round continues where this run was: no resume
         clock.advance(1.0)
         pub.advance({"loss": 0.25})
         assert sink.snapshot.running
         assert "(" not in text_of(sink).splitlines()[1]  # no phase shown while running
     assert "(finished)" in text_of(sink)
-    assert "resumed at step 2" in console.file.getvalue().splitlines()  # type: ignore[attr-defined]
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "resumed" not in out
+    assert "rewound" not in out
+    assert "eval at step 2 | eval/loss 0.75" in out.splitlines()
 
 
 def test_sparkline_history_is_bounded(clock: FakeClock) -> None:

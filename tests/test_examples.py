@@ -30,7 +30,7 @@ def test_keras_classifier_trains_stops_early_and_resumes(
     run_example("keras_classifier.py", monkeypatch, "--epochs", "8", "--dir", str(tmp_path))
     out = capsys.readouterr().out
     assert "early stopping: eval/loss did not improve" in out
-    assert "resumed at step" in out
+    assert "resumed from step" in out
     epoch_steps = steps(tmp_path / "epochs.csv")
     assert epoch_steps == sorted(set(epoch_steps))
     assert epoch_steps[0] == 16

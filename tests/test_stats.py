@@ -110,3 +110,30 @@ def test_a_checkpoint_save_deferred_after_the_dispatch_counts_for_its_sink() -> 
     saver = bus.stats()["saver"]
     assert saver.seconds >= 0.04
     assert saver.step_seconds < 0.02  # the handler itself was quick
+
+
+def test_the_health_line_names_a_failing_sink_a_slow_one_and_a_writer_falling_behind() -> None:
+    from hookbus.sinks._console_health import health_items, health_summary
+
+    def sub(
+        name: str, seconds: float, errors: int = 0, writer: hookbus.WriterStats | None = None
+    ) -> hookbus.SubscriberStats:
+        return hookbus.SubscriberStats(
+            name, "sink", "isolate", 10, seconds, seconds, 10, seconds, errors, errors > 2, writer
+        )
+
+    behind = hookbus.WriterStats(rows=1000, written=100, queued=900, capacity=1024)
+    stats = hookbus.BusStats(
+        step=100,
+        due_steps=10,
+        subscribers=(sub("quick", 0.0001), sub("slow", 0.2), sub("broken", 0.001, 3), sub("CSV", 0.0, 0, behind)),
+    )
+    items = dict(health_items(stats))
+    assert items["sinks: 3 ok, 1 failing"] == "red"
+    assert "20.11 ms per due step" in items  # (0.0001 + 0.2 + 0.001) s over 10 due steps
+    assert items["most: slow 20.00 ms"] == "bold yellow"
+    assert items["errors: broken ×3 (disabled)"] == "bold red"
+    assert items["CSV queue 900/1024"] == "bold yellow"
+    fine = hookbus.BusStats(100, 10, (sub("quick", 0.0001),))
+    assert dict(health_items(fine)) == {"sinks: 1 ok": "green", "0.01 ms per due step": "", "most: quick 0.01 ms": ""}
+    assert health_summary(stats).endswith("CSV 100 rows")
