@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import csv
 import functools
-import io
-import math
 import os
 import tempfile
 from collections.abc import Iterable
@@ -19,112 +16,11 @@ from hookbus._schedule import Schedule
 from hookbus._stats import WriterStats
 from hookbus._subscriber import Sink
 from hookbus._validate import non_empty_path, positive_int, seconds
-from hookbus._writer import BackgroundWriter, check_writable_dir, write_atomically
+from hookbus._writer import BackgroundWriter, check_writable_dir
+
+from ._csv_file import CSVFile, Row
 
 __all__ = ["CSVSink"]
-
-_FIXED = ("step", "wall_time")
-Row = tuple[int, float, dict[str, float]]
-
-
-def _cell(value: float) -> str:
-    # repr round-trips floats and spells non-finite values nan/inf/-inf, which pandas and float() read.
-    return repr(value) if math.isfinite(value) else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
-
-
-def _line(cells: Iterable[str]) -> str:
-    out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerow(cells)
-    return out.getvalue()
-
-
-class _File:
-    """One CSV file, touched only on the writer's thread (after :meth:`CSVSink.on_begin`)."""
-
-    def __init__(self, path: Path, columns: list[str], *, csv_logger_order: bool = False) -> None:
-        self.path = path
-        # CSVLogger's order (epoch, then the rest sorted) for epoch files, kept while no row is
-        # written yet: metrics the callback's keys did not name arrive with the first epoch.
-        self.csv_logger_order = csv_logger_order
-        self.columns = self._ordered(columns)  # the value columns, after step and wall_time
-        self.last_step = -1
-        self.resume_at: int | None = None
-        self.handle: io.TextIOWrapper | None = None
-
-    def read_header(self) -> list[str] | None:
-        """The columns of an existing file (None if absent or empty); fails on a foreign file."""
-        try:
-            with self.path.open(newline="", encoding="utf-8") as f:
-                first = f.readline()
-        except FileNotFoundError:
-            return None
-        if not first.endswith("\n"):
-            return None  # empty, or a header torn by a kill: rewritten whole at the resume point
-        header = next(csv.reader([first]))
-        if tuple(header[:2]) != _FIXED:
-            raise ValueError(
-                f"{self.path} exists and is not a CSVSink file (its header starts {header[:2]}); "
-                "choose another path or remove it"
-            )
-        return header[2:]
-
-    def resume(self, step: int) -> io.TextIOWrapper:
-        """Keep complete rows with step <= ``step``, widen the header, rewrite atomically if changed."""
-        self.close()
-        old = self.read_header()
-        text = self.path.read_text(encoding="utf-8") if old is not None else ""
-        lines = text.splitlines(keepends=True)[1:]
-        # A last line without its newline was torn by a kill; its step is regenerated after S.
-        kept = [ln for ln in lines if ln.endswith("\n") and int(ln.split(",", 1)[0]) <= step]
-        self.columns = (old or []) + [c for c in self.columns if c not in (old or [])]
-        if not kept:  # no row to keep in step with the old header: the order is free
-            self.columns = self._ordered(self.columns)
-        self.last_step = int(kept[-1].split(",", 1)[0]) if kept else -1
-        if old != self.columns or len(kept) != len(lines):
-            extra = "," * (len(self.columns) - len(old or []))  # old rows: new cells empty
-            self.replace(_line([*_FIXED, *self.columns]) + "".join(ln[:-1] + extra + "\n" for ln in kept))
-        self.handle = self.path.open("a", newline="", encoding="utf-8")
-        return self.handle
-
-    def _ordered(self, columns: list[str]) -> list[str]:
-        if not self.csv_logger_order:
-            return columns
-        return [c for c in columns if c == "epoch"] + sorted(c for c in columns if c != "epoch")
-
-    def start_session(self, step: int) -> None:
-        """A session starts at ``step``: resume now, or at the first row if there is no file yet."""
-        self.resume_at = step
-        if self.columns or self.path.exists():
-            self.resume(step)
-        else:
-            self.close()  # no columns and no file (no eval publisher yet): no empty file
-
-    def replace(self, text: str) -> None:
-        write_atomically(self.path, text)
-
-    def write(self, row: Row) -> None:
-        step, wall_time, values = row
-        handle = self.handle
-        if handle is None:  # no session announced, or a file deferred by start_session
-            handle = self.resume(step - 1 if self.resume_at is None else self.resume_at)
-        if step <= self.last_step:
-            return  # one row per step: a repeat of a step already in the file is dropped
-        new = [k for k in values if k not in self.columns]
-        if new:
-            self.columns += new
-            handle = self.resume(self.last_step)
-        self.last_step = step
-        cells = [str(step), repr(wall_time)] + [_cell(values[c]) if c in values else "" for c in self.columns]
-        handle.write(_line(cells))
-
-    def flush(self) -> None:
-        if self.handle is not None:
-            self.handle.flush()
-
-    def close(self) -> None:
-        if self.handle is not None:
-            self.handle.close()
-            self.handle = None
 
 
 class CSVSink(Sink):
@@ -202,7 +98,7 @@ class CSVSink(Sink):
         self.epochs = epochs
         if epochs:
             self.schedule = Schedule()  # never due on a step: epoch events are unscheduled
-        self._files: dict[str, _File] = {}
+        self._files: dict[str, CSVFile] = {}
         self._locks: dict[str, OutputLock] = {}
         self._writer: BackgroundWriter[tuple[str, Row]] | None = None
         self._closed_writer: BackgroundWriter[tuple[str, Row]] | None = None
@@ -230,11 +126,11 @@ class CSVSink(Sink):
         wanted = sorted(k for k in known if self.keys is None or k in self.keys)
         if self.epochs:
             columns = ["epoch"] + [k[len(EPOCH_PREFIX) :] for k in wanted if k.startswith(EPOCH_PREFIX)]
-            self._files = {"epoch": _File(self.path, columns, csv_logger_order=True)}
+            self._files = {"epoch": CSVFile(self.path, columns, csv_logger_order=True)}
         else:
             self._files = {
-                "train": _File(self.path, [k for k in wanted if not k.startswith((EVAL_PREFIX, EPOCH_PREFIX))]),
-                "eval": _File(self.eval_path, [k[len(EVAL_PREFIX) :] for k in wanted if k.startswith(EVAL_PREFIX)]),
+                "train": CSVFile(self.path, [k for k in wanted if not k.startswith((EVAL_PREFIX, EPOCH_PREFIX))]),
+                "eval": CSVFile(self.eval_path, [k[len(EVAL_PREFIX) :] for k in wanted if k.startswith(EVAL_PREFIX)]),
             }
         for f in self._files.values():
             f.read_header()  # a foreign file fails here, before training

@@ -365,10 +365,10 @@ def test_sigkill_many_trials(tmp_path: Path, seed: int) -> None:
 def test_slow_disk_blocks_training_only_when_the_queue_is_full(tmp_path: Path) -> None:
     import threading
 
-    csv_module = importlib.import_module("hookbus.sinks.csv")
+    csv_module = importlib.import_module("hookbus.sinks._csv_file")
 
     gate = threading.Event()
-    original = csv_module._File.write
+    original = csv_module.CSVFile.write
 
     def slow_write(self: Any, row: Any) -> None:
         gate.wait()
@@ -388,7 +388,7 @@ def test_slow_disk_blocks_training_only_when_the_queue_is_full(tmp_path: Path) -
                 published += 1
             pub.end()
 
-    csv_module._File.write = slow_write  # type: ignore[method-assign]
+    csv_module.CSVFile.write = slow_write  # type: ignore[method-assign]
     try:
         trainer = threading.Thread(target=train, daemon=True)
         trainer.start()
@@ -400,7 +400,7 @@ def test_slow_disk_blocks_training_only_when_the_queue_is_full(tmp_path: Path) -
         gate.set()
         trainer.join(10)
     finally:
-        csv_module._File.write = original  # type: ignore[method-assign]
+        csv_module.CSVFile.write = original  # type: ignore[method-assign]
     assert [r["step"] for r in read(path)] == [str(s) for s in range(1, 11)]
 
 
@@ -409,17 +409,17 @@ def test_hung_writer_close_warns_with_sink_name_and_count(tmp_path: Path) -> Non
 
     from hookbus._writer import WriterWarning
 
-    csv_module = importlib.import_module("hookbus.sinks.csv")
+    csv_module = importlib.import_module("hookbus.sinks._csv_file")
 
     gate = threading.Event()
-    original = csv_module._File.write
+    original = csv_module.CSVFile.write
 
     def hung_write(self: Any, row: Any) -> None:
         gate.wait()
         original(self, row)
 
     bus, sink, pub = make(tmp_path / "m.csv", ["x"], close_deadline=0.2, name="metrics")
-    csv_module._File.write = hung_write  # type: ignore[method-assign]
+    csv_module.CSVFile.write = hung_write  # type: ignore[method-assign]
     try:
         pub.begin()
         pub.session(0)
@@ -429,4 +429,4 @@ def test_hung_writer_close_warns_with_sink_name_and_count(tmp_path: Path) -> Non
             sink.close()
     finally:
         gate.set()
-        csv_module._File.write = original  # type: ignore[method-assign]
+        csv_module.CSVFile.write = original  # type: ignore[method-assign]
