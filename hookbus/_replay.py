@@ -74,8 +74,10 @@ def _keys(records: list[dict[str, Any]]) -> tuple[list[str], list[str], list[str
             for key, shape in (record.get("shapes") or {}).items():
                 if shape is not None:
                     shapes[key] = tuple(shape)
-        elif record["record"] == "step" and record.get("mode") in ("train", "eval"):
-            known.update(dict.fromkeys(record["values"]))  # a log without its begin still replays
+        elif record["record"] == "step":  # what a begin did not declare (Keras's epoch metrics) still replays
+            known.update(
+                dict.fromkeys(k for k in record["values"] if record["mode"] != "epoch" or k.startswith(EPOCH_PREFIX))
+            )
     train = [k for k in known if not k.startswith((EVAL_PREFIX, EPOCH_PREFIX))]
     evaluated = [k[len(EVAL_PREFIX) :] for k in known if k.startswith(EVAL_PREFIX)]
     epoch = [k for k in known if k.startswith(EPOCH_PREFIX)]

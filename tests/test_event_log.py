@@ -281,3 +281,49 @@ def test_replay_gives_any_sink_what_it_got_live_and_tries_a_new_rule_on_the_past
         live = _live(tmp_path / f"live-{patience}", patience)
         assert replayed.stopped
         assert (replayed.stop_step, replayed.stop_reason) == (live.step, live.stop_reason)
+
+
+def test_epoch_events_are_recorded_when_published_for_someone_and_replay_rebuilds_the_epoch_csv(
+    tmp_path: Path,
+) -> None:
+    def run(epochs_csv: bool) -> list[dict[str, Any]]:
+        log = tmp_path / f"{epochs_csv}.jsonl"
+        bus = hookbus.EventBus(clock=FakeClock())
+        if epochs_csv:
+            bus.attach(CSVSink(tmp_path / "epochs.csv", epochs=True))
+        bus.attach(EventLogSink(log))
+        core = hookbus.PublisherCore(bus, ["loss"])
+        with bus:
+            core.begin()
+            core.session_created(0)
+            for epoch in range(3):
+                core.advance(10 * (epoch + 1))
+                core.publish_epoch(10 * (epoch + 1), {"epoch/loss": 1.0 / (epoch + 1), "epoch": float(epoch)})
+            core.end(30)
+        return [r for r in records(log, "step") if r["mode"] == "epoch"]
+
+    assert run(False) == []  # published for nobody: not published, not recorded
+    recorded = run(True)
+    assert [(r["step"], r["values"]) for r in recorded][0] == (10, {"epoch/loss": 1.0, "epoch": 0.0})
+    bus = hookbus.EventBus()
+    bus.attach(CSVSink(tmp_path / "replayed.csv", epochs=True))
+    hookbus.replay(tmp_path / "True.jsonl", bus)
+    assert (tmp_path / "replayed.csv").read_text() == (tmp_path / "epochs.csv").read_text()
+
+
+def test_an_evaluation_only_run_is_recorded_and_each_worker_can_have_its_own_log(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    bus = hookbus.EventBus(clock=FakeClock())
+    bus.attach(EventLogSink(path))
+    bus.on("after_run", lambda e: None, keys="eval/loss")
+    evaluate = ScriptedPublisher(bus, keys=["loss"], mode="eval")
+    with bus:  # an evaluator task: eval sessions only
+        evaluate.begin()
+        evaluate.session(100)
+        evaluate.evaluate({"loss": 0.5}, step=100)
+        evaluate.end()
+    kinds = [r["record"] for r in records(path) if r["record"] != "status"]
+    assert kinds == ["begin", "session_created", "step", "end", "close"]
+    sink = EventLogSink(tmp_path / "events.jsonl", runs_on="each")
+    sink.set_output_suffix("worker-1")
+    assert sink.path == tmp_path / "events.worker-1.jsonl"
