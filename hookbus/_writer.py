@@ -11,7 +11,9 @@ only enqueues. The contract, which the checkpoint barrier relies on:
 - :meth:`BackgroundWriter.close` drains within a deadline; what it could not write is reported
   with a :class:`WriterWarning` naming the writer and the count of rows lost.
 - An exception in the thread is never swallowed: the next ``put``, ``call``, ``flush`` or
-  ``close`` raises :class:`WriterError` from it.
+  ``close`` raises :class:`WriterError` from it, with the exact count of rows not written: every
+  row given to ``put`` (also those refused after the failure) less those that reached the file,
+  as the sink counts them (``landed``: a failed flush can lose rows ``write`` had taken).
 """
 
 from __future__ import annotations
@@ -106,6 +108,8 @@ class BackgroundWriter(Generic[T]):
         write: Writes one item.
         flush: Hands what ``write`` wrote to the OS (e.g. ``file.flush``).
         close: Releases the file once the thread stops (default: nothing).
+        landed: After a failure, how many items that ``write`` took reached the file (asked once
+            the thread has stopped). Default ``None``: every item ``write`` returned from.
         max_queue_size: Items that may wait before :meth:`put` blocks (default 1024).
         flush_secs: Longest time written items stay unflushed (default 5.0).
     """
@@ -117,6 +121,7 @@ class BackgroundWriter(Generic[T]):
         flush: Callable[[], None],
         close: Callable[[], None] | None = None,
         *,
+        landed: Callable[[], int] | None = None,
         max_queue_size: int = 1024,
         flush_secs: float = 5.0,
     ) -> None:
@@ -126,6 +131,8 @@ class BackgroundWriter(Generic[T]):
         self._write = write
         self._flush = flush
         self._close = close
+        self._landed = landed
+        self._given = 0  # every item offered to put(), written or not
         self._flush_secs = float(flush_secs)
         self._queue: queue.Queue[tuple[int, Any]] = queue.Queue(max_queue_size)
         self._enqueued = 0
@@ -152,6 +159,7 @@ class BackgroundWriter(Generic[T]):
     # -- caller side -------------------------------------------------------------------------
     def put(self, item: T) -> None:
         """Enqueue ``item``; blocks while the queue is full. Raises :class:`WriterError`."""
+        self._given += 1  # counted before any refusal: a refused row is a row not written
         self._enqueue(_ITEM, item)
         self._enqueued += 1
 
@@ -222,18 +230,27 @@ class BackgroundWriter(Generic[T]):
                 continue
         return False
 
+    @property
+    def lost(self) -> int:
+        """Rows given to :meth:`put` that are not in the file, once the thread failed (else 0)."""
+        if self._error is None:
+            return 0
+        return self._given - (self._landed() if self._landed is not None else self._written)
+
     def _raise_if_failed(self) -> None:
         error = self._error
         if error is not None:
+            lost = self.lost
             raise WriterError(
                 f"{self.name}: background write failed ({type(error).__name__}: {error}); "
-                f"{self.pending} rows not written"
+                f"{lost} row{'s' if lost != 1 else ''} not written"
             ) from error
 
     # -- writer thread -----------------------------------------------------------------------
     def _run(self) -> None:
         dirty = False
         flush_at = 0.0
+        failure: BaseException | None = None
         try:
             while not self._abandoned:
                 timeout = max(0.0, flush_at - time.monotonic()) if dirty else None
@@ -270,11 +287,12 @@ class BackgroundWriter(Generic[T]):
                     self._flush()
                     dirty = False
         except BaseException as error:  # surfaced to the caller by _raise_if_failed
-            self._error = error
+            failure = error
         finally:
             if self._close is not None:
                 try:
                     self._close()
                 except Exception as error:  # keep the first failure, report either
-                    if self._error is None:
-                        self._error = error
+                    failure = failure or error
+            # Published last: once callers see it, the file is closed and its counts are final.
+            self._error = failure

@@ -2,14 +2,31 @@
 
 Touched only on the sink's writer thread. The file is appended to; it is rewritten (atomically)
 only to widen the header or to drop rows after a resume point.
+
+Two things it keeps track of beyond the rows:
+
+- **The file at the path is still the one it writes.** Before each row it compares the path's
+  ``(st_dev, st_ino)`` with the open file's. A file deleted (or moved away) mid-run is started
+  anew with the header; a file replaced by another CSVSink file (an editor's save, a restored
+  copy) is resumed like at a session start: its rows up to the last step written are kept.
+  Either way the rows not yet handed to the OS are written again into the file now at the path,
+  and the change is reported. Rows already handed to the OS went with the old file.
+- **What reached the disk.** Each row's end offset is remembered until a flush; then the file's
+  real size says which of those rows are complete in it. A flush that reports success is not
+  trusted alone: after a failed write (a full disk, a file-size limit) Python's buffered writer
+  may drop what it held, and a later flush "succeeds" with those rows missing (measured under
+  ``RLIMIT_FSIZE``). So :attr:`landed` is exact: the rows that reached the file, plus those
+  dropped on purpose (a repeated step).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
-from collections.abc import Iterable
+import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from hookbus._writer import write_atomically
@@ -34,8 +51,16 @@ def _line(cells: Iterable[str]) -> str:
 class CSVFile:
     """One CSV file, touched only on the writer's thread (after ``CSVSink.on_begin``)."""
 
-    def __init__(self, path: Path, columns: list[str], *, csv_logger_order: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        columns: list[str],
+        *,
+        csv_logger_order: bool = False,
+        report: Callable[[str], None] = lambda message: None,
+    ) -> None:
         self.path = path
+        self.report = report  # says that the file at the path changed under the sink
         # CSVLogger's order (epoch, then the rest sorted) for epoch files, kept while no row is
         # written yet: metrics the callback's keys did not name arrive with the first epoch.
         self.csv_logger_order = csv_logger_order
@@ -43,6 +68,11 @@ class CSVFile:
         self.last_step = -1
         self.resume_at: int | None = None
         self.handle: io.TextIOWrapper | None = None
+        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the open file
+        #: Rows that reached the file (or were dropped on purpose), up to the last flush.
+        self.landed = 0
+        self._unflushed: list[tuple[int, Row]] = []  # (end offset in the file, row) since the last flush
+        self._size = 0  # the file's size once everything written so far reaches it
 
     def read_header(self) -> list[str] | None:
         """The columns of an existing file (None if absent or empty); fails on a foreign file."""
@@ -77,6 +107,8 @@ class CSVFile:
             extra = "," * (len(self.columns) - len(old or []))  # old rows: new cells empty
             self.replace(_line([*FIXED, *self.columns]) + "".join(ln[:-1] + extra + "\n" for ln in kept))
         self.handle = self.path.open("a", newline="", encoding="utf-8")
+        opened = os.fstat(self.handle.fileno())
+        self._identity, self._size = (opened.st_dev, opened.st_ino), opened.st_size
         return self.handle
 
     def _ordered(self, columns: list[str]) -> list[str]:
@@ -96,11 +128,17 @@ class CSVFile:
         write_atomically(self.path, text)
 
     def write(self, row: Row) -> None:
+        if self.handle is not None and self._moved():
+            self._restart()
+        self._write(row)
+
+    def _write(self, row: Row) -> None:
         step, wall_time, values = row
         handle = self.handle
         if handle is None:  # no session announced, or a file deferred by start_session
             handle = self.resume(step - 1 if self.resume_at is None else self.resume_at)
         if step <= self.last_step:
+            self.landed += 1  # dropped on purpose, not lost
             return  # one row per step: a repeat of a step already in the file is dropped
         new = [k for k in values if k not in self.columns]
         if new:
@@ -108,13 +146,66 @@ class CSVFile:
             handle = self.resume(self.last_step)
         self.last_step = step
         cells = [str(step), repr(wall_time)] + [_cell(values[c]) if c in values else "" for c in self.columns]
-        handle.write(_line(cells))
+        line = _line(cells)
+        self._size += len(line.encode("utf-8"))
+        self._unflushed.append((self._size, row))
+        handle.write(line)
+
+    def _moved(self) -> bool:
+        """Whether the path no longer names the open file (deleted, moved away or replaced)."""
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        return (now.st_dev, now.st_ino) != self._identity
+
+    def _restart(self) -> None:
+        """The file at the path changed under us: go on in the one there now (or a new one)."""
+        replay = [row for _, row in self._unflushed]
+        self._unflushed = []
+        handle, self.handle = self.handle, None
+        if handle is not None:
+            with contextlib.suppress(OSError):  # its unflushed rows go with the old file: replayed below
+                handle.close()
+        if self.path.exists():
+            self.report(
+                f"{str(self.path)!r} was replaced by another file while the run wrote it; writing goes on in "
+                f"that file, keeping its rows up to step {self.last_step} and adding the rows not yet written"
+            )
+        else:
+            self.report(
+                f"{str(self.path)!r} was deleted (or moved) while the run wrote it; a new file with the header "
+                "takes its place: the rows written before are not in it, every later row is"
+            )
+        self.resume(self.last_step)  # a foreign file there now fails (it is not ours to overwrite)
+        for row in replay:
+            self._write(row)
+
+    def _settle(self, handle: io.TextIOWrapper) -> None:
+        """Count the rows written since the last flush that are complete in the file now.
+
+        Rows are appended in order, so a row made it if its last byte is within the file's size;
+        the others are lost (they are never written again).
+        """
+        size = os.fstat(handle.fileno()).st_size
+        self.landed += sum(1 for end, _ in self._unflushed if end <= size)
+        self._unflushed = []
 
     def flush(self) -> None:
         if self.handle is not None:
             self.handle.flush()
+            self._settle(self.handle)
 
     def close(self) -> None:
-        if self.handle is not None:
-            self.handle.close()
-            self.handle = None
+        handle, self.handle = self.handle, None
+        if handle is None:
+            return
+        try:
+            handle.flush()
+        except BaseException:
+            self._settle(handle)
+            with contextlib.suppress(OSError):  # the same error again: the first is the one reported
+                handle.close()
+            raise
+        self._settle(handle)
+        handle.close()

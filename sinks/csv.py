@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import tempfile
 from collections.abc import Iterable
@@ -21,6 +22,8 @@ from hookbus._writer import BackgroundWriter, check_writable_dir
 from ._csv_file import CSVFile, Row
 
 __all__ = ["CSVSink"]
+
+logger = logging.getLogger("hookbus")
 
 
 class CSVSink(Sink):
@@ -126,17 +129,20 @@ class CSVSink(Sink):
         wanted = sorted(k for k in known if self.keys is None or k in self.keys)
         if self.epochs:
             columns = ["epoch"] + [k[len(EPOCH_PREFIX) :] for k in wanted if k.startswith(EPOCH_PREFIX)]
-            self._files = {"epoch": CSVFile(self.path, columns, csv_logger_order=True)}
+            self._files = {"epoch": CSVFile(self.path, columns, csv_logger_order=True, report=self._report)}
         else:
+            train = [k for k in wanted if not k.startswith((EVAL_PREFIX, EPOCH_PREFIX))]
+            evals = [k[len(EVAL_PREFIX) :] for k in wanted if k.startswith(EVAL_PREFIX)]
             self._files = {
-                "train": CSVFile(self.path, [k for k in wanted if not k.startswith((EVAL_PREFIX, EPOCH_PREFIX))]),
-                "eval": CSVFile(self.eval_path, [k[len(EVAL_PREFIX) :] for k in wanted if k.startswith(EVAL_PREFIX)]),
+                "train": CSVFile(self.path, train, report=self._report),
+                "eval": CSVFile(self.eval_path, evals, report=self._report),
             }
         for f in self._files.values():
             f.read_header()  # a foreign file fails here, before training
         self._lock_files(event)
         self._writer = BackgroundWriter(
             self.name, self._write, self._flush_files, self._close_files,
+            landed=lambda: sum(f.landed for f in self._files.values()),
             max_queue_size=self.max_queue_size, flush_secs=self.flush_secs,
         )  # fmt: skip
 
@@ -208,6 +214,10 @@ class CSVSink(Sink):
         """Rows queued and written by this run's writer (see :meth:`hookbus.EventBus.stats`)."""
         writer = self._writer or self._closed_writer
         return None if writer is None else writer.stats()
+
+    def _report(self, message: str) -> None:
+        # From the writer's thread: logged like the bus's own reports of a sink's errors.
+        logger.warning("%s: %s", self.name, message)
 
     def _write(self, item: tuple[str, Row]) -> None:
         self._files[item[0]].write(item[1])

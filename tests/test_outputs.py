@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import logging
 import os
 import signal
 import socket
@@ -211,3 +212,40 @@ def csv_rows(path: Path) -> list[list[str]]:
     assert header[:2] == ["step", "wall_time"]
     assert all(len(row) == len(header) for row in rows)
     return rows
+
+
+def test_a_csv_deleted_or_replaced_mid_run_is_reported_and_every_later_row_is_in_the_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "metrics.csv"
+    with tf.Graph().as_default():
+        model = build_linear_regression()
+        bus = hookbus.EventBus()
+        sink = bus.attach(CSVSink(path, every_n_steps=1))
+        bus.attach(StopAtStepSink(last_step=100))
+
+        @bus.on("after_run")
+        def meddle(event: Any) -> None:  # after the sink received the step (registered later)
+            if event.step == 50:
+                sink.flush()  # rows 1..50 are in the file ...
+                path.unlink()  # ... which a cleanup script deletes
+            elif event.step == 75:
+                sink.flush()
+                copy = tmp_path / "copy.csv"  # an editor's save: a new file with the same rows
+                copy.write_text(path.read_text())
+                os.replace(copy, path)
+
+        hook = hookbus.EventBusHook(bus, {"loss": model.loss}, train_op=model.train_op)
+        with (
+            caplog.at_level(logging.WARNING, logger="hookbus"),
+            bus,
+            hookbus.monitored_training_session(hooks=[hook]) as session,
+        ):
+            while not session.should_stop():
+                session.run(model.train_op)
+    assert path.read_text().splitlines()[0] == "step,wall_time,loss"
+    # The deleted rows went with the file; every row after the deletion is there, exactly once.
+    assert [int(row[0]) for row in csv_rows(path)] == list(range(51, 101))
+    reports = [r.getMessage() for r in caplog.records if r.name == "hookbus" and r.levelno == logging.WARNING]
+    assert any(m.startswith(f"CSVSink: {str(path)!r} was deleted (or moved) while the run wrote it") for m in reports)
+    assert any(m.startswith(f"CSVSink: {str(path)!r} was replaced by another file") for m in reports)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -44,7 +45,7 @@ CHILD = textwrap.dedent(
         bus.attach(CheckpointSink(os.path.join(out, "ckpt"), every_n_steps=every, every_n_secs=None, keep=10))
         bus.attach(StopAtStepSink(last_step=last))
         errors, saved = [], []
-        bus.on("subscriber_error", lambda e: errors.append([e.subscriber, e.signal, e.step]))
+        bus.on("subscriber_error", lambda e: errors.append([e.subscriber, e.signal, e.step, str(e.error)]))
         bus.on("checkpoint_saved", lambda e: saved.append(e.step))
         hook = hookbus.EventBusHook(bus, {"loss": model.loss}, train_op=model.train_op)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
@@ -74,11 +75,19 @@ def test_a_writer_past_a_file_size_limit_is_disabled_and_training_keeps_its_chec
     assert f'model_checkpoint_path: "model.ckpt-{last}"' in pointer
     # Both writers really hit the limit, and were disabled at a barrier with a report.
     assert os.path.getsize(tmp_path / "metrics.csv") == report["limit"]
-    flush_failures = {name for name, signal, _ in report["errors"] if signal == "flush"}
+    flush_failures = {name for name, signal, _, _ in report["errors"] if signal == "flush"}
     assert flush_failures == {"CSVSink", "TensorBoardSink"}, report["errors"]
     for name in ("CSVSink", "TensorBoardSink"):
         assert f"subscriber {name!r} could not flush for the checkpoint" in result.stderr
     assert "lost the exactly-once promise" in result.stderr
+    # The report counts the rows lost exactly: every step up to the barrier that disabled the
+    # sink gave it a row (every_n_steps=1), and what is not a complete line in the file is lost
+    # (rows buffered when the flush failed, the torn last one, those refused after the failure).
+    (step, message), *_ = [(e[2], e[3]) for e in report["errors"] if e[:2] == ["CSVSink", "flush"]]
+    found = re.search(r"(\d+) rows? not written", message)
+    assert found, message
+    complete = (tmp_path / "metrics.csv").read_text().count("\n") - 1  # less the header
+    assert int(found.group(1)) == step - complete > 0, (message, step, complete)
     # The states saved beside later checkpoints leave the disabled writers out.
     state = json.loads((tmp_path / "ckpt" / f"model.ckpt-{last}.hookbus.json").read_text())
     assert "CSVSink" not in state["sinks"]
