@@ -6,7 +6,6 @@ Written with hookbus's public sink API only (``hookbus`` and ``hookbus.validate`
 from __future__ import annotations
 
 import functools
-import io
 import json
 import os
 import tempfile
@@ -26,103 +25,15 @@ from hookbus import (
     WriterStats,
     check_writable_dir,
     event_log_line,
-    write_atomically,
 )
 from hookbus.validate import non_empty_path, positive_int, seconds
 
+from ._event_log_file import LogFile
+
 __all__ = ["EventLogSink"]
 
-_CHUNK = 1 << 16  # pending bytes written at once, whole lines only
 Item = tuple[Any, Mapping[str, Any]]  # (payload or record kind, more fields)
 HParamValue = bool | int | float | str
-
-
-def _step_of(line: bytes) -> int:
-    step = json.loads(line).get("step")
-    return step if isinstance(step, int) else -1
-
-
-def _cut(old: bytes, how: str, step: int, offset: int | None) -> bytes:
-    """What of the file ``old`` a session starting at ``step`` keeps (see :meth:`_LogFile.start_session`)."""
-    complete = old[: old.rfind(b"\n") + 1]  # a last line without its newline was torn by a kill
-    if how == "new":
-        return b""
-    whole = offset is not None and offset <= len(complete) and complete[offset - 1 : offset] in (b"\n", b"")
-    if how == "offset" and whole:
-        kept, tail = complete[:offset], complete[offset:].splitlines(keepends=True)
-        # The checkpoint restored from became visible after the states were taken: keep its record.
-        for line in tail:
-            record = json.loads(line)
-            if record.get("record") != "checkpoint_saved" or record.get("step") != step:
-                break
-            kept += line
-        return kept
-    if how in ("step", "offset"):  # no state to go by: keep the records up to the first after step
-        end = 0
-        for line in complete.splitlines(keepends=True):
-            if _step_of(line) > step:
-                break
-            end += len(line)
-        return complete[:end]
-    return complete
-
-
-class _LogFile:
-    """The log file, touched only on the writer's thread. Lines are written whole, in chunks."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.handle: io.RawIOBase | None = None
-        self.size = 0  # bytes of the file, all complete lines: what a state_dict points at
-        self.pending: list[bytes] = []
-        self.pending_bytes = 0
-
-    def add(self, line: str) -> None:
-        data = line.encode("utf-8")
-        self.pending.append(data)
-        self.pending_bytes += len(data)
-        if self.handle is not None and self.pending_bytes >= _CHUNK:
-            self.flush()
-
-    def flush(self) -> None:
-        if self.handle is None or not self.pending:
-            return  # before the first session, records wait: the session decides where they go
-        data = memoryview(b"".join(self.pending))
-        self.pending, self.pending_bytes = [], 0
-        self.size += len(data)
-        while data:
-            written = self.handle.write(data)
-            data = data[written or 0 :]
-
-    def start_session(self, how: str, step: int, offset: int | None) -> None:
-        """Cut the file to a session's resume point, then append (the records before this run's
-        first session, its ``begin``, follow the cut). A cut writes a new file (a new inode)."""
-        if self.handle is not None:
-            self.flush()  # everything so far is in the file, so the cut covers it too
-            self.handle.close()
-            self.handle = None
-        preamble, self.pending, self.pending_bytes = b"".join(self.pending), [], 0
-        try:
-            old = self.path.read_bytes()
-        except FileNotFoundError:
-            old = b""
-        kept = _cut(old, how, step, offset)
-        self.size = len(kept)
-        if kept != old or not self.path.exists():
-            write_atomically(self.path, (kept + preamble).decode("utf-8"))
-            self.size, preamble = len(kept) + len(preamble), b""
-        self.handle = open(self.path, "ab", buffering=0)  # noqa: SIM115 - open until close
-        if preamble:
-            self.pending, self.pending_bytes = [preamble], len(preamble)
-            self.flush()
-
-    def close(self) -> None:
-        if self.handle is None and self.pending:
-            self.start_session("append", 0, None)  # a run without a session: keep what it recorded
-        self.flush()
-        if self.handle is not None:
-            self.handle.close()
-            self.handle = None
 
 
 class EventLogSink(Sink):
@@ -191,7 +102,7 @@ class EventLogSink(Sink):
         self.close_deadline = seconds("close_deadline", close_deadline)
         self._writer: BackgroundWriter[Item] | None = None
         self._closed_writer: BackgroundWriter[Item] | None = None
-        self._file: _LogFile | None = None
+        self._file: LogFile | None = None
         self._train_seen = False  # whether this run had a train session: the first one cuts
         self._started = False  # whether this run's records have a place in the file yet
         self._loaded: int | None = None  # the offset a checkpoint's state gave, for the next session
@@ -232,7 +143,7 @@ class EventLogSink(Sink):
                     f"{self.path} exists and is not an event log (its first line is {first[:60]!r}); "
                     "choose another path or remove it"
                 )
-        self._file = _LogFile(self.path)
+        self._file = LogFile(self.path)
         self._train_seen, self._started, self._statuses = False, False, {}
         self._writer = BackgroundWriter(
             self.name, self._write, self._file.flush, self._file.close,
