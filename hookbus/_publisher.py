@@ -371,7 +371,7 @@ class PublisherCore:
             self._last = (step, values)
         keyset = frozenset(values)
         targets = [r for r in due if "after_run" in r.handlers and (r.keys is None or not r.keys.isdisjoint(keyset))]
-        if self._observers:  # they see what the due subscribers were sent, in dispatch order
+        if self._observers and targets:  # they see what the due subscribers were sent, in dispatch order
             targets = sorted([*targets, *self._observers], key=_dispatch_order)
         port = self._port
         event = port.event("after_run", step=step, mode=self.mode, values=MappingProxyType(values), final=final)
@@ -395,6 +395,8 @@ class PublisherCore:
             for r in port.local_subscribers
             if "after_run" in r.handlers and not r.disabled and (r.passive or r.wants(keyset))
         ]
+        if all(r.passive for r in targets):
+            targets = []  # published for nobody: passive subscribers observe only what others get
         event = port.event("after_run", step=step, mode="eval", values=MappingProxyType(prefixed))
         port.publish("after_run", event, targets)
 

@@ -327,3 +327,17 @@ def test_an_evaluation_only_run_is_recorded_and_each_worker_can_have_its_own_log
     sink = EventLogSink(tmp_path / "events.jsonl", runs_on="each")
     sink.set_output_suffix("worker-1")
     assert sink.path == tmp_path / "events.worker-1.jsonl"
+
+
+def test_what_is_published_for_nobody_is_not_recorded(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    bus = hookbus.EventBus(clock=FakeClock())
+    bus.attach(EventLogSink(path))
+    bus.on("before_run", lambda e: None, every_n_steps=2)  # due, but wants no values
+    pub = ScriptedPublisher(bus, keys=["loss"])
+    evaluate = ScriptedPublisher(bus, keys=["loss"], mode="eval")
+    with bus:
+        pub.run([{"loss": 1.0}] * 4)
+        evaluate.evaluate({"loss": 0.5}, step=4)
+    assert records(path, "step") == []
+    assert pub.fetched == [(2, ()), (4, ())]  # nothing fetched for the log either
