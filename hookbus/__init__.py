@@ -8,6 +8,7 @@ from hookbus._event_log import event_log_line, read_event_log
 from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
 from hookbus._hook import EventBusHook
 from hookbus._keras import EventBusCallback
+from hookbus._lock import OutputInUseError, OutputLock
 from hookbus._loop import LoopPublisher
 from hookbus._publisher import PublisherCore
 from hookbus._replay import ReplayResult, replay
@@ -46,6 +47,8 @@ __all__ = [
     "EventBusHook",
     "ExceptionRaised",
     "LoopPublisher",
+    "OutputInUseError",
+    "OutputLock",
     "PeerReport",
     "PublisherCore",
     "ReplayResult",

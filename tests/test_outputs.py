@@ -26,8 +26,8 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 import hookbus  # noqa: E402 - after the importorskip
+from hookbus import OutputInUseError  # noqa: E402
 from hookbus._demo import build_linear_regression  # noqa: E402
-from hookbus._lock import OutputInUseError  # noqa: E402
 from hookbus.sinks import CheckpointSink, CSVSink, StopAtStepSink, TensorBoardSink  # noqa: E402
 from hookbus.testing import ScriptedPublisher  # noqa: E402
 

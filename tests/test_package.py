@@ -100,6 +100,8 @@ def test_public_surface_is_pinned() -> None:
         "EventBusHook",
         "ExceptionRaised",
         "LoopPublisher",
+        "OutputInUseError",
+        "OutputLock",
         "PRIORITY_CHECKPOINT",
         "PRIORITY_DEFAULT",
         "PRIORITY_EARLY_STOPPING",
