@@ -3,17 +3,17 @@
 The loop calls ``loop.step(values)`` once per step with a dict of tensors; the publisher
 converts them (``.numpy()``) only on steps where a subscriber is due, evaluates every few
 hundred steps through ``loop.evaluate``, checkpoints through the ``tf.train.Checkpoint`` passed
-in, and stops when a sink asks (``loop.should_stop``). Run it twice with the same ``--dir`` and
-the second run resumes from the checkpoint.
+in, and stops when a sink asks (``loop.should_stop``). Run it again with the same ``--dir`` and
+it resumes from the checkpoint: another ``--steps`` steps, each CSV row once. From the
+repository root, after the README's first command::
 
-    python examples/custom_loop.py [--steps 600] [--dir runs/loop]
+    .venv/bin/python examples/custom_loop.py [--steps 600] [--dir runs/loop]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -81,9 +81,9 @@ def train(directory: str, steps: int) -> int:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=600, help="steps per run (default 600)")
-    parser.add_argument("--dir", default=None, help="output directory (default: a temporary one)")
+    parser.add_argument("--dir", default="runs/loop", help="output directory (default runs/loop)")
     args = parser.parse_args(argv)
-    directory = args.dir or tempfile.mkdtemp(prefix="hookbus-loop-")
+    directory = args.dir
     step = train(directory, args.steps)
     print(f"trained to step {step}; outputs in {directory}: metrics.csv, tb/, ckpt/")
 

@@ -1,9 +1,11 @@
 """A publisher for another framework's loop, in one file: plain NumPy SGD on every hookbus sink.
 
-Run ``python examples/custom_publisher.py [--steps N] [--dir DIR]``. It needs no TensorFlow: the
-loop below is the "framework", and :class:`NumpyPublisher` is everything hookbus needs from it —
-how to count steps and how to hand over values. Planning, schedules, stops, signals and the
-sinks' lifecycle are :class:`hookbus.PublisherCore`'s.
+It needs no TensorFlow: the loop below is the "framework", and :class:`NumpyPublisher` is
+everything hookbus needs from it — how to count steps and how to hand over values. Planning,
+schedules, stops, signals and the sinks' lifecycle are :class:`hookbus.PublisherCore`'s. From
+the repository root, after the README's first command::
+
+    .venv/bin/python examples/custom_publisher.py [--steps 2000] [--dir runs/custom-publisher]
 """
 
 from __future__ import annotations

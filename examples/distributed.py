@@ -18,13 +18,13 @@ directory, only the chief writes the chief-only files)::
     export TF_CONFIG="{$CLUSTER, \"task\": {\"type\": \"worker\", \"index\": 0}}"
     export TF_CONFIG="{$CLUSTER, \"task\": {\"type\": \"worker\", \"index\": 1}}"
     # then, on each machine:
-    python examples/distributed.py --dir runs/dist --steps 500
+    .venv/bin/python examples/distributed.py --dir runs/dist --steps 500
 
 The workers stop together when the chief reaches ``--steps`` (or any worker's NaN guard fires):
 the stop travels through a flag on the parameter server. Stop the parameter server yourself
 (Ctrl-C) when the workers are done; it serves until killed.
 
-For a quick try on one machine, ``python examples/distributed.py --local`` starts the three
+For a quick try on one machine, ``.venv/bin/python examples/distributed.py --local`` starts the three
 tasks as processes on 127.0.0.1 (ports chosen free) and stops the parameter server at the end.
 
 Mirrored: no parameter server; every worker runs the same steps in lockstep. Only the chief
@@ -35,9 +35,9 @@ them at the next multiple of 10 steps::
 
     export CLUSTER='"cluster": {"worker": ["w0:2222", "w1:2222"]}'
     export TF_CONFIG="{$CLUSTER, \"task\": {\"type\": \"worker\", \"index\": 0}}"   # on w0; index 1 on w1
-    python examples/distributed.py --strategy mirrored --dir /shared/runs/mirrored --steps 500
+    .venv/bin/python examples/distributed.py --strategy mirrored --dir /shared/runs/mirrored --steps 500
 
-``python examples/distributed.py --strategy mirrored --local`` runs both workers on 127.0.0.1.
+``.venv/bin/python examples/distributed.py --strategy mirrored --local`` runs both workers on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -199,7 +199,9 @@ def run_local(directory: Path, steps: int, strategy: str = "ps", timeout: float 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dir", type=Path, default=Path("runs/distributed"), help="output directory")
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="output directory (default runs/distributed, runs/distributed-mirrored)"
+    )
     parser.add_argument("--steps", type=int, default=500, help="global step to stop at (default 500)")
     parser.add_argument("--strategy", choices=("ps", "mirrored"), default="ps",
                         help="parameter servers (default) or MultiWorkerMirroredStrategy")  # fmt: skip
@@ -208,6 +210,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.steps < 1:
         parser.error(f"--steps must be a positive number of steps (got {args.steps})")
+    if args.dir is None:  # one per strategy: a mirrored run cannot restore a ps run's checkpoints
+        args.dir = Path("runs/distributed" if args.strategy == "ps" else "runs/distributed-mirrored")
     if args.local:
         return run_local(args.dir, args.steps, args.strategy)
     if not os.environ.get("TF_CONFIG"):

@@ -6,14 +6,18 @@ downloaded. One :class:`hookbus.EventBusCallback` replaces Keras's TensorBoard, 
 ModelCheckpoint and EarlyStopping callbacks; the sinks are the same ones the TF1 hook and the
 custom-loop publisher feed.
 
-    python examples/keras_classifier.py [--epochs 30] [--dir runs/keras]
+From the repository root, after the README's first command::
+
+    .venv/bin/python examples/keras_classifier.py [--epochs 30] [--dir runs/keras]
+
+Run it again with the same ``--dir`` and it resumes from the checkpoint there, early stopping's
+decision included: a run that stopped early stays stopped.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -75,9 +79,9 @@ def train(directory: str, epochs: int, *, resume: bool) -> tuple[int, str | None
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=30, help="epochs per fit (default 30)")
-    parser.add_argument("--dir", default=None, help="output directory (default: a temporary one)")
+    parser.add_argument("--dir", default="runs/keras", help="output directory (default runs/keras)")
     args = parser.parse_args(argv)
-    directory = args.dir or tempfile.mkdtemp(prefix="hookbus-keras-")
+    directory = args.dir
     step, reason = train(directory, args.epochs, resume=False)
     print(f"first fit ended at step {step}: {reason}")
     # A second process would do exactly this after a crash or a preemption: restore and go on.

@@ -6,14 +6,17 @@ fetch them, so ``run_values.results`` held nothing. Here one ``EventBusHook`` fe
 accuracy on the steps a subscriber is due (and only then), and plain functions receive them as
 Python floats.
 
-    python examples/linear_regression.py [--steps 1000] [--dir runs/linear]
+From the repository root, after the README's first command::
+
+    .venv/bin/python examples/linear_regression.py [--steps 1000] [--dir runs/linear]
+
+Run it again with the same ``--dir`` and training resumes from the checkpoint there.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -58,9 +61,9 @@ def build(features: int = 3, seed: int = 0) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--dir", default=None, help="checkpoint folder (default: a temporary one)")
+    parser.add_argument("--dir", default="runs/linear", help="checkpoint folder (default runs/linear)")
     args = parser.parse_args()
-    directory = args.dir or tempfile.mkdtemp(prefix="hookbus-linear-")
+    directory = args.dir
 
     with tf.Graph().as_default():
         t = build()

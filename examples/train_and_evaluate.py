@@ -2,17 +2,19 @@
 
 Each round trains a few hundred steps (checkpointed at the end), then evaluates that checkpoint in
 a fresh session; EarlyStoppingSink watches ``eval/loss`` and ends the run at the evaluation its
-rule implies. Run it twice with the same ``--dir``: the second run resumes (step numbering, CSV
-rows and the early-stopping patience continue).
+rule implies. From the repository root, after the README's first command::
 
-    python examples/train_and_evaluate.py [--dir runs/train-eval] [--patience 2]
+    .venv/bin/python examples/train_and_evaluate.py [--dir runs/train-eval] [--patience 2]
+
+Run it again with the same ``--dir`` and it resumes where it ended: step numbering, CSV rows and
+early stopping's state continue, so a run that stopped early stops again at once, and one given
+more patience (``--patience 4``) trains on from there.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -26,12 +28,12 @@ v1 = tf.compat.v1
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dir", default=None, help="output folder (default: a temporary one)")
+    parser.add_argument("--dir", default="runs/train-eval", help="output folder (default runs/train-eval)")
     parser.add_argument("--patience", type=int, default=2)
     parser.add_argument("--steps-per-round", type=int, default=300)
     parser.add_argument("--last-step", type=int, default=6000)
     args = parser.parse_args()
-    directory = args.dir or tempfile.mkdtemp(prefix="hookbus-train-eval-")
+    directory = args.dir
     checkpoints = os.path.join(directory, "ckpt")
 
     with tf.Graph().as_default():

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import csv
+import os
+import re
 import runpy
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -65,3 +70,59 @@ def test_a_publisher_for_another_loop_is_one_file(
     assert stopped < 3000
     assert steps(tmp_path / "metrics.csv") == list(range(50, stopped + 1, 50))
     assert steps(tmp_path / "metrics.eval.csv") == list(range(200, stopped + 1, 200))
+
+
+# -- every example runs exactly as its docstring says -----------------------------------------
+
+ROOT = EXAMPLES.parent
+VENV = Path(sys.executable).parent.parent  # the venv running the tests: the README's .venv
+# What the first and the second run print, for each example whose docstring says to run it again.
+AGAIN = {
+    "custom_loop.py": ("trained to step 600;", "trained to step 1200;"),
+    "keras_classifier.py": ("first fit ended", "resumed from step"),
+    "linear_regression.py": ("model.ckpt-1000", "model.ckpt-2000"),
+    "train_and_evaluate.py": ("4 evaluation(s)", "(before the restart)"),
+}
+
+
+def docstring_commands(name: str) -> list[str]:
+    """The commands ``name``'s docstring gives, optional ``[...]`` arguments left out."""
+    doc = ast.get_docstring(ast.parse((EXAMPLES / name).read_text())) or ""
+    assert "python examples/" not in doc.replace(".venv/bin/python examples/", ""), (
+        f"{name}: a bare `python examples/...` fails unless the venv is active; write .venv/bin/python"
+    )
+    found = re.findall(r"(?:^[ \t]+|``)(\.venv/bin/python examples/\S+\.py[^`\n]*)", doc, re.MULTILINE)
+    return [re.sub(r"\s*\[[^\]]*\]", "", command).strip() for command in found]
+
+
+def runs_here(command: str) -> bool:
+    """Whether ``command`` runs on one machine (the multi-machine ones need a cluster's TF_CONFIG)."""
+    return "examples/distributed.py" not in command or "--local" in command
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.py")))
+def test_every_docstring_command_runs_as_written_from_a_fresh_clone(name: str, tmp_path: Path) -> None:
+    commands = [c for c in docstring_commands(name) if runs_here(c)]
+    assert commands, f"{name}'s docstring gives no command that runs on one machine"
+    # A fresh clone after the README's demo command: the examples, and the venv in .venv.
+    (tmp_path / ".venv").symlink_to(VENV)
+    (tmp_path / "examples").symlink_to(EXAMPLES)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = os.defpath  # no activated venv: `python` alone would not find TensorFlow
+    doc = ast.get_docstring(ast.parse((EXAMPLES / name).read_text())) or ""
+    again = "again" in doc
+    assert again == (name in AGAIN), f"{name}: say in AGAIN what its first and second runs print"
+    for command in commands:
+        runs = 2 if again else 1
+        outputs = []
+        for _ in range(runs):
+            done = subprocess.run(
+                shlex.split(command), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
+            )
+            assert done.returncode == 0, f"{command}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            outputs.append(done.stdout)
+        if again:
+            first, second = AGAIN[name]
+            assert first in outputs[0], outputs[0][-2000:]
+            assert second in outputs[1], outputs[1][-2000:]
