@@ -249,3 +249,18 @@ def test_a_csv_deleted_or_replaced_mid_run_is_reported_and_every_later_row_is_in
     reports = [r.getMessage() for r in caplog.records if r.name == "hookbus" and r.levelno == logging.WARNING]
     assert any(m.startswith(f"CSVSink: {str(path)!r} was deleted (or moved) while the run wrote it") for m in reports)
     assert any(m.startswith(f"CSVSink: {str(path)!r} was replaced by another file") for m in reports)
+
+
+def test_two_sinks_of_one_process_on_one_file_conflict_and_a_closed_run_lets_the_next_write(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.csv"
+    bus = hookbus.EventBus()
+    bus.attach(CSVSink(path, every_n_steps=1))
+    bus.attach(CSVSink(path, every_n_steps=1, name="again"))
+    with pytest.raises(OutputInUseError, match=r"again: the CSV file .* pid \d+ \(this process"), bus:
+        ScriptedPublisher(bus, ["loss"]).run([{"loss": 1.0}])
+    for start in (0, 2):  # sequential runs, in this process: each closes, the next may write
+        bus = hookbus.EventBus()
+        bus.attach(CSVSink(path, every_n_steps=1))
+        with bus:
+            ScriptedPublisher(bus, ["loss"]).run([{"loss": 1.0}] * 2, start=start)
+    assert [int(row[0]) for row in csv_rows(path)] == [1, 2, 3, 4]
