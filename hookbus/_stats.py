@@ -25,28 +25,20 @@ logger = logging.getLogger("hookbus")
 class Usage:
     """The mutable counters of one subscriber in one run, kept by the dispatcher."""
 
-    __slots__ = ("calls", "max_seconds", "seconds", "step_calls", "step_seconds")
+    __slots__ = ("max_seconds", "other_calls", "other_seconds", "step_calls", "step_seconds")
 
     def __init__(self) -> None:
-        self.calls = 0  # every handler call
-        self.seconds = 0.0
-        self.max_seconds = 0.0
-        self.step_calls = 0  # calls for after_run (a due step or an evaluation)
+        # The dispatcher updates these inline, two counters a call (a method call, or a third
+        # counter for the total, would cost as much again on every due step).
+        self.step_calls = 0  # after_run calls (a due step or an evaluation)
         self.step_seconds = 0.0
-
-    def add(self, seconds: float, step: bool) -> None:
-        """One handler call took ``seconds``; ``step``: it handled ``after_run``."""
-        self.calls += 1
-        self.seconds += seconds
-        if seconds > self.max_seconds:
-            self.max_seconds = seconds
-        if step:
-            self.step_calls += 1
-            self.step_seconds += seconds
+        self.other_calls = 0  # every other signal
+        self.other_seconds = 0.0  # and the work deferred after a dispatch (a checkpoint's save)
+        self.max_seconds = 0.0
 
     def add_deferred(self, seconds: float) -> None:
         """Work the subscriber deferred until after the dispatch (a checkpoint's save) took ``seconds``."""
-        self.seconds += seconds
+        self.other_seconds += seconds
         if seconds > self.max_seconds:
             self.max_seconds = seconds
 
@@ -159,8 +151,8 @@ def collect(step: int, due_steps: int, records: Iterable[Subscriber]) -> BusStat
                 name=record.name,
                 kind="function" if sink is None else "sink",
                 on_error=record.on_error,
-                calls=usage.calls,
-                seconds=usage.seconds,
+                calls=usage.step_calls + usage.other_calls,
+                seconds=usage.step_seconds + usage.other_seconds,
                 max_seconds=usage.max_seconds,
                 step_calls=usage.step_calls,
                 step_seconds=usage.step_seconds,
