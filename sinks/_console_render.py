@@ -301,7 +301,7 @@ def build(snap: Snapshot, now: float, *, ascii_only: bool = False, width: int = 
         parts.append(Text(""))
     parts.extend(separator.join(Text(item) for item in line) for line in footer)
     if snap.health is not None:
-        health = health_items(snap.health)
+        health = health_items(snap.health, snap.errors)
         parts.append(separator.join(Text(text, style=style) for text, style in health))
     return Panel(Group(*parts), title=Text(snap.run_name, style="bold"), title_align="left", expand=True)
 
@@ -363,5 +363,5 @@ def plain_summary(snap: Snapshot) -> list[str]:
         )
     lines.extend(f"  {item}" for item in snap.status_items)
     if snap.health is not None:
-        lines.append(f"  {health_summary(snap.health)}")
+        lines.append(f"  {health_summary(snap.health, snap.errors)}")
     return lines
