@@ -19,6 +19,7 @@ from hookbus import (
     CheckpointSaved,
     Event,
     ExceptionRaised,
+    OutputLock,
     Sink,
     StopRequest,
     SubscriberError,
@@ -107,6 +108,7 @@ class EventLogSink(Sink):
         self._started = False  # whether this run's records have a place in the file yet
         self._loaded: int | None = None  # the offset a checkpoint's state gave, for the next session
         self._statuses: dict[str, str] = {}
+        self._lock: OutputLock | None = None
 
     def set_output_suffix(self, suffix: str) -> None:
         """Write ``<stem>.<suffix><ext>`` instead: per-worker output."""
@@ -133,6 +135,8 @@ class EventLogSink(Sink):
             first = b""
         except OSError as error:
             raise OSError(f"{self.name} cannot write in {str(self.path.parent)!r}: {error}") from error
+        self._lock = OutputLock(self.path, self.name, "the event log")
+        self._lock.acquire()  # one writer per file: a second run on this log fails before step 1
         if first.endswith(b"\n"):
             try:
                 record = json.loads(first)
@@ -242,4 +246,8 @@ class EventLogSink(Sink):
         context = self._context
         self._put("close", step=context.current_step() if context is not None else None, wall_time=time.time())
         self._writer, self._closed_writer = None, writer
-        writer.close(self.close_deadline)
+        try:
+            writer.close(self.close_deadline)
+        finally:
+            if self._lock is not None:
+                self._lock.release()  # the next run, in this process or another, may write the log

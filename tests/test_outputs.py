@@ -28,7 +28,7 @@ tf = pytest.importorskip("tensorflow")
 import hookbus  # noqa: E402 - after the importorskip
 from hookbus import OutputInUseError  # noqa: E402
 from hookbus._demo import build_linear_regression  # noqa: E402
-from hookbus.sinks import CheckpointSink, CSVSink, StopAtStepSink, TensorBoardSink  # noqa: E402
+from hookbus.sinks import CheckpointSink, CSVSink, EventLogSink, StopAtStepSink, TensorBoardSink  # noqa: E402
 from hookbus.testing import ScriptedPublisher  # noqa: E402
 
 
@@ -264,3 +264,21 @@ def test_two_sinks_of_one_process_on_one_file_conflict_and_a_closed_run_lets_the
         with bus:
             ScriptedPublisher(bus, ["loss"]).run([{"loss": 1.0}] * 2, start=start)
     assert [int(row[0]) for row in csv_rows(path)] == [1, 2, 3, 4]
+
+
+def test_two_event_logs_on_one_file_conflict_and_a_closed_run_lets_the_next_write(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    bus = hookbus.EventBus()
+    bus.attach(EventLogSink(path))
+    bus.attach(EventLogSink(path, name="again"))
+    bus.on("after_run", lambda event: None)  # a passive log records what someone is sent
+    with pytest.raises(OutputInUseError, match=r"again: the event log .* pid \d+ \(this process"), bus:
+        ScriptedPublisher(bus, ["loss"]).run([{"loss": 1.0}])
+    for start in (0, 2):  # sequential runs, in this process: each closes, the next may write
+        bus = hookbus.EventBus()
+        bus.attach(EventLogSink(path))
+        bus.on("after_run", lambda event: None)
+        with bus:
+            ScriptedPublisher(bus, ["loss"]).run([{"loss": 1.0}] * 2, start=start)
+    steps = [r["step"] for r in hookbus.read_event_log(path) if r["record"] == "step"]
+    assert steps == [1, 2, 3, 4]
