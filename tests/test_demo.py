@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -114,3 +115,34 @@ def test_version_and_a_bare_command() -> None:
     assert "usage: hookbus" in bare.stderr
     assert "demo" in bare.stderr
     assert "--version" in bare.stderr
+
+
+def test_after_ctrl_c_the_printed_resume_command_resumes(tmp_path: Path) -> None:
+    logdir = tmp_path / "demo"
+    result = run_in_pty(
+        [*_MAIN, "demo", "--logdir", str(logdir)],
+        cols=80,
+        rows=24,
+        env=_env(),
+        cwd=tmp_path,
+        timeout=240,
+        ctrl_c_when=lambda t: "evaluation at step 400" in t and "sinks:" in t,
+    )
+    everything = "\n".join(result.scrolled)
+    assert result.returncode == 130, everything
+    assert everything.count("╭─ demo") == 1  # the final frame drawn once, under no stale copy
+    stop = next(line for line in result.scrolled if "stop at step" in line)
+    stopped_at = int(stop.split("stop at step ")[1].split(":")[0].replace(",", ""))
+    assert _header_step(result.scrolled) == stopped_at
+    assert "received SIGINT" in stop
+    # Printed after the dashboard stopped: plain text in the output, whatever the terminal wrapped.
+    hint = result.output.decode().split("Resume with: ")[1].splitlines()[0]
+    command = shlex.split(hint)
+    assert Path(tmp_path, command[0]).resolve() == (_BIN / "hookbus").resolve()  # the venv's own script
+    resumed = subprocess.run(
+        command, cwd=tmp_path, capture_output=True, text=True, env=_env(), timeout=240, check=False
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed from step {stopped_at:,}" in resumed.stdout.splitlines()
+    steps = _steps(logdir / "metrics.csv")
+    assert steps == list(range(10, steps[-1] + 1, 10))  # each step once across the interruption
