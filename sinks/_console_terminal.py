@@ -85,13 +85,16 @@ def quiet_input(stream: IO[str] | None) -> Callable[[], None]:
     """Stop the terminal behind ``stream`` from echoing typed input; returns what restores it.
 
     Only the echo changes: line editing and the signals of Ctrl-C and Ctrl-Z stay as they were.
-    Nothing happens (and the restore does nothing) when ``stream`` is not a terminal.
+    Nothing happens (and the restore does nothing) when ``stream`` is not a terminal or this
+    process is not its foreground job.
     """
     if termios is None or stream is None:
         return lambda: None
     try:
         fd = stream.fileno()
-        if not os.isatty(fd):
+        # Only the foreground job's: a background job that changed the terminal's modes would be
+        # stopped by SIGTTOU (and the terminal is not its to change).
+        if not os.isatty(fd) or os.tcgetpgrp(fd) != os.getpgrp():
             return lambda: None
         saved = termios.tcgetattr(fd)
         quiet = list(saved)

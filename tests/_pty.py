@@ -83,6 +83,7 @@ def run_in_pty(
     interrupt_on: bytes | None = None,
     moments: Mapping[str, Callable[[str], bool]] | None = None,
     ctrl_c_when: Callable[[str], bool] | None = None,
+    own_terminal: bool = False,
 ) -> PtyResult:
     """Run ``argv`` with a fresh pty of ``cols`` x ``rows`` as stdin, stdout and stderr.
 
@@ -101,6 +102,8 @@ def run_in_pty(
         ctrl_c_when: Type Ctrl-C into the terminal (the command runs in its own session with
             the pty as its controlling terminal, so the line discipline sends SIGINT and echoes
             ``^C`` as a terminal does) once this condition on the screen's text holds.
+        own_terminal: Run the command in its own session with the pty as its controlling
+            terminal even without ``ctrl_c_when`` (for job control: ``set -m`` in a shell).
     """
     environ = {k: v for k, v in os.environ.items() if k not in _CLEARED}
     environ.update({"TERM": "xterm-256color", "PYTHONUNBUFFERED": "1"})
@@ -114,7 +117,7 @@ def run_in_pty(
     try:
         process = subprocess.Popen(
             list(argv), stdin=slave, stdout=slave, stderr=slave, env=environ, cwd=cwd, close_fds=True,
-            preexec_fn=controlling_terminal if ctrl_c_when is not None else None,
+            preexec_fn=controlling_terminal if ctrl_c_when is not None or own_terminal else None,
         )  # fmt: skip
     except BaseException:
         os.close(master)

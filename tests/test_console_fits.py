@@ -165,3 +165,20 @@ def test_after_a_typed_ctrl_c_the_final_frame_is_drawn_once_and_agrees_with_itse
     assert text.count("received SIGINT") == 1
     assert "KeyboardInterrupt: stopped gracefully after Ctrl-C" in text
     assert "after the run" not in text
+
+
+@pytest.mark.subprocess
+def test_a_dashboard_in_a_background_job_leaves_the_terminal_alone(tmp_path: Path) -> None:
+    # `python train.py &` in an interactive shell: the job is not the terminal's foreground
+    # process group, and changing the terminal's modes from there would stop it (SIGTTOU).
+    script = " ".join(_script(tmp_path, 100))
+    result = run_in_pty(
+        ["bash", "-c", f"set -m; {script} & wait $!; echo background job exited $?"],
+        cols=100,
+        rows=40,
+        timeout=60,
+        own_terminal=True,
+    )
+    text = "\n".join(result.scrolled)
+    assert "background job exited 0" in text, text
+    assert "step 100/100" in text
