@@ -247,6 +247,7 @@ def _progress(snap: Snapshot) -> Table | None:
 
 _HEADINGS = ("metric", "last", "best", "at step")
 _GAP = 2  # spaces after each column
+_NAME_MIN = 12  # a name column narrower than this would fold names into unreadable shreds
 
 
 def _metrics(rows: tuple[MetricRow, ...], *, ascii_only: bool, width: int) -> Table:
@@ -254,24 +255,30 @@ def _metrics(rows: tuple[MetricRow, ...], *, ascii_only: bool, width: int) -> Ta
 
     Numbers never wrap or shorten; a name too long for the width folds onto more lines rather
     than losing characters; the "recent" sparkline shows as many of the latest values as fit,
-    and is left out below a few cells.
+    and is left out below a few cells. Where even the numbers do not fit beside a readable name
+    column, the "at step" column, then the "best" column, are left out rather than cut.
     """
     cells = [
         (row.key, format_value(row.last), f"{format_value(row.best)} {row.goal}", _step(row.best_step)) for row in rows
     ]
     widths = [max([cell_len(heading)] + [cell_len(c[i]) for c in cells]) for i, heading in enumerate(_HEADINGS)]
-    room = width - sum(widths) - _GAP * len(widths)  # what the last column, "recent", may take
+    shown = len(_HEADINGS)  # the columns kept, from the left
+    while shown > 2 and min(widths[0], _NAME_MIN) + sum(widths[1:shown]) + _GAP * shown > width:
+        shown -= 1
+    room = width - sum(widths[:shown]) - _GAP * shown  # what the last column, "recent", may take
     longest = max((len(row.history) for row in rows), default=0)
     spark = min(room, longest)
     table = Table(box=None, padding=(0, _GAP, 0, 0), pad_edge=False, show_edge=False, header_style="bold")
-    table.add_column("metric", overflow="fold")  # the one column that may wrap: never cut
-    for heading, w in zip(_HEADINGS[1:], widths[1:], strict=True):
+    # The one column that may wrap, never cut, and never squeezed below a readable width.
+    table.add_column("metric", overflow="fold", min_width=min(widths[0], _NAME_MIN))
+    for heading, w in zip(_HEADINGS[1:shown], widths[1:shown], strict=True):
         table.add_column(heading, justify="right", no_wrap=True, min_width=w)
     if spark >= _MIN_SPARKLINE:
         heading = "recent" if room >= cell_len("recent") else ""
         table.add_column(heading, no_wrap=True, overflow="crop", width=max(spark, cell_len(heading)))
-    for row, (key, last, best, step) in zip(rows, cells, strict=True):
-        line: list[RenderableType] = [Text(key), last, best, step]  # a Text, never markup: "acc[/]" is a name
+    for row, cell in zip(rows, cells, strict=True):
+        # The name as a Text, never markup: "acc[/]" is a name.
+        line: list[RenderableType] = [Text(cell[0]), *cell[1:shown]]
         if spark >= _MIN_SPARKLINE:
             line.append(Text(sparkline(row.history[-spark:], ascii_only=ascii_only), style="green"))
         table.add_row(*line)

@@ -672,3 +672,30 @@ def test_ctrl_c_in_a_real_terminal_stops_the_run_and_restores_it(tmp_path: Path)
     assert "received SIGINT" in result.text
     assert "KeyboardInterrupt: stopped gracefully after Ctrl-C" in result.text
     assert "after the run" not in result.text
+
+
+@pytest.mark.parametrize("width", [120, 80, 50, 30])
+def test_names_and_numbers_stay_whole_at_any_width_the_sparkline_gives_way(width: int) -> None:
+    long_name = "a_very_long_metric_name/with/many/parts/that/does/not/fit/in/eighty/columns"
+    rows = (
+        render.MetricRow("loss", "min", 0.123456, 0.1, 1234567, tuple(float(i) for i in range(40))),
+        render.MetricRow(long_name, "max", 1.5e-7, 2.5e-7, 12, tuple(float(i) for i in range(40))),
+    )
+    console = Console(file=io.StringIO(), width=width, color_system=None, record=True)
+    console.print(render.Dashboard(render.Snapshot("run", step=1234567, total=2000000, train=rows), 0.0))
+    text = console.export_text()
+    assert "…" not in text
+    inside = [line.strip("│ ").split() for line in text.splitlines()]
+    first = next(i for i, cells in enumerate(inside) if cells and cells[0].startswith("a_very"))
+    folded = [inside[first][0]]  # the name's first part, then the lines that hold only its rest
+    for cells in inside[first + 1 :]:
+        if len(cells) != 1 or cells[0].startswith("╰"):
+            break
+        folded.append(cells[0])
+    assert "".join(folded) == long_name
+    assert "0.1235" in text  # "last" always shows
+    assert "1.500e-07" in text
+    if width >= 80:
+        assert "1,234,567" in text  # "at step" while it fits
+    if width >= 120:
+        assert len(folded) == 1  # the name whole on its line: it comes before the sparkline
