@@ -23,8 +23,8 @@ from hookbus._subscriber import (
     PRIORITY_STOP_AT_STEP,
     SIGNALS,
     Sink,
-    Subscription,
 )
+from hookbus._subscription import Subscription
 from hookbus._train_eval import train_and_evaluate
 from hookbus._writer import BackgroundWriter, WriterError, WriterWarning, check_writable_dir, write_atomically
 

@@ -27,7 +27,7 @@ from hookbus import _checkpoint as files
 
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
-    from hookbus._subscriber import Subscriber
+    from hookbus._subscription import Subscriber
 
 __all__ = ["Barrier", "PreparedCheckpoint"]
 

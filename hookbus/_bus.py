@@ -33,12 +33,11 @@ from hookbus._subscriber import (
     SIGNALS,
     STEP_SIGNALS,
     Sink,
-    Subscriber,
-    Subscription,
     check_keys,
     check_on_error,
     check_priority,
 )
+from hookbus._subscription import Subscriber, Subscription
 from hookbus._validate import check_stop_signals
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from hookbus._events import ExceptionRaised, StopRequest, SubscriberError
-from hookbus._subscriber import Subscriber
+from hookbus._subscription import Subscriber
 
 if TYPE_CHECKING:
     from hookbus._bus import EventBus

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from hookbus._subscriber import Subscriber
+from hookbus._subscription import Subscriber
 
 __all__ = ["KeyRegistry", "Publisher", "UnknownKeyError"]
 

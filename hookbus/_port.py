@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from hookbus._cluster import Task
     from hookbus._events import Event
     from hookbus._keys import Publisher
-    from hookbus._subscriber import Subscriber
+    from hookbus._subscription import Subscriber
     from hookbus._weights import WeightsBackend
 
 __all__ = ["BusPort"]

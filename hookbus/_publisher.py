@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hookbus._subscriber import Subscriber
+from hookbus._subscription import Subscriber
 from hookbus._validate import key_name
 
 if TYPE_CHECKING:

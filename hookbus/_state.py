@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from hookbus._events import StopRequest
     from hookbus._records import EvaluatorLink
-    from hookbus._subscriber import Subscriber
+    from hookbus._subscription import Subscriber
 
 __all__ = ["RunState"]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hookbus._subscriber import Subscriber
+    from hookbus._subscription import Subscriber
 
 __all__ = ["BusStats", "SubscriberStats", "Usage", "WriterStats", "collect"]
 

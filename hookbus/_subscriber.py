@@ -1,4 +1,4 @@
-"""Subscribers: the Sink base class, function subscriptions and their handles."""
+"""Subscribers: the Sink base class, the signals, and the checks of a subscriber's settings."""
 
 from __future__ import annotations
 
@@ -8,14 +8,12 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from hookbus._cluster import check_runs_on
-from hookbus._schedule import Schedule, ScheduleTimer
-from hookbus._stats import Usage
+from hookbus._schedule import Schedule
 from hookbus._validate import key_name
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from hookbus._bus import EventBus
     from hookbus._context import SinkContext
     from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
     from hookbus._stats import WriterStats
@@ -30,7 +28,6 @@ __all__ = [
     "SIGNALS",
     "STEP_SIGNALS",
     "Sink",
-    "Subscription",
 ]
 
 #: Every signal a bus publishes, in lifecycle order.
@@ -323,112 +320,3 @@ class Sink:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
-
-
-class Subscription:
-    """Handle returned by :meth:`EventBus.on`.
-
-    Calling it calls the function (so ``@bus.on(...)`` keeps the function usable);
-    :meth:`disconnect` removes it, and ``with bus.on(...):`` subscribes for a block only.
-    """
-
-    def __init__(self, bus: EventBus, signal: str, fn: Callable[[Any], Any], record: Subscriber) -> None:
-        self.bus = bus
-        self.signal = signal
-        self.fn = fn
-        self._record = record
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.fn(*args, **kwargs)
-
-    @property
-    def connected(self) -> bool:
-        """Whether the function is still subscribed."""
-        return self.bus._is_subscribed(self._record)
-
-    def disconnect(self) -> None:
-        """Unsubscribe; harmless if already done."""
-        self.bus._remove(self._record)
-
-    def __enter__(self) -> Subscription:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.disconnect()
-
-    def __repr__(self) -> str:
-        return f"<Subscription {self._record.name!r} to {self.signal!r}>"
-
-
-class Subscriber:
-    """The bus's record of one subscriber (a sink or a function): what, when, how."""
-
-    __slots__ = (
-        "disabled",
-        "epochs",
-        "errors",
-        "handlers",
-        "keys",
-        "name",
-        "on_error",
-        "order",
-        "passive",
-        "priority",
-        "runs_on",
-        "sink",
-        "timer",
-        "usage",
-    )
-
-    def __init__(
-        self,
-        *,
-        name: str,
-        handlers: dict[str, Callable[[Any], None]],
-        schedule: Schedule,
-        keys: frozenset[str] | None,
-        priority: int,
-        on_error: str,
-        order: int,
-        sink: Sink | None = None,
-        runs_on: str = "all",
-    ) -> None:
-        self.name = name
-        self.runs_on = runs_on
-        self.handlers = handlers
-        self.timer: ScheduleTimer = schedule.timer()
-        self.keys = keys
-        self.priority = priority
-        self.on_error = on_error
-        self.order = order
-        self.sink = sink
-        self.errors = 0
-        self.disabled = False
-        self.usage = Usage()  # timed by the dispatcher; see hookbus.EventBus.stats
-        self.epochs = sink.receives_epochs if sink is not None else False
-        self.passive = sink.passive if sink is not None else False
-
-    @property
-    def sort_key(self) -> tuple[int, int]:
-        return (self.priority, self.order)
-
-    def wants(self, keys: frozenset[str]) -> bool:
-        """Whether an event carrying ``keys`` concerns this subscriber: it is planned and fetched
-        for. Never for a passive one, which only observes what is published for others."""
-        return not self.passive and (self.keys is None or not self.keys.isdisjoint(keys))
-
-    def wants_epochs(self, keys: frozenset[str]) -> bool:
-        """Whether an epoch event (``mode="epoch"``, ``epoch/<name>`` keys) reaches this subscriber.
-
-        The one rule: it must handle ``after_run`` and opt in, either by naming an ``epoch/``
-        key in ``keys`` or, with ``keys=None``, by being a sink whose ``receives_epochs`` is
-        true. Everything else never sees epoch events.
-        """
-        if "after_run" not in self.handlers or self.disabled:
-            return False
-        return self.epochs if self.keys is None else not self.keys.isdisjoint(keys)
