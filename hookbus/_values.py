@@ -1,0 +1,44 @@
+"""The one conversion of fetched values, for every publisher: scalars to Python floats."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["is_real_dtype", "to_value"]
+
+
+# A tuple, not ``bool | int | ...``: a union written in the call is rebuilt on every call.
+_NUMBERS = (np.number, np.bool_, bool, int)
+
+
+def is_real_dtype(dtype: np.dtype[Any]) -> bool:
+    """Whether ``dtype`` holds real numbers (or booleans): numpy's own and ml_dtypes' alike.
+
+    ml_dtypes (``bfloat16``, ``float8_e4m3fn``, ``int4``, ...; TensorFlow's and JAX's) are numpy
+    extension types of kind ``"V"``, outside ``np.number``; what they share with every real dtype is
+    a safe cast to float64, which complex, strings, bytes, dates and objects lack. Asking numpy
+    keeps ml_dtypes an optional import.
+    """
+    return dtype.kind in "biuf" or (dtype.kind == "V" and dtype.fields is None and np.can_cast(dtype, np.float64))
+
+
+def to_value(value: Any) -> Any:
+    """Scalars to Python floats, arrays stay numpy arrays, bytes stay bytes; NaN/inf pass.
+
+    The one conversion of fetched values for every publisher. A scalar is a Python number, a
+    numpy scalar or a 0-d array of any real dtype, ml_dtypes' ``bfloat16`` and ``float8_*``
+    included (:func:`is_real_dtype`).
+    """
+    if isinstance(value, float):
+        return value
+    if isinstance(value, _NUMBERS):  # what a session returns for a scalar fetch: checked first
+        return float(value)
+    if isinstance(value, np.ndarray):
+        if value.ndim != 0:
+            return value
+        return float(value) if is_real_dtype(value.dtype) else value.item()
+    if isinstance(value, np.generic) and is_real_dtype(value.dtype):
+        return float(value)  # an ml_dtypes scalar (bfloat16, float8_*), outside np.number
+    return value
