@@ -14,6 +14,7 @@ from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from hookbus import _checkpoint as files
 from hookbus._subscriber import Sink
 
 if TYPE_CHECKING:
@@ -71,6 +72,8 @@ class SinkContext:
         model_weights: The training publisher's way to take and put back its model's weights in
             memory (``snapshot()`` / ``restore(snapshot)``), ``None`` where it holds no model
             (the TF1 hook, whose session closes at the end) or before it began.
+        find_checkpoint: The prefix of a checkpoint of ``step`` that a checkpoint sink of this
+            bus keeps in its directory, or ``None``.
         graph_def: The training graph as a serialized ``GraphDef``, where the publisher has one
             (the TF1 hook), else ``None``: what TensorBoard's graph tab shows.
         model_config: The Keras model's JSON configuration (the Keras callback, for Sequential
@@ -95,6 +98,7 @@ class SinkContext:
     publish_checkpoint: Callable[[CheckpointSaved], None]
     record_evaluated: Callable[[str], None]
     model_weights: Callable[[], WeightsBackend | None]
+    find_checkpoint: Callable[[int], str | None]
     graph_def: Callable[[], bytes | None]
     model_config: Callable[[], str | None]
     stats: Callable[[], BusStats]
@@ -127,6 +131,7 @@ class SinkServices:
             publish_checkpoint=lambda saved: self._bus._dispatcher.publish("checkpoint_saved", saved),
             record_evaluated=barrier.record_evaluated,
             model_weights=lambda: self._bus._weights,
+            find_checkpoint=self._find_checkpoint,
             graph_def=lambda: self._bus._graph_def() if self._bus._graph_def is not None else None,
             model_config=lambda: self._bus._model_config() if self._bus._model_config is not None else None,
             stats=self._bus.stats,
@@ -147,9 +152,24 @@ class SinkServices:
         return reports
 
     def _load_states(self, states: Mapping[str, Any]) -> None:
+        state = self._bus._state
         for record in self._bus._here:
             if record.sink is not None and record.sink.name in states:
-                record.sink.load_state_dict(states[record.sink.name])
+                # The sink's own work: a stop it asks for while loading is its request.
+                previous, state.current = state.current, record
+                try:
+                    record.sink.load_state_dict(states[record.sink.name])
+                finally:
+                    state.current = previous
+
+    def _find_checkpoint(self, step: int) -> str | None:
+        for sink in self._bus.sinks:
+            directory = sink.checkpoint_directory
+            if directory is not None:
+                held = [p for p in files.list_checkpoints(directory) if files.step_of(p) == step]
+                if held:
+                    return held[-1]
+        return None
 
     def _check_state_names(self) -> None:
         seen: dict[str, Sink] = {}

@@ -215,6 +215,10 @@ class EventBusCallback:
         if task is not None:
             self._core.set_task(task)
         self._core.begin()
+        if self.restore is not False and not getattr(optimizer, "built", True):
+            # As Keras's BackupAndRestore: the optimizer's variables must exist to take their
+            # values now (a deferred restore would leave them unrestored if no batch runs).
+            optimizer.build(model.trainable_variables)
         self.restored_from = restore_latest(self.bus, self.checkpoint_backend, self.restore)
         self._step = self._epoch_start = self._read_step()
         self._core.count_local_step(0)

@@ -3,8 +3,8 @@ weights of one step (``EarlyStoppingSink(restore_best=True)``, as Keras's
 ``EarlyStopping(restore_best_weights=True)`` does).
 
 Weights only: the optimizer's slots and the step stay as they are, so restoring never moves
-training, or a checkpoint, back. Nothing here imports TensorFlow: a Keras model and TensorFlow
-variables are used through their own methods.
+training, or a checkpoint, back. A Keras model and TensorFlow variables are used through their
+own methods; only reading weights from a checkpoint imports TensorFlow (lazily).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+from hookbus._tf import require_tensorflow
 
 __all__ = ["ModelWeights", "VariableWeights", "WeightsBackend"]
 
@@ -29,6 +31,11 @@ class WeightsBackend(Protocol):
         """Put the weights of ``snapshot`` back into the live model."""
         ...
 
+    def read(self, prefix: str) -> object | None:
+        """The weights the checkpoint ``prefix`` holds, as a snapshot, leaving the live model as
+        it is; ``None`` where they cannot be read from it."""
+        ...
+
 
 class ModelWeights:
     """A Keras model's weights: ``model.get_weights()`` / ``model.set_weights()``, as Keras's
@@ -43,6 +50,26 @@ class ModelWeights:
 
     def restore(self, snapshot: object) -> None:
         self.model.set_weights(snapshot)
+
+    def read(self, prefix: str) -> object | None:
+        """Read through ``tf.train.Checkpoint(model=...)``: the layout of the Keras callback's own
+        checkpoints (a custom ``checkpoint=`` may lay them out otherwise: then ``None``)."""
+        tf = require_tensorflow("reading a model's weights from a checkpoint")
+        live = self.model.get_weights()
+        # A Keras model tracks its optimizer: reading the model reads the optimizer's state too.
+        optimizer = getattr(self.model, "optimizer", None)
+        slots = VariableWeights(optimizer.variables) if optimizer is not None and optimizer.variables else None
+        live_slots = slots.snapshot() if slots is not None else None
+        try:
+            tf.train.Checkpoint(model=self.model).read(prefix).expect_partial().assert_existing_objects_matched()
+            held: object = self.model.get_weights()
+            return held
+        except (AssertionError, ValueError, tf.errors.OpError):
+            return None
+        finally:
+            self.model.set_weights(live)
+            if slots is not None:
+                slots.restore(live_slots)
 
 
 class VariableWeights:
@@ -65,3 +92,7 @@ class VariableWeights:
         assert isinstance(snapshot, list)
         for variable, value in zip(self.variables, snapshot, strict=True):
             variable.assign(value)
+
+    def read(self, prefix: str) -> object | None:
+        """``None``: which entry of a user's checkpoint holds which variable is not known here."""
+        return None

@@ -114,9 +114,10 @@ class EarlyStoppingSink(Sink):
             never moves back, so a resume continues where training ended. Needs a publisher
             holding its model (:class:`~hookbus.EventBusCallback`,
             ``LoopPublisher(weights=...)``); no checkpoint sink is needed. After a restart, the
-            best weights are known only if the best evaluation happened in this process or is
-            the checkpoint it resumed from; otherwise a warning says so and the last weights
-            stay (default ``False``).
+            best weights come from memory when the best evaluation happened in this process,
+            else from a checkpoint of the best step that a checkpoint sink still keeps (read
+            weights only; the Keras callback's checkpoints); without one a warning says so and
+            the last weights stay (default ``False``).
         every_n_steps, every_n_secs: The schedule for training keys (default every step).
         name: Name in reports and in checkpoint state (default the class name).
 
@@ -207,8 +208,12 @@ class EarlyStoppingSink(Sink):
         event = self._resumed
         if event is None:
             return
-        if self.restore_best and self.state.best_step == event.step:
-            self._keep_best_weights(event.step)  # the checkpoint resumed from holds the best weights
+        best_step = self.state.best_step
+        if self.restore_best and best_step is not None and self._best_weights_step != best_step:
+            if best_step == event.step:
+                self._keep_best_weights(best_step)  # the checkpoint resumed from holds the best weights
+            else:
+                self._read_best_weights(best_step)
         reason = self.stop_reason
         if loaded and reason is not None and self.state.wait >= self.rule.patience and self.stopped_at != event.step:
             # Patience ran out before the checkpoint: stop again before training another step.
@@ -228,6 +233,14 @@ class EarlyStoppingSink(Sink):
             self.stopped_at, self.stop_reason = event.step, reason
             event.request_stop(reason)
 
+    def _read_best_weights(self, step: int) -> None:
+        """After a restart: the best step's weights from its checkpoint, if one is still kept."""
+        weights, prefix = self.context.model_weights(), self.context.find_checkpoint(step)
+        if weights is not None and prefix is not None:
+            held = weights.read(prefix)
+            if held is not None:
+                self._best_weights, self._best_weights_step = held, step
+
     def _keep_best_weights(self, step: int) -> None:
         weights = self.context.model_weights()
         if weights is not None:
@@ -246,7 +259,8 @@ class EarlyStoppingSink(Sink):
             return
         if self._best_weights_step != best_step:
             logger.warning(
-                "%s: the best weights (step %d) were not kept across the restart; the model keeps its last weights",
+                "%s: the best weights (step %d) were not kept across the restart and no checkpoint of that "
+                "step is left to read them from; the model keeps its last weights",
                 self.name,
                 best_step,
             )

@@ -159,10 +159,10 @@ def test_a_resumed_fit_starts_at_the_epoch_backup_and_restore_starts_at(tmp_path
     assert resumed._initial_epoch is None  # a later fit of this model starts where it is told
 
 
-def test_a_resumed_fit_whose_patience_ran_out_trains_no_further_epoch(tmp_path: Path) -> None:
+def test_a_resumed_fit_whose_patience_ran_out_trains_no_further_epoch_and_restores_the_best(tmp_path: Path) -> None:
     def run() -> tuple[Any, Any, EventBus]:
         bus = EventBus()
-        bus.attach(EarlyStoppingSink("eval/loss", patience=3))
+        bus.attach(EarlyStoppingSink("eval/loss", patience=3, restore_best=True))
         bus.attach(CheckpointSink(tmp_path / "ckpt", every_n_steps=STEPS_PER_EPOCH))
         m = model()
         with bus:
@@ -179,7 +179,9 @@ def test_a_resumed_fit_whose_patience_ran_out_trains_no_further_epoch(tmp_path: 
     assert int(again.optimizer.iterations.numpy()) == stopped
     assert bus.stop_reason is not None
     assert bus.stop_reason.endswith("(before the restart)")
+    # The best epoch came before the restart: its weights are read from its checkpoint.
     assert same(again.get_weights(), first.get_weights())
+    assert not same(again.get_weights(), checkpoint_weights(tf.train.latest_checkpoint(str(tmp_path / "ckpt"))))
     assert os.path.basename(tf.train.latest_checkpoint(str(tmp_path / "ckpt"))) == f"model.ckpt-{stopped}"
 
 
