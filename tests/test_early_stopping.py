@@ -212,7 +212,7 @@ class FinalSave(Sink):
 
     def __init__(self, model: StepWeights, states: dict[str, Any] | None = None) -> None:
         super().__init__(name="FinalSave")
-        self.model, self.states, self.saved = model, states, list[int]()
+        self.model, self.states, self.saved, self.stops = model, states, list[int](), list[str]()
 
     def on_session_created(self, event: Any) -> None:  # after early stopping, as a checkpoint sink
         if self.states is not None and event.restored:
@@ -229,6 +229,7 @@ def train_with_weights(values: list[float], *, start: int = 0, states: dict[str,
     model.step = start
     sink = bus.attach(EarlyStoppingSink("loss", restore_best=True, **kwargs))
     save = bus.attach(FinalSave(model, states))
+    bus.on("stop_requested", lambda request: save.stops.append(request.source))
     publisher = ScriptedPublisher(bus, keys=["loss"], weights=model)
     with bus:
         publisher.begin()
@@ -271,7 +272,8 @@ def test_after_a_restart_the_best_weights_are_those_of_the_resumed_checkpoint_or
 def test_a_resume_after_an_early_stop_stops_again_before_training_a_step() -> None:
     reason = "early stopping: loss did not improve on 0.5 (step 6) for 2 evaluations (patience 2)"
     state = {"best": 0.5, "best_step": 6, "wait": 2, "seen": 5, "stop_reason": reason}
-    bus, sink, model, _ = train_with_weights([0.1], start=10, states={"EarlyStoppingSink": state}, patience=2)
+    bus, sink, model, save = train_with_weights([0.1], start=10, states={"EarlyStoppingSink": state}, patience=2)
+    assert save.stops == ["EarlyStoppingSink"]  # its request, though another sink loaded the state
     assert model.step == 10  # not one step trained
     assert bus.stop_reason == reason + " (before the restart)"
     # With more patience than was used up, the resumed run trains on.
