@@ -17,6 +17,7 @@ exactly-once promise, and the report says so.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Container, Mapping
@@ -115,7 +116,10 @@ class Barrier:
             return
         step = int(data.get("step") or files.step_of(prefix) or 0)
         states = self._flushed_states(step, f"after the evaluation of step {step}")
-        files.write_state_file(prefix, {**data, "sinks": states, "evaluated": True})
+        marked = {**data, "sinks": states, "evaluated": True}
+        # Keras's validation and train_and_evaluate may both mark one evaluation: write once.
+        if json.loads(json.dumps(marked)) != data:
+            files.write_state_file(prefix, marked)
 
     def record(self, directory: str, kept: list[str], dropped: list[str]) -> None:
         """Make ``kept`` (latest last) ``directory``'s checkpoints, atomically; then prune ``dropped``."""
