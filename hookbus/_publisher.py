@@ -71,6 +71,12 @@ def _dispatch_order(record: Subscriber) -> tuple[int, int]:
     return record.sort_key
 
 
+def _observed(targets: list[Subscriber]) -> list[Subscriber]:
+    """``targets`` if one of them is not passive, else none: passive subscribers observe only
+    what is published for someone else (a training step does this by merging them in)."""
+    return targets if any(not r.passive for r in targets) else []
+
+
 class Plan:
     """What a publisher must fetch for one due step, handed back to :meth:`PublisherCore.publish_step`.
 
@@ -357,10 +363,8 @@ class PublisherCore:
             for r in port.local_subscribers
             if "after_run" in r.handlers and not r.disabled and (r.passive or r.wants(keyset))
         ]
-        if all(r.passive for r in targets):
-            targets = []  # published for nobody: passive subscribers observe only what others get
         event = port.event("after_run", step=step, mode="eval", values=MappingProxyType(prefixed))
-        port.publish("after_run", event, targets)
+        port.publish("after_run", event, _observed(targets))
 
     def publish_epoch(self, step: int, values: Mapping[str, Any]) -> None:
         """Publish an epoch event (``mode="epoch"``; ``values`` keyed ``epoch/<name>`` plus ``epoch``)
@@ -370,6 +374,7 @@ class PublisherCore:
         targets = [
             r for r in port.local_subscribers if r.wants_epochs(keyset) or (r.passive and "after_run" in r.handlers)
         ]
-        if any(not r.passive for r in targets):  # published for someone: passive ones observe it
+        targets = _observed(targets)
+        if targets:
             event = port.event("after_run", step=step, mode="epoch", values=MappingProxyType(dict(values)))
             port.publish("after_run", event, targets)
