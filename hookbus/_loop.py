@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
 from hookbus._collective import CollectiveStop, task_of_strategy
 from hookbus._publisher import PublisherCore
+from hookbus._replicas import ReplicaValues
 from hookbus._validate import positive_int
 from hookbus._weights import VariableWeights
 
@@ -20,13 +21,6 @@ __all__ = ["LoopPublisher"]
 
 #: What :meth:`LoopPublisher.step` takes: the step's values, or a function returning them.
 StepValues = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
-
-
-def _convert(value: Any) -> Any:
-    # .numpy() is the one device-to-host copy; a tf.Variable must not go through np.asarray
-    # (numpy 2.4 warns on its __array__), and Python numbers pass as they are.
-    numpy = getattr(value, "numpy", None)
-    return numpy() if callable(numpy) else value
 
 
 class LoopPublisher:
@@ -54,6 +48,14 @@ class LoopPublisher:
     the update. Without it, each call is one step, counted from 0 or from the restored
     checkpoint's ``-N`` suffix.
 
+    Per-replica values (``strategy.run``'s ``PerReplica`` results; ``strategy=`` a one-machine
+    strategy such as ``MirroredStrategy``) are published as their mean across replicas, computed
+    on due steps only as ``strategy.reduce(ReduceOp.MEAN, value, axis=None)`` computes it, so a
+    NaN on any one replica reaches the NaN guard. Without ``strategy=``, or under a multi-worker
+    strategy (where this worker's replicas are not all of them), they fail at the first due step,
+    naming ``strategy.reduce``. A value no sink can use (a dict, a string, ``None``) fails at the
+    first step it appears, naming its key and type.
+
     Multi-worker (``strategy=`` a ``MultiWorkerMirroredStrategy`` with two or more workers):
     the bus runs as this worker's :class:`hookbus.Task`, so the chief-only sinks (console,
     TensorBoard, CSV) run on the chief alone and checkpoints follow TensorFlow's rule (every
@@ -74,8 +76,9 @@ class LoopPublisher:
         restore: ``False`` (default), ``True`` (the CheckpointSink's directory) or a directory.
         weights: The model's variables, e.g. ``model.weights`` (default ``None``): offered to sinks
             in memory, for ``EarlyStoppingSink(restore_best=True)``.
-        strategy: The ``tf.distribute`` strategy the loop trains under (default ``None``).
-            Only a multi-worker ``MultiWorkerMirroredStrategy`` changes anything.
+        strategy: The ``tf.distribute`` strategy the loop trains under (default ``None``):
+            per-replica values are published as their mean across replicas (see above); a
+            multi-worker ``MultiWorkerMirroredStrategy`` also runs the bus as this worker's task.
         check_stop_every_n_steps: Under a multi-worker strategy, agree on stopping each time
             the step crosses a multiple of n (default 10).
 
@@ -108,6 +111,7 @@ class LoopPublisher:
         if strategy is not None and not callable(getattr(strategy, "run", None)):
             raise TypeError(f"strategy must be a tf.distribute.Strategy or None (got {strategy!r})")
         self._strategy = strategy
+        self._values = ReplicaValues(strategy)
         self._check_every = positive_int("check_stop_every_n_steps", check_stop_every_n_steps)
         self._collective: CollectiveStop | None = None
         self._core = PublisherCore(bus, keys)  # registers the keys: checked when the loop begins
@@ -154,6 +158,7 @@ class LoopPublisher:
             self._core.offer_weights(self._weights)
         task = task_of_strategy(self._strategy)
         self._collective = None if task is None else CollectiveStop(self._strategy, task, self._check_every)
+        self._values.multi_worker = task is not None
         if task is not None:
             self._core.set_task(task)
         self._core.begin()
@@ -182,6 +187,7 @@ class LoopPublisher:
 
         Raises:
             KeyError: on a due step, when ``values`` lacks a key a due subscriber needs.
+            TypeError: on a due step, for a value no sink can use (see the class).
         """
         counted = self._read_counter()  # several optimizer steps per call: the counter knows
         step = self._step + 1 if counted is None else counted
@@ -207,7 +213,8 @@ class LoopPublisher:
         missing = [k for k in keys if k not in raw]
         if missing:
             raise KeyError(f"step values lack key(s) {missing} that LoopPublisher declared; got {sorted(raw)}")
-        return {k: _convert(raw[k]) for k in keys}
+        convert = self._values.convert
+        return {k: convert(k, raw[k]) for k in keys}
 
     def evaluate(self, values: Mapping[str, Any]) -> None:
         """Publish one evaluation's (already aggregated) ``values`` as ``eval/<key>`` at the current step.
@@ -228,7 +235,8 @@ class LoopPublisher:
         final = self._core.final_plan(self._step)
         if final is not None:
             last = self._last() if callable(self._last) else (self._last or {})
-            self._core.publish_final(final, {k: _convert(last[k]) for k in final.keys if k in last})
+            convert = self._values.convert
+            self._core.publish_final(final, {k: convert(k, last[k]) for k in final.keys if k in last})
         self._core.end(self._step)
         if self._eval is not None:
             self._eval.end(self._step)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from hookbus._subscription import Subscriber
 from hookbus._validate import key_name
-from hookbus._values import to_value
+from hookbus._values import publishable
 
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
@@ -334,7 +334,7 @@ class PublisherCore:
         self._publish_values(plan.step if step is None else step, raw, plan.due, final=True)
 
     def _publish_values(self, step: int, raw: Mapping[str, Any], due: list[Subscriber], *, final: bool) -> None:
-        values = {k: to_value(v) for k, v in raw.items()}
+        values = {k: publishable(k, v, step) for k, v in raw.items()}
         if not final:
             self._last = (step, values)
         keyset = frozenset(values)
@@ -355,7 +355,7 @@ class PublisherCore:
 
         Evaluations are not scheduled: every subscriber wanting one of the keys receives it.
         """
-        prefixed = {EVAL_PREFIX + k: to_value(v) for k, v in values.items()}
+        prefixed = {EVAL_PREFIX + k: publishable(EVAL_PREFIX + k, v, step) for k, v in values.items()}
         keyset = frozenset(prefixed)
         port = self._port
         targets = [

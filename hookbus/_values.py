@@ -6,11 +6,12 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["is_real_dtype", "to_value"]
+__all__ = ["is_real_dtype", "publishable", "to_value"]
 
 
 # A tuple, not ``bool | int | ...``: a union written in the call is rebuilt on every call.
 _NUMBERS = (np.number, np.bool_, bool, int)
+_PASSED = (float, bytes)
 
 
 def is_real_dtype(dtype: np.dtype[Any]) -> bool:
@@ -42,3 +43,33 @@ def to_value(value: Any) -> Any:
     if isinstance(value, np.generic) and is_real_dtype(value.dtype):
         return float(value)  # an ml_dtypes scalar (bfloat16, float8_*), outside np.number
     return value
+
+
+def publishable(key: str, value: Any, step: int) -> Any:
+    """:func:`to_value` of ``value``, if a sink can use it: a number, an array of real numbers
+    (booleans included) or ``bytes`` (a serialized ``Summary``, for TensorBoardSink).
+
+    Anything else (a dict, a string, ``None``, a complex or string array, a per-replica value
+    handed to a publisher without its strategy) would reach no sink: CSV, TensorBoard, the
+    console, the NaN guard and early stopping would each pass it over, and a subscriber that
+    asked for the key would never learn. It fails at the first step it appears instead.
+
+    Raises:
+        TypeError: naming ``key``, ``step`` and the value's type.
+    """
+    if isinstance(value, float):
+        return value
+    converted = to_value(value)
+    if isinstance(converted, _PASSED):
+        return converted
+    if isinstance(converted, np.ndarray):
+        if is_real_dtype(converted.dtype):
+            return converted
+        kind = f"an array of dtype {converted.dtype}"
+    else:
+        kind = f"a {type(converted).__module__}.{type(converted).__qualname__}"
+        kind = kind.replace("builtins.", "")
+    raise TypeError(
+        f"value of key {key!r} at step {step} is {kind}, which no sink can use; publish numbers, "
+        "arrays of real numbers or bytes (serialized Summary protos): convert it in the step, or leave the key out"
+    )
