@@ -28,6 +28,8 @@ from rich.file_proxy import FileProxy
 from rich.live import Live
 from rich.text import Text
 
+from ._console_notebook import NotebookDisplay
+
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
@@ -39,12 +41,16 @@ Routed = list[tuple["logging.StreamHandler[Any]", IO[str]]]
 def wants_live(console: Console, environ: Mapping[str, str] = os.environ) -> bool:
     """Whether ``console`` should get a live dashboard rather than plain lines.
 
-    Plain when ``TTY_INTERACTIVE=0``, when rich finds no interactive terminal, and when the
-    console writes to a real OS stream that is not a tty (``FORCE_COLOR`` makes rich take a
-    pipe for a terminal). In-memory files (no ``fileno``) follow rich's judgement.
+    Live in a Jupyter notebook (rich's ``console.is_jupyter``: the dashboard is one output,
+    updated in place). Plain when ``TTY_INTERACTIVE=0``, when rich finds no interactive
+    terminal, and when the console writes to a real OS stream that is not a tty
+    (``FORCE_COLOR`` makes rich take a pipe for a terminal). In-memory files (no ``fileno``)
+    follow rich's judgement.
     """
     if environ.get("TTY_INTERACTIVE") == "0":
         return False
+    if console.is_jupyter:
+        return True
     if not (console.is_terminal and console.is_interactive) or console.is_dumb_terminal:
         return False
     try:
@@ -117,10 +123,11 @@ def restore_logging(routed: Routed) -> None:
 
 
 class TerminalDisplay:
-    """Where the dashboard goes: a rich ``Live`` on an interactive terminal, plain lines elsewhere.
+    """Where the dashboard goes: a rich ``Live`` on an interactive terminal, one output updated in
+    place in a Jupyter notebook (:class:`NotebookDisplay`), plain lines elsewhere.
 
-    Owns the console, the ``Live`` (which draws ``get_renderable()`` on rich's own thread) and
-    the logging handlers routed through it while it runs.
+    Owns the console, the ``Live`` (which draws ``get_renderable()`` on rich's own thread) or
+    the notebook display, and the logging handlers routed through a ``Live`` while it runs.
 
     Args:
         console: The console (default ``None``: a new ``Console()`` at :meth:`start`).
@@ -141,13 +148,15 @@ class TerminalDisplay:
         self.refresh_per_second = refresh_per_second
         self._get_renderable = get_renderable
         self._live: Live | None = None
+        #: The notebook display while the dashboard runs in a Jupyter notebook (else ``None``).
+        self.notebook: NotebookDisplay | None = None
         self._routed: Routed = []
         self._on_exit: Callable[[], None] | None = None
         self._restore_input: Callable[[], None] = lambda: None
 
     @property
     def is_live(self) -> bool:
-        return self._live is not None
+        return self._live is not None or self.notebook is not None
 
     def start(self, on_exit: Callable[[], None]) -> None:
         """Show the live display if this is a terminal; ``on_exit`` runs at interpreter exit if
@@ -156,6 +165,11 @@ class TerminalDisplay:
             self.console = Console()
         live = self.live if self.live is not None else wants_live(self.console)
         if not live:
+            return
+        if self.console.is_jupyter:
+            # No cursor and no terminal here: prints and logging are the notebook's own outputs.
+            self.notebook = NotebookDisplay(self.console.width, self.refresh_per_second, self._get_renderable)
+            self.notebook.start()
             return
         streams = {id(s) for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__, self.console.file)}
         self._live = Live(
@@ -173,11 +187,15 @@ class TerminalDisplay:
 
     def print(self, line: str) -> None:
         """A plain line, shown literally (plain mode only: the live display has its own frame)."""
-        if self._live is None and self.console is not None:
+        if not self.is_live and self.console is not None:
             self.console.print(Text(line), highlight=False, soft_wrap=True)
 
     def stop(self, summary: Iterable[str]) -> None:
         """Restore logging, then draw the final frame (live) or print ``summary`` (plain)."""
+        notebook, self.notebook = self.notebook, None
+        if notebook is not None:
+            notebook.stop()
+            return
         live, self._live = self._live, None
         routed, self._routed = self._routed, []
         try:

@@ -52,6 +52,10 @@ class ConsoleSink(Sink):
     ``print`` and logging handlers that write to stdout/stderr (TensorFlow's and absl's
     included) go through the console above it; they are restored exactly on close.
 
+    In a Jupyter notebook the dashboard is one output, redrawn in place at the same rate (an
+    IPython display updated by id, not rich's ``Live``): the saved notebook holds the frame the
+    run ended with; ``print`` and logging stay the notebook's own outputs.
+
     Elsewhere (a pipe, a file, CI, ``TTY_INTERACTIVE=0``, a dumb terminal) there is no
     ``Live`` and no cursor movement: a line such as
     ``step 100 | loss 0.123 | accuracy 0.97 | 52.3 steps/s`` at most every
@@ -67,7 +71,7 @@ class ConsoleSink(Sink):
         run_name: Title of the dashboard (default: the script's file name).
         history: Values kept per key for the sparkline; memory is bounded by it (default 40).
         live: Force the live dashboard (``True``) or plain lines (``False``); default ``None``
-            decides at begin: live only when rich finds an interactive terminal,
+            decides at begin: live in a Jupyter notebook, and when rich finds an interactive terminal,
             ``TTY_INTERACTIVE`` is not ``0`` and a real OS stream is a tty (``FORCE_COLOR``
             makes rich take a pipe for a terminal).
         plain_every_n_secs: Least seconds between plain progress lines (default 10; 0: every
