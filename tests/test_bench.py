@@ -17,21 +17,54 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHES = ("overhead", "dispatch", "keras_overhead")
-ROW_FIELDS = {"min_us", "median_us", "ratio_min", "ratio_median", "ratio_paired"}
+ROW_FIELDS = {"wall_us", "cpu_us", "wall_median_us", "x_wall", "x_wall_median", "x_cpu", "x_cpu_median", "x_thread"}
+SPREAD = {"median", "min", "max", "runs"}
+RUNS = 2  # --quick runs two processes: the smallest run count with a spread
+
+
+def check_figures(row: dict[str, Any]) -> None:
+    """Every figure of a row is a spread over the runs: median within [min, max], one value a run."""
+    assert set(row) == ROW_FIELDS
+    for figure in row.values():
+        assert set(figure) == SPREAD
+        assert len(figure["runs"]) == RUNS
+        assert figure["min"] <= figure["median"] <= figure["max"]
+    assert row["wall_us"]["min"] > 0
+    assert row["cpu_us"]["min"] > 0
+
+
+def check_raw(result: dict[str, Any], configs: dict[Any, set[str]], key: str) -> None:
+    """Each run kept its per-round seconds per step, by clock, for every configuration."""
+    assert len(result["raw"]) == result["runs"] == RUNS
+    for run in result["raw"]:
+        for group in run["groups"]:
+            series = group["series"]
+            assert set(series) == configs[group[key]]
+            for clocks in series.values():
+                assert set(clocks) == {"wall", "cpu", "thread"}
+                assert all(len(times) == result["rounds"] for times in clocks.values())
 
 
 def check_overhead(result: dict[str, Any]) -> None:
     groups = {(g["model"], g["cadence"]): g for g in result["groups"]}
     assert set(groups) == {(m, c) for m in ("linear", "mlp") for c in ("realistic", "every")}
+    configs = {
+        "realistic": {"bare", "native", "floor", "hookbus", "hookbus-quiet", "fetch-floor"},
+        "every": {"bare", "native", "hookbus", "fetch-floor"},
+    }
     for (_, cadence), group in groups.items():
-        quiet = {"hookbus-quiet"} if cadence == "realistic" else set()
-        expected = {"bare", "native", "hookbus", "fetch-floor"} | quiet
-        assert set(group["rows"]) == expected
+        assert set(group["rows"]) == configs[cadence]
         for row in group["rows"].values():
-            assert set(row) == ROW_FIELDS
-            assert row["min_us"] > 0
-        assert group["rows"]["bare"]["ratio_min"] == pytest.approx(1.0)
+            check_figures(row)
+        assert group["rows"]["bare"]["x_wall"]["runs"] == [pytest.approx(1.0)] * RUNS
+        assert set(group["hookbus_share_of_native_overhead"]) == {"x_wall", "x_cpu"}
+        if cadence == "realistic":  # hookbus against the hand-written floor, with its spread
+            check_figures(group["hookbus_x_floor"])
+        else:
+            assert "hookbus_x_floor" not in group
+    check_raw(result, configs, "cadence")
     assert result["targets"], "the targets are judged"
+    assert any("x floor" in text for text, _ in result["targets"])
 
 
 def check_dispatch(result: dict[str, Any]) -> None:
@@ -52,7 +85,9 @@ def check_keras(result: dict[str, Any]) -> None:
     for group in result["groups"]:
         assert set(group["rows"]) == {"none", "keras", "hookbus"}
         for row in group["rows"].values():
-            assert set(row) == ROW_FIELDS
+            check_figures(row)
+        assert set(group["hookbus_share_of_keras_overhead"]) == {"x_wall", "x_cpu"}
+    check_raw(result, {1: {"none", "keras", "hookbus"}, 32: {"none", "keras", "hookbus"}}, "steps_per_execution")
     assert result["targets"], "the targets are judged"
 
 
@@ -75,6 +110,7 @@ def test_every_benchmark_runs_quick_and_writes_its_rows(tmp_path: Path) -> None:
             output = (tmp_path / f"{name}.log").read_text()
             assert code == 0, f"bench/{name}.py --quick failed:\n{output[-3000:]}"
             assert "targets" in output or name == "dispatch", output[-3000:]  # the table was printed
+            assert "[" in output or name == "dispatch", output[-3000:]  # with the spread between runs
             CHECKS[name](json.loads(out.read_text()))
     finally:
         for process, _, log in runs.values():
