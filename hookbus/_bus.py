@@ -38,7 +38,7 @@ from hookbus._subscriber import (
     check_priority,
 )
 from hookbus._subscription import Subscriber, Subscription
-from hookbus._validate import check_stop_signals
+from hookbus._validate import check_stop_signals, flag
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -182,7 +182,7 @@ class EventBus:
         Every sink is closed even if another's ``close`` raises; afterwards the first error of a
         sink whose policy is ``"raise"`` is re-raised when ``raise_errors``.
         """
-        self._scope.close(raise_errors=raise_errors)
+        self._scope.close(raise_errors=bool(flag("raise_errors", raise_errors)))
 
     def __enter__(self) -> EventBus:
         self._scope.enter()

@@ -14,6 +14,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from hookbus import _checkpoint as files
+from hookbus._validate import flag_or_directory
 
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
@@ -34,12 +35,8 @@ def check_checkpoint(checkpoint: object) -> Any:
 
 
 def check_restore(restore: object) -> Restore:
-    """Validate ``restore=``: ``False``, ``True`` or a non-empty directory path."""
-    if isinstance(restore, bool):
-        return restore
-    if isinstance(restore, str | os.PathLike) and os.fspath(restore):
-        return restore
-    raise ValueError(f"restore must be True, False or a checkpoint directory (got {restore!r})")
+    """Validate ``restore=``: ``False``, ``True`` or a non-empty directory path (not ``"yes"``)."""
+    return flag_or_directory("restore", restore)
 
 
 class TF2CheckpointBackend:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hookbus._validate import positive_int
+from hookbus._validate import flag, positive_int
 
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
@@ -71,6 +71,9 @@ class Task:
             )
         if isinstance(self.index, bool) or not isinstance(self.index, int) or self.index < 0:
             raise ValueError(f"task index must be a non-negative int (got {self.index!r})")
+        flag("is_chief", self.is_chief, allow_none=True)
+        flag("has_chief_job", self.has_chief_job)
+        flag("collective", self.collective)
         if self.is_chief is None:
             chief = self.type == "chief" or (not self.has_chief_job and self.index == 0)
             object.__setattr__(self, "is_chief", chief)
@@ -86,7 +89,8 @@ class Task:
         ``joins_collectives``: the subscriber's work must run on every worker of a collective
         strategy (a checkpoint save), so it runs everywhere there whatever ``runs_on`` says.
         """
-        return runs_on != "chief" or bool(self.is_chief) or (self.collective and joins_collectives)
+        joins = flag("joins_collectives", joins_collectives)
+        return runs_on != "chief" or bool(self.is_chief) or (self.collective and bool(joins))
 
     @classmethod
     def from_tf_config(cls, environ: Mapping[str, str] | None = None) -> Task | None:

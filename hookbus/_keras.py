@@ -137,7 +137,7 @@ class EventBusCallback:
     def __init__(
         self,
         bus: EventBus,
-        keys: Iterable[str] = ("loss",),
+        keys: str | Iterable[str] = ("loss",),
         *,
         every_n_epochs: int = 1,
         restore: Restore = False,
@@ -150,9 +150,8 @@ class EventBusCallback:
         self._collective: CollectiveStop | None = None
         self.restore = check_restore(restore)
         self._checkpoint = check_checkpoint(checkpoint)
-        keys = (keys,) if isinstance(keys, str) else tuple(keys)
         self._core = PublisherCore(bus, keys)  # registers the keys: checked when training begins
-        self._eval = PublisherCore(bus, keys, mode="eval")
+        self._eval = PublisherCore(bus, self._core.keys, mode="eval")
         bus._port.register(_EpochKeys(self._core.keys))  # a publisher's side of the bus
         self.bus = bus
         #: Offered to checkpoint sinks (``PublisherCore.offer_checkpoints``) from train begin to train end.
@@ -199,8 +198,13 @@ class EventBusCallback:
     def on_train_begin(self, logs: Mapping[str, Any] | None = None) -> None:
         model: Any = self.model  # type: ignore[attr-defined]  # keras.callbacks.Callback's
         optimizer = getattr(model, "optimizer", None)
-        if optimizer is None:
-            raise ValueError("EventBusCallback needs a compiled model (model.compile(optimizer=...))")
+        # Keras's own mark of compile(): an optimizer set by hand leaves the model without
+        # compile's state (stop_training among it), which fit and this callback need.
+        if optimizer is None or not getattr(model, "compiled", False):
+            raise ValueError(
+                f"EventBusCallback needs a compiled model (model.compile(optimizer=...)); got {type(model).__name__} "
+                f"{getattr(model, 'name', '')!r} {'not compiled' if optimizer is not None else 'without an optimizer'}"
+            )
         tf = require_tensorflow("EventBusCallback")
         self._iterations = optimizer.iterations
         checkpoint = self._checkpoint or tf.train.Checkpoint(model=model, optimizer=optimizer)
@@ -234,7 +238,8 @@ class EventBusCallback:
         stop was asked for before the first batch (Keras looks at ``stop_training`` only after
         a batch). ``model._initial_epoch`` is what Keras's trainer reads for this, set by its own
         ``BackupAndRestore`` in ``on_train_begin``."""
-        epochs, steps = self.params.get("epochs"), self.params.get("steps")  # type: ignore[attr-defined]
+        params = self.params or {}  # type: ignore[attr-defined]  # None from a CallbackList without params
+        epochs, steps = params.get("epochs"), params.get("steps")
         if not hasattr(model, "_initial_epoch") or not isinstance(epochs, int):
             return
         if model.stop_training:

@@ -2,16 +2,40 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from hookbus._subscription import Subscriber
 
-__all__ = ["KeyRegistry", "Publisher", "UnknownKeyError"]
+__all__ = ["KeyRegistry", "Publisher", "UnknownKeyError", "did_you_mean"]
+
+#: Keras's prefix of validation metrics (``val_loss``); the bus names them ``eval/loss``.
+_KERAS_VAL = "val_"
 
 
 class UnknownKeyError(ValueError):
     """A subscriber asked for a key that no publisher attached to the bus provides."""
+
+
+def did_you_mean(key: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'eval/loss'?)`` for an unknown ``key``, or ``""`` when nothing is close.
+
+    Keras's names first (``val_<name>`` is ``eval/<name>`` on the bus; ``<name>`` of an epoch
+    log is ``epoch/<name>``), then the known keys closest in spelling (``difflib``, as the TF1
+    hook's tensor names get).
+    """
+    known = sorted(known)
+    keras = f"eval/{key[len(_KERAS_VAL):]}" if key.startswith(_KERAS_VAL) else f"epoch/{key}"
+    found = [keras] if keras in known else []
+    for spelling in (keras, key) if key.startswith(_KERAS_VAL) else (key,):
+        found += [k for k in difflib.get_close_matches(spelling, known, n=3) if k not in found]
+    if not found:
+        return ""
+    hint = f"did you mean {' or '.join(map(repr, found[:3]))}?"
+    if found[0] == keras and key.startswith(_KERAS_VAL):
+        hint += f" Keras's {key!r} is {keras!r} on the bus"
+    return f" ({hint})"
 
 
 class Publisher(Protocol):
@@ -80,6 +104,7 @@ class KeyRegistry:
             if missing:
                 raise UnknownKeyError(
                     f"subscriber {record.name!r} needs key {missing[0]!r}, which no publisher "
-                    f"attached to this bus provides; known keys: {sorted(known)}. Construct every "
+                    f"attached to this bus provides{did_you_mean(missing[0], known)}; known keys: "
+                    f"{sorted(known)}. Construct every "
                     "publisher (an eval EventBusHook too) before the first session starts."
                 )

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
 from hookbus._collective import CollectiveStop, task_of_strategy
-from hookbus._publisher import PublisherCore
+from hookbus._publisher import PublisherCore, check_fetch_keys
 from hookbus._replicas import ReplicaValues
 from hookbus._validate import positive_int
 from hookbus._weights import VariableWeights
@@ -90,9 +90,9 @@ class LoopPublisher:
     def __init__(
         self,
         bus: EventBus,
-        keys: Iterable[str],
+        keys: str | Iterable[str],
         *,
-        eval_keys: Iterable[str] = (),
+        eval_keys: str | Iterable[str] = (),
         step_counter: Any = None,
         checkpoint: Any = None,
         restore: Restore = False,
@@ -100,8 +100,6 @@ class LoopPublisher:
         strategy: Any = None,
         check_stop_every_n_steps: int = 10,
     ) -> None:
-        keys = (keys,) if isinstance(keys, str) else tuple(keys)
-        eval_keys = (eval_keys,) if isinstance(eval_keys, str) else tuple(eval_keys)
         if step_counter is not None and not callable(getattr(step_counter, "numpy", None)):
             raise TypeError(f"step_counter must be a variable or tensor with .numpy() (got {step_counter!r})")
         self.restore = check_restore(restore)
@@ -115,6 +113,7 @@ class LoopPublisher:
         self._check_every = positive_int("check_stop_every_n_steps", check_stop_every_n_steps)
         self._collective: CollectiveStop | None = None
         self._core = PublisherCore(bus, keys)  # registers the keys: checked when the loop begins
+        eval_keys = check_fetch_keys(eval_keys)
         self._eval = PublisherCore(bus, eval_keys, mode="eval") if eval_keys else None
         self.bus = bus
         self._counter = step_counter

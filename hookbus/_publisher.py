@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from hookbus._subscription import Subscriber
-from hookbus._validate import key_name
+from hookbus._validate import flag, key_name
 from hookbus._values import publishable
 
 if TYPE_CHECKING:
@@ -41,10 +41,13 @@ EPOCH_PREFIX = "epoch/"
 RESERVED_KEYS = frozenset({"step", "wall_time", "mode", "elapsed"})
 
 
-def check_fetch_keys(keys: Iterable[object]) -> tuple[str, ...]:
-    """Validate publisher keys: names (:func:`hookbus._validate.key_name`), not reserved, no ``eval/`` prefix."""
+def check_fetch_keys(keys: str | Iterable[object]) -> tuple[str, ...]:
+    """Validate publisher keys: names (:func:`hookbus._validate.key_name`), not reserved, no ``eval/`` prefix.
+
+    A ``str`` is one key (``keys="loss"``), as in every sink's ``keys=``; never its characters.
+    """
     checked: list[str] = []
-    for key in keys:
+    for key in (keys,) if isinstance(keys, str) else keys:
         if not isinstance(key, str) or not key:
             raise ValueError(f"fetch keys must be non-empty strings (got {key!r})")
         key_name("fetch key", key)
@@ -108,12 +111,12 @@ class PublisherCore:
 
     Args:
         bus: The bus to publish on; the publisher registers its keys there.
-        keys: The keys it can fetch (its ``fetches``' names).
+        keys: The keys it can fetch (its ``fetches``' names); a ``str`` is one key.
         mode: ``"train"`` (scheduled steps) or ``"eval"`` (one aggregated event per evaluation,
             keys published as ``eval/<key>``).
     """
 
-    def __init__(self, bus: EventBus, keys: Iterable[object], *, mode: str = "train") -> None:
+    def __init__(self, bus: EventBus, keys: str | Iterable[object], *, mode: str = "train") -> None:
         from hookbus._bus import EventBus
 
         if not isinstance(bus, EventBus):
@@ -159,6 +162,7 @@ class PublisherCore:
     def session_created(self, step: int, restored: bool | None = None) -> None:
         """A session exists at ``step``: reset schedules there and publish the resume point."""
         port = self._port
+        flag("restored", restored, allow_none=True)
         self.sessions += 1
         if restored is None:
             restored = step > 0 or self.sessions > 1

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hookbus._tf import require_tensorflow
-from hookbus._validate import non_negative_seconds
+from hookbus._validate import flag, non_negative_seconds
 
 __all__ = ["monitored_training_session"]
 
@@ -36,6 +36,7 @@ def monitored_training_session(
         ValueError: if ``stop_grace_period_secs`` or ``max_wait_secs`` is not a finite number of
             seconds >= 0.
     """
+    flag("is_chief", is_chief)
     non_negative_seconds("stop_grace_period_secs", stop_grace_period_secs)
     non_negative_seconds("max_wait_secs", max_wait_secs)
     tf = require_tensorflow("monitored_training_session")

@@ -9,7 +9,7 @@ from hookbus import _checkpoint as files
 from hookbus._evaluator import evaluate_checkpoint
 from hookbus._session import monitored_training_session
 from hookbus._tf import require_tensorflow
-from hookbus._validate import optional_positive_int, positive_int
+from hookbus._validate import flag, optional_positive_int, positive_int
 
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
@@ -67,10 +67,11 @@ def train_and_evaluate(
     Returns:
         The number of evaluations run.
     """
-    tf = require_tensorflow("train_and_evaluate")
     positive_int("steps_per_round", steps_per_round)
     optional_positive_int("eval_steps", eval_steps)
     optional_positive_int("max_rounds", max_rounds)
+    flag("evaluate_after_stop", evaluate_after_stop)
+    tf = require_tensorflow("train_and_evaluate")
     step = run_step if run_step is not None else (lambda session: session.run(train_op))
     # A process killed while it evaluated checkpoint S left S without its "evaluated" record: the
     # first round then trains nothing (the session restores S and the sinks' states from before

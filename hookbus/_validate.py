@@ -18,6 +18,7 @@ __all__ = [
     "check_stop_signals",
     "finite_number",
     "flag",
+    "flag_or_directory",
     "key_name",
     "non_empty_path",
     "non_negative_int",
@@ -98,11 +99,35 @@ def finite_number(name: str, value: object, *, allow_none: bool = False, non_neg
     return float(value)  # type: ignore[arg-type]
 
 
-def flag(name: str, value: object) -> bool:
-    """``value`` if it is ``True`` or ``False`` (not 1, not ``"yes"``)."""
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False (got {value!r})")
-    return value
+def flag(name: str, value: object, *, allow_none: bool = False) -> bool | None:
+    """``value`` if it is ``True`` or ``False`` (not 1, not ``"yes"``, not a numpy bool); ``None``
+    too when ``allow_none`` (an "undecided" default). The one check of every flag argument."""
+    if isinstance(value, bool) or (value is None and allow_none):
+        return value
+    expected = "True, False or None" if allow_none else "True or False"
+    raise ValueError(f"{name} must be {expected} (got {value!r})")
+
+
+#: Strings that answer yes or no: where a flag or a directory is taken, they are a flag given as text.
+_YES_NO = frozenset({"true", "false", "yes", "no", "y", "n", "on", "off", "1", "0", "none"})
+
+
+def flag_or_directory(name: str, value: object) -> bool | str | os.PathLike[str]:
+    """``value`` if it is ``True``, ``False`` or a non-empty directory path (``restore=``).
+
+    A string that answers yes or no (``"yes"``, ``"True"``, ``"off"``, ...) is a flag given as
+    text, not a directory: it is refused (a directory of that name is ``"./yes"``).
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str | os.PathLike) and (path := os.fspath(value)):
+        if isinstance(path, str) and path.strip().lower() in _YES_NO:
+            raise ValueError(
+                f"{name} must be True, False or a directory (got {value!r}, a yes/no answer written as text: "
+                f"pass True or False; for a directory of that name pass {os.path.join('.', path)!r})"
+            )
+        return value
+    raise ValueError(f"{name} must be True, False or a directory (got {value!r})")
 
 
 #: What a key may not contain: C0 and C1 controls (every str.splitlines break but two is one) and

@@ -70,7 +70,7 @@ class ScriptedPublisher:
     def __init__(
         self,
         bus: EventBus,
-        keys: Iterable[str],
+        keys: str | Iterable[str],
         *,
         mode: str = "train",
         shapes: Mapping[str, tuple[int | None, ...]] | None = None,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from hookbus import _checkpoint as files
 from hookbus._bus import UnknownKeyError
 from hookbus._events import CheckpointSaved
+from hookbus._keys import did_you_mean
 from hookbus._lock import OutputLock
 from hookbus._schedule import Schedule
 from hookbus._subscriber import PRIORITY_CHECKPOINT, Sink
@@ -151,7 +152,8 @@ class CheckpointSink(Sink):
             if self.monitor not in context.known_keys:
                 raise UnknownKeyError(
                     f"{self.name} monitors {self.monitor!r}, which no publisher attached to this bus "
-                    f"provides; known keys: {sorted(context.known_keys)}"
+                    f"provides{did_you_mean(self.monitor, context.known_keys)}; "
+                    f"known keys: {sorted(context.known_keys)}"
                 )
             check_scalar(self.name, self.monitor, context.static_shape(self.monitor))
         context.check_state_names()

@@ -14,7 +14,7 @@ from rich.console import Console
 from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
 from hookbus._schedule import Schedule
 from hookbus._subscriber import Sink
-from hookbus._validate import key_name, non_negative_seconds, positive_int, positive_number
+from hookbus._validate import flag, key_name, non_negative_seconds, positive_int, positive_number
 
 from ._console_render import (
     Dashboard,
@@ -118,8 +118,7 @@ class ConsoleSink(Sink):
         positive_number("refresh_per_second", refresh_per_second)
         positive_int("history", history)
         non_negative_seconds("plain_every_n_secs", plain_every_n_secs)
-        if live is not None and not isinstance(live, bool):
-            raise ValueError(f"live must be True, False or None (got {live!r})")
+        flag("live", live, allow_none=True)
         if run_name is not None and not isinstance(run_name, str):
             raise ValueError(f"run_name must be a string or None (got {run_name!r})")
         if not callable(clock):

@@ -16,7 +16,7 @@ from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX
 from hookbus._schedule import Schedule
 from hookbus._stats import WriterStats
 from hookbus._subscriber import Sink
-from hookbus._validate import non_empty_path, positive_int, seconds
+from hookbus._validate import flag, non_empty_path, positive_int, seconds
 from hookbus._writer import BackgroundWriter, check_writable_dir
 
 from ._csv_file import CSVFile, Row
@@ -94,8 +94,7 @@ class CSVSink(Sink):
         seconds("close_deadline", close_deadline)
         positive_int("max_queue_size", max_queue_size)
         self.flush_secs, self.max_queue_size, self.close_deadline = flush_secs, max_queue_size, close_deadline
-        if not isinstance(epochs, bool):
-            raise ValueError(f"epochs must be True or False (got {epochs!r})")
+        flag("epochs", epochs)
         if not epochs and self.keys is not None and any(k.startswith(EPOCH_PREFIX) for k in self.keys):
             raise ValueError(f"keys {sorted(self.keys)} name epoch keys; pass epochs=True to write epoch rows")
         self.epochs = epochs

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from hookbus._subscriber import PRIORITY_EARLY_STOPPING, Sink
-from hookbus._validate import finite_number, non_negative_int
+from hookbus._validate import finite_number, flag, non_negative_int
 
 from ._monitor import Monitor, check_scalar, resolve_mode
 
@@ -151,9 +151,8 @@ class EarlyStoppingSink(Sink):
     ) -> None:
         if not isinstance(monitor, str) or not monitor:
             raise ValueError(f"monitor must be a non-empty key (got {monitor!r})")
-        for flag, flag_value in (("stop_on_nonfinite", stop_on_nonfinite), ("restore_best", restore_best)):
-            if not isinstance(flag_value, bool):
-                raise ValueError(f"{flag} must be True or False (got {flag_value!r})")
+        flag("stop_on_nonfinite", stop_on_nonfinite)
+        flag("restore_best", restore_best)
         super().__init__(keys=monitor, every_n_steps=every_n_steps, every_n_secs=every_n_secs, name=name)
         self.rule = EarlyStopRule(
             monitor=Monitor(monitor, resolve_mode(monitor, mode), finite_number("min_delta", min_delta) or 0.0),

@@ -164,8 +164,8 @@ CASES: list[Case] = [
     ("unwritable directory", _read_only_dir, PermissionError, r"path's directory '.*/locked' is not writable"),
     # -- keys ---------------------------------------------------------------------------------
     ("monitor key no publisher provides", lambda t, r: r.start(EarlyStoppingSink("eval/loss")), hookbus.UnknownKeyError,
-     r"subscriber 'EarlyStoppingSink' needs key 'eval/loss', which no publisher attached to this bus provides; "
-     r"known keys: \['loss'\]"),
+     r"subscriber 'EarlyStoppingSink' needs key 'eval/loss', which no publisher attached to this bus provides "
+     r"\(did you mean 'loss'\?\); known keys: \['loss'\]"),
     ("checkpoint monitor no publisher provides",
      lambda t, r: r.start(CheckpointSink(t / "c", keep_best=2, monitor="eval/acc", mode="max")),
      hookbus.UnknownKeyError, r"CheckpointSink monitors 'eval/acc', which no publisher .* known keys: \['loss'\]"),
@@ -436,3 +436,151 @@ def test_a_writer_close_deadline_rejects_infinity_and_nan_and_leaves_the_writer_
     writer.put(2)  # still open: nothing was lost
     writer.close(5.0)
     assert written == [1, 2]
+
+
+# -- flags: one check (hookbus/_validate.py flag) wherever a bool is meant ---------------------------
+
+FLAG = "must be True or False"
+FLAG_OR_NONE = "must be True, False or None"
+FLAG_OR_DIRECTORY = "must be True, False or a directory"
+
+
+def _train_and_evaluate(**flags: Any) -> Any:
+    return hookbus.train_and_evaluate(
+        hookbus.EventBus(), train_op=None, eval_fetches=None, checkpoint_dir="unused", steps_per_round=1,
+        train_hooks=[], eval_hooks=[], **flags,
+    )  # fmt: skip
+
+
+def _session_created(restored: Any) -> None:
+    core = hookbus.PublisherCore(hookbus.EventBus(), ["loss"])
+    core.session_created(0, restored=restored)
+
+
+def _keras_callback(restore: Any) -> Any:
+    pytest.importorskip("keras")
+    return hookbus.EventBusCallback(hookbus.EventBus(), restore=restore)
+
+
+#: Every flag of the public surface: (owner, argument, make(tmp, value), expected message).
+FLAG_ARGUMENTS: list[tuple[str, str, Callable[[Path, Any], Any], str]] = [
+    ("Schedule", "at_begin", lambda t, v: hookbus.Schedule(at_begin=v), FLAG),
+    ("Schedule", "at_end", lambda t, v: hookbus.Schedule(at_end=v), FLAG),
+    ("Schedule", "secs_from_session_start", lambda t, v: hookbus.Schedule(secs_from_session_start=v), FLAG),
+    ("Sink", "at_begin", lambda t, v: hookbus.Sink(at_begin=v), FLAG),
+    ("Sink", "at_end", lambda t, v: hookbus.Sink(at_end=v), FLAG),
+    ("EventBus.on", "at_begin", lambda t, v: hookbus.EventBus().on("after_run", _fn, at_begin=v), FLAG),
+    ("EventBus.on", "at_end", lambda t, v: hookbus.EventBus().on("after_run", _fn, at_end=v), FLAG),
+    ("EventBus.close", "raise_errors", lambda t, v: hookbus.EventBus().close(raise_errors=v), FLAG),
+    ("ConsoleSink", "live", lambda t, v: ConsoleSink(live=v), FLAG_OR_NONE),
+    ("ConsoleSink", "at_end", lambda t, v: ConsoleSink(at_end=v), FLAG),
+    ("CSVSink", "epochs", lambda t, v: CSVSink(t / "m.csv", epochs=v), FLAG),
+    ("EarlyStoppingSink", "stop_on_nonfinite", lambda t, v: EarlyStoppingSink("loss", stop_on_nonfinite=v), FLAG),
+    ("EarlyStoppingSink", "restore_best", lambda t, v: EarlyStoppingSink("loss", restore_best=v), FLAG),
+    ("Task", "is_chief", lambda t, v: hookbus.Task("worker", is_chief=v), FLAG_OR_NONE),
+    ("Task", "has_chief_job", lambda t, v: hookbus.Task("worker", has_chief_job=v), FLAG),
+    ("Task", "collective", lambda t, v: hookbus.Task("worker", collective=v), FLAG),
+    ("Task.runs", "joins_collectives", lambda t, v: hookbus.Task("worker", 1).runs("chief", joins_collectives=v), FLAG),
+    ("PublisherCore.session_created", "restored", lambda t, v: _session_created(v), FLAG_OR_NONE),
+    ("LoopPublisher", "restore", lambda t, v: hookbus.LoopPublisher(hookbus.EventBus(), ["loss"], restore=v),
+     FLAG_OR_DIRECTORY),
+    ("EventBusCallback", "restore", lambda t, v: _keras_callback(v), FLAG_OR_DIRECTORY),
+    ("monitored_training_session", "is_chief", lambda t, v: hookbus.monitored_training_session(is_chief=v), FLAG),
+    ("train_and_evaluate", "evaluate_after_stop", lambda t, v: _train_and_evaluate(evaluate_after_stop=v), FLAG),
+]  # fmt: skip
+
+#: Parameters typed bool that are not arguments a user gives: records hookbus builds and reports.
+_RECORDS = {"Event", "ReplayResult", "SubscriberStats", "BusStats", "WriterStats"}
+
+
+def _public_flag_arguments() -> set[tuple[str, str]]:
+    """(owner, argument) for every parameter of the public surface annotated ``bool`` (or ``Restore``)."""
+    import hookbus.sinks
+
+    found: set[tuple[str, str]] = set()
+    for module in (hookbus, hookbus.sinks):
+        for name in set(module.__all__) - _RECORDS:
+            obj = getattr(module, name)
+            members = [(name, obj)] if not inspect.isclass(obj) else [
+                (name if member == "__init__" else f"{name}.{member}", getattr(obj, member))
+                for member in dir(obj) if member == "__init__" or not member.startswith("_")
+            ]  # fmt: skip
+            for owner, function in members:
+                if not callable(function):
+                    continue
+                try:
+                    parameters = inspect.signature(function).parameters.values()
+                except (TypeError, ValueError):
+                    continue
+                found |= {(owner, p.name) for p in parameters if re.search(r"\bbool\b|\bRestore\b", str(p.annotation))}
+    return found
+
+
+def test_the_flag_table_names_every_public_flag() -> None:
+    """A new flag on the public surface must join FLAG_ARGUMENTS (and so use hookbus/_validate.py's flag)."""
+    table = {(owner, arg) for owner, arg, _, _ in FLAG_ARGUMENTS}
+    missing = _public_flag_arguments() - table
+    assert not missing, f"add to FLAG_ARGUMENTS (and check them with hookbus._validate.flag): {missing}"
+    assert table <= _public_flag_arguments()
+
+
+@pytest.mark.parametrize("value", ["yes", "True", 1, 0.0], ids=["'yes'", "'True'", "1", "0.0"])
+@pytest.mark.parametrize(
+    ("make", "argument", "message"),
+    [(make, arg, message) for _, arg, make, message in FLAG_ARGUMENTS],
+    ids=[f"{owner}-{arg}" for owner, arg, _, _ in FLAG_ARGUMENTS],
+)
+def test_every_flag_refuses_what_is_not_a_bool(
+    tmp_path: Path, make: Any, argument: str, message: str, value: Any
+) -> None:
+    """One check: ``restore="yes"`` is not a directory, ``is_chief=1`` not a flag; each names the argument."""
+    with pytest.raises(ValueError, match=rf"^{argument} {message} \(got {re.escape(repr(value))}"):
+        make(tmp_path, value)
+
+
+def test_restore_takes_a_directory_that_answers_no_question(tmp_path: Path) -> None:
+    loop = hookbus.LoopPublisher(hookbus.EventBus(), ["loss"], restore=tmp_path / "yes", checkpoint=FakeCheckpoint())
+    assert loop.restore == tmp_path / "yes"
+    with pytest.raises(ValueError, match=r"pass True or False; for a directory of that name pass './yes'"):
+        hookbus.LoopPublisher(hookbus.EventBus(), ["loss"], restore="yes")
+
+
+class FakeCheckpoint:
+    """Writes and reads nothing: the case is refused or accepted at construction."""
+
+    def write(self, path: str) -> str:
+        return path
+
+    def read(self, path: str) -> None:
+        pass
+
+
+# -- keys: a str is one key everywhere -------------------------------------------------------------
+
+
+def _keras_keys(keys: Any) -> tuple[str, ...]:
+    pytest.importorskip("keras")
+    return hookbus.EventBusCallback(hookbus.EventBus(), keys=keys).keys
+
+
+#: Every ``keys`` argument: (owner, keys as the owner holds them after ``keys=<value>``).
+KEY_ARGUMENTS: list[tuple[str, Callable[[Path, Any], Any]]] = [
+    ("PublisherCore", lambda t, k: hookbus.PublisherCore(hookbus.EventBus(), k).keys),
+    ("PublisherCore eval", lambda t, k: hookbus.PublisherCore(hookbus.EventBus(), k, mode="eval").keys),
+    ("ScriptedPublisher", lambda t, k: ScriptedPublisher(hookbus.EventBus(), k).core.keys),
+    ("LoopPublisher", lambda t, k: hookbus.LoopPublisher(hookbus.EventBus(), k).keys),
+    ("LoopPublisher eval_keys",
+     lambda t, k: hookbus.LoopPublisher(hookbus.EventBus(), ["x"], eval_keys=k)._eval.keys),  # type: ignore[union-attr]
+    ("EventBusCallback", lambda t, k: _keras_keys(k)),
+    ("Sink", lambda t, k: hookbus.Sink(keys=k).keys),
+    ("EventBus.on", lambda t, k: hookbus.EventBus().on("after_run", _fn, keys=k)._record.keys),
+    ("CSVSink", lambda t, k: CSVSink(t / "m.csv", keys=k).keys),
+    ("TensorBoardSink", lambda t, k: TensorBoardSink(t / "tb", keys=k).keys),
+    ("ConsoleSink", lambda t, k: ConsoleSink(keys=k).keys),
+    ("NanGuardSink", lambda t, k: NanGuardSink(k).keys),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("make", [m for _, m in KEY_ARGUMENTS], ids=[owner for owner, _ in KEY_ARGUMENTS])
+def test_keys_given_as_one_string_are_one_key(tmp_path: Path, make: Any) -> None:
+    assert sorted(make(tmp_path, "loss")) == ["loss"]  # never ['l', 'o', 's', 's']
