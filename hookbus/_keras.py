@@ -226,7 +226,7 @@ class EventBusCallback:
         self.restored_from = restore_latest(self.bus, self.checkpoint_backend, self.restore)
         self._step = self._epoch_start = self._read_step()
         self._core.count_local_step(0)
-        self._core.session_created(self._step, True if self.restored_from else None)
+        self._core.session_created(self._step, True if self.restored_from else None, in_memory=True)
         if self._collective is not None:
             self._collective.reset(self._step)
             self._collective.agree(self.bus, self._step, plan=True)

@@ -172,7 +172,7 @@ class LoopPublisher:
         self._step = counted
         self._last = None
         self._core.count_local_step(0)
-        self._core.session_created(self._step, True if self.restored_from else None)
+        self._core.session_created(self._step, True if self.restored_from else None, in_memory=True)
         if self._collective is not None:
             self._collective.reset(self._step)
             self._collective.agree(self.bus, self._step, plan=True)  # a worker may begin stopped

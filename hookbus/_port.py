@@ -34,6 +34,16 @@ class BusPort:
         return self.bus._version
 
     @property
+    def run(self) -> int:
+        """Which run of the bus this is (1, 2, ...): a new run's sessions are not resumes of the last's."""
+        return self.bus._scope.runs
+
+    @property
+    def previous_step(self) -> int | None:
+        """The step the bus's previous run ended at (``None`` in its first run)."""
+        return self.bus._scope.previous_step
+
+    @property
     def local_subscribers(self) -> list[Subscriber]:
         """The subscribers that run on this task (all of them on one machine), in dispatch order."""
         return list(self.bus._here)
@@ -82,6 +92,14 @@ class BusPort:
 
     def set_local_step(self, local_step: int) -> None:
         self.bus._state.local_step = local_step
+
+    def first_evaluation(self, keys: frozenset[str], step: int) -> bool:
+        """Whether an evaluation of ``keys`` at training ``step`` counts (see :mod:`hookbus._evaluated`)."""
+        return self.bus._state.evaluated.first(keys, step)
+
+    def resume_evaluations(self, step: int) -> None:
+        """Training resumes at ``step``: evaluations of later steps count again."""
+        self.bus._state.evaluated.resume(step)
 
     def flush_sinks(self, step: int) -> None:
         """Hand everything the sinks received to the OS (a publisher's end)."""

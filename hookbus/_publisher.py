@@ -139,7 +139,8 @@ class PublisherCore:
         self._next_time = -math.inf
         self._fetch_cache: dict[frozenset[str], tuple[str, ...]] = {}
         self._last: tuple[int, Mapping[str, Any]] | None = None  # the last values published, and their step
-        self.sessions = 0
+        self.sessions = 0  # in the current run (see _run)
+        self._run = 0
         self._port.register(self)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -159,16 +160,29 @@ class PublisherCore:
             port.link_evaluator()
         port.publish("begin", port.event("begin", step=self.bus.step, mode=self.mode))
 
-    def session_created(self, step: int, restored: bool | None = None) -> None:
-        """A session exists at ``step``: reset schedules there and publish the resume point."""
+    def session_created(self, step: int, restored: bool | None = None, *, in_memory: bool = False) -> None:
+        """A session exists at ``step``: reset schedules there and publish the resume point.
+
+        ``restored``: whether the session's model came from a checkpoint (its sinks' states are
+        then loaded from beside it); ``None``: past step 0, or a re-created session (the TF1
+        hook's rule: a ``MonitoredTrainingSession`` past step 0 restored one; a model restored
+        by the user's own code counts too). ``in_memory``: the publisher's model outlives a run
+        (the Keras callback, the loop publisher): a run's first session at the step the bus's
+        previous run ended at is that model going on (a second ``fit``), a new run and no
+        restore, so its sinks start clean.
+        """
         port = self._port
         flag("restored", restored, allow_none=True)
+        if self._run != port.run:  # a new run: its first session is not a re-creation of the last run's
+            self._run, self.sessions = port.run, 0
         self.sessions += 1
         if restored is None:
-            restored = step > 0 or self.sessions > 1
+            continues = in_memory and self.sessions == 1 and port.previous_step == step
+            restored = not continues and (step > 0 or self.sessions > 1)
         rewound = self.mode == "train" and step < self.bus.step
         if self.mode == "train":
             port.set_step(step)
+            port.resume_evaluations(step)
             now = self.bus.clock()
             self._refresh()
             for record in self._subs:
@@ -358,10 +372,14 @@ class PublisherCore:
         """Publish one evaluation's aggregated ``values`` as ``eval/<key>`` at training ``step``.
 
         Evaluations are not scheduled: every subscriber wanting one of the keys receives it.
+        One evaluation per training step (:mod:`hookbus._evaluated`): an evaluation of a step
+        this publisher already published since the resume point before it reaches no subscriber.
         """
+        port = self._port
+        if not port.first_evaluation(self.bus_keys, step):
+            return
         prefixed = {EVAL_PREFIX + k: publishable(EVAL_PREFIX + k, v, step) for k, v in values.items()}
         keyset = frozenset(prefixed)
-        port = self._port
         targets = [
             r
             for r in port.local_subscribers

@@ -28,6 +28,10 @@ class RunScope:
 
     def __init__(self, bus: EventBus) -> None:
         self._bus = bus
+        #: Runs begun so far (1 during the first): what a publisher counts its sessions per.
+        self.runs = 0
+        #: The step the previous run of this bus ended at (``None`` in the first run).
+        self.previous_step: int | None = None
 
     # -- signals (SIGTERM) and stops from elsewhere ----------------------------------------------
     def poll(self) -> None:
@@ -96,6 +100,8 @@ class RunScope:
     def _new_run(self) -> None:
         bus, state = self._bus, self._bus._state
         bus._keys.new_run()
+        self.previous_step = state.step if self.runs else None
+        self.runs += 1
         state.reset(bus.wall_clock())
         state.start_time = bus.clock()
         for record in bus._subscribers:  # one run each: schedules and error counts start afresh

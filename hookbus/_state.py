@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from hookbus._evaluated import EvaluatedSteps
+
 if TYPE_CHECKING:
     from hookbus._events import StopRequest
     from hookbus._records import EvaluatorLink
@@ -29,6 +31,7 @@ class RunState:
         "deferred",
         "depth",
         "due_steps",
+        "evaluated",
         "evaluator",
         "foreign_stops",
         "implicit",
@@ -64,6 +67,7 @@ class RunState:
         self.closed: set[int] = set()
         self.depth = 0  # nesting of dispatches in progress
         self.due_steps = 0  # after_run events published (what bus.stats() divides by)
+        self.evaluated = EvaluatedSteps()  # one evaluation per step (hookbus._evaluated)
         self.pending_stops: list[StopRequest] = []
         self.deferred: list[Callable[[], None]] = []
         self.current: Subscriber | None = None  # the subscriber being called

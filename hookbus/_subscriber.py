@@ -162,7 +162,12 @@ class Sink:
 
     def setup(self, context: SinkContext) -> None:
         """Receive what this sink may use of its bus for the run (the bus calls it as the run
-        begins, before ``begin`` is published). Override to prepare; call ``super().setup``."""
+        begins, before ``begin`` is published). Override to prepare; call ``super().setup``.
+
+        A run's sinks start clean: a sink that remembers across events (a best value, a wait,
+        a position) forgets it here, once per run. Its state comes back only from a checkpoint
+        (:meth:`load_state_dict`), so a second ``fit`` on the same bus is a new run, not a resume.
+        """
         self._context = context
 
     @property

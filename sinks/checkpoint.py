@@ -23,6 +23,7 @@ from ._monitor import Monitor, check_scalar, resolve_mode
 
 if TYPE_CHECKING:
     from hookbus._checkpoint import CheckpointBackend
+    from hookbus._context import SinkContext
     from hookbus._events import Event, StopRequest
 
 __all__ = ["CheckpointSink"]
@@ -138,6 +139,11 @@ class CheckpointSink(Sink):
     @property
     def checkpoint_directory(self) -> str:
         return self.directory
+
+    def setup(self, context: SinkContext) -> None:
+        super().setup(context)
+        # A new run: its first restored session loads the states beside the checkpoint it restored.
+        self._resumed, self._nonfinite_step = False, None
 
     def on_begin(self, event: Event) -> None:
         if event.mode != "train":

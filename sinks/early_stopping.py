@@ -13,6 +13,7 @@ from hookbus._validate import finite_number, flag, non_negative_int
 from ._monitor import Monitor, check_scalar, resolve_mode
 
 if TYPE_CHECKING:
+    from hookbus._context import SinkContext
     from hookbus._events import Event
 
 __all__ = ["Decision", "EarlyStopRule", "EarlyStopState", "EarlyStoppingSink", "decide"]
@@ -170,6 +171,9 @@ class EarlyStoppingSink(Sink):
                 "value stops the run at once"
             )
         self.restore_best = restore_best
+        self._start_clean()
+
+    def _start_clean(self) -> None:
         self.state = EarlyStopState()
         self.stopped_at: int | None = None
         self.stop_reason: str | None = None  # saved with checkpoints: a resumed run stops again
@@ -180,6 +184,10 @@ class EarlyStoppingSink(Sink):
     @property
     def monitor(self) -> str:
         return self.rule.monitor.key
+
+    def setup(self, context: SinkContext) -> None:
+        super().setup(context)
+        self._start_clean()  # a new run: best and wait come back only from a checkpoint
 
     def on_begin(self, event: Event) -> None:
         check_scalar(self.name, self.monitor, self.context.static_shape(self.monitor))
@@ -195,8 +203,7 @@ class EarlyStoppingSink(Sink):
         if event.mode != "train":
             return
         if not event.restored:
-            self.state, self.stopped_at, self.stop_reason = EarlyStopState(), None, None  # a fresh model
-            self._best_weights = self._best_weights_step = None
+            self._start_clean()  # a model that is not a checkpoint's: nothing to carry over
             return
         # The checkpoint sink, which runs after this sink, may load the saved state next
         # (load_state_dict); the resume is judged on the state as it is then.

@@ -171,8 +171,8 @@ class EventLogSink(Sink):
             offset, self._loaded = self._loaded, None
             if offset is not None:
                 how = "offset"  # restored from a checkpoint whose state says where the log was
-            elif event.rewound or (first and event.restored):
-                how = "step"
+            elif event.rewound or (first and (event.restored or event.step > 0)):
+                how = "step"  # a model that continues at S (restored, or a second fit) keeps the log to S
             else:  # a fresh start drops an older run's records, not this run's (an evaluation first)
                 how = "new" if first and not self._started else "append"
             writer.call(functools.partial(file.start_session, how, event.step, offset))

@@ -10,6 +10,7 @@ from hookbus._subscriber import PRIORITY_NAN_GUARD, Sink
 from ._finite import find_nonfinite
 
 if TYPE_CHECKING:
+    from hookbus._context import SinkContext
     from hookbus._events import Event
 
 __all__ = ["NonFiniteError", "NanGuardSink", "find_nonfinite"]
@@ -60,6 +61,10 @@ class NanGuardSink(Sink):
         self.on_nan = on_nan
         self.guarded: tuple[str, ...] = tuple(sorted(self.keys or ()))
         self.nonfinite_step: int | None = None
+
+    def setup(self, context: SinkContext) -> None:
+        super().setup(context)
+        self.nonfinite_step = None  # a new run: its model's steps are judged afresh
 
     def on_session_created(self, event: Event) -> None:
         if event.mode == "train" and self.nonfinite_step is not None and event.step < self.nonfinite_step:

@@ -10,6 +10,7 @@ from hookbus._subscriber import PRIORITY_STOP_AT_STEP, Sink
 from hookbus._validate import optional_seconds, positive_int
 
 if TYPE_CHECKING:
+    from hookbus._context import SinkContext
     from hookbus._events import Event
 
 __all__ = ["StopAtStepSink"]
@@ -83,6 +84,10 @@ class StopAtStepSink(Sink):
         if self._clock is not None:
             return self._clock()
         return self.context.clock()
+
+    def setup(self, context: SinkContext) -> None:
+        super().setup(context)
+        self._target, self._started = self.last_step, None  # a new run: its own target and time budget
 
     def on_begin(self, event: Event) -> None:
         if event.mode != "train":

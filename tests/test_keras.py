@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import logging
 import os
 import random
 import signal
@@ -84,7 +85,7 @@ def test_steps_per_execution_fires_when_the_step_crosses_a_multiple() -> None:
     assert steps == [6, 9, 12]
 
 
-def test_evaluation_is_published_once_per_evaluation() -> None:
+def test_evaluation_is_published_once_per_evaluation(caplog: pytest.LogCaptureFixture) -> None:
     bus = EventBus()
     evals: list[tuple[int, dict[str, Any]]] = []
     bus.on("after_run", lambda e: evals.append((e.step, dict(e.values))), keys=["eval/loss"])
@@ -93,13 +94,19 @@ def test_evaluation_is_published_once_per_evaluation() -> None:
     m = model()
     with bus:
         history = m.fit(x, y, batch_size=16, epochs=3, verbose=0, validation_data=data(32, 1), callbacks=[callback])
+        m.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[callback])  # to step 16, no validation
         result = m.evaluate(*data(32, 1), batch_size=16, verbose=0, return_dict=True, callbacks=[callback])
-    assert [s for s, _ in evals] == [4, 8, 12, 12]  # three validations inside fit, one evaluate
+        with caplog.at_level(logging.WARNING, logger="hookbus"):
+            m.evaluate(*data(32, 1), batch_size=16, verbose=0, callbacks=[callback])  # step 16 again
+    # Three validations inside fit, one evaluate at step 16; the second evaluate repeats step 16:
+    # only the first evaluation of a step counts (hookbus._evaluated).
+    assert [s for s, _ in evals] == [4, 8, 12, 16]
     assert [v["eval/loss"] for _, v in evals[:3]] == pytest.approx(history.history["val_loss"])
     assert evals[3][1] == {
         "eval/loss": pytest.approx(result["loss"]),
         "eval/accuracy": pytest.approx(result["accuracy"]),
     }
+    assert [r.getMessage() for r in caplog.records if "repeats one already published" in r.getMessage()]
 
 
 def test_epoch_events_reach_only_subscribers_that_ask(tmp_path: Path) -> None:
