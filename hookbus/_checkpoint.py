@@ -29,19 +29,25 @@ __all__ = [
     "STATE_SUFFIX",
     "CheckpointBackend",
     "SaverBackend",
+    "checkpoint_problem",
     "copy_checkpoint",
     "list_checkpoints",
     "read_state_file",
     "record_checkpoints",
     "recover_checkpoints",
     "remove_checkpoint",
+    "set_aside",
     "step_of",
     "write_state_file",
 ]
 
 #: Suffix of the file holding the sinks' states beside a checkpoint prefix.
 STATE_SUFFIX = ".hookbus.json"
+#: Where :func:`set_aside` moves a checkpoint that cannot be restored, inside its directory.
+SET_ASIDE = "unreadable"
 _STEP = re.compile(r"-(\d+)$")
+#: The files of a checkpoint prefix, after the prefix: TensorFlow's and the sinks' states.
+_FILE = re.compile(r"\.(index|meta|data-\d+-of-\d+|hookbus\.json)")
 
 
 @runtime_checkable
@@ -211,18 +217,18 @@ def record_checkpoints(directory: str, paths: list[str]) -> None:
     write_atomically(os.path.join(directory, "checkpoint"), text_format.MessageToString(state))
 
 
+def _files_of(path: str) -> list[str]:
+    """The files of checkpoint prefix ``path`` (not those of a longer prefix such as ``path + "0"``)."""
+    return [name for name in glob.glob(glob.escape(path) + ".*") if _FILE.fullmatch(name[len(path) :])]
+
+
 def remove_checkpoint(path: str) -> None:
     """Delete every file of checkpoint prefix ``path``, its state file last.
 
     The state file goes last: a kill halfway leaves it, so the next start still recognizes the
     rest as hookbus's and finishes the job (:func:`recover_checkpoints`).
     """
-    names = [
-        name
-        for name in glob.glob(glob.escape(path) + ".*")
-        if re.fullmatch(r"\.(index|meta|data-\d+-of-\d+|hookbus\.json)", name[len(path) :])
-    ]
-    for name in sorted(names, key=lambda name: name.endswith(STATE_SUFFIX)):
+    for name in sorted(_files_of(path), key=lambda name: name.endswith(STATE_SUFFIX)):
         with contextlib.suppress(FileNotFoundError):  # a kill between two removals already took it
             os.remove(name)
 
@@ -250,6 +256,40 @@ def recover_checkpoints(directory: str, keep: int | None) -> tuple[list[str], li
     }
     dropped = listed[: len(listed) - len(kept)] + sorted(unlisted, key=lambda p: step_of(p) or 0)
     return kept, dropped
+
+
+def checkpoint_problem(path: str) -> str | None:
+    """What keeps checkpoint prefix ``path`` from being restored, or ``None`` when it reads back whole.
+
+    Reads every value in it as a restore would (TensorFlow checks each value's checksum), so a
+    truncated or damaged data file, or a missing one, is found before a session tries to restore
+    it and fails with TensorFlow's bare ``Read less bytes than requested``.
+    """
+    if not _exists(path):
+        return f"its index file {os.path.basename(path)}.index is missing"
+    try:
+        reader = _tf().train.load_checkpoint(path)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except Exception as error:  # TensorFlow's DataLossError, NotFoundError, IndexError, ... alike
+        data = sorted(glob.glob(glob.escape(path) + ".data-*"))
+        sizes = ", ".join(f"{os.path.basename(d)} {os.path.getsize(d):,} bytes" for d in data) or "no data file"
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return f"reading it fails with {type(error).__name__}: {detail} ({sizes})"
+    return None
+
+
+def set_aside(path: str) -> str:
+    """Move every file of checkpoint prefix ``path`` into ``<its directory>/unreadable``; the new prefix.
+
+    Kept for a person to look at, out of the way of the pointer, retention and pruning (which
+    look only at the directory itself); a checkpoint saved again at its step replaces nothing.
+    """
+    target = os.path.join(os.path.dirname(path), SET_ASIDE, os.path.basename(path))
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    for name in _files_of(path):
+        os.replace(name, target + name[len(path) :])
+    return target
 
 
 def copy_checkpoint(path: str, directory: str) -> str:

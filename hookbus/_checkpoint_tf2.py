@@ -104,5 +104,12 @@ def restore_latest(bus: EventBus, backend: TF2CheckpointBackend, restore: Restor
     kept = files.list_checkpoints(_directory(bus, restore))
     if not kept:
         return None
-    backend.restore(kept[-1])
+    try:
+        backend.restore(kept[-1])
+    except Exception as error:  # TensorFlow's bare "Read less bytes than requested": say which, and why
+        problem = files.checkpoint_problem(kept[-1]) or f"{type(error).__name__}: {error}"
+        raise RuntimeError(
+            f"cannot restore checkpoint {kept[-1]}: {problem}. A CheckpointSink on its directory resumes "
+            "from the previous checkpoint instead; without one, move it away to restore the previous"
+        ) from error
     return kept[-1]

@@ -178,12 +178,43 @@ class CheckpointSink(Sink):
         os.makedirs(self.directory, exist_ok=True)
         if self._scratch is None:  # the one process that writes the pointer and prunes
             self._lock.acquire()  # one writer per directory, before step 1
+            self._fall_back_from_unreadable()
             self._prune_at_start()
         # The disk is the truth: this also recovers what earlier processes saved, so keep holds.
         self._kept = files.list_checkpoints(self.directory)
         if self._best is not None:
             self._best.load(self.best_directory)
         self._saved = {s for s in map(files.step_of, self._kept) if s is not None}
+
+    def _fall_back_from_unreadable(self) -> None:
+        """Resume from the latest checkpoint that reads back whole (``BackupAndRestore(double_checkpoint=True)``).
+
+        Before any session restores (the TF1 session and the TF2 publishers alike read the
+        pointer after ``begin``): a latest checkpoint whose files are damaged (a data file cut
+        short by a full disk or a copy, a checksum that fails) is named in a warning with what is
+        wrong, moved to ``directory/unreadable``, and the pointer names the previous one that
+        ``keep`` holds, whose sinks' states are then loaded. Fails, naming each, when none reads.
+        """
+        kept = files.list_checkpoints(self.directory)
+        unreadable: list[tuple[str, str]] = []
+        while kept and (problem := files.checkpoint_problem(kept[-1])) is not None:
+            unreadable.append((kept.pop(), problem))
+        if not unreadable:
+            return
+        if not kept:
+            listed = "; ".join(f"{path}: {problem}" for path, problem in unreadable)
+            raise RuntimeError(
+                f"{self.name}: no checkpoint in {self.directory!r} can be restored ({listed}); move them "
+                "away to train from scratch, or restore a copy"
+            )
+        for path, problem in unreadable:
+            moved = files.set_aside(path)
+            logger.warning(
+                "%s: checkpoint %s cannot be restored: %s. It is moved to %s; training resumes from the "
+                "previous checkpoint %s (step %s), with the sinks' states saved beside that one",
+                self.name, path, problem, moved, kept[-1], files.step_of(kept[-1]),
+            )  # fmt: skip
+        self.context.record_checkpoints(self.directory, kept, [])
 
     def _prune_at_start(self) -> None:
         """Prune what a kill between the pointer and pruning left: checkpoints beyond ``keep`` and
