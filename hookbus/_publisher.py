@@ -163,13 +163,11 @@ class PublisherCore:
     def session_created(self, step: int, restored: bool | None = None, *, in_memory: bool = False) -> None:
         """A session exists at ``step``: reset schedules there and publish the resume point.
 
-        ``restored``: whether the session's model came from a checkpoint (its sinks' states are
-        then loaded from beside it); ``None``: past step 0, or a re-created session (the TF1
-        hook's rule: a ``MonitoredTrainingSession`` past step 0 restored one; a model restored
-        by the user's own code counts too). ``in_memory``: the publisher's model outlives a run
-        (the Keras callback, the loop publisher): a run's first session at the step the bus's
-        previous run ended at is that model going on (a second ``fit``), a new run and no
-        restore, so its sinks start clean.
+        ``restored``: whether the model came from a checkpoint (sinks' states load from beside
+        it); ``None``: past step 0 or a re-created session (TF1's rule; a user's own restore
+        counts). ``in_memory``: the model outlives a run (Keras, loops), so a run's first session
+        at the step the bus's previous run ended at is that model going on (a second ``fit``):
+        a new run, no restore, its sinks clean.
         """
         port = self._port
         flag("restored", restored, allow_none=True)
