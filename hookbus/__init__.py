@@ -26,11 +26,21 @@ from hookbus._subscriber import (
 )
 from hookbus._subscription import Subscription
 from hookbus._train_eval import train_and_evaluate
-from hookbus._writer import BackgroundWriter, WriterError, WriterWarning, check_writable_dir, write_atomically
+from hookbus._writer import (
+    DEFAULT_FLUSH_DEADLINE,
+    BackgroundWriter,
+    FlushDeadline,
+    WriterError,
+    WriterStalled,
+    WriterWarning,
+    check_writable_dir,
+    write_atomically,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_FLUSH_DEADLINE",
     "PRIORITY_CHECKPOINT",
     "PRIORITY_DEFAULT",
     "PRIORITY_EARLY_STOPPING",
@@ -46,6 +56,7 @@ __all__ = [
     "EventBusCallback",
     "EventBusHook",
     "ExceptionRaised",
+    "FlushDeadline",
     "LoopPublisher",
     "OutputInUseError",
     "OutputLock",
@@ -62,6 +73,7 @@ __all__ = [
     "Task",
     "UnknownKeyError",
     "WriterError",
+    "WriterStalled",
     "WriterStats",
     "WriterWarning",
     "__version__",

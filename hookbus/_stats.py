@@ -53,12 +53,15 @@ class WriterStats:
             say (TensorBoard's own ``EventFileWriter``).
         queued: Rows waiting in the writer's queue, or ``None`` when the writer does not say.
         capacity: The queue's size: a full queue blocks training until the disk catches up.
+        stalled: ``None``, or once a flush missed its deadline (a stalled disk), the report: the
+            sink, its path and what it could not write. The sink is then disabled.
     """
 
     rows: int
     written: int | None
     queued: int | None
     capacity: int | None
+    stalled: str | None = None
 
     @property
     def backlog(self) -> float | None:

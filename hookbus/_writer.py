@@ -10,6 +10,11 @@ only enqueues. The contract, which the checkpoint barrier relies on:
   flushed to the OS.
 - :meth:`BackgroundWriter.close` drains within a deadline; what it could not write is reported
   with a :class:`WriterWarning` naming the writer and the count of rows lost.
+- Every flush has a deadline too (:class:`FlushDeadline`, shared by every writer, also those
+  with a thread of their own such as TensorBoard's): a flush that does not return in time, or a
+  ``put`` that waits that long on a full queue the thread no longer empties, raises
+  :class:`WriterStalled` naming the writer, its path and what it could not write. The writer is
+  then given up: later calls fail at once and ``close`` gives the thread no more time.
 - An exception in the thread is never swallowed: the next ``put``, ``call``, ``flush`` or
   ``close`` raises :class:`WriterError` from it, with the exact count of rows not written: every
   row given to ``put`` (also those refused after the failure) less those that reached the file,
@@ -27,10 +32,19 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from hookbus._deadline import DEFAULT_FLUSH_DEADLINE, FlushDeadline, WriterError, WriterStalled
 from hookbus._stats import WriterStats
 from hookbus._validate import positive_int, seconds
 
-__all__ = ["BackgroundWriter", "WriterError", "WriterWarning", "check_writable_dir"]
+__all__ = [
+    "DEFAULT_FLUSH_DEADLINE",
+    "BackgroundWriter",
+    "FlushDeadline",
+    "WriterError",
+    "WriterStalled",
+    "WriterWarning",
+    "check_writable_dir",
+]
 
 T = TypeVar("T")
 
@@ -90,10 +104,6 @@ def _create_temp(target: str) -> tuple[int, str]:
             continue
 
 
-class WriterError(RuntimeError):
-    """The background writer's thread failed; the original exception is the ``__cause__``."""
-
-
 class WriterWarning(RuntimeWarning):
     """A writer closed before everything it was given could be written."""
 
@@ -112,6 +122,10 @@ class BackgroundWriter(Generic[T]):
             the thread has stopped). Default ``None``: every item ``write`` returned from.
         max_queue_size: Items that may wait before :meth:`put` blocks (default 1024).
         flush_secs: Longest time written items stay unflushed (default 5.0).
+        flush_deadline: Seconds a :meth:`flush` may wait, and a :meth:`put` may wait on a full
+            queue the thread does not empty, before the writer counts as stalled (default 30.0).
+        target: What the writer writes, for the stall's report (e.g. the file's path; default:
+            ``"its output"``).
     """
 
     def __init__(
@@ -124,9 +138,12 @@ class BackgroundWriter(Generic[T]):
         landed: Callable[[], int] | None = None,
         max_queue_size: int = 1024,
         flush_secs: float = 5.0,
+        flush_deadline: float = DEFAULT_FLUSH_DEADLINE,
+        target: str = "its output",
     ) -> None:
         positive_int("max_queue_size", max_queue_size)
         seconds("flush_secs", flush_secs)
+        self.deadline = FlushDeadline(name, seconds("flush_deadline", flush_deadline), target)
         self.name = name
         self._write = write
         self._flush = flush
@@ -154,7 +171,8 @@ class BackgroundWriter(Generic[T]):
     def stats(self) -> WriterStats:
         """Rows given, written and waiting, and the queue's size (for ``bus.stats()``; never blocks)."""
         written = self._written
-        return WriterStats(self._enqueued, written, self._enqueued - written, self._queue.maxsize)
+        stalled = self.deadline.report
+        return WriterStats(self._enqueued, written, self._enqueued - written, self._queue.maxsize, stalled=stalled)
 
     # -- caller side -------------------------------------------------------------------------
     def put(self, item: T) -> None:
@@ -172,10 +190,12 @@ class BackgroundWriter(Generic[T]):
         done = threading.Event()
         self._enqueue(_FLUSH, done)
         self._urgent.set()
-        while not done.wait(_POLL_SECS):
-            if not self._thread.is_alive():
-                break
+        self.deadline.wait(done, self._unwritten, self._thread.is_alive)
         self._raise_if_failed()
+
+    def _unwritten(self) -> str:
+        pending = self.pending
+        return f"{pending} row{'s' if pending != 1 else ''} given to it {'are' if pending != 1 else 'is'} not written"
 
     def close(self, deadline: float = 10.0) -> None:
         """Drain and stop the thread, waiting at most ``deadline`` seconds (idempotent).
@@ -188,6 +208,9 @@ class BackgroundWriter(Generic[T]):
         if self._closed:
             return
         self._closed = True
+        if self.deadline.stalled:  # reported when it stalled; its thread gets no more time
+            self._abandoned = True
+            return
         end = time.monotonic() + deadline
         stopped = self._offer((_STOP, None), end)
         self._urgent.set()
@@ -207,18 +230,24 @@ class BackgroundWriter(Generic[T]):
 
     def _enqueue(self, kind: int, payload: Any) -> None:
         self._raise_if_failed()
+        self.deadline.check()
         if self._closed:
             raise WriterError(f"{self.name}: the writer is closed")
         self._offer((kind, payload), None)
         self._raise_if_failed()
 
     def _offer(self, entry: tuple[int, Any], end: float | None) -> bool:
-        """Put ``entry``, blocking while full; False if ``end`` passed or the thread died."""
+        """Put ``entry``, blocking while full; False if ``end`` passed or the thread died.
+
+        Without ``end`` (a caller's put or flush), a queue that stays full while the thread
+        writes nothing for the flush deadline is a stall (:class:`WriterStalled`).
+        """
         try:
             self._queue.put_nowait(entry)
             return True
         except queue.Full:
             pass
+        progress, since = self._written, time.monotonic()
         while self._thread.is_alive():
             timeout = _POLL_SECS if end is None else min(_POLL_SECS, end - time.monotonic())
             if timeout <= 0:
@@ -227,7 +256,12 @@ class BackgroundWriter(Generic[T]):
                 self._queue.put(entry, timeout=timeout)
                 return True
             except queue.Full:
-                continue
+                if end is not None:
+                    continue
+                if self._written != progress:
+                    progress, since = self._written, time.monotonic()
+                elif time.monotonic() - since >= self.deadline.seconds:
+                    self.deadline.stall("the writing of", self._unwritten())
         return False
 
     @property

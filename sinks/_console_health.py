@@ -19,8 +19,8 @@ _BACKLOG = 0.5  # a writer whose queue is this full stands out (full: training w
 
 def health_items(stats: BusStats, errors: Sequence[tuple[str, int]] = ()) -> list[tuple[str, str]]:
     """The health line's parts as ``(text, style)``: how many subscribers are fine, their time on
-    the training thread per due step and the costliest one, then each failing one (red) and each
-    writer falling behind (yellow).
+    the training thread per due step and the costliest one, then each failing one (red), each
+    writer stalled (red: what its flush could not write) and each writer falling behind (yellow).
 
     Args:
         stats: The bus's stats.
@@ -47,6 +47,8 @@ def health_items(stats: BusStats, errors: Sequence[tuple[str, int]] = ()) -> lis
     if disabled:
         items.append(("disabled: " + ", ".join(disabled), "bold red"))
     for s in subs:
+        if s.writer is not None and s.writer.stalled is not None:
+            items.append((f"{s.name} stalled: " + s.writer.stalled.split(": ", 1)[-1], "bold red"))
         backlog = s.writer.backlog if s.writer is not None else None
         if backlog is not None and backlog >= _BACKLOG and s.writer is not None:
             items.append((f"{s.name} queue {s.writer.queued}/{s.writer.capacity}", "bold yellow"))

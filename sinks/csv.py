@@ -17,7 +17,7 @@ from hookbus._schedule import Schedule
 from hookbus._stats import WriterStats
 from hookbus._subscriber import Sink
 from hookbus._validate import flag, non_empty_path, positive_int, seconds
-from hookbus._writer import BackgroundWriter, check_writable_dir
+from hookbus._writer import DEFAULT_FLUSH_DEADLINE, BackgroundWriter, check_writable_dir
 
 from ._csv_file import CSVFile, Row
 
@@ -49,6 +49,9 @@ class CSVSink(Sink):
         flush_secs: Longest time rows stay unflushed (default 5.0).
         max_queue_size: Rows that may wait before training blocks (default 1024).
         close_deadline: Seconds ``close`` waits for the writer (default 10.0).
+        flush_deadline: Seconds a flush (the checkpoint barrier, a session's end) may wait for
+            the disk (default 30.0); past it the sink is reported with its path and the rows it
+            could not write, and disabled, and training and the checkpoint go on.
         epochs: Write one row per epoch event of :class:`hookbus.EventBusCallback` instead of
             per step (default ``False``): columns ``step``, ``wall_time``, ``epoch``, then the
             epoch-level values without their ``epoch/`` prefix (``accuracy``, ``loss``,
@@ -74,6 +77,7 @@ class CSVSink(Sink):
         flush_secs: float = 5.0,
         max_queue_size: int = 1024,
         close_deadline: float = 10.0,
+        flush_deadline: float = DEFAULT_FLUSH_DEADLINE,
         epochs: bool = False,
         priority: int | None = None,
         on_error: str | None = None,
@@ -92,6 +96,7 @@ class CSVSink(Sink):
         # The writer is made at begin; its arguments must fail now, before training starts.
         seconds("flush_secs", flush_secs)
         seconds("close_deadline", close_deadline)
+        self.flush_deadline = seconds("flush_deadline", flush_deadline)
         positive_int("max_queue_size", max_queue_size)
         self.flush_secs, self.max_queue_size, self.close_deadline = flush_secs, max_queue_size, close_deadline
         flag("epochs", epochs)
@@ -143,6 +148,7 @@ class CSVSink(Sink):
             self.name, self._write, self._flush_files, self._close_files,
             landed=lambda: sum(f.landed for f in self._files.values()),
             max_queue_size=self.max_queue_size, flush_secs=self.flush_secs,
+            flush_deadline=self.flush_deadline, target=" and ".join(repr(str(f.path)) for f in self._files.values()),
         )  # fmt: skip
 
     def _lock_files(self, event: Event) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from hookbus import (
+    DEFAULT_FLUSH_DEADLINE,
     BackgroundWriter,
     CheckpointSaved,
     Event,
@@ -66,6 +67,9 @@ class EventLogSink(Sink):
         flush_secs: Longest time records stay unflushed (default 5.0).
         max_queue_size: Records that may wait before training blocks (default 1024).
         close_deadline: Seconds ``close`` waits for the writer (default 10.0).
+        flush_deadline: Seconds a flush (the checkpoint barrier, a session's end) may wait for
+            the disk (default 30.0); past it the sink is reported with its path and the records
+            it could not write, and disabled, and training and the checkpoint go on.
         priority, on_error, name: See :class:`hookbus.Sink` (default ``on_error="isolate"``).
         runs_on: Multi-worker training: ``"chief"`` (default), ``"all"`` or ``"each"`` (every
             worker writes ``<stem>.worker-<i><suffix>``).
@@ -82,6 +86,7 @@ class EventLogSink(Sink):
         flush_secs: float = 5.0,
         max_queue_size: int = 1024,
         close_deadline: float = 10.0,
+        flush_deadline: float = DEFAULT_FLUSH_DEADLINE,
         priority: int | None = None,
         on_error: str | None = None,
         name: str | None = None,
@@ -101,6 +106,7 @@ class EventLogSink(Sink):
         self.flush_secs = seconds("flush_secs", flush_secs)
         self.max_queue_size = positive_int("max_queue_size", max_queue_size)
         self.close_deadline = seconds("close_deadline", close_deadline)
+        self.flush_deadline = seconds("flush_deadline", flush_deadline)
         self._writer: BackgroundWriter[Item] | None = None
         self._closed_writer: BackgroundWriter[Item] | None = None
         self._file: LogFile | None = None
@@ -152,6 +158,7 @@ class EventLogSink(Sink):
         self._writer = BackgroundWriter(
             self.name, self._write, self._file.flush, self._file.close,
             max_queue_size=self.max_queue_size, flush_secs=self.flush_secs,
+            flush_deadline=self.flush_deadline, target=repr(str(self.path)),
         )  # fmt: skip
 
     def _put(self, payload: Any, **fields: Any) -> None:
@@ -244,9 +251,11 @@ class EventLogSink(Sink):
         if writer is None:
             return
         context = self._context
-        self._put("close", step=context.current_step() if context is not None else None, wall_time=time.time())
         self._writer, self._closed_writer = None, writer
         try:
+            if not writer.deadline.stalled:  # a stalled writer takes nothing more (it was reported)
+                step = context.current_step() if context is not None else None
+                writer.put(("close", {"step": step, "wall_time": time.time()}))
             writer.close(self.close_deadline)
         finally:
             if self._lock is not None:

@@ -28,7 +28,7 @@ from hookbus._schedule import Schedule
 from hookbus._stats import WriterStats
 from hookbus._subscriber import Sink
 from hookbus._validate import non_empty_path, positive_int, seconds
-from hookbus._writer import WriterWarning, check_writable_dir
+from hookbus._writer import DEFAULT_FLUSH_DEADLINE, FlushDeadline, WriterWarning, check_writable_dir
 
 __all__ = ["TensorBoardSink"]
 
@@ -78,7 +78,10 @@ class TensorBoardSink(Sink):
     drops a tag's steps when it is re-logged, so all three show each step once.
 
     TensorBoard's own ``EventFileWriter`` thread is the background writer: its bounded queue
-    blocks when full. It flushes every ``flush_secs``, at :meth:`flush` and on close.
+    blocks when full. It flushes every ``flush_secs``, at :meth:`flush` and on close. Its flush
+    joins its queue with no timeout, so :meth:`flush` runs it within ``flush_deadline``
+    (:class:`hookbus.FlushDeadline`): on a stalled disk the sink is reported and disabled, and
+    training and the checkpoint go on.
 
     Args:
         logdir: Directory for the event files (``str`` or path-like); created at begin.
@@ -93,6 +96,9 @@ class TensorBoardSink(Sink):
         max_queue_size: Events that may wait before training blocks (default 1024).
         histogram_bins: Buckets per histogram (default 30).
         close_deadline: Seconds ``close`` waits for the event files to close (default 10.0).
+        flush_deadline: Seconds a flush (the checkpoint barrier, a session's end) may wait for
+            the disk (default 30.0); past it the sink is reported with its logdir and the events
+            it could not write, and disabled.
         priority, on_error, name: See :class:`hookbus.Sink` (default ``on_error="isolate"``).
         runs_on: Multi-worker training: ``"chief"`` (default), ``"all"`` or ``"each"`` (every
             worker writes under ``logdir/worker-<i>``, a run of its own). Summaries are keyed by
@@ -114,6 +120,7 @@ class TensorBoardSink(Sink):
         max_queue_size: int = 1024,
         histogram_bins: int = 30,
         close_deadline: float = 10.0,
+        flush_deadline: float = DEFAULT_FLUSH_DEADLINE,
         priority: int | None = None,
         on_error: str | None = None,
         name: str | None = None,
@@ -131,6 +138,7 @@ class TensorBoardSink(Sink):
         positive_int("max_queue_size", max_queue_size)
         positive_int("histogram_bins", histogram_bins)
         self.close_deadline = seconds("close_deadline", close_deadline)
+        self.flush_deadline = seconds("flush_deadline", flush_deadline)
         if hparams is not None and not (
             isinstance(hparams, Mapping)
             and all(isinstance(k, str) and isinstance(v, HParamValue) for k, v in hparams.items())
@@ -145,6 +153,8 @@ class TensorBoardSink(Sink):
         self._rate_from: tuple[int, float] | None = None
         self._graph_written = False
         self._events = 0  # summary events handed to the writers in this run (bus.stats())
+        self._flushed = 0  # of those, the events the last completed flush wrote
+        self._deadline = FlushDeadline(self.name, self.flush_deadline, f"the event files in {self.logdir!r}")
 
     def set_output_suffix(self, suffix: str) -> None:
         """Write under ``<logdir>/<suffix>`` instead: per-worker output, one TensorBoard run each."""
@@ -159,7 +169,8 @@ class TensorBoardSink(Sink):
                 raise OSError(f"{self.name} cannot write event files in {self.logdir!r}: {error}") from error
             self._open = True
             self._graph_written = False
-            self._events = 0
+            self._events = self._flushed = 0
+            self._deadline = FlushDeadline(self.name, self.flush_deadline, f"the event files in {self.logdir!r}")
         # One writer per run directory, locked before step 1: a train publisher writes the train
         # run (and the eval run when eval keys are known), an eval publisher only the eval run, so
         # an evaluator process beside training may share the logdir.
@@ -246,12 +257,27 @@ class TensorBoardSink(Sink):
     def writer_stats(self) -> WriterStats:
         """Summary events handed to TensorBoard's ``EventFileWriter`` in this run; its queue
         keeps its depth to itself, so ``written`` and ``queued`` are ``None``."""
-        return WriterStats(self._events, None, None, self.max_queue_size)
+        return WriterStats(self._events, None, None, self.max_queue_size, stalled=self._deadline.report)
 
     def flush(self) -> None:
-        """Block until every event received so far is written to the OS (checkpoint barrier)."""
-        for writer in self._writers.values():
-            writer.flush()
+        """Block until every event received so far is written to the OS (checkpoint barrier).
+
+        Within ``flush_deadline``, else raises :class:`hookbus.WriterStalled` (the bus disables
+        the sink and reports it) and leaves the writers' stuck threads behind (daemons).
+        """
+        writers, events = list(self._writers.values()), self._events
+        if not writers:
+            return
+
+        def flush_all() -> None:
+            for writer in writers:
+                writer.flush()
+            self._flushed = events
+
+        def unwritten() -> str:
+            return f"up to {events - self._flushed} summary events handed to it since its last flush are not written"
+
+        self._deadline.run(flush_all, unwritten)
 
     def close(self) -> None:
         """Flush and close the event files (idempotent); a later run starts new files.
@@ -270,7 +296,7 @@ class TensorBoardSink(Sink):
                 lock.release()
 
     def _close_writers(self, writers: dict[str, EventFileWriter]) -> None:
-        if not writers:
+        if not writers or self._deadline.stalled:  # a stalled writer's close would block for ever
             return
         failed: list[BaseException] = []
 

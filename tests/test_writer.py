@@ -206,3 +206,81 @@ def test_closed_writer_refuses_puts() -> None:
 def test_invalid_arguments(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         BackgroundWriter("w", lambda item: None, lambda: None, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_flush_that_misses_its_deadline_stalls_the_writer_and_close_does_not_wait_again() -> None:
+    """A stalled disk: the flush raises WriterStalled naming the writer, its target and the rows
+    not written; later calls fail at once; close returns without waiting (nothing more to report)."""
+    from hookbus import WriterStalled
+
+    gate = Gate()
+    writer = BackgroundWriter("CSVSink", gate.write, gate.flush, gate.close, flush_deadline=0.2, target="'m.csv'")
+    for i in range(3):
+        writer.put(i)
+    message = r"^CSVSink: a flush of 'm.csv' did not return within the 0.2 s flush deadline .*; 3 rows given to it"
+    with pytest.raises(WriterStalled, match=message):
+        writer.flush()
+    stalled = writer.stats().stalled
+    assert stalled is not None
+    assert "'m.csv'" in stalled
+    with pytest.raises(WriterStalled, match=message):
+        writer.flush()  # at once: a stalled writer is never waited for again
+    with pytest.raises(WriterStalled):
+        writer.put(3)
+    writer.close(deadline=3600)  # returns now: the deadline is not spent again, and no second report
+    gate.opened.set()  # the disk recovers: the abandoned thread stops at its current item
+    _wait_for(lambda: gate.closed)
+    assert gate.written in ([], [0])
+
+
+def test_a_put_that_waits_on_a_full_queue_the_thread_never_empties_stalls() -> None:
+    """Without a flush (no checkpoint), a stalled disk fills the queue: the put gives up at the deadline."""
+    from hookbus import WriterStalled
+
+    gate = Gate()
+    writer = BackgroundWriter("w", gate.write, gate.flush, max_queue_size=2, flush_deadline=0.2)
+    for i in range(3):  # one in the stalled write, two queued
+        writer.put(i)
+    with pytest.raises(WriterStalled, match=r"^w: the writing of its output did not return within the 0.2 s"):
+        writer.put(3)
+    writer.close()
+    gate.opened.set()
+
+
+def test_a_slow_writer_that_keeps_writing_is_no_stall() -> None:
+    """A full queue that drains (a slow disk, not a stalled one) blocks put but never stalls it."""
+
+    def write(item: int) -> None:
+        time.sleep(0.02)
+
+    writer = BackgroundWriter("w", write, lambda: None, max_queue_size=1, flush_deadline=1.0)
+    for i in range(100):  # 2 s of writes in all, twice the deadline, each put waiting on a full queue
+        writer.put(i)
+    writer.flush()
+    writer.close()
+    assert writer.stats().stalled is None
+
+
+def test_a_flush_run_through_the_deadline_returns_its_result_or_stalls() -> None:
+    """FlushDeadline.run: the mechanism for writers with a thread of their own (TensorBoard's)."""
+    from hookbus import FlushDeadline, WriterStalled
+
+    deadline = FlushDeadline("TensorBoardSink", 0.2, "the event files in 'tb'")
+    calls: list[int] = []
+    deadline.run(lambda: calls.append(1), lambda: "nothing")
+    assert calls == [1]
+
+    def failing() -> None:
+        raise OSError("disk gone")
+
+    with pytest.raises(OSError, match="disk gone"):
+        deadline.run(failing, lambda: "nothing")
+    assert not deadline.stalled
+    release = threading.Event()
+    with pytest.raises(WriterStalled, match=r"^TensorBoardSink: a flush of the event files in 'tb' .*; 7 events lost"):
+        deadline.run(lambda: None if release.wait() else None, lambda: "7 events lost")
+    assert deadline.stalled
+    with pytest.raises(WriterStalled):
+        deadline.run(lambda: calls.append(2), lambda: "")  # never called again
+    assert calls == [1]
+    release.set()
