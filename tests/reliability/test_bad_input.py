@@ -518,7 +518,12 @@ def _public_flag_arguments() -> set[tuple[str, str]]:
                     parameters = inspect.signature(function).parameters.values()
                 except (TypeError, ValueError):
                     continue
-                found |= {(owner, p.name) for p in parameters if re.search(r"\bbool\b|\bRestore\b", str(p.annotation))}
+                # A callable that returns a bool (FlushDeadline.wait's alive) is no flag.
+                found |= {
+                    (owner, p.name)
+                    for p in parameters
+                    if re.search(r"\bbool\b|\bRestore\b", str(p.annotation)) and "Callable" not in str(p.annotation)
+                }
     return found
 
 
