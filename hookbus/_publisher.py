@@ -139,8 +139,7 @@ class PublisherCore:
         self._next_time = -math.inf
         self._fetch_cache: dict[frozenset[str], tuple[str, ...]] = {}
         self._last: tuple[int, Mapping[str, Any]] | None = None  # the last values published, and their step
-        self.sessions = 0  # in the current run (see _run)
-        self._run = 0
+        self.sessions, self._run = 0, 0  # sessions in the bus's run number _run
         self._port.register(self)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -171,6 +170,7 @@ class PublisherCore:
         """
         port = self._port
         flag("restored", restored, allow_none=True)
+        flag("in_memory", in_memory)
         if self._run != port.run:  # a new run: its first session is not a re-creation of the last run's
             self._run, self.sessions = port.run, 0
         self.sessions += 1

@@ -458,9 +458,9 @@ def _train_and_evaluate(**flags: Any) -> Any:
     )  # fmt: skip
 
 
-def _session_created(restored: Any) -> None:
+def _session_created(restored: Any = None, in_memory: Any = False) -> None:
     core = hookbus.PublisherCore(hookbus.EventBus(), ["loss"])
-    core.session_created(0, restored=restored)
+    core.session_created(0, restored=restored, in_memory=in_memory)
 
 
 def _keras_callback(restore: Any) -> Any:
@@ -488,6 +488,7 @@ FLAG_ARGUMENTS: list[tuple[str, str, Callable[[Path, Any], Any], str]] = [
     ("Task", "collective", lambda t, v: hookbus.Task("worker", collective=v), FLAG),
     ("Task.runs", "joins_collectives", lambda t, v: hookbus.Task("worker", 1).runs("chief", joins_collectives=v), FLAG),
     ("PublisherCore.session_created", "restored", lambda t, v: _session_created(v), FLAG_OR_NONE),
+    ("PublisherCore.session_created", "in_memory", lambda t, v: _session_created(in_memory=v), FLAG),
     ("LoopPublisher", "restore", lambda t, v: hookbus.LoopPublisher(hookbus.EventBus(), ["loss"], restore=v),
      FLAG_OR_DIRECTORY),
     ("EventBusCallback", "restore", lambda t, v: _keras_callback(v), FLAG_OR_DIRECTORY),
