@@ -9,7 +9,8 @@ four scenarios, and prints one line ``REPORT {...}`` with what each saw:
 - ``nan``: replica 1 alone reports a NaN loss at step 4; ``NanGuardSink("loss")`` must stop
   there, and the CSV holds the means of steps 1-3. ``strategy.reduce(MEAN, ...)`` of the same
   values is recorded beside what the bus published, for the differential.
-- ``quiet``: a CSV every 3 steps over 7 steps: how often the replicas' values were read.
+- ``quiet``: a CSV every 3 steps over 7 steps: how often the replicas' values were read; then one
+  per-replica evaluation.
 - ``no-strategy``: the same values to a publisher without ``strategy=``.
 - ``multi-worker``: the converter told it runs under several workers.
 """
@@ -68,6 +69,13 @@ def main(out: Path) -> None:
 
         return strategy.run(replica, args=batch)
 
+    @tf.function
+    def eval_step(batch: Any) -> Any:
+        def replica(features: Any, labels: Any) -> Any:
+            return tf.reduce_mean(tf.square(model(features) - labels))
+
+        return strategy.run(replica, args=batch)
+
     report: dict[str, Any] = {"replicas": strategy.num_replicas_in_sync}
 
     # -- nan: the mean of every replica, a NaN on one of them caught at its step ---------------
@@ -109,13 +117,24 @@ def main(out: Path) -> None:
     strategy.experimental_local_results = counted
     bus = hookbus.EventBus()
     bus.attach(CSVSink(out / "quiet.csv", every_n_steps=3, keys=["loss"]))
-    loop = hookbus.LoopPublisher(bus, keys=["loss"], step_counter=optimizer.iterations, strategy=strategy)
+    evaluations: list[Any] = []
+    bus.on("after_run", lambda event: evaluations.append(dict(event.values)), keys=["eval/loss"])
+    loop = hookbus.LoopPublisher(
+        bus, keys=["loss"], eval_keys=["loss"], step_counter=optimizer.iterations, strategy=strategy
+    )
     start = int(optimizer.iterations.numpy())
     with bus, loop:
         for _ in range(7):
             loop.step(train_step(next(batches), tf.constant(-1, tf.int64)))
-    strategy.experimental_local_results = read_results
+        strategy.experimental_local_results = read_results  # the evaluation below is not counted
+        evaluated = eval_step(next(batches))  # one value per replica
+        loop.evaluate({"loss": evaluated})
     report["quiet"] = {"start": start, "end": int(optimizer.iterations.numpy()), "reads": reads["n"]}
+    report["evaluation"] = {
+        "kind": type(evaluated).__name__,
+        "published": [{k: _float(v) for k, v in e.items()} for e in evaluations],
+        "reduced": float(strategy.reduce(tf.distribute.ReduceOp.MEAN, evaluated, axis=None)),
+    }
 
     # -- no-strategy, multi-worker: refused at the first due step, naming strategy.reduce ------
     values = train_step(next(batches), tf.constant(-1, tf.int64))

@@ -95,6 +95,14 @@ def test_replicas_values_are_read_on_due_steps_only(mirrored: dict[str, Any]) ->
 
 @pytest.mark.subprocess
 @pytest.mark.timeout(200)
+def test_a_per_replica_evaluation_is_published_as_its_mean(mirrored: dict[str, Any]) -> None:
+    evaluation = mirrored["evaluation"]
+    assert evaluation["kind"] == "PerReplica"
+    assert evaluation["published"] == [{"eval/loss": evaluation["reduced"]}]  # one evaluation, the mean
+
+
+@pytest.mark.subprocess
+@pytest.mark.timeout(200)
 def test_per_replica_values_without_a_strategy_fail_naming_strategy_reduce(mirrored: dict[str, Any]) -> None:
     refused = mirrored.get("no_strategy", {"error": "(nothing raised)"})
     assert refused["error"].startswith("value of key 'loss' is a PerReplica (one value per replica, from strategy.run)")
