@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
 from hookbus._collective import CollectiveStop, task_of_strategy
 from hookbus._hook import with_base
+from hookbus._keys import did_you_mean
 from hookbus._publisher import EPOCH_PREFIX, PublisherCore
 from hookbus._tf import require_tensorflow
 from hookbus._validate import key_name, positive_int
@@ -188,8 +189,12 @@ class EventBusCallback:
     def _check_logs(self, logs: Mapping[str, Any], where: str) -> None:
         missing = [k for k in self._core.keys if k not in logs]
         if missing:
+            first = missing[0]
+            hint = did_you_mean(first, logs)
+            if first.startswith("val_") and first[4:] in logs:
+                hint = f" ({first!r} is a validation value: declare {first[4:]!r}, published as 'eval/{first[4:]}')"
             raise ValueError(
-                f"EventBusCallback keys {missing} are not in Keras's {where} logs {sorted(logs)}; "
+                f"EventBusCallback keys {missing} are not in Keras's {where} logs {sorted(logs)}{hint}; "
                 "declare keys as Keras names them (keys=[...])"
             )
         self._checked = True

@@ -98,3 +98,21 @@ def test_a_keras_metric_name_is_answered_with_the_bus_name(tmp_path: Path, make:
     with pytest.raises(UnknownKeyError, match=message), bus:
         _model().fit(x, y, validation_data=(x, y), epochs=1, batch_size=8, callbacks=[callback], verbose=0)
     assert batches == []  # before the first batch
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        (["loss", "val_loss"], r"\['val_loss'\] are not in Keras's batch logs \['loss'\] \('val_loss' is a validation "
+                               r"value: declare 'loss', published as 'eval/loss'\)"),
+        (["los"], r"\['los'\] are not in Keras's batch logs \['loss'\] \(did you mean 'loss'\?\)"),
+    ],
+    ids=["val_loss declared", "a close spelling"],
+)
+def test_callback_keys_keras_does_not_log_get_the_name_to_use(keys: list[str], message: str) -> None:
+    bus = EventBus()
+    bus.on("after_run", lambda event: None)
+    callback = EventBusCallback(bus, keys=keys)
+    x, y = _data()
+    with pytest.raises(ValueError, match=message), bus:
+        _model().fit(x, y, validation_data=(x, y), epochs=1, batch_size=8, callbacks=[callback], verbose=0)
