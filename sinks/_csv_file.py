@@ -42,6 +42,19 @@ def _cell(value: float) -> str:
     return repr(value) if math.isfinite(value) else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
 
 
+def csv_logger_columns(first: Iterable[str]) -> list[str]:
+    """The columns ``keras.callbacks.CSVLogger`` writes, from its first epoch's log names.
+
+    ``epoch``, then the names sorted; when none of them is a validation value (``val_*``: no
+    validation in the first epoch, or none at all), ``val_<name>`` of each follows, in the same
+    order (its cells ``NA`` until validation values come).
+    """
+    names = sorted(k for k in first if k != "epoch")
+    if names and not any(k.startswith("val_") for k in names):
+        names += [f"val_{k}" for k in names]
+    return ["epoch", *names]
+
+
 def _line(cells: Iterable[str]) -> str:
     out = io.StringIO()
     csv.writer(out, lineterminator="\n").writerow(cells)
@@ -61,9 +74,12 @@ class CSVFile:
     ) -> None:
         self.path = path
         self.report = report  # says that the file at the path changed under the sink
-        # CSVLogger's order (epoch, then the rest sorted) for epoch files, kept while no row is
-        # written yet: metrics the callback's keys did not name arrive with the first epoch.
+        # CSVLogger's columns and order for epoch files (csv_logger_columns), fixed by the first
+        # row: metrics the callback's keys did not name arrive with the first epoch.
         self.csv_logger_order = csv_logger_order
+        #: What an empty cell holds: CSVLogger writes ``NA`` for a value an epoch did not log.
+        self.missing = "NA" if csv_logger_order else ""
+        self._first: list[str] | None = None  # the first row's names, once written (epoch files)
         self.columns = self._ordered(columns)  # the value columns, after step and wall_time
         self.last_step = -1
         self.resume_at: int | None = None
@@ -104,7 +120,7 @@ class CSVFile:
             self.columns = self._ordered(self.columns)
         self.last_step = int(kept[-1].split(",", 1)[0]) if kept else -1
         if old != self.columns or len(kept) != len(lines):
-            extra = "," * (len(self.columns) - len(old or []))  # old rows: new cells empty
+            extra = ("," + self.missing) * (len(self.columns) - len(old or []))  # old rows: new cells empty
             self.replace(_line([*FIXED, *self.columns]) + "".join(ln[:-1] + extra + "\n" for ln in kept))
         self.handle = self.path.open("a", newline="", encoding="utf-8")
         opened = os.fstat(self.handle.fileno())
@@ -114,7 +130,10 @@ class CSVFile:
     def _ordered(self, columns: list[str]) -> list[str]:
         if not self.csv_logger_order:
             return columns
-        return [c for c in columns if c == "epoch"] + sorted(c for c in columns if c != "epoch")
+        if self._first is None:  # no row yet: a provisional order
+            return [c for c in columns if c == "epoch"] + sorted(c for c in columns if c != "epoch")
+        logger = csv_logger_columns(self._first)
+        return logger + sorted(c for c in columns if c not in logger)
 
     def start_session(self, step: int) -> None:
         """A session starts at ``step``: resume now, or at the first row if there is no file yet."""
@@ -141,11 +160,14 @@ class CSVFile:
             self.landed += 1  # dropped on purpose, not lost
             return  # one row per step: a repeat of a step already in the file is dropped
         new = [k for k in values if k not in self.columns]
-        if new:
+        first = self.csv_logger_order and self._first is None and self.last_step < 0
+        if first:  # the first row of a new epoch file fixes its columns, as CSVLogger's first epoch does
+            self._first = list(values)
+        if new or first:
             self.columns += new
             handle = self.resume(self.last_step)
         self.last_step = step
-        cells = [str(step), repr(wall_time)] + [_cell(values[c]) if c in values else "" for c in self.columns]
+        cells = [str(step), repr(wall_time)] + [_cell(values[c]) if c in values else self.missing for c in self.columns]
         line = _line(cells)
         self._size += len(line.encode("utf-8"))
         self._unflushed.append((self._size, row))

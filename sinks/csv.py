@@ -55,7 +55,9 @@ class CSVSink(Sink):
         epochs: Write one row per epoch event of :class:`hookbus.EventBusCallback` instead of
             per step (default ``False``): columns ``step``, ``wall_time``, ``epoch``, then the
             epoch-level values without their ``epoch/`` prefix (``accuracy``, ``loss``,
-            ``val_loss``, ...), the rows ``keras.callbacks.CSVLogger`` writes; no eval file.
+            ``val_loss``, ...), the rows ``keras.callbacks.CSVLogger`` writes (its columns in its
+            order, ``val_*`` ones included when the first epoch has none, and ``NA`` where an
+            epoch has no value, as it writes); no eval file.
             ``keys`` then names ``epoch/`` keys (default ``None``: all). Without it, ``epoch/``
             keys are not written.
         priority, on_error, name: See :class:`hookbus.Sink` (default ``on_error="isolate"``).

@@ -277,3 +277,35 @@ def test_epoch_csv_has_csvloggers_columns_even_for_metrics_the_keys_do_not_name(
     assert list(reference[0]) == ["epoch", "accuracy", "loss", "val_accuracy", "val_loss"]
     for row, ref in zip(mine, reference, strict=True):
         assert {k: float(v) for k, v in row.items()} == pytest.approx({k: float(v) for k, v in ref.items()})
+
+
+@pytest.mark.parametrize(
+    "validation",
+    [{"validation_data": data(32, 1), "validation_freq": 2}, {}],
+    ids=["every-second-epoch", "none"],
+)
+def test_epoch_csv_writes_na_where_csvlogger_does_for_epochs_without_validation(
+    tmp_path: Path, validation: dict[str, Any]
+) -> None:
+    """Differential with keras.callbacks.CSVLogger: epochs without validation values (every
+    second epoch validated, or none at all) get CSVLogger's val_* columns with NA cells."""
+    x, y = data()
+    bus = EventBus()
+    bus.attach(CSVSink(tmp_path / "epochs.csv", epochs=True))
+    logger = keras.callbacks.CSVLogger(str(tmp_path / "keras.csv"))
+    with bus:
+        model().fit(
+            x, y, batch_size=16, epochs=3, verbose=0, **validation,
+            callbacks=[EventBusCallback(bus, keys=["loss"]), logger],
+        )  # fmt: skip
+    with open(tmp_path / "epochs.csv") as f:
+        mine = [{k: v for k, v in row.items() if k not in ("step", "wall_time")} for row in csv.DictReader(f)]
+    with open(tmp_path / "keras.csv") as f:
+        reference = list(csv.DictReader(f))
+    assert list(reference[0]) == ["epoch", "accuracy", "loss", "val_accuracy", "val_loss"]
+    assert [list(r) for r in mine] == [list(r) for r in reference]
+    assert "NA" in reference[0].values()
+    for row, ref in zip(mine, reference, strict=True):
+        assert [k for k, v in row.items() if v == "NA"] == [k for k, v in ref.items() if v == "NA"]
+        numbers = {k: float(v) for k, v in row.items() if v != "NA"}
+        assert numbers == pytest.approx({k: float(v) for k, v in ref.items() if v != "NA"})
