@@ -11,6 +11,7 @@ import importlib.util
 import os
 import shlex
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,10 +52,10 @@ def _parser() -> argparse.ArgumentParser:
         "demo",
         help="train the seed's linear regression on built-in synthetic data with every sink attached",
         description="Train a linear regression on synthetic data under MonitoredTrainingSession, "
-        "evaluate it from each checkpoint, and show it live; TensorBoard, CSV and checkpoints go to "
-        "--logdir. The loss falls over the first thousand steps or so, evaluation flattens after "
-        "that, and early stopping ends the run when it stops improving. Run it again with the same "
-        "--logdir to resume.",
+        "evaluate it from each checkpoint, and show it live; TensorBoard, CSV, checkpoints and the event "
+        "log (events.jsonl, for `hookbus replay`) go to --logdir. The loss falls over the first "
+        "thousand steps or so, evaluation flattens after that, and early stopping ends the run when "
+        "it stops improving. Run it again with the same --logdir to resume.",
     )
     demo.add_argument("--logdir", type=Path, default=None, help="output folder (default: runs/demo-<time>)")
     demo.add_argument("--steps", type=_positive_int, default=4000, help="last step at the latest (default 4000)")
@@ -80,8 +81,22 @@ def _command(name: str) -> str:
     return shlex.quote(shown)
 
 
+def _writable(logdir: Path) -> str | None:
+    """Why the demo cannot write in ``logdir`` (made if missing), or ``None`` when it can."""
+    try:
+        logdir.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=logdir).close()
+    except OSError as error:
+        return error.strerror or str(error)
+    return None
+
+
 def demo(logdir: Path, *, steps: int, eval_every: int, patience: int, delay: float) -> int:
     """Run the demo; returns the process exit status."""
+    problem = _writable(logdir)
+    if problem is not None:  # one line, before TensorFlow loads and every sink fails on its own
+        print(f"hookbus demo: cannot write in --logdir {shlex.quote(str(logdir))}: {problem}", file=sys.stderr)
+        return 2
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # TensorFlow's oneDNN notice ignores TF_CPP_MIN_LOG_LEVEL (see _startup_notices): hold it
     # back so the dashboard starts on a clean screen; warnings and errors still come through.
@@ -95,6 +110,7 @@ def demo(logdir: Path, *, steps: int, eval_every: int, patience: int, delay: flo
         ConsoleSink,
         CSVSink,
         EarlyStoppingSink,
+        EventLogSink,
         NanGuardSink,
         StopAtStepSink,
         TensorBoardSink,
@@ -115,6 +131,7 @@ def demo(logdir: Path, *, steps: int, eval_every: int, patience: int, delay: flo
         bus.attach(EarlyStoppingSink(monitor="eval/loss", patience=patience, min_delta=1e-3))
         bus.attach(NanGuardSink("loss"))
         bus.attach(StopAtStepSink(last_step=steps))
+        bus.attach(EventLogSink(str(logdir / "events.jsonl")))  # what `hookbus replay` reads
         train = hookbus.EventBusHook(
             bus, fetches={"loss": model.loss, "accuracy": "accuracy:0"}, train_op=model.train_op
         )
@@ -140,7 +157,7 @@ def demo(logdir: Path, *, steps: int, eval_every: int, patience: int, delay: flo
                 run_step=run_step,
             )
     print(f"stopped after {rounds} evaluation(s): {bus.stop_reason or 'no stop requested'}")
-    print(f"metrics: {logdir / 'metrics.csv'}   checkpoints: {ckpt}")
+    print(f"metrics: {logdir / 'metrics.csv'}   checkpoints: {ckpt}   event log: {logdir / 'events.jsonl'}")
     print(f"open in TensorBoard: {_command('tensorboard')} --logdir {shlex.quote(str(logdir / 'tb'))}")
     return 0
 
@@ -216,6 +233,21 @@ def _spec(text: str) -> dict[str, Any]:
     return found
 
 
+def _nothing_to_do(log: Path, records: list[dict[str, Any]]) -> str:
+    """What ``hookbus replay LOG`` without an output option prints: what the log holds, what to ask."""
+    steps = [r["step"] for r in records if r["record"] == "step"]
+    keys = sorted({k for r in records if r["record"] == "begin" for k in r.get("keys", ())})
+    held = f"{len(steps)} step records" + (f" up to step {max(steps)}" if steps else "")
+    if keys:
+        held += f" (keys: {', '.join(keys)})"
+    return (
+        f"hookbus replay: nothing asked for; {log} holds {held}. Give one or more of:\n"
+        "  --csv FILE             rebuild CSVSink's files (FILE and its .eval.csv)\n"
+        "  --tensorboard DIR      rebuild TensorBoardSink's event files in DIR\n"
+        '  --early-stopping SPEC  say where a stop rule would have stopped it, e.g. "monitor=eval/loss,patience=5"'
+    )
+
+
 def replay_command(args: argparse.Namespace) -> int:
     """``hookbus replay``: returns the process exit status."""
     import hookbus
@@ -226,7 +258,11 @@ def replay_command(args: argparse.Namespace) -> int:
             require_tensorflow("hookbus replay")  # TensorBoard's writer imports it: its notices are held here
         from hookbus.sinks import CSVSink, EarlyStoppingSink, TensorBoardSink
     try:
-        begins = [r for r in hookbus.read_event_log(args.log) if r["record"] == "begin"]
+        records = hookbus.read_event_log(args.log)
+        if args.csv is None and args.tensorboard is None and args.early_stopping is None:
+            print(_nothing_to_do(args.log, records), file=sys.stderr)
+            return 2
+        begins = [r for r in records if r["record"] == "begin"]
         bus = hookbus.EventBus()
         if args.csv is not None:
             bus.attach(CSVSink(args.csv, every_n_steps=args.csv_every_n_steps))

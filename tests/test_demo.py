@@ -74,7 +74,7 @@ def test_the_default_demo_shows_learning_and_early_stopping_decides(tmp_path: Pa
     assert _header_step(result.scrolled) == stopped_at
     assert everything.count("early stopping: eval/loss") == 2  # once in the footer, once in the closing line
     assert "resumed" not in everything
-    assert "sinks: 7 ok" in everything
+    assert "sinks: 8 ok" in everything  # every sink, the event log included
     # The closing hint works as printed: the venv's own tensorboard, by a path that exists.
     hint = "".join(result.scrolled).split("open in TensorBoard: ")[1].split(" --logdir ")[0]
     assert Path(tmp_path, hint).resolve() == (_BIN / "tensorboard").resolve()
@@ -98,12 +98,32 @@ def test_plain_output_says_what_happens_and_a_second_run_resumes(tmp_path: Path)
     lines = first.stdout.splitlines()
     assert "eval at step 200" in "\n".join(lines)
     assert not [line for line in lines if "resumed" in line]  # the evaluation rounds resume nothing
-    assert any(line.startswith("  sinks: 7 ok | ") and "CSVSink 42 rows" in line for line in lines)  # 40 + 2 eval
+    assert any(line.startswith("  sinks: 8 ok | ") and "CSVSink 42 rows" in line for line in lines)  # 40 + 2 eval
+    # The demo records its event log, and `hookbus replay` rebuilds the CSV from it as written live.
+    replayed = tmp_path / "replayed" / "metrics.csv"
+    rebuilt = subprocess.run(
+        [*_MAIN, "replay", str(logdir / "events.jsonl"), "--csv", str(replayed)],
+        capture_output=True, text=True, env=_env(), timeout=120, check=False,
+    )  # fmt: skip
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert replayed.read_text() == (logdir / "metrics.csv").read_text()
+    assert replayed.with_name("metrics.eval.csv").read_text() == (logdir / "metrics.eval.csv").read_text()
     again = [*argv[: argv.index("--steps") + 1], "600", *argv[argv.index("--steps") + 2 :]]
     second = subprocess.run(again, capture_output=True, text=True, env=_env(), timeout=240, check=False)
     assert second.returncode == 0, second.stderr
     assert "resumed from step 400" in second.stdout.splitlines()
     assert _steps(logdir / "metrics.csv") == list(range(10, 601, 10))
+
+
+def test_a_logdir_that_cannot_be_written_is_one_clear_line(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("not a directory\n")
+    logdir = tmp_path / "a-file" / "demo"
+    result = subprocess.run(
+        [*_MAIN, "demo", "--logdir", str(logdir)], capture_output=True, text=True, env=_env(), timeout=240, check=False
+    )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [f"hookbus demo: cannot write in --logdir {logdir}: Not a directory"]
 
 
 def test_version_and_a_bare_command() -> None:

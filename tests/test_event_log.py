@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -341,3 +342,24 @@ def test_what_is_published_for_nobody_is_not_recorded(tmp_path: Path) -> None:
         evaluate.evaluate({"loss": 0.5}, step=4)
     assert records(path, "step") == []
     assert pub.fetched == [(2, ()), (4, ())]  # nothing fetched for the log either
+
+
+def test_the_readmes_pandas_call_reads_floats_and_wall_time_in_seconds_without_a_warning(tmp_path: Path) -> None:
+    pandas = pytest.importorskip("pandas")  # in the dev extra: this runs in CI
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    calls = re.findall(r"`(pandas\.read_json\(path, lines=True[^`]*\))`", " ".join(readme.split()))
+    call = calls[0] if int(pandas.__version__.split(".")[0]) >= 3 else calls[1]  # pandas 3's, then pandas 2's
+    path = tmp_path / "events.jsonl"
+    bus = hookbus.EventBus(clock=FakeClock())
+    bus.attach(EventLogSink(path))
+    bus.on("after_run", lambda e: None)
+    pub = ScriptedPublisher(bus, keys=["loss"])
+    with bus:
+        pub.run([{"loss": 0.1 + 0.2}, {"loss": math.nan}])
+    frame = eval(call, {"pandas": pandas, "path": path})  # warnings are errors here: a deprecated argument fails
+    steps = frame[frame["record"] == "step"]
+    recorded = records(path, "step")
+    assert str(frame["wall_time"].dtype) == "float64"  # seconds, not dates
+    assert steps["wall_time"].tolist() == [r["wall_time"] for r in recorded]
+    assert steps["loss"].tolist()[0] == 0.1 + 0.2  # the last digit
+    assert math.isnan(steps["loss"].tolist()[1])

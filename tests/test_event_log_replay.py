@@ -97,3 +97,19 @@ def test_early_stopping_tried_on_the_recorded_run(
     assert "EarlyStoppingSink would have stopped at step 400" in printed
     assert main(["replay", str(tmp / "events.jsonl"), "--early-stopping", "monitor=eval/loss,patience=9"]) == 0
     assert "would not have stopped: the log ends at step 500" in capsys.readouterr().out
+
+
+def test_replay_without_an_output_option_says_what_the_log_holds_and_what_to_ask(
+    recorded: tuple[Path, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hookbus._cli import main
+
+    tmp, _ = recorded
+    log = tmp / "events.jsonl"
+    steps = [r["step"] for r in hookbus.read_event_log(log) if r["record"] == "step"]
+    assert main(["replay", str(log)]) == 2  # a missing argument, as argparse says it
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert f"hookbus replay: nothing asked for; {log} holds {len(steps)} step records up to step {max(steps)}" in err
+    for option in ("--csv FILE", "--tensorboard DIR", "--early-stopping SPEC"):
+        assert option in err
