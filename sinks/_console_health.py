@@ -17,49 +17,109 @@ _SLOW_SECONDS = 1e-3  # a subscriber taking this much per due step stands out
 _BACKLOG = 0.5  # a writer whose queue is this full stands out (full: training waits for the disk)
 
 
+class _Line:
+    """The health line as it is built, naming each sink once: a fact about a sink already named
+    joins that mention, in parentheses (``errors: CSVSink ×1 (disabled, 9 rows)``)."""
+
+    _RANK = {"": 0, "green": 0, "bold yellow": 1, "red": 2, "bold red": 2}
+
+    def __init__(self) -> None:
+        # (label, mentions or None for a plain item, style); a mention is [name, fact, asides...]
+        self.items: list[tuple[str, list[list[str]] | None, str]] = []
+        self._named: dict[str, tuple[int, list[str]]] = {}  # name -> (item index, its mention)
+
+    def add(self, text: str, style: str = "") -> None:
+        self.items.append((text, None, style))
+
+    def group(self, label: str, style: str = "") -> int:
+        self.items.append((label, [], style))
+        return len(self.items) - 1
+
+    def mention(self, item: int, name: str, fact: str, style: str = "", aside: str | None = None) -> None:
+        """Say ``fact`` about ``name`` in ``item``, or ``aside`` (default ``fact``) where it is named."""
+        if name not in self._named:
+            mention = [name, fact]
+            mentions = self.items[item][1]
+            assert mentions is not None
+            mentions.append(mention)
+            self._named[name] = (item, mention)
+            return
+        where, facts = self._named[name]
+        facts.append(fact if aside is None else aside)
+        label, mentions, old = self.items[where]
+        if self._RANK.get(style, 0) > self._RANK.get(old, 0):
+            self.items[where] = (label, mentions, style)
+
+    def render(self) -> list[tuple[str, str]]:
+        out = []
+        for label, mentions, style in self.items:
+            if mentions is None:
+                out.append((label, style))
+            elif mentions:  # a group nobody joined is left out
+                parts = [
+                    " ".join(p for p in m[:2] if p) + (f" ({', '.join(m[2:])})" if len(m) > 2 else "")
+                    for m in mentions
+                ]
+                out.append((label + ", ".join(parts), style))
+        return out
+
+
+def _line(stats: BusStats, errors: Sequence[tuple[str, int]], rows: bool) -> _Line:
+    subs = stats.subscribers
+    failing = [s for s in subs if s.errors or s.disabled]
+    line = _Line()
+    ok = f"sinks: {len(subs) - len(failing)} ok" + (f", {len(failing)} failing" if failing else "")
+    line.add(ok, "red" if failing else "green")
+    if stats.due_steps:
+        line.add(f"{1e3 * stats.seconds_per_due_step:.2f} ms per due step")
+    # ``errors`` (name, count) in the order they first failed, as a dashboard saw them; else
+    # the subscribers' order.
+    errors = errors or [(s.name, s.errors) for s in failing if s.errors]
+    group = line.group("errors: ", "bold red")
+    for name, count in errors:
+        line.mention(group, name, f"×{count}", "bold red")
+    if stats.due_steps:
+        costliest = max(subs, key=lambda s: s.seconds, default=None)
+        if costliest is not None and costliest.seconds > 0:
+            per_step = costliest.seconds / stats.due_steps
+            slow = "bold yellow" if per_step >= _SLOW_SECONDS else ""
+            cost = f"{1e3 * per_step:.2f} ms"
+            line.mention(line.group("most: ", slow), costliest.name, cost, slow, aside=f"most {cost}")
+    group = line.group("disabled: ", "bold red")
+    for s in subs:
+        if s.disabled:
+            line.mention(group, s.name, "", "bold red", aside="disabled")
+    for s in subs:
+        if s.writer is not None and s.writer.stalled is not None:
+            stalled = "stalled: " + s.writer.stalled.split(": ", 1)[-1]  # what its flush could not write
+            line.mention(line.group("", "bold red"), s.name, stalled, "bold red")
+        backlog = s.writer.backlog if s.writer is not None else None
+        if backlog is not None and backlog >= _BACKLOG and s.writer is not None:
+            queue = f"queue {s.writer.queued}/{s.writer.capacity}"
+            line.mention(line.group("", "bold yellow"), s.name, queue, "bold yellow")
+    if rows:
+        for s in subs:
+            if s.writer is not None:
+                written = s.writer.rows if s.writer.written is None else s.writer.written
+                line.mention(line.group(""), s.name, f"{written:,} rows")
+    return line
+
+
 def health_items(stats: BusStats, errors: Sequence[tuple[str, int]] = ()) -> list[tuple[str, str]]:
     """The health line's parts as ``(text, style)``: how many subscribers are fine, their time on
-    the training thread per due step and the costliest one, then each failing one (red), each
-    writer stalled (red: what its flush could not write) and each writer falling behind (yellow).
+    the training thread per due step, each failing one (red: ``errors: name ×n (disabled)``),
+    the costliest one (yellow when slow), each writer stalled (red: what its flush could not
+    write) and each writer falling behind (yellow). Each sink is
+    named once: what else is said about it follows its name in parentheses.
 
     Args:
         stats: The bus's stats.
         errors: ``(name, count)`` of the failing subscribers in the order they first failed
             (default: the subscribers' order).
     """
-    subs = stats.subscribers
-    failing = [s for s in subs if s.errors or s.disabled]
-    ok = f"sinks: {len(subs) - len(failing)} ok" + (f", {len(failing)} failing" if failing else "")
-    items = [(ok, "red" if failing else "green")]
-    if stats.due_steps:
-        items.append((f"{1e3 * stats.seconds_per_due_step:.2f} ms per due step", ""))
-        costliest = max(subs, key=lambda s: s.seconds, default=None)
-        if costliest is not None and costliest.seconds > 0:
-            per_step = costliest.seconds / stats.due_steps
-            slow = per_step >= _SLOW_SECONDS
-            items.append((f"most: {costliest.name} {1e3 * per_step:.2f} ms", "bold yellow" if slow else ""))
-    # ``errors`` (name, count) in the order they first failed, as a dashboard saw them; else
-    # the subscribers' order.
-    errors = errors or [(s.name, s.errors) for s in failing if s.errors]
-    if errors:
-        items.append(("errors: " + ", ".join(f"{name} ×{count}" for name, count in errors), "bold red"))
-    disabled = [s.name for s in subs if s.disabled]
-    if disabled:
-        items.append(("disabled: " + ", ".join(disabled), "bold red"))
-    for s in subs:
-        if s.writer is not None and s.writer.stalled is not None:
-            items.append((f"{s.name} stalled: " + s.writer.stalled.split(": ", 1)[-1], "bold red"))
-        backlog = s.writer.backlog if s.writer is not None else None
-        if backlog is not None and backlog >= _BACKLOG and s.writer is not None:
-            items.append((f"{s.name} queue {s.writer.queued}/{s.writer.capacity}", "bold yellow"))
-    return items
+    return _line(stats, errors, rows=False).render()
 
 
 def health_summary(stats: BusStats, errors: Sequence[tuple[str, int]] = ()) -> str:
     """The health line as plain text, with the rows each writer wrote (plain mode's closing line)."""
-    items = [text for text, _ in health_items(stats, errors)]
-    for s in stats.subscribers:
-        if s.writer is not None:
-            written = s.writer.rows if s.writer.written is None else s.writer.written
-            items.append(f"{s.name} {written:,} rows")
-    return " | ".join(items)
+    return " | ".join(text for text, _ in _line(stats, errors, rows=True).render())

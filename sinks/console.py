@@ -309,9 +309,11 @@ class ConsoleSink(Sink):
     def on_subscriber_error(self, event: SubscriberError) -> None:
         self._errors[event.subscriber] = event.count
         if event.count == 1:
+            # A writer's error names its sink first ("CSVSink: background write failed"): once is enough.
+            message = str(event.error).removeprefix(f"{event.subscriber}: ")
             self._plain(
                 f"error in {event.subscriber} on {event.signal} at step {event.step}: "
-                f"{type(event.error).__name__}: {event.error} (on_error={event.policy})"
+                f"{type(event.error).__name__}: {message} (on_error={event.policy})"
             )
         self._publish()
 

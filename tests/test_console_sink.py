@@ -699,3 +699,38 @@ def test_names_and_numbers_stay_whole_at_any_width_the_sparkline_gives_way(width
         assert "1,234,567" in text  # "at step" while it fits
     if width >= 120:
         assert len(folded) == 1  # the name whole on its line: it comes before the sparkline
+
+
+def test_a_failing_writer_is_named_once_in_its_warning_line_and_in_the_health_lines(
+    clock: FakeClock, tmp_path: Path
+) -> None:
+    # A CSV file replaced by a foreign one mid-run: the writer fails at the next flush, the bus
+    # disables the sink; the error's own text begins with the sink's name.
+    from hookbus.sinks import CSVSink
+
+    bus, sink, console = make(clock, every_n_steps=1, plain_every_n_secs=0)
+    path = tmp_path / "m.csv"
+    csv_sink = bus.attach(CSVSink(path, every_n_steps=1))
+    pub = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        pub.begin()
+        pub.session(0)
+        for step in range(1, 8):
+            if step == 5:
+                csv_sink.flush()
+                path.unlink()
+                path.write_text("a,b\n1,2\n")
+            pub.advance({"loss": 1.0 / step})
+        pub.end({"loss": 1.0})
+        frame = text_of(sink, width=300)
+    printed = console.file.getvalue()  # type: ignore[attr-defined]
+    (warning,) = [line for line in printed.splitlines() if line.startswith("error in ")]
+    assert warning.startswith("error in CSVSink on flush at step 7: WriterError: background write failed")
+    (health,) = [line for line in printed.splitlines() if line.startswith("  sinks: ")]
+    assert health.count("CSVSink") == 1, health
+    assert "errors: CSVSink ×1 (" in health
+    assert "disabled" in health
+    assert "4 rows" in health  # the 4 rows written before the file was replaced
+    (line,) = [line for line in frame.splitlines() if "sinks: " in line]
+    assert line.count("CSVSink") == 1, line
+    assert "disabled" in line

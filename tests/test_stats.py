@@ -132,9 +132,9 @@ def test_the_health_line_names_a_failing_sink_a_slow_one_and_a_writer_falling_be
     assert items["sinks: 3 ok, 1 failing"] == "red"
     assert "20.11 ms per due step" in items  # (0.0001 + 0.2 + 0.001) s over 10 due steps
     assert items["most: slow 20.00 ms"] == "bold yellow"
-    assert items["errors: broken ×3"] == "bold red"
-    assert items["disabled: broken"] == "bold red"
+    assert items["errors: broken ×3 (disabled)"] == "bold red"  # each sink named once
     assert items["CSV queue 900/1024"] == "bold yellow"
+    assert health_summary(stats).count("CSV") == 1
     fine = hookbus.BusStats(100, 10, (sub("quick", 0.0001),))
     assert dict(health_items(fine)) == {"sinks: 1 ok": "green", "0.01 ms per due step": "", "most: quick 0.01 ms": ""}
-    assert health_summary(stats).endswith("CSV 100 rows")
+    assert health_summary(stats).endswith("CSV queue 900/1024 (100 rows)")
