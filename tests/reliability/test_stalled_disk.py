@@ -207,9 +207,12 @@ def test_a_write_stalled_before_the_end_lets_the_run_end(
     _check_reported(bus, stalled, TARGET[kind], WHAT[kind])
     messages = [r.getMessage() for r in caplog.records]
     assert any(f"{stalled.name!r} could not flush at the end of a session (step {LAST})" in m for m in messages)
-    health = [line for line in screen.getvalue().splitlines() if "disabled:" in line]
+    health = [line for line in screen.getvalue().splitlines() if line.startswith("  sinks: ")]
     assert health, screen.getvalue()
-    assert f"{stalled.name} stalled: a flush of" in health[-1], health
+    # The sink is named once; what the line says about it follows in parentheses.
+    assert f"errors: {stalled.name} ×1 (" in health[-1], health
+    assert health[-1].count(stalled.name) == 1, health
+    assert "disabled, stalled: a flush of" in health[-1], health
     assert TARGET[kind] in health[-1], health
 
 
