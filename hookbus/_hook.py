@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from hookbus._checkpoint import SaverBackend
 from hookbus._cluster import SharedStop, Task
+from hookbus._elements import op_of, resolve, static_shape
 from hookbus._eval_mean import EvalAggregator, check_aggregate
 from hookbus._fetch import TrainFetches
 from hookbus._publisher import EVAL_PREFIX, Plan, PublisherCore
+from hookbus._steps import StepEstimate
 from hookbus._tf import require_tensorflow
+from hookbus._validate import positive_int
 
 # The module, once a hook is made (hookbus._tf imports it on first use, not with hookbus).
 tf: Any = None
@@ -20,6 +22,9 @@ if TYPE_CHECKING:
     from hookbus._bus import EventBus
 
 __all__ = ["EventBusHook"]
+
+#: The step a run is planned for while the increment per run is unknown: every step rule is due.
+_ANY_STEP = 1 << 62
 
 # A tuple, not ``list | tuple | dict``: a union written in the call is rebuilt on every run.
 _STRUCTURES = (list, tuple, dict)
@@ -49,45 +54,6 @@ def with_base(cls: type, base: type) -> type:
     return made
 
 
-def _graph_names(graph: Any) -> list[str]:
-    names: list[str] = []
-    for op in graph.get_operations():
-        names.append(op.name)
-        names.extend(t.name for t in op.outputs)
-    return names
-
-
-def resolve(graph: Any, what: str, value: Any) -> Any:
-    """The graph element ``value`` (a tensor, operation, variable or name) names in ``graph``."""
-    if isinstance(value, str):
-        try:
-            return graph.as_graph_element(value)
-        except (KeyError, ValueError):
-            close = difflib.get_close_matches(value, _graph_names(graph), n=3)
-            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
-            raise ValueError(f"{what} {value!r} is not in the graph{hint}") from None
-    if isinstance(value, tf.Variable | tf.Tensor | tf.Operation):
-        element = value
-        owner = value.graph
-    else:
-        raise TypeError(f"{what} must be a tensor, an operation, a variable or a name (got {value!r})")
-    if owner is not graph:
-        raise ValueError(f"{what} {getattr(value, 'name', value)!r} belongs to another graph than the one being run")
-    return element
-
-
-def _static_shape(element: Any) -> tuple[int | None, ...] | None:
-    """A tensor's or variable's static shape (``()`` for a scalar); ``None`` if unknown or an op."""
-    shape = getattr(element, "shape", None)
-    if shape is None or shape.rank is None:
-        return None
-    return tuple(shape.as_list())
-
-
-def _op_of(element: Any) -> Any:
-    return element.op if isinstance(element, tf.Tensor | tf.Variable) else element
-
-
 class EventBusHook:
     """Publishes a MonitoredSession's lifecycle and fetched values on an :class:`EventBus`.
 
@@ -98,7 +64,18 @@ class EventBusHook:
     subscriber is due the hook fetches the union of the due subscribers' keys and the step
     after the run: a read of the global step ordered after ``train_op`` (built in ``begin``),
     so ``event.step`` is exact. Other steps fetch nothing. Without ``train_op`` every run
-    counts as one step, counted from a read of the global step at session creation.
+    counts as one step (``steps_per_run`` steps), counted from a read of the global step at
+    session creation.
+
+    Steps that jump: a run may advance the global step by more than one (several optimizer
+    steps per run, a ``while_loop`` of steps). Quiet runs are planned with the last exact step
+    plus the increment per run, learned from every exact read; a due subscriber is checked
+    again against the exact step before it is called. While the increment is unknown (not
+    declared with ``steps_per_run``, not learned yet: the first run with a train op), the run
+    is planned as if every step rule were due: it fetches their keys with the step, once, and
+    the step decides who is called. A stop made on a run that read nothing (a signal, another
+    thread, an evaluator) reads the step first, so the stop and the checkpoint saved on it
+    carry the global step.
 
     In eval mode every run is one evaluation batch; values are aggregated over the session
     (``"mean"`` by default, or ``"final"``: read once at the end, for streaming metrics) and
@@ -127,6 +104,11 @@ class EventBusHook:
             subscribers (``FinalOpsHook``'s job: a streaming metric's result), declared safe to
             run then — they must not pull from the input pipeline. Default: none; the ``at_end``
             subscribers get the last values published and the step they came from.
+        steps_per_run: Train mode: the most global steps one run of ``train_op`` advances
+            (TensorFlow's ``steps_per_run``), when more than one. Quiet runs are planned that
+            far ahead, so no step schedule fires late even when runs advance unevenly; a run
+            that advances less only makes a due check early. Default ``None``: learned from the
+            steps the hook reads (the first run fetches for every step rule, once, to learn it).
 
     Raises:
         ValueError, TypeError: at construction for malformed arguments; in ``begin()``, before
@@ -150,6 +132,7 @@ class EventBusHook:
         check_stop_every_n_steps: int = 10,
         final_fetches: Iterable[str] = (),
         batch_size: Any = None,
+        steps_per_run: int | None = None,
     ) -> None:
         _tensorflow("EventBusHook")
         if fetches is None:
@@ -164,6 +147,14 @@ class EventBusHook:
         self._core = PublisherCore(bus, fetches.keys(), mode=mode)
         if self._core.mode == "eval" and train_op is not None:
             raise ValueError("an eval EventBusHook takes no train_op: evaluation runs are not training steps")
+        if steps_per_run is not None:
+            steps_per_run = positive_int("steps_per_run", steps_per_run)
+            if self._core.mode == "eval":
+                raise ValueError("steps_per_run counts training steps: it takes mode='train'")
+        self._estimate = StepEstimate(steps_per_run)
+        self._exact = False  # whether the last training run read the step
+        self._session: Any = None
+        self._step_args: Any = None  # a read of the step alone: learns the increment per run
         self._fetches = dict(fetches)
         if batch_size is not None and self._core.mode != "eval":
             raise ValueError("batch_size weights evaluation means: it takes mode='eval'")
@@ -213,7 +204,7 @@ class EventBusHook:
         if self._batch_size_arg is not None:
             self._batch_size_element = resolve(graph, "batch_size", self._batch_size_arg)
         prefix = EVAL_PREFIX if self._core.mode == "eval" else ""
-        shapes = {prefix + k: _static_shape(e) for k, e in self._elements.items()}
+        shapes = {prefix + k: static_shape(e) for k, e in self._elements.items()}
         self._core.shapes = {k: shape for k, shape in shapes.items() if shape is not None}
         self._global_step = tf.compat.v1.train.get_global_step(graph)
         self._eval_args = None
@@ -224,13 +215,15 @@ class EventBusHook:
                     "train_op is given but the graph has no global step; create it with "
                     "tf.compat.v1.train.get_or_create_global_step() before building the train op"
                 )
-            self._train_ops = frozenset({train_op, _op_of(train_op)})
+            self._train_ops = frozenset({train_op, op_of(train_op)})
             if self._step_after is None or self._step_after.graph is not graph:
                 # The graph is finalized after the first session; a train/evaluate loop
                 # begins again on the same graph and reuses this read.
                 with graph.control_dependencies([train_op]):
                     # A read ordered after the train op: the only exact step (DESIGN, pitfalls).
                     self._step_after = tf.identity(self._global_step.read_value(), name="hookbus_step_after")
+                self._estimate.forget()  # another train op: its increment is learned anew
+            self._step_args = tf.compat.v1.train.SessionRunArgs({"step": self._step_after})
         if self._shared_stop is not None:
             self._shared_stop.build(tf, graph, self._global_step)
             # Other workers move the global step between this worker's runs: every flag check
@@ -262,6 +255,8 @@ class EventBusHook:
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         self._step = int(session.run(self._global_step)) if self._global_step is not None else 0
+        self._estimate.start(self._step)
+        self._session = session
         self._eval.start()
         # A stop requested before an evaluation began (the training's) must not cut it short.
         self._stop_before_eval = self._core.mode == "eval" and self.bus.should_stop
@@ -290,9 +285,16 @@ class EventBusHook:
         self._training_run = self._is_training_run(run_context)
         if not self._training_run:
             return None
-        plan = self._core.plan(self._step + 1)
+        estimate = self._estimate
+        # Once per graph, while the increment is unknown, the step is read (planned one step per
+        # run, a stop step or a save would come up to k times late), and every step rule is
+        # planned as if due: the step read after the run decides who is.
+        learn = not estimate.known and self._step_after is not None
+        plan = self._core.plan(_ANY_STEP if learn else estimate.next())
         if plan is None:
-            return self._stop_args if self._shared_stop is not None and self._shared_stop.due() else None
+            if self._shared_stop is not None and self._shared_stop.due():
+                return self._stop_args
+            return self._step_args if learn else None
         self._planned = plan
         return self._train_fetches.args(plan.keys)
 
@@ -303,7 +305,9 @@ class EventBusHook:
                 self._eval.add(run_values.results, weighted=self._batch_size_element is not None)
         elif self._training_run:
             self._after_training_run(run_context, run_values.results)
-        stopping = self._core.should_stop()
+        reads = self._step_after is not None or self._shared_stop is not None  # as end() does
+        estimated = self._training_run and not self._exact and reads
+        stopping = self._core.should_stop(self._read_step if estimated else None)
         if self._shared_stop is not None and stopping:
             self._shared_stop.announce(run_context.session, bus)
         if stopping and not self._stop_before_eval:
@@ -315,10 +319,11 @@ class EventBusHook:
             stop.local_step += 1
             self._core.count_local_step(stop.local_step)
         plan = self._planned
+        estimate = self._estimate
         if plan is not None:
-            step, values = self._train_fetches.unpack(plan.keys, results, self._step + 1)
-            exact = self._step_after is not None
-            self._step = step
+            step, values = self._train_fetches.unpack(plan.keys, results, estimate.next())
+            exact = self._exact = self._step_after is not None
+            self._step = estimate.ran(step if exact else None)
             try:
                 self._core.publish_step(plan, step, values)
             except Exception as error:
@@ -326,18 +331,19 @@ class EventBusHook:
                     stop.announce(run_context.session, self.bus, f"{type(error).__name__}: {error}")
                 raise
         else:
-            exact = bool(results) and "step" in results  # a stop-flag check reads the step too
-            self._step = int(results["step"]) if exact else self._step + 1  # quiet steps: estimate
+            # A stop-flag check or the learning read reads the step; quiet runs estimate it.
+            exact = self._exact = bool(results) and "step" in results
+            self._step = estimate.ran(int(results["step"]) if exact else None)
             self._core.advance(self._step)
-        if stop is None:
-            return
-        if results:
+        if stop is not None and results:
             stop.observe(results["stop"], self.bus)
-        if self.bus.should_stop and not exact:
-            # A stop (signal, another thread, the shared flag) on a step without a read: every
-            # step that leaves the publisher is the global step read from the graph.
-            self._step = int(run_context.session.run(self._global_step))
-            self._core.advance(self._step)
+
+    def _read_step(self) -> int:
+        """The global step read now (a variable read: no input is consumed); a stop is about to
+        be published on a run that read nothing: every step that leaves the publisher is the
+        global step read from the graph."""
+        self._step = self._estimate.correct(int(self._session.run(self._global_step)))
+        return self._step
 
     def end(self, session: Any) -> None:
         if self._core.mode == "eval":
@@ -346,7 +352,7 @@ class EventBusHook:
         if self._global_step is not None and (self._step_after is not None or self._shared_stop is not None):
             # The end event carries the global step read now (a variable read: no input is
             # consumed); in parameter-server training other workers moved it since the last read.
-            self._step = int(session.run(self._global_step))
+            self._step = self._estimate.correct(int(session.run(self._global_step)))
             self._core.advance(self._step)
         if self._shared_stop is not None and self.bus.should_stop:
             self._shared_stop.announce(session, self.bus)
@@ -362,6 +368,7 @@ class EventBusHook:
                 step = self._step
             self._core.publish_final(final, {k: v for k, v in values.items() if k in final.keys}, step=step)
         self._core.end(self._step)
+        self._session = None
         if self.checkpoint_backend is not None:
             self.checkpoint_backend.attach_session(None)  # the session closes after end()
 

@@ -109,6 +109,7 @@ class BusPort:
         """An evaluation of checkpoint ``prefix`` finished (see :meth:`hookbus._barrier.Barrier.record_evaluated`)."""
         self.bus._barrier.record_evaluated(prefix)
 
-    def poll(self) -> None:
-        """Act, on the training thread, on signals and stops recorded since the last step."""
-        self.bus._scope.poll()
+    def poll(self, before: Callable[[], object] | None = None) -> None:
+        """Act, on the training thread, on signals and stops recorded since the last step
+        (``before`` runs first when there is one to act on)."""
+        self.bus._scope.poll(before)

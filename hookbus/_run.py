@@ -14,6 +14,7 @@ from hookbus._records import EvaluatorLink, RunRecords
 from hookbus._stats import Usage
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from types import FrameType
 
     from hookbus._bus import EventBus
@@ -34,24 +35,30 @@ class RunScope:
         self.previous_step: int | None = None
 
     # -- signals (SIGTERM) and stops from elsewhere ----------------------------------------------
-    def poll(self) -> None:
+    def poll(self, before: Callable[[], object] | None = None) -> None:
         """Turn a signal, another thread's stop or an evaluator's into a stop request here.
 
         Publishers call it (through their core) on the training thread after every step.
+        ``before`` runs once before the first request is published (a publisher that estimated
+        the step reads it there, so the stop and its checkpoint carry the exact step).
         """
         bus, state = self._bus, self._bus._state
+        requests: list[tuple[str, str]] = []
         if state.signal_stop is not None:
             name, state.signal_stop = state.signal_stop, None
-            bus.request_stop(f"received {name}", source="signal")
+            requests.append((f"received {name}", "signal"))
         while state.foreign_stops:
-            reason, source = state.foreign_stops.pop(0)
-            bus.request_stop(reason, source=source)
+            requests.append(state.foreign_stops.pop(0))
         link = state.evaluator
         if link is not None:
             found = link.poll(bus.clock())
             if found is not None:
                 reason, step = found
-                bus.request_stop(f"evaluator: {reason} (evaluated step {step})", source="evaluator")
+                requests.append((f"evaluator: {reason} (evaluated step {step})", "evaluator"))
+        if requests and before is not None:
+            before()
+        for reason, source in requests:
+            bus.request_stop(reason, source=source)
 
     def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
         # The first Ctrl-C is a graceful stop (final checkpoint, flushed files; the run then ends

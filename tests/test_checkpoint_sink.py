@@ -57,7 +57,9 @@ def train(
         for sink in [*sinks, StopAtStepSink(last_step=last_step)]:
             bus.attach(sink)
         keys = fetches(model) if fetches is not None else {"loss": model.loss}
-        hook = hookbus.EventBusHook(bus, keys, train_op=model.train_op)
+        # One step per run, declared: the scores some tests fetch are handed out one per fetch,
+        # and a hook that has to learn the increment fetches every step rule's keys on run 1.
+        hook = hookbus.EventBusHook(bus, keys, train_op=model.train_op, steps_per_run=1)
         with bus, hookbus.monitored_training_session(hooks=[hook], checkpoint_dir=directory) as session:
             while not session.should_stop():
                 session.run(model.train_op)

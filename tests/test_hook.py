@@ -181,17 +181,28 @@ def test_runs_without_the_train_op_do_not_advance_steps_or_schedules(tf_graph: A
     assert steps == [2, 4, 6, 8, 10]
 
 
-def test_before_run_fetches_nothing_when_nothing_is_due_and_a_stable_structure_otherwise(tf_graph: Any) -> None:
+@pytest.mark.parametrize("steps_per_run", [None, 1])
+def test_before_run_fetches_nothing_when_nothing_is_due_and_a_stable_structure_otherwise(
+    tf_graph: Any, steps_per_run: int | None
+) -> None:
     m = build_linear_regression()
     bus = EventBus()
-    bus.on("after_run", lambda e: None, every_n_steps=3, keys="loss")
-    wrapped = Wrapped(EventBusHook(bus, fetches={"loss": m.loss, "accuracy": m.accuracy}, train_op=m.train_op))
+    called: list[int] = []
+    bus.on("after_run", lambda e: called.append(e.step), every_n_steps=3, keys="loss")
+    hook = EventBusHook(bus, {"loss": m.loss, "accuracy": m.accuracy}, train_op=m.train_op, steps_per_run=steps_per_run)
+    wrapped = Wrapped(hook)
     with bus, hookbus.monitored_training_session(hooks=[wrapped]) as sess:
         for _ in range(9):
             sess.run(m.train_op)
         sess.run(m.loss)
     returned = wrapped.returned
     assert len(returned) == 10
+    if steps_per_run is None:
+        # The increment per run is unknown: the first run fetches for every step rule, with the
+        # step (to learn it), once; the subscriber is not due at step 1 and is not called.
+        learn, returned = returned[0], [None, *returned[1:]]
+        assert learn is returned[2]
+    assert called == [3, 6, 9]
     due = [i + 1 for i, args in enumerate(returned) if args is not None]
     assert due == [3, 6, 9]
     assert returned[2] is returned[5] is returned[8]
