@@ -343,6 +343,7 @@ class EventBusHook:
         be published on a run that read nothing: every step that leaves the publisher is the
         global step read from the graph."""
         self._step = self._estimate.correct(int(self._session.run(self._global_step)))
+        self._core.advance(self._step)
         return self._step
 
     def end(self, session: Any) -> None:

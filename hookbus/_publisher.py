@@ -214,15 +214,12 @@ class PublisherCore:
         conceptual graph (``None``: the model has none to show)."""
         self._port.offer_model_config(config)
 
-    def should_stop(self, exact_step: Callable[[], int] | None = None) -> bool:
+    def should_stop(self, read_step: Callable[[], object] | None = None) -> bool:
         """Act on a signal or another thread's stop recorded since the last step; whether to stop.
 
-        Call it on the training thread after every training step (and evaluation). A publisher
-        whose step is an estimate passes ``exact_step``, a read of the real step: it is called
-        only when a stop is about to be published, so the stop (and the checkpoint saved on it)
-        carries the global step, as every step leaving a publisher must.
+        Call it after every step and evaluation; ``read_step`` (read, then :meth:`advance`) runs before a stop.
         """
-        self._port.poll(None if exact_step is None else lambda: self._port.set_step(exact_step()))
+        self._port.poll(read_step)
         return self.bus.should_stop
 
     def advance(self, step: int) -> None:
