@@ -154,6 +154,7 @@ class BackgroundWriter(Generic[T]):
         self._queue: queue.Queue[tuple[int, Any]] = queue.Queue(max_queue_size)
         self._enqueued = 0
         self._written = 0
+        self._on_disk = 0  # items written as of the last flush that returned (the rest may be in a buffer)
         self._error: BaseException | None = None
         self._closed = False
         self._abandoned = False
@@ -194,8 +195,9 @@ class BackgroundWriter(Generic[T]):
         self._raise_if_failed()
 
     def _unwritten(self) -> str:
-        pending = self.pending
-        return f"{pending} row{'s' if pending != 1 else ''} given to it {'are' if pending != 1 else 'is'} not written"
+        # Written rows may wait in a buffer that only a flush hands to the OS: count from the last one.
+        rows = self._given - self._on_disk
+        return f"{rows} row{'s' if rows != 1 else ''} given to it since its last completed flush may not be written"
 
     def close(self, deadline: float = 10.0) -> None:
         """Drain and stop the thread, waiting at most ``deadline`` seconds (idempotent).
@@ -292,6 +294,7 @@ class BackgroundWriter(Generic[T]):
                     kind, payload = self._queue.get(timeout=timeout)
                 except queue.Empty:
                     self._flush()
+                    self._on_disk = self._written
                     dirty = False
                     continue
                 if self._abandoned:
@@ -309,6 +312,7 @@ class BackgroundWriter(Generic[T]):
                     payload()
                 else:
                     self._flush()
+                    self._on_disk = self._written
                     dirty = False
                     if kind == _STOP:
                         break
@@ -319,6 +323,7 @@ class BackgroundWriter(Generic[T]):
                 elif time.monotonic() >= flush_at:
                     # Rows that keep coming never let the get() above time out: flush on time anyway.
                     self._flush()
+                    self._on_disk = self._written
                     dirty = False
         except BaseException as error:  # surfaced to the caller by _raise_if_failed
             failure = error

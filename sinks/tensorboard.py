@@ -81,7 +81,8 @@ class TensorBoardSink(Sink):
     blocks when full. It flushes every ``flush_secs``, at :meth:`flush` and on close. Its flush
     joins its queue with no timeout, so :meth:`flush` runs it within ``flush_deadline``
     (:class:`hookbus.FlushDeadline`): on a stalled disk the sink is reported and disabled, and
-    training and the checkpoint go on.
+    training and the checkpoint go on. Its ``add_event`` blocks on a full queue with no timeout,
+    so the sink flushes before ``max_queue_size`` events are outstanding.
 
     Args:
         logdir: Directory for the event files (``str`` or path-like); created at begin.
@@ -153,6 +154,7 @@ class TensorBoardSink(Sink):
         self._rate_from: tuple[int, float] | None = None
         self._graph_written = False
         self._events = 0  # summary events handed to the writers in this run (bus.stats())
+        self._handed = 0  # every event handed to the writers in this run (markers, graph, hparams too)
         self._flushed = 0  # of those, the events the last completed flush wrote
         self._deadline = FlushDeadline(self.name, self.flush_deadline, f"the event files in {self.logdir!r}")
 
@@ -169,7 +171,7 @@ class TensorBoardSink(Sink):
                 raise OSError(f"{self.name} cannot write event files in {self.logdir!r}: {error}") from error
             self._open = True
             self._graph_written = False
-            self._events = self._flushed = 0
+            self._events = self._handed = self._flushed = 0
             self._deadline = FlushDeadline(self.name, self.flush_deadline, f"the event files in {self.logdir!r}")
         # One writer per run directory, locked before step 1: a train publisher writes the train
         # run (and the eval run when eval keys are known), an eval publisher only the eval run, so
@@ -182,7 +184,7 @@ class TensorBoardSink(Sink):
             writer = self._writer("train")
             if self.hparams is not None:
                 summary = hparams_summary.hparams_pb(self.hparams, start_time_secs=int(event.wall_time))
-                writer.add_event(EventProto(wall_time=event.wall_time, step=0, summary=summary))
+                self._add(writer, EventProto(wall_time=event.wall_time, step=0, summary=summary))
 
     def _run_dir(self, run: str) -> str:
         return self.logdir if run == "train" else os.path.join(self.logdir, run)
@@ -201,9 +203,15 @@ class TensorBoardSink(Sink):
             logdir = self._run_dir(run)
             os.makedirs(logdir, exist_ok=True)
             self._lock(run)  # a run first seen now (no publisher announced it at begin)
-            writer = self._writers[run] = _new_event_file(logdir, self.flush_secs, self.max_queue_size)
+            # TensorBoard's writer flushes its first record as it is made: within the deadline too.
+            made: list[EventFileWriter] = []
+            self._deadline.run(
+                lambda: made.append(_new_event_file(logdir, self.flush_secs, self.max_queue_size)),
+                lambda: f"a new event file in {logdir!r} is not created",
+            )
+            writer = self._writers[run] = made[0]
             if run != "train":  # made lazily: the current session's marker must come first
-                writer.add_event(self._marker(time.time()))
+                self._add(writer, self._marker(time.time()))
         return writer
 
     def _marker(self, wall_time: float) -> EventProto:
@@ -217,15 +225,15 @@ class TensorBoardSink(Sink):
         self._session_step = event.step
         self._rate_from = (event.step, event.wall_time)
         for writer in self._writers.values():
-            writer.add_event(self._marker(event.wall_time))
+            self._add(writer, self._marker(event.wall_time))
         if not self._graph_written:  # once per event file: TensorBoard's graph tab
             self._graph_written = True
             graph_def = self.context.graph_def()
             if graph_def:
-                self._writer("train").add_event(EventProto(wall_time=event.wall_time, graph_def=graph_def))
+                self._add(self._writer("train"), EventProto(wall_time=event.wall_time, graph_def=graph_def))
             config = self.context.model_config()
             if config:
-                self._writer("train").add_event(_keras_model_event(event.wall_time, config))
+                self._add(self._writer("train"), _keras_model_event(event.wall_time, config))
 
     def on_after_run(self, event: Event) -> None:
         if not self._open:
@@ -251,8 +259,20 @@ class TensorBoardSink(Sink):
                 )
         writer = self._writer("eval" if eval_mode else "train")
         for summary in ([Summary(value=values)] if values else []) + raw:
-            writer.add_event(EventProto(wall_time=event.wall_time, step=event.step, summary=summary))
+            self._add(writer, EventProto(wall_time=event.wall_time, step=event.step, summary=summary))
             self._events += 1
+
+    def _add(self, writer: EventFileWriter, proto: EventProto) -> None:
+        """Hand ``proto`` to ``writer``; flush first (within the deadline) if its queue could be full.
+
+        ``add_event`` blocks on a full queue with no timeout; since no writer holds more than the
+        events handed since the last completed flush, flushing before ``max_queue_size`` of them
+        keeps it from ever blocking: a stalled disk raises :class:`hookbus.WriterStalled` here.
+        """
+        if self._handed - self._flushed >= self.max_queue_size:
+            self.flush()
+        writer.add_event(proto)
+        self._handed += 1
 
     def writer_stats(self) -> WriterStats:
         """Summary events handed to TensorBoard's ``EventFileWriter`` in this run; its queue
@@ -265,17 +285,17 @@ class TensorBoardSink(Sink):
         Within ``flush_deadline``, else raises :class:`hookbus.WriterStalled` (the bus disables
         the sink and reports it) and leaves the writers' stuck threads behind (daemons).
         """
-        writers, events = list(self._writers.values()), self._events
+        writers, handed = list(self._writers.values()), self._handed
         if not writers:
             return
 
         def flush_all() -> None:
             for writer in writers:
                 writer.flush()
-            self._flushed = events
+            self._flushed = handed
 
         def unwritten() -> str:
-            return f"up to {events - self._flushed} summary events handed to it since its last flush are not written"
+            return f"{handed - self._flushed} events handed to it since its last completed flush may not be written"
 
         self._deadline.run(flush_all, unwritten)
 
