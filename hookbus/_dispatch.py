@@ -154,6 +154,23 @@ class Dispatcher:
 
         state.deferred.append(timed)
 
+    def hold(self) -> None:
+        """Keep stop requests and deferred work (a checkpoint's save) waiting until :meth:`release`.
+
+        For a step whose events span several publications with the framework's own work between
+        them (a Keras batch, then its epoch's validation and epoch record): a save at that step
+        then runs after all of them, so its barrier covers every event of the step.
+        """
+        self._bus._state.depth += 1
+
+    def release(self) -> None:
+        """End a :meth:`hold`: what waited runs now, in order (unless another dispatch is in progress)."""
+        state = self._bus._state
+        if state.depth > 0:
+            state.depth -= 1
+        if state.depth == 0:
+            self._drain()
+
     def _drain(self) -> None:
         state = self._bus._state
         while state.pending_stops or state.deferred:

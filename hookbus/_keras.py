@@ -101,6 +101,10 @@ class EventBusCallback:
     (early stopping whose patience ran out before the checkpoint) ends ``fit`` before another
     epoch.
 
+    A save at an epoch's last step (and whatever else subscribers defer at a batch) runs once
+    Keras moves on: at the next batch, or after that epoch's validation and epoch events, which
+    belong to the same step, so the checkpoint's barrier covers them.
+
     The model's weights are offered to sinks in memory (``EarlyStoppingSink(restore_best=True)``
     puts the best ones back at train end, as ``EarlyStopping(restore_best_weights=True)``).
 
@@ -160,6 +164,7 @@ class EventBusCallback:
         self.restored_from: str | None = None
         self._step = 0
         self._epoch_start = 0
+        self._held = False  # a batch's deferred work (a save) waits until Keras moves on
         self._in_fit = False
         self._set_initial_epoch = False
         self._checked = False
@@ -211,6 +216,7 @@ class EventBusCallback:
                 f"{getattr(model, 'name', '')!r} {'not compiled' if optimizer is not None else 'without an optimizer'}"
             )
         tf = require_tensorflow("EventBusCallback")
+        self._release()  # a hold an earlier fit left when it raised
         self._iterations = optimizer.iterations
         checkpoint = self._checkpoint or tf.train.Checkpoint(model=model, optimizer=optimizer)
         self.checkpoint_backend.attach(checkpoint)
@@ -257,6 +263,16 @@ class EventBusCallback:
             model._initial_epoch = start
             self._set_initial_epoch = True
 
+    def _hold(self) -> None:
+        if not self._held:
+            self._held = True
+            self.bus._port.hold()  # a publisher's side of the bus
+
+    def _release(self) -> None:
+        if self._held:
+            self._held = False
+            self.bus._port.release()
+
     def _stop_if_agreed(self) -> None:
         """Set ``model.stop_training`` once a stop is asked for (agreed, under a collective strategy)."""
         bus = self.bus
@@ -268,7 +284,11 @@ class EventBusCallback:
             self.model.stop_training = True  # type: ignore[attr-defined]
 
     def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
+        self._release()
         self._epoch_start = self._step
+
+    def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+        self._release()  # Keras moved on: the last batch's save (if any) runs, before this one trains
 
     def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         if not self._names_checked:  # Keras's log names arrive with the first batch
@@ -287,17 +307,24 @@ class EventBusCallback:
             real = self._read_step()  # exact even if iterations is not one per batch
             self._epoch_start += real - step
             self._step = real
+            # What subscribers defer (a checkpoint's save) waits until Keras moves on: to the
+            # next batch, or past the epoch's end, whose validation and epoch record belong to
+            # this step; the save's barrier then covers them.
+            self._hold()
             self._core.publish_step(plan, real, {k: logs[k] for k in plan.keys})
         self._logs = logs or self._logs
         self._stop_if_agreed()
 
     def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
         logs = logs or {}
-        val = {k[4:]: v for k, v in logs.items() if k.startswith("val_")}
-        if val and self._eval.eval_wanted():
-            self._eval.publish_eval(self._step, {k: val[k] for k in self._eval.keys if k in val})
-        if (epoch + 1) % self.every_n_epochs == 0:
-            self._publish_epoch(epoch, logs)
+        try:
+            val = {k[4:]: v for k, v in logs.items() if k.startswith("val_")}
+            if val and self._eval.eval_wanted():
+                self._eval.publish_eval(self._step, {k: val[k] for k in self._eval.keys if k in val})
+            if (epoch + 1) % self.every_n_epochs == 0:
+                self._publish_epoch(epoch, logs)
+        finally:
+            self._release()  # a save at the epoch's last step, after the events of that step
         if self._collective is not None and not self._collective.agreed:
             self._collective.agree(self.bus, self._step)  # every worker ends the epoch here
         self._stop_if_agreed()
@@ -307,6 +334,7 @@ class EventBusCallback:
         self._core.publish_epoch(self._step, {**values, "epoch": float(epoch)})
 
     def on_train_end(self, logs: Mapping[str, Any] | None = None) -> None:
+        self._release()
         final = self._core.final_plan(self._step)
         if final is not None:
             self._core.publish_final(final, {k: self._logs[k] for k in final.keys if k in self._logs})

@@ -109,6 +109,14 @@ class BusPort:
         """An evaluation of checkpoint ``prefix`` finished (see :meth:`hookbus._barrier.Barrier.record_evaluated`)."""
         self.bus._barrier.record_evaluated(prefix)
 
+    def hold(self) -> None:
+        """Keep deferred work and stop requests waiting (see :meth:`hookbus._dispatch.Dispatcher.hold`)."""
+        self.bus._dispatcher.hold()
+
+    def release(self) -> None:
+        """Run what a :meth:`hold` kept waiting."""
+        self.bus._dispatcher.release()
+
     def poll(self, before: Callable[[], object] | None = None) -> None:
         """Act, on the training thread, on signals and stops recorded since the last step
         (``before`` runs first when there is one to act on)."""
