@@ -305,7 +305,8 @@ class TensorBoardSink(Sink):
         Returns within ``close_deadline``: TensorBoard's writer joins its thread without a
         timeout, so a stalled disk would otherwise hang the end of the run (and the signals
         waiting behind it). Past the deadline it warns (``WriterWarning``) and leaves the files
-        to a background thread.
+        to a background thread. After a flush missed ``flush_deadline`` (already reported) it
+        leaves them to that thread at once.
         """
         writers, self._writers, self._open = self._writers, {}, False
         locks, self._locks = self._locks, {}
@@ -316,7 +317,7 @@ class TensorBoardSink(Sink):
                 lock.release()
 
     def _close_writers(self, writers: dict[str, EventFileWriter]) -> None:
-        if not writers or self._deadline.stalled:  # a stalled writer's close would block for ever
+        if not writers:
             return
         failed: list[BaseException] = []
 
@@ -329,6 +330,8 @@ class TensorBoardSink(Sink):
 
         closer = threading.Thread(target=close_all, name=f"{self.name} close", daemon=True)
         closer.start()
+        if self._deadline.stalled:
+            return  # reported when it stalled: the files close if the disk comes back, unwaited for
         closer.join(self.close_deadline)
         if closer.is_alive():
             warnings.warn(

@@ -101,8 +101,17 @@ def disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[StalledDis
     monkeypatch.setattr(builtins, "open", stalling_open)  # the event log's open()
     monkeypatch.setattr(io, "open", stalling_open)  # Path.open, the CSV's
     monkeypatch.setattr(RecordWriter, "write", stalling_write)
+    before = set(threading.enumerate())
     yield stalled
-    stalled.release.set()  # the blocked writer threads finish; none outlives the test blocked
+    stalled.release.set()  # the disk comes back: the threads left in its writes finish and end
+    writers = [
+        t
+        for t in set(threading.enumerate()) - before
+        if t.name.startswith("hookbus-") or t.name.endswith(" close") or type(t).__name__ == "_AsyncWriterThread"
+    ]
+    for thread in writers:
+        thread.join(30)
+    assert not [t.name for t in writers if t.is_alive()]
 
 
 def _sink(kind: str, root: Path, max_queue_size: int = 1024, flush_secs: float = 5.0) -> hookbus.Sink:
@@ -262,7 +271,7 @@ CHILD = textwrap.dedent(
         with tf.Graph().as_default():
             model = build_linear_regression()
             bus = hookbus.EventBus()
-            tb = bus.attach(TensorBoardSink(os.path.join(out, run, "tb"), every_n_steps=1, flush_deadline=1.0))
+            tb = bus.attach(TensorBoardSink(os.path.join(out, run, "tb"), every_n_steps=1, flush_deadline=2.0))
             bus.attach(CSVSink(os.path.join(out, run, "metrics.csv"), every_n_steps=1))
             ckpt = os.path.join(out, run, "ckpt") if checkpoints else None
             if checkpoints:
