@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
 from hookbus._collective import CollectiveStop, task_of_strategy
 from hookbus._hook import with_base
+from hookbus._keras_resume import pass_over, restore_train_function
 from hookbus._keys import did_you_mean
 from hookbus._publisher import EPOCH_PREFIX, PublisherCore
 from hookbus._tf import require_tensorflow
@@ -99,7 +100,11 @@ class EventBusCallback:
     as Keras's ``BackupAndRestore`` does; exact when checkpoints fall on epoch ends; with an
     input of unknown length pass ``initial_epoch`` yourself), and a stop asked for at the resume
     (early stopping whose patience ran out before the checkpoint) ends ``fit`` before another
-    epoch.
+    epoch. A checkpoint from the middle of an epoch (a stop there saved it) resumes after its
+    last trained batch: Keras reads the batches before it without training on them (other
+    callbacks see their batch ends, with empty logs), so no step is trained twice and the run
+    ends where an uninterrupted one ends. An epoch a stop cut short publishes neither its
+    validation nor its epoch event; the resume completes it and publishes them once.
 
     A save at an epoch's last step (and whatever else subscribers defer at a batch) runs once
     Keras moves on: at the next batch, or after that epoch's validation and epoch events, which
@@ -165,6 +170,9 @@ class EventBusCallback:
         self._step = 0
         self._epoch_start = 0
         self._held = False  # a batch's deferred work (a save) waits until Keras moves on
+        self._resume_batch = 0  # batches of the resumed epoch trained before the restart
+        self._skipped = False  # the batch Keras just reported was passed over, not trained
+        self._batches = 0  # batches Keras ran of the current epoch (passed over ones included)
         self._in_fit = False
         self._set_initial_epoch = False
         self._checked = False
@@ -216,7 +224,9 @@ class EventBusCallback:
                 f"{getattr(model, 'name', '')!r} {'not compiled' if optimizer is not None else 'without an optimizer'}"
             )
         tf = require_tensorflow("EventBusCallback")
+        restore_train_function(model)  # an earlier fit that raised may have left it wrapped
         self._release()  # a hold an earlier fit left when it raised
+        self._skipped = False
         self._iterations = optimizer.iterations
         checkpoint = self._checkpoint or tf.train.Checkpoint(model=model, optimizer=optimizer)
         self.checkpoint_backend.attach(checkpoint)
@@ -248,7 +258,10 @@ class EventBusCallback:
         """Have ``fit`` start at the epoch of the restored step, or train no epoch at all when a
         stop was asked for before the first batch (Keras looks at ``stop_training`` only after
         a batch). ``model._initial_epoch`` is what Keras's trainer reads for this, set by its own
-        ``BackupAndRestore`` in ``on_train_begin``."""
+        ``BackupAndRestore`` in ``on_train_begin``. A step restored in the middle of an epoch (a
+        stop mid-epoch saved it) resumes that epoch after its last trained batch: the batches
+        before are passed over (read, not trained), so no step is trained twice."""
+        self._resume_batch = 0
         params = self.params or {}  # type: ignore[attr-defined]  # None from a CallbackList without params
         epochs, steps = params.get("epochs"), params.get("steps")
         if not hasattr(model, "_initial_epoch") or not isinstance(epochs, int):
@@ -256,12 +269,14 @@ class EventBusCallback:
         if model.stop_training:
             start = epochs
         elif self.restored_from is not None and isinstance(steps, int) and steps > 0:
-            start = self._step // steps
+            start, self._resume_batch = divmod(self._step, steps)
         else:
             return
         if start > 0:
             model._initial_epoch = start
             self._set_initial_epoch = True
+        if self._resume_batch:
+            pass_over(model, self._resume_batch, lambda: setattr(self, "_skipped", True))
 
     def _hold(self) -> None:
         if not self._held:
@@ -285,12 +300,18 @@ class EventBusCallback:
 
     def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
         self._release()
-        self._epoch_start = self._step
+        # The epoch a mid-epoch checkpoint resumes began that many batches before the restored step.
+        self._epoch_start, self._resume_batch = self._step - self._resume_batch, 0
+        self._batches = 0
 
     def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         self._release()  # Keras moved on: the last batch's save (if any) runs, before this one trains
 
     def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+        self._batches = batch + 1
+        if self._skipped:  # a batch trained before the restart, passed over: not a step
+            self._skipped = False
+            return
         if not self._names_checked:  # Keras's log names arrive with the first batch
             self._check_names(logs)
         step = self._epoch_start + batch + 1  # batch: the last batch of this execution, 0-based
@@ -318,16 +339,25 @@ class EventBusCallback:
     def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
         logs = logs or {}
         try:
-            val = {k[4:]: v for k, v in logs.items() if k.startswith("val_")}
-            if val and self._eval.eval_wanted():
-                self._eval.publish_eval(self._step, {k: val[k] for k in self._eval.keys if k in val})
-            if (epoch + 1) % self.every_n_epochs == 0:
-                self._publish_epoch(epoch, logs)
+            if not self._stopped_mid_epoch():
+                val = {k[4:]: v for k, v in logs.items() if k.startswith("val_")}
+                if val and self._eval.eval_wanted():
+                    self._eval.publish_eval(self._step, {k: val[k] for k in self._eval.keys if k in val})
+                if (epoch + 1) % self.every_n_epochs == 0:
+                    self._publish_epoch(epoch, logs)
         finally:
             self._release()  # a save at the epoch's last step, after the events of that step
         if self._collective is not None and not self._collective.agreed:
             self._collective.agree(self.bus, self._step)  # every worker ends the epoch here
         self._stop_if_agreed()
+
+    def _stopped_mid_epoch(self) -> bool:
+        """Whether a stop ended this epoch before its last batch: its validation and epoch record
+        are not published then (the epoch is not over; a resume completes it and publishes them
+        once). With an input of unknown length every epoch counts as complete."""
+        steps = (self.params or {}).get("steps")  # type: ignore[attr-defined]
+        stopped = bool(getattr(self.model, "stop_training", False))  # type: ignore[attr-defined]
+        return stopped and isinstance(steps, int) and 0 < self._batches < steps
 
     def _publish_epoch(self, epoch: int, logs: Mapping[str, Any]) -> None:
         values: dict[str, Any] = {EPOCH_PREFIX + k: float(v) for k, v in logs.items() if isinstance(v, int | float)}
@@ -335,6 +365,7 @@ class EventBusCallback:
 
     def on_train_end(self, logs: Mapping[str, Any] | None = None) -> None:
         self._release()
+        restore_train_function(self.model)  # type: ignore[attr-defined]
         final = self._core.final_plan(self._step)
         if final is not None:
             self._core.publish_final(final, {k: self._logs[k] for k in final.keys if k in self._logs})

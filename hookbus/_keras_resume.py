@@ -1,0 +1,67 @@
+"""Resuming a Keras ``fit`` in the middle of an epoch: passing over the batches trained before.
+
+A stop in the middle of an epoch (Ctrl-C, SIGTERM, a stop-at-step) saves a checkpoint at that
+step. Keras's own ``BackupAndRestore(save_freq=N)`` resumes such a checkpoint at the start of
+its epoch (Keras 3.15 restores the epoch, not the batch), so the batches of that epoch trained
+before the stop are trained again. Here ``fit`` still starts at the epoch's first batch (Keras
+offers a callback no way to start later), but ``model.train_function`` is wrapped for that
+epoch's first calls: each reads its batches from the iterator and returns without training, and
+then puts Keras's function back. The epoch keeps its length and Keras its batch numbering;
+the callback publishes nothing for the batches passed over.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["pass_over", "restore_train_function"]
+
+logger = logging.getLogger("hookbus")
+
+_WRAPPED = "_hookbus_trains"  # the attribute of a wrapper that holds Keras's own train function
+
+
+def pass_over(model: Any, batches: int, passed: Callable[[], None]) -> None:
+    """Have ``model``'s next ``fit`` calls read ``batches`` batches without training on them.
+
+    Each call Keras makes reads up to ``steps_per_execution`` batches; ``passed`` is called once
+    per call passed over (before Keras reports its batch end). Keras's train function is put
+    back once they are read.
+    """
+    restore_train_function(model)
+    model.make_train_function()
+    train = model.train_function
+    per_call = max(1, int(getattr(model, "steps_per_execution", 1) or 1))
+    left = batches
+
+    def read_without_training(iterator: Any) -> Any:
+        nonlocal left
+        if left <= 0:  # read them all: from here on Keras trains
+            model.train_function = train
+            return train(iterator)
+        read = 0
+        for _ in range(min(per_call, left)):
+            if not iterator.get_next_as_optional().has_value():
+                break
+            read += 1
+        left -= per_call
+        if left <= 0:
+            model.train_function = train
+        if read == 0:
+            raise StopIteration  # the input ran out, as Keras's own function says it
+        passed()
+        return {}
+
+    setattr(read_without_training, _WRAPPED, train)
+    model.train_function = read_without_training
+    logger.info("resuming in the middle of an epoch: passing over its first %d batch(es), trained before", batches)
+
+
+def restore_train_function(model: Any) -> None:
+    """Put Keras's own train function back if a :func:`pass_over` wrapper is still installed
+    (a ``fit`` that ended before reading all the batches passed over)."""
+    train = getattr(getattr(model, "train_function", None), _WRAPPED, None)
+    if train is not None:
+        model.train_function = train
