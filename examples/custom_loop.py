@@ -3,7 +3,8 @@
 The loop calls ``loop.step(values)`` once per step with a dict of tensors; the publisher
 converts them (``.numpy()``) only on steps where a subscriber is due, evaluates every few
 hundred steps through ``loop.evaluate``, checkpoints through the ``tf.train.Checkpoint`` passed
-in, and stops when a sink asks (``loop.should_stop``). Run it again with the same ``--dir`` and
+in, and stops when a sink asks (``loop.should_stop``, looked at before each step, so a run
+resumed after its stop trains nothing). Run it again with the same ``--dir`` and
 it resumes from the checkpoint: another ``--steps`` steps, each CSV row once. From the
 repository root, after the README's first command::
 
@@ -70,11 +71,11 @@ def train(directory: str, steps: int) -> int:
     batches = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(2048, seed=0).repeat().batch(64)
     with bus, loop:
         for xb, yb in batches:
+            if loop.should_stop:  # before training: a run resumed after its stop trains nothing
+                break
             loop.step(train_step(xb, yb))  # tensors; converted only when a sink is due
             if loop.global_step % 200 == 0:
                 loop.evaluate(eval_step())
-            if loop.should_stop:
-                break
     return loop.global_step
 
 

@@ -32,8 +32,10 @@ class LoopPublisher:
                                      checkpoint=tf.train.Checkpoint(model=model, optimizer=optimizer),
                                      restore=True)
         with bus, loop:
-            while not loop.should_stop:
-                loop.step(train_step(next(batches)))      # a dict of tensors, or a callable
+            for batch in batches:
+                if loop.should_stop:                      # before training: a resumed run whose
+                    break                                 # stop came before it trains nothing
+                loop.step(train_step(batch))              # a dict of tensors, or a callable
 
     ``with loop:`` publishes ``begin`` and ``session_created`` (restoring the latest checkpoint
     first when ``restore`` asks), and on a clean exit the ``at_end`` values and ``end``. Each
@@ -124,6 +126,7 @@ class LoopPublisher:
         self.restored_from: str | None = None
         self._step = 0
         self._last: StepValues | None = None
+        self._stopped = False  # whether the loop was told it stops: no step may be counted after
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -176,6 +179,7 @@ class LoopPublisher:
         if self._collective is not None:
             self._collective.reset(self._step)
             self._collective.agree(self.bus, self._step, plan=True)  # a worker may begin stopped
+        self._stopped = self.should_stop
 
     def step(self, values: StepValues) -> bool:
         """One training step ran: publish it to the due subscribers; returns :attr:`should_stop`.
@@ -187,7 +191,16 @@ class LoopPublisher:
         Raises:
             KeyError: on a due step, when ``values`` lacks a key a due subscriber needs.
             TypeError: on a due step, for a value no sink can use (see the class).
+            RuntimeError: after :attr:`should_stop` turned true (as the loop began, at a step or
+                in an evaluation): that step is not counted, published or saved. Look at
+                ``should_stop`` before training a step.
         """
+        if self._stopped:
+            raise RuntimeError(
+                f"LoopPublisher.step() after the loop was asked to stop at step {self._step} "
+                f"({self.bus.stop_reason}): this step is not counted, published or saved; look at "
+                "loop.should_stop before training a step (if loop.should_stop: break)"
+            )
         counted = self._read_counter()  # several optimizer steps per call: the counter knows
         step = self._step + 1 if counted is None else counted
         plan = self._core.plan(step)
@@ -202,11 +215,10 @@ class LoopPublisher:
         self._last = values
         stopping = self._core.should_stop()
         collective = self._collective
-        if collective is None:
-            return stopping
-        if collective.due(self._step):
+        if collective is not None and collective.due(self._step):
             collective.agree(bus, self._step)
-        return collective.agreed
+        self._stopped = stopping if collective is None else collective.agreed
+        return self._stopped
 
     def _pick(self, raw: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
         missing = [k for k in keys if k not in raw]
@@ -228,6 +240,7 @@ class LoopPublisher:
         self._core.should_stop()  # a signal during the evaluation is recorded like any other
         if self._collective is not None:
             self._collective.agree(self.bus, self._step)  # every worker evaluates at the same step
+        self._stopped = self.should_stop
 
     def end(self) -> None:
         """Publish the ``at_end`` values (from the last step) and ``end`` (``with loop:`` calls it)."""
