@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -123,7 +124,9 @@ def test_a_mixed_precision_loop_evaluating_one_step_repeatedly_counts_it_once_ev
     stats = bus.stats()[csv_sink.name].writer
     assert stats is not None
     assert stats.rows == written
-    assert f"{csv_sink.name} {written:,} rows" in health_summary(bus.stats())
+    # The sink's one mention carries its count, whether it stands alone ("CSVSink 13 rows") or is
+    # also the slowest sink ("most: CSVSink 0.4 ms (13 rows)"), which depends on the machine.
+    assert re.search(rf"\b{re.escape(csv_sink.name)}\b[^|]*\b{written:,} rows", health_summary(bus.stats()))
     warnings = [r.getMessage() for r in caplog.records if REPEATED in r.getMessage()]
     assert len(warnings) == 1
     assert "eval/loss at step 0" in warnings[0]
