@@ -61,7 +61,7 @@ def train(directory: str, epochs: int, *, resume: bool) -> tuple[int, str | None
     bus.attach(TensorBoardSink(os.path.join(directory, "tb"), every_n_steps=8))
     bus.attach(CSVSink(os.path.join(directory, "metrics.csv"), every_n_steps=4))
     bus.attach(CSVSink(os.path.join(directory, "epochs.csv"), epochs=True, name="EpochCSV"))  # CSVLogger's rows
-    bus.attach(CheckpointSink(os.path.join(directory, "ckpt"), every_n_steps=STEPS_PER_EPOCH, every_n_secs=None))
+    bus.attach(CheckpointSink(os.path.join(directory, "ckpt")))  # under fit: at each epoch end, as ModelCheckpoint
     bus.attach(EarlyStoppingSink(monitor="eval/loss", patience=2, min_delta=0.001))
     callback = hookbus.EventBusCallback(bus, keys=["loss", "accuracy"], restore=resume)
     model = build_model()

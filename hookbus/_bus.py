@@ -117,6 +117,8 @@ class EventBus:
         self._graph_def: Callable[[], bytes | None] | None = None  # offered by a train publisher
         self._weights: WeightsBackend | None = None  # offered by a train publisher holding its model
         self._model_config: Callable[[], str | None] | None = None  # offered by the Keras callback
+        self._directions: Callable[[str], str | None] | None = None  # offered by the Keras callback
+        self._ends_epochs = False  # the Keras callback under fit
         self._state = RunState(wall_clock())
         self._keys = KeyRegistry()
         self._dispatcher = Dispatcher(self)

@@ -79,6 +79,11 @@ class SinkContext:
         model_config: The Keras model's JSON configuration (the Keras callback, for Sequential
             and functional models, as Keras's ``TensorBoard`` writes it), else ``None``.
         stats: Every subscriber's health (:meth:`hookbus.EventBus.stats`), for dashboards.
+        declared_direction: ``key -> "min" | "max" | None``: which way the metric behind ``key``
+            goes, where the training publisher knows it (a Keras compiled metric's own
+            direction), else ``None``; monitors' ``mode="auto"`` asks it first.
+        ends_epochs: Whether the training publisher ends epochs (Keras ``fit``), so that sinks'
+            defaults follow Keras's.
     """
 
     clock: Callable[[], float]
@@ -102,6 +107,8 @@ class SinkContext:
     graph_def: Callable[[], bytes | None]
     model_config: Callable[[], str | None]
     stats: Callable[[], BusStats]
+    declared_direction: Callable[[str], str | None]
+    ends_epochs: Callable[[], bool]
 
 
 class SinkServices:
@@ -135,6 +142,8 @@ class SinkServices:
             graph_def=lambda: self._bus._graph_def() if self._bus._graph_def is not None else None,
             model_config=lambda: self._bus._model_config() if self._bus._model_config is not None else None,
             stats=self._bus.stats,
+            declared_direction=lambda key: self._bus._directions(key) if self._bus._directions is not None else None,
+            ends_epochs=lambda: self._bus._ends_epochs,
         )
 
     def _peer_reports(self, asking: Sink) -> list[PeerReport]:

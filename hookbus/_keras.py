@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
 from hookbus._collective import CollectiveStop, task_of_strategy
 from hookbus._hook import with_base
+from hookbus._keras_metrics import CompiledDirections
 from hookbus._keras_resume import pass_over, restore_train_function
 from hookbus._keys import did_you_mean
 from hookbus._publisher import EPOCH_PREFIX, PublisherCore
@@ -233,6 +234,8 @@ class EventBusCallback:
         self._core.offer_checkpoints(self.checkpoint_backend)
         self._core.offer_weights(ModelWeights(model))
         self._core.offer_model_config(lambda: _model_config(model))
+        self._core.offer_directions(CompiledDirections(model))
+        self._core.offer_epochs(True)
         self._in_fit, self._checked, self._names_checked = True, False, False
         strategy = getattr(model, "distribute_strategy", None)
         task = task_of_strategy(strategy)
@@ -373,6 +376,8 @@ class EventBusCallback:
         self.checkpoint_backend.detach()
         self._core.offer_weights(None)
         self._core.offer_model_config(None)
+        self._core.offer_directions(None)
+        self._core.offer_epochs(False)
         if self._set_initial_epoch:
             self.model._initial_epoch = None  # type: ignore[attr-defined]  # the next fit starts as told
             self._set_initial_epoch = False

@@ -79,6 +79,12 @@ class BusPort:
     def offer_model_config(self, config: Callable[[], str | None] | None) -> None:
         self.bus._model_config = config
 
+    def offer_directions(self, directions: Callable[[str], str | None] | None) -> None:
+        self.bus._directions = directions
+
+    def offer_epochs(self, ends_epochs: bool) -> None:
+        self.bus._ends_epochs = ends_epochs
+
     def event(self, signal: str, *, step: int, mode: str = "train", **fields: Any) -> Event:
         """An :class:`Event` stamped with the bus's clocks (and the task, in multi-worker training)."""
         return self.bus._event(signal, step=step, mode=mode, **fields)

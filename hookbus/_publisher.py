@@ -214,6 +214,18 @@ class PublisherCore:
         conceptual graph (``None``: the model has none to show)."""
         self._port.offer_model_config(config)
 
+    def offer_directions(self, directions: Callable[[str], str | None] | None) -> None:
+        """Let monitors ask which way a metric goes: ``directions(key)`` is ``"min"``, ``"max"`` or
+        ``None`` (the metric declares nothing), for bus keys (a Keras model's compiled metrics,
+        what Keras's own ``mode="auto"`` reads); ``None`` withdraws it."""
+        self._port.offer_directions(directions)
+
+    def offer_epochs(self, ends_epochs: bool) -> None:
+        """Tell sinks that this training publisher ends epochs (Keras ``fit``: an epoch event at
+        each epoch end), so that their defaults can follow Keras's (``CheckpointSink`` saves at
+        each epoch end); ``False`` withdraws it."""
+        self._port.offer_epochs(ends_epochs)
+
     def should_stop(self, read_step: Callable[[], object] | None = None) -> bool:
         """Act on a signal or another thread's stop recorded since the last step; whether to stop.
 

@@ -118,9 +118,10 @@ class Subscriber:
         """Whether an epoch event (``mode="epoch"``, ``epoch/<name>`` keys) reaches this subscriber.
 
         The one rule: it must handle ``after_run`` and opt in, either by naming an ``epoch/``
-        key in ``keys`` or, with ``keys=None``, by being a sink whose ``receives_epochs`` is
-        true. Everything else never sees epoch events.
+        key in ``keys`` or by being a sink whose ``receives_epochs`` is true (whatever its
+        keys: early stopping hears each epoch end to report a monitor that never came).
+        Everything else never sees epoch events.
         """
         if "after_run" not in self.handlers or self.disabled:
             return False
-        return self.epochs if self.keys is None else not self.keys.isdisjoint(keys)
+        return self.epochs or (self.keys is not None and not self.keys.isdisjoint(keys))

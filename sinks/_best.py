@@ -37,9 +37,17 @@ class BestCheckpoints:
         return len(self.entries) < self.keep or self.monitor.better(value, self.entries[0][0])
 
     def add(self, value: float, path: str) -> list[str]:
-        """Rank ``path``; return the prefixes that fell out of the best ``keep``."""
+        """Rank ``path``; return the prefixes that fell out of the best ``keep``.
+
+        Of equal values the earlier step ranks better, as Keras's ``ModelCheckpoint`` keeps the
+        first of equal bests (only a strictly better value replaces it).
+        """
         sign = -1.0 if self.monitor.mode == "min" else 1.0
-        ranked = sorted([*self.entries, (value, path)], key=lambda item: sign * item[0])
+
+        def rank(item: tuple[float, str]) -> tuple[float, int]:
+            return sign * item[0], -(files.step_of(item[1]) or 0)
+
+        ranked = sorted([*self.entries, (value, path)], key=rank)
         dropped, self.entries = ranked[: -self.keep], ranked[-self.keep :]
         return [p for _, p in dropped]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,22 +16,31 @@ __all__ = ["MODES", "Monitor", "check_scalar", "resolve_mode"]
 MODES = ("min", "max", "auto")
 
 
-def resolve_mode(monitor: str, mode: object) -> str:
-    """``"min"`` or ``"max"`` for ``monitor``; ``"auto"`` only where the key's name is unambiguous.
+def resolve_mode(monitor: str, mode: object, declared: str | None = None, *, owner: str | None = None) -> str:
+    """``"min"`` or ``"max"`` for ``monitor``; ``"auto"`` (the default) by the one direction rule.
 
-    ``auto`` follows :func:`hookbus._direction.better_direction` (the dashboard's rule too):
-    min for keys containing ``loss`` or ``error``, max for ``acc``, ``auc``, ``precision``,
-    ``recall``, ``f1``, ``iou`` or ``map``; any other key needs an explicit mode.
+    ``auto`` follows :func:`hookbus._direction.better_direction` (the dashboard's rule too): the
+    direction the metric itself declares (``declared``: a Keras compiled metric's, as Keras's
+    ``mode="auto"`` reads it) wins; otherwise the name: min for keys containing ``loss``,
+    ``error``, ``crossentropy``, ``mae``, ``mape``, ``mse`` or ``msle``, max for ``acc``,
+    ``auc``, ``precision``, ``recall``, ``f1``, ``iou`` or ``map``. Anything else needs an
+    explicit mode.
+
+    Raises:
+        ValueError: for a mode other than the three, or where ``auto`` cannot tell (naming
+            ``owner``, the sink, when given).
     """
     if mode not in MODES:
         raise ValueError(f"mode must be 'min', 'max' or 'auto' (got {mode!r})")
     if mode != "auto":
         return str(mode)
-    direction = better_direction(monitor)
+    direction = better_direction(monitor, declared)
     if direction is not None:
         return direction
+    who = f"{owner}: " if owner else ""
     raise ValueError(
-        f"mode='auto' cannot tell whether {monitor!r} should go down or up; pass mode='min' or mode='max'"
+        f"{who}mode='auto' cannot tell whether {monitor!r} should go down or up (neither its name nor "
+        "the training publisher tells); pass mode='min' or mode='max'"
     )
 
 
@@ -50,7 +59,8 @@ class Monitor:
 
     Args:
         key: The event value to watch (e.g. ``"eval/loss"``).
-        mode: ``"min"`` or ``"max"`` (resolve ``"auto"`` with :func:`resolve_mode` first).
+        mode: ``"min"``, ``"max"``, or ``"auto"`` until :meth:`settled` resolves it as a run
+            begins (comparisons need ``"min"`` or ``"max"``).
         min_delta: An improvement must beat the reference by more than this (default 0.0);
             its sign is ignored, as in Keras.
     """
@@ -61,6 +71,16 @@ class Monitor:
 
     def __post_init__(self) -> None:
         key_name("monitor", self.key)
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be 'min', 'max' or 'auto' (got {self.mode!r})")
+
+    def settled(self, owner: str, declared: Callable[[str], str | None]) -> Monitor:
+        """This monitor with ``mode="auto"`` resolved (:func:`resolve_mode`) by what
+        ``declared(key)`` says of the metric (a sink's context's ``declared_direction``), as a
+        run begins: before step 1, so a key nothing can decide fails then, asking for ``mode=``."""
+        if self.mode != "auto":
+            return self
+        return Monitor(self.key, resolve_mode(self.key, "auto", declared(self.key), owner=owner), self.min_delta)
 
     def value(self, values: Mapping[str, Any]) -> float | None:
         """The monitored scalar in ``values``, or ``None`` if absent.
@@ -84,6 +104,7 @@ class Monitor:
         """
         if reference is None:
             return True
+        assert self.mode != "auto", "Monitor.settled resolves mode='auto' before any comparison"
         delta = abs(self.min_delta)
         if self.mode == "min":
             return value + delta < reference

@@ -12,6 +12,7 @@ from hookbus._bus import UnknownKeyError
 from hookbus._events import CheckpointSaved
 from hookbus._keys import did_you_mean
 from hookbus._lock import OutputLock
+from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX
 from hookbus._schedule import Schedule
 from hookbus._subscriber import PRIORITY_CHECKPOINT, Sink
 from hookbus._validate import non_negative_int, positive_int
@@ -19,7 +20,7 @@ from hookbus._writer import check_writable_dir
 
 from ._best import BestCheckpoints
 from ._finite import find_nonfinite
-from ._monitor import Monitor, check_scalar, resolve_mode
+from ._monitor import Monitor, check_scalar
 
 if TYPE_CHECKING:
     from hookbus._checkpoint import CheckpointBackend
@@ -59,28 +60,38 @@ class CheckpointSink(Sink):
         directory: Where checkpoints go (pass the same as the session's ``checkpoint_dir``).
         every_n_steps: Save when the step reaches a new multiple (default ``None``).
         every_n_secs: Save when this many seconds have passed, counted from each session's start
-            (a fresh start or a resume does not save at its first step). Default: 600 when no
-            schedule argument is given. Schedule arguments replace the default as a whole:
-            ``every_n_steps=500`` alone saves on steps only; with both, whichever comes first.
+            (a fresh start or a resume does not save at its first step). Default, when no
+            schedule argument is given: under Keras ``fit``, at each epoch end (each epoch event
+            of :class:`~hookbus.EventBusCallback`), as ``ModelCheckpoint`` and
+            ``BackupAndRestore`` save; elsewhere (the TF1 hook, the loop publisher) every 600
+            seconds. Schedule arguments replace the default as a whole: ``every_n_steps=500``
+            alone saves on steps only, also under ``fit``; with both, whichever comes first.
             ``every_n_steps=None, every_n_secs=None`` saves only at the end of each session and
             when a stop is requested.
         keep: How many recent checkpoints to keep, across restarts (default 5).
         keep_best: Also keep this many best checkpoints by ``monitor`` in ``directory/best``
-            (default 0: off).
+            (default 0: off). Under the epoch default, a training key ranks each epoch end by
+            the epoch's value (``epoch/<key>``, as ``ModelCheckpoint`` ranks by epoch logs).
         monitor: The key ranking checkpoints for ``keep_best`` (default ``None``); also
             reported in ``checkpoint_saved``.
-        mode: ``"min"`` (default), ``"max"`` or ``"auto"`` for ``monitor``.
+        mode: ``"auto"`` (default, as Keras's), ``"min"`` or ``"max"`` for ``monitor``: the one
+            direction rule, as :class:`~hookbus.sinks.EarlyStoppingSink`'s (``eval/accuracy``
+            ranks highest first); with ``keep_best``, where nothing tells, ``begin`` fails
+            asking for ``mode=``.
         basename: Checkpoint file prefix (default ``"model.ckpt"``, files ``model.ckpt-<step>``).
         name: Name in reports (default the class name).
 
     Raises:
         ValueError: at construction for invalid settings; at ``begin`` without a publisher that
-            provides a checkpoint backend, when two stateful sinks share a name, or when no
-            publisher provides ``monitor`` (or declares it non-scalar). ``directory`` that is a
+            provides a checkpoint backend, when two stateful sinks share a name, when no
+            publisher provides ``monitor`` (or declares it non-scalar), or when ``keep_best``'s
+            ``mode="auto"`` cannot tell which way ``monitor`` goes. ``directory`` that is a
             file or cannot be created fails at construction.
     """
 
     default_schedule: ClassVar[Schedule] = Schedule(every_n_secs=600, secs_from_session_start=True)
+    #: The default under Keras ``fit``: never due on a step; each epoch event saves.
+    epoch_schedule: ClassVar[Schedule] = Schedule()
     #: Parameter-server training: only the chief saves (``chief_only_hooks``), at the shared global step.
     default_runs_on: ClassVar[str] = "chief"
     #: Under MultiWorkerMirroredStrategy every worker saves (the non-chiefs into a scratch directory).
@@ -96,13 +107,17 @@ class CheckpointSink(Sink):
         keep: int = 5,
         keep_best: int = 0,
         monitor: str | None = None,
-        mode: str = "min",
+        mode: str = "auto",
         *,
         basename: str = "model.ckpt",
         name: str | None = None,
     ) -> None:
         if not isinstance(directory, str | os.PathLike) or not os.fspath(directory):
             raise ValueError(f"directory must be a non-empty path (got {directory!r})")
+        #: No schedule argument given: the default, chosen at each train begin (epochs under fit).
+        self._defaulted = every_n_steps is None and every_n_secs is _NOT_GIVEN
+        self._at_epochs = False  # whether the default now is each epoch end
+        self._pending_best: tuple[int, float] | None = None  # an evaluation waiting for its epoch's save
         if every_n_secs is _NOT_GIVEN:
             every_n_secs = None if every_n_steps is not None else 600.0  # given arguments replace the default
         # Both None: save only at the end of each session and on a stop (the train/evaluate loop).
@@ -121,7 +136,7 @@ class CheckpointSink(Sink):
         if self.keep_best and monitor is None:
             raise ValueError(f"keep_best={keep_best} needs monitor=<key> to rank checkpoints by")
         self.monitor = monitor
-        self._monitor = None if monitor is None else Monitor(monitor, resolve_mode(monitor, mode))
+        self._monitor = None if monitor is None else Monitor(monitor, mode)
         if not isinstance(basename, str) or not basename or os.sep in basename:
             raise ValueError(f"basename must be a file name (got {basename!r})")
         self.basename = basename
@@ -143,12 +158,26 @@ class CheckpointSink(Sink):
     def setup(self, context: SinkContext) -> None:
         super().setup(context)
         # A new run: its first restored session loads the states beside the checkpoint it restored.
-        self._resumed, self._nonfinite_step = False, None
+        self._resumed, self._nonfinite_step, self._pending_best = False, None, None
+
+    @property
+    def receives_epochs(self) -> bool:
+        """With the default schedule: under Keras ``fit`` each epoch event saves."""
+        return self._defaulted
+
+    def _choose_default(self) -> None:
+        """The default schedule for this publisher: each epoch end under ``fit``, else by time."""
+        at_epochs = self._defaulted and self.context.ends_epochs()
+        if at_epochs != self._at_epochs:
+            self._at_epochs = at_epochs
+            self.schedule = self.epoch_schedule if at_epochs else self.default_schedule
+            self.context.reschedule(self.schedule)
 
     def on_begin(self, event: Event) -> None:
         if event.mode != "train":
             return
         context = self.context
+        self._choose_default()
         if context.checkpoint_backend() is None:
             raise ValueError(
                 f"{self.name} needs a publisher that provides a checkpoint backend (a train-mode "
@@ -162,6 +191,8 @@ class CheckpointSink(Sink):
                     f"known keys: {sorted(context.known_keys)}"
                 )
             check_scalar(self.name, self.monitor, context.static_shape(self.monitor))
+        if self._best is not None and self._monitor is not None:  # the direction ranks only keep_best
+            self._monitor = self._best.monitor = self._monitor.settled(self.name, context.declared_direction)
         context.check_state_names()
         task = context.task
         self._collective = task is not None and task.collective
@@ -245,14 +276,17 @@ class CheckpointSink(Sink):
             self.context.load_states(data.get("sinks", {}))
 
     def on_after_run(self, event: Event) -> None:
+        if event.mode == "epoch" and not self._at_epochs:
+            return  # epoch events save only under the epoch default
         defer = self.context.defer
         if find_nonfinite(event.values, event.values) is not None:
-            if event.mode == "train" and (self._nonfinite_step is None or event.step < self._nonfinite_step):
+            training = event.mode in ("train", "epoch")
+            if training and (self._nonfinite_step is None or event.step < self._nonfinite_step):
                 self._nonfinite_step = event.step
             return
-        value = self._monitor.value(event.values) if self._monitor is not None else None
+        value = self._monitored(event)
         step = event.step
-        if event.mode == "train" and not event.final:
+        if event.mode in ("train", "epoch") and not event.final:
             defer(lambda: self._save(step, value))
         elif event.mode == "eval" and self._kept and files.step_of(self._kept[-1]) == step and self._scratch is None:
             # An evaluation of the latest checkpoint's step (Keras's validation at an epoch end)
@@ -260,8 +294,24 @@ class CheckpointSink(Sink):
             # it nor trains on after an early stop it decided.
             latest = self._kept[-1]
             defer(lambda: self.context.record_evaluated(latest))
-        if value is not None and self.keep_best:
+        if event.mode == "epoch":
+            self._consider_pending()  # after this epoch's save: a copy of it
+        if value is None or not self.keep_best:
+            return
+        if event.mode == "eval" and self._at_epochs:
+            # fit's validation comes just before its epoch event, whose save the best then copies.
+            self._pending_best = (step, value)
+        else:
             defer(lambda: self._consider_best(step, value))
+
+    def _monitored(self, event: Event) -> float | None:
+        """The monitored value ``event`` carries; at an epoch end, a training key's epoch value."""
+        monitor = self._monitor
+        if monitor is None:
+            return None
+        if event.mode == "epoch" and not monitor.key.startswith((EVAL_PREFIX, EPOCH_PREFIX)):
+            return monitor.value({monitor.key: event.values.get(EPOCH_PREFIX + monitor.key)})
+        return monitor.value(event.values)
 
     def on_stop_requested(self, event: StopRequest) -> None:
         if not self._collective:  # collective: the workers may ask at different steps; save at the end
@@ -270,6 +320,12 @@ class CheckpointSink(Sink):
     def on_end(self, event: Event) -> None:
         if event.mode == "train":
             self.context.defer(self._save_if_live)
+            self._consider_pending()
+
+    def _consider_pending(self) -> None:
+        pending, self._pending_best = self._pending_best, None
+        if pending is not None:
+            self.context.defer(lambda: self._consider_best(*pending))
 
     # -- saving --------------------------------------------------------------------------------
     def _backend(self) -> CheckpointBackend:
@@ -333,7 +389,12 @@ class CheckpointSink(Sink):
         chief = self._scratch is None  # a collective non-chief only joins the save, if one is written
         if regular:
             target = os.path.join(self.best_directory, os.path.basename(regular[-1]))
-            path = files.copy_checkpoint(regular[-1], self.best_directory) if chief else target
+            path = target
+            if chief:
+                path = files.copy_checkpoint(regular[-1], self.best_directory)
+                # The ranking is recovered from each best checkpoint's value after a restart; the
+                # regular checkpoint may have been saved without it (an evaluation's key).
+                files.write_state_file(path, {**(files.read_state_file(path) or {}), "value": value})
         elif self._savable(step) and self.context.current_step() == step and self._backend().ready:
             if chief:
                 written = self._write(self.best_directory, step, value)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
+from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX
 from hookbus._subscriber import PRIORITY_EARLY_STOPPING, Sink
 from hookbus._validate import finite_number, flag, non_negative_int
 
-from ._monitor import Monitor, check_scalar, resolve_mode
+from ._monitor import Monitor, check_scalar
 
 if TYPE_CHECKING:
     from hookbus._context import SinkContext
@@ -96,10 +97,18 @@ class EarlyStoppingSink(Sink):
     becomes ``bus.stop_reason``; best, wait and the evaluation count are saved with each
     checkpoint and restored on resume.
 
+    A monitor that comes from evaluations or epochs (``eval/...``, ``epoch/...``) and has not
+    come by the end of an epoch of Keras ``fit`` (a ``fit`` without ``validation_data``) is
+    reported once, with the epoch's keys: early stopping decides nothing without it (Keras warns
+    each epoch).
+
     Args:
         monitor: The key to watch.
-        mode: ``"min"`` (default), ``"max"``, or ``"auto"`` for keys whose name tells
-            (``*loss*``, ``*error*``: min; ``*acc*``: max).
+        mode: ``"auto"`` (default, as Keras's), ``"min"`` or ``"max"``. ``auto`` is the one
+            direction rule (:func:`hookbus.sinks._monitor.resolve_mode`, the dashboard's too),
+            settled as the run begins: the direction a Keras compiled metric declares, else the
+            name (``*loss*``, ``*error*``, ``*mae*``, ...: min; ``*acc*``, ``*auc*``, ...: max).
+            Where nothing tells (``eval/foo``), ``begin`` fails asking for ``mode=``.
         patience: Evaluations without improvement before stopping (default 0).
         min_delta: Change smaller than this is no improvement (default 0.0).
         baseline: Also restart the patience count only on values beating it (default ``None``).
@@ -123,8 +132,9 @@ class EarlyStoppingSink(Sink):
         name: Name in reports and in checkpoint state (default the class name).
 
     Raises:
-        ValueError: at construction for invalid settings; at ``begin`` when ``restore_best``
-            has no publisher holding a model, no publisher provides ``monitor``, or a publisher
+        ValueError: at construction for invalid settings; at ``begin`` when ``mode="auto"``
+            cannot tell the direction, ``restore_best`` has no publisher holding a model, no
+            publisher provides ``monitor``, or a publisher
             declares it with a non-scalar shape; at the first value of ``monitor`` that is not a
             scalar number (``stop_below >= stop_above`` fails at construction).
     """
@@ -136,7 +146,7 @@ class EarlyStoppingSink(Sink):
     def __init__(
         self,
         monitor: str,
-        mode: str = "min",
+        mode: str = "auto",
         patience: int = 0,
         min_delta: float = 0.0,
         baseline: float | None = None,
@@ -156,7 +166,7 @@ class EarlyStoppingSink(Sink):
         flag("restore_best", restore_best)
         super().__init__(keys=monitor, every_n_steps=every_n_steps, every_n_secs=every_n_secs, name=name)
         self.rule = EarlyStopRule(
-            monitor=Monitor(monitor, resolve_mode(monitor, mode), finite_number("min_delta", min_delta) or 0.0),
+            monitor=Monitor(monitor, mode, finite_number("min_delta", min_delta) or 0.0),
             patience=non_negative_int("patience", patience),
             baseline=finite_number("baseline", baseline, allow_none=True),
             stop_above=finite_number("stop_above", stop_above, allow_none=True),
@@ -180,6 +190,7 @@ class EarlyStoppingSink(Sink):
         self._best_weights: object = None  # the weights at state.best_step (restore_best)
         self._best_weights_step: int | None = None
         self._resumed: Event | None = None  # the session_created being dispatched, until a step runs
+        self._arrived = False  # whether the monitor came in this run (else an epoch end reports it once)
 
     @property
     def monitor(self) -> str:
@@ -189,7 +200,15 @@ class EarlyStoppingSink(Sink):
         super().setup(context)
         self._start_clean()  # a new run: best and wait come back only from a checkpoint
 
+    @property
+    def receives_epochs(self) -> bool:
+        """Epoch events let it report a monitor that an epoch ended without (evaluation and
+        epoch keys; a training key comes on its schedule)."""
+        return self.monitor.startswith((EVAL_PREFIX, EPOCH_PREFIX))
+
     def on_begin(self, event: Event) -> None:
+        # Settled once (the first begin; the Keras callback declares its metrics' directions then).
+        self.rule = replace(self.rule, monitor=self.rule.monitor.settled(self.name, self.context.declared_direction))
         check_scalar(self.name, self.monitor, self.context.static_shape(self.monitor))
         if self.restore_best and event.mode == "train" and self.context.model_weights() is None:
             raise ValueError(
@@ -230,7 +249,10 @@ class EarlyStoppingSink(Sink):
         self._resumed = None
         value = self.rule.monitor.value(event.values)
         if value is None:
+            if event.mode == "epoch" and not self._arrived:
+                self._report_missing(event)
             return
+        self._arrived = True
         before = self.state
         self.state, should_stop, reason = decide(self.rule, before, value, event.step)
         if self.restore_best and self.state.best_step != before.best_step and self.state.best_step is not None:
@@ -238,6 +260,23 @@ class EarlyStoppingSink(Sink):
         if should_stop and reason is not None:
             self.stopped_at, self.stop_reason = event.step, reason
             event.request_stop(reason)
+
+    def _report_missing(self, event: Event) -> None:
+        """Once a run: an epoch ended and the monitor has not come (Keras warns each epoch)."""
+        self._arrived = True  # reported: once
+        hint = (
+            "evaluation keys come from fit's validation (fit(validation_data=...) or validation_split=...); "
+            if self.monitor.startswith(EVAL_PREFIX)
+            else ""
+        )
+        logger.warning(
+            "%s: epoch %d ended without %r, so early stopping has decided nothing yet; %sthe epoch's keys are %s",
+            self.name,
+            int(event.values.get("epoch", -1)) + 1,
+            self.monitor,
+            hint,
+            sorted(k for k in event.values if k.startswith(EPOCH_PREFIX)),
+        )
 
     def _read_best_weights(self, step: int) -> None:
         """After a restart: the best step's weights from its checkpoint, if one is still kept."""

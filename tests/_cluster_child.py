@@ -63,7 +63,7 @@ def main(config: dict[str, Any]) -> None:
     if scenario == "files":
         bus.attach(StopAtStepSink(last_step=60)).runs_on = "chief"  # attribute: sinks without the argument
     if scenario == "early":
-        early = bus.attach(EarlyStoppingSink("flat", patience=2, every_n_steps=5))
+        early = bus.attach(EarlyStoppingSink("flat", mode="min", patience=2, every_n_steps=5))
         early.runs_on = "chief"
     if scenario == "evaluator":  # only a cap: the evaluator's early stopping ends the run
         bus.attach(StopAtStepSink(last_step=20000)).runs_on = "chief"
@@ -128,7 +128,7 @@ def evaluate(tf: Any, out: Path) -> None:
     w = tf.compat.v1.get_variable("w", initializer=5.0)
     flat = tf.identity(1.0 + 0.0 * w, name="flat")
     bus = hookbus.EventBus()
-    bus.attach(EarlyStoppingSink("eval/flat", patience=1))
+    bus.attach(EarlyStoppingSink("eval/flat", mode="min", patience=1))
     steps: list[int] = []
     bus.on("after_run", lambda event: steps.append(event.step))
     hook = hookbus.EventBusHook(bus, {"flat": flat}, mode="eval")

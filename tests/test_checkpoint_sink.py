@@ -176,8 +176,8 @@ def test_keep_best_ranks_checkpoints_and_leaves_the_pointer_at_the_last_step(tmp
     values = iter([5.0, 3.0, 4.0, 1.0, 2.0, 6.0, 7.0, 8.0])
 
     sinks: list[Sink] = [
-        CheckpointSink(d, every_n_steps=2, every_n_secs=None, keep=2, keep_best=2, monitor="score"),
-        EarlyStoppingSink("score", patience=2, every_n_steps=2),
+        CheckpointSink(d, every_n_steps=2, every_n_secs=None, keep=2, keep_best=2, monitor="score", mode="min"),
+        EarlyStoppingSink("score", mode="min", patience=2, every_n_steps=2),
     ]
 
     def fetches(model: Any) -> dict[str, Any]:
@@ -210,7 +210,7 @@ def test_a_resume_after_an_early_stop_runs_no_step(tmp_path: Any) -> None:
     def sinks() -> list[Sink]:
         return [
             CheckpointSink(d, every_n_steps=2, every_n_secs=None),
-            EarlyStoppingSink("score", patience=2, every_n_steps=2),
+            EarlyStoppingSink("score", mode="min", patience=2, every_n_steps=2),
         ]
 
     bus, _, step = train(d, sinks(), last_step=100, fetches=fetches)

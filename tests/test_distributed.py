@@ -242,7 +242,7 @@ def test_a_resume_from_the_chiefs_last_checkpoint_finds_the_saved_sink_state(
         flat = tf.identity(1.0 + 0.0 * w, name="flat")
         train_op = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(tf.square(w - 1.0), global_step)
         bus = hookbus.EventBus()
-        early = bus.attach(EarlyStoppingSink("flat", patience=2, every_n_steps=5))
+        early = bus.attach(EarlyStoppingSink("flat", mode="min", patience=2, every_n_steps=5))
         bus.attach(CheckpointSink(ckpt, every_n_steps=20, every_n_secs=None))
         # Runs after the checkpoint sink has loaded the states (priority): what a resume sees.
         bus.on("session_created", lambda e: restored.append((e.step, e.restored, early.state)))

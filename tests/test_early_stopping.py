@@ -115,8 +115,11 @@ def test_auto_mode_only_where_the_key_tells() -> None:
     assert resolve_mode("val_error", "auto") == "min"
     assert resolve_mode("accuracy", "auto") == "max"
     assert resolve_mode("eval/auc", "auto") == "max"
+    assert resolve_mode("eval/mape", "auto") == "min"  # an error, not a 'map'
+    assert resolve_mode("eval/hits", "auto", declared="max") == "max"  # what the metric declares wins
+    assert resolve_mode("eval/loss", "min", declared="max") == "min"  # an explicit mode is kept
     with pytest.raises(ValueError, match="cannot tell whether 'lr'.*pass mode='min' or mode='max'"):
-        EarlyStoppingSink("lr", mode="auto")
+        resolve_mode("lr", "auto")
 
 
 @pytest.mark.parametrize("key", ["loss", "eval/loss", "val_error", "accuracy", "eval/auc", "f1", "precision", "mAP"])
@@ -124,7 +127,7 @@ def test_early_stopping_and_the_dashboard_agree_on_which_way_is_better(key: str)
     """One rule for "higher is better": the dashboard's best column and mode='auto' agree."""
     from hookbus.sinks._console_render import goal_for_key
 
-    assert EarlyStoppingSink(key, mode="auto").rule.monitor.mode == goal_for_key(key)
+    assert resolve_mode(key, "auto") == goal_for_key(key)
 
 
 @pytest.mark.parametrize(
