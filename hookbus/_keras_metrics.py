@@ -34,45 +34,59 @@ def _identifiers(config: Any) -> Iterator[Any]:
         yield config
 
 
-def _named_direction(keras: Any, identifier: Any) -> tuple[str, str] | None:
-    """``(the name Keras logs it under, "min" | "max")`` for one identifier, as Keras's
-    ``compile_utils.get_metric`` names it; ``None`` if it cannot be made or declares nothing."""
+def _logged_name(identifier: Any) -> str | None:
+    """The name Keras logs a compiled metric under, as ``compile_utils.get_metric`` names it:
+    a string identifier's own, a function's name, a metric configuration's ``name``."""
+    if isinstance(identifier, str):
+        return identifier
+    if isinstance(identifier, dict):
+        config = identifier.get("config")
+        if identifier.get("class_name") == "function":
+            return config if isinstance(config, str) else None
+        name = config.get("name") if isinstance(config, dict) else None
+        return name if isinstance(name, str) else None
+    return None
+
+
+def _direction(keras: Any, identifier: Any) -> str | None:
+    """``"min"`` or ``"max"`` as the metric ``identifier`` declares it; ``None`` if it cannot
+    be made (a custom metric Keras cannot rebuild from its configuration) or declares nothing."""
     if isinstance(identifier, dict) and identifier.get("class_name") == "function":
-        identifier = identifier.get("config")  # a plain function, logged under its own name
+        identifier = identifier.get("config")  # a plain function, by its name
     try:
         metric = keras.metrics.get(identifier)
         if not isinstance(metric, keras.metrics.Metric):
-            metric = keras.metrics.MeanMetricWrapper(metric, name=getattr(metric, "__name__", None))
-    except Exception:  # a custom metric Keras cannot rebuild from its configuration: it tells nothing
+            metric = keras.metrics.MeanMetricWrapper(metric)
+    except Exception:
         logger.debug("cannot rebuild metric %r from the compile configuration", identifier, exc_info=True)
         return None
     # Keras's own attribute for this, read as its MonitorCallback reads it.
-    direction = _KERAS_DIRECTIONS.get(getattr(metric, "_direction", None) or "")
-    if direction is None:
-        return None
-    return (identifier if isinstance(identifier, str) else str(metric.name)), direction
+    return _KERAS_DIRECTIONS.get(getattr(metric, "_direction", None) or "")
 
 
 class CompiledDirections:
     """``key -> "min" | "max" | None`` for a compiled Keras model, by the metric behind the key.
 
     Keys are bus keys: ``mae``, ``eval/mae``, ``epoch/val_mae`` all ask about the metric ``mae``.
+    Only a metric the key names is made (once): ``eval/loss`` makes none.
     """
 
     def __init__(self, model: Any) -> None:
         self._model = model
-        self._directions: dict[str, str] | None = None
-
-    def _read(self) -> dict[str, str]:
-        from hookbus._keras import require_keras
-
-        keras = require_keras("EventBusCallback")
-        config = self._model.get_compile_config() or {}
-        identifiers = [i for key in ("metrics", "weighted_metrics") for i in _identifiers(config.get(key))]
-        return dict(named for named in (_named_direction(keras, i) for i in identifiers) if named is not None)
+        self._found: dict[str, str | None] = {}
 
     def __call__(self, key: str) -> str | None:
-        if self._directions is None:
-            self._directions = self._read()
         name = key.removeprefix(EVAL_PREFIX).removeprefix(EPOCH_PREFIX).removeprefix("val_")
-        return self._directions.get(name)
+        if name not in self._found:
+            self._found[name] = self._lookup(name)
+        return self._found[name]
+
+    def _lookup(self, name: str) -> str | None:
+        config = self._model.get_compile_config() or {}
+        for key in ("metrics", "weighted_metrics"):
+            for identifier in _identifiers(config.get(key)):
+                if _logged_name(identifier) == name:
+                    from hookbus._keras import require_keras
+
+                    return _direction(require_keras("EventBusCallback"), identifier)
+        return None
