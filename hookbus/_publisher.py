@@ -224,7 +224,7 @@ class PublisherCore:
         """Tell sinks that this training publisher ends epochs (Keras ``fit``: an epoch event at
         each epoch end), so that their defaults can follow Keras's (``CheckpointSink`` saves at
         each epoch end); ``False`` withdraws it."""
-        self._port.offer_epochs(ends_epochs)
+        self._port.offer_epochs(bool(flag("ends_epochs", ends_epochs)))
 
     def should_stop(self, read_step: Callable[[], object] | None = None) -> bool:
         """Act on a signal or another thread's stop recorded since the last step; whether to stop.

@@ -28,7 +28,7 @@ def evaluations(sink: EarlyStoppingSink, values: list[float], *, keys: tuple[str
         for value in values:
             for _ in range(10):
                 train.advance({"loss": 1.0})
-            evaluate.evaluate({keys[0]: value})
+            evaluate.evaluate({keys[0]: value}, step=train.step)
             if bus.should_stop:
                 break
         train.end()
@@ -85,7 +85,7 @@ def _epochs(sink: EarlyStoppingSink, epochs: int, *, with_eval: bool) -> None:
             for _ in range(4):
                 train.advance({"loss": 1.0})
             if with_eval:
-                evaluate.evaluate({"loss": 1.0 / (epoch + 1)})
+                evaluate.evaluate({"loss": 1.0 / (epoch + 1)}, step=train.step)
             train.core.publish_epoch(train.step, {"epoch": float(epoch), "epoch/loss": 1.0})
         train.end()
 

@@ -493,6 +493,8 @@ FLAG_ARGUMENTS: list[tuple[str, str, Callable[[Path, Any], Any], str]] = [
     ("Task.runs", "joins_collectives", lambda t, v: hookbus.Task("worker", 1).runs("chief", joins_collectives=v), FLAG),
     ("PublisherCore.session_created", "restored", lambda t, v: _session_created(v), FLAG_OR_NONE),
     ("PublisherCore.session_created", "in_memory", lambda t, v: _session_created(in_memory=v), FLAG),
+    ("PublisherCore.offer_epochs", "ends_epochs",
+     lambda t, v: hookbus.PublisherCore(hookbus.EventBus(), ["loss"]).offer_epochs(v), FLAG),
     ("LoopPublisher", "restore", lambda t, v: hookbus.LoopPublisher(hookbus.EventBus(), ["loss"], restore=v),
      FLAG_OR_DIRECTORY),
     ("EventBusCallback", "restore", lambda t, v: _keras_callback(v), FLAG_OR_DIRECTORY),
