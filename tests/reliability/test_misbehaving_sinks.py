@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -137,9 +138,12 @@ def test_failing_sinks_are_isolated_reported_once_with_traceback_and_counted(cap
     for report in reports:
         counts[report.subscriber] = report.count
     assert counts == {"always": STEPS, "once": 1, "disabled": 1}
-    text = dashboard_text(console)
+    text = " ".join(dashboard_text(console).split())
+    # Which sink cost most depends on the machine; where it is a failing one, its mention carries
+    # "most 0.23 ms" too: leave that aside out.
+    text = re.sub(r" \(most [\d.]+ ms\)", "", re.sub(r"most [\d.]+ ms, ", "", text))
     # In order of first error; the sink named "disabled" is also disabled.
-    assert f"errors: always ×{STEPS}, disabled ×1 (disabled), once ×1" in " ".join(text.split())
+    assert f"errors: always ×{STEPS}, disabled ×1 (disabled), once ×1" in text
 
 
 def test_a_slow_writer_slows_training_only_once_its_queue_is_full() -> None:
