@@ -10,7 +10,7 @@ from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpo
 from hookbus._collective import CollectiveStop, task_of_strategy
 from hookbus._hook import with_base
 from hookbus._keras_metrics import CompiledDirections
-from hookbus._keras_resume import pass_over, restore_train_function
+from hookbus._keras_resume import cut_short, pass_over, restore_train_function
 from hookbus._keys import did_you_mean
 from hookbus._publisher import EPOCH_PREFIX, PublisherCore
 from hookbus._tf import require_tensorflow
@@ -109,7 +109,8 @@ class EventBusCallback:
 
     A save at an epoch's last step (and whatever else subscribers defer at a batch) runs once
     Keras moves on: at the next batch, or after that epoch's validation and epoch events, which
-    belong to the same step, so the checkpoint's barrier covers them.
+    belong to the same step, so the checkpoint's barrier covers them (with an input of unknown
+    length Keras asks for one more batch first, and the save runs then: pass ``steps_per_epoch``).
 
     The model's weights are offered to sinks in memory (``EarlyStoppingSink(restore_best=True)``
     puts the best ones back at train end, as ``EarlyStopping(restore_best_weights=True)``).
@@ -342,7 +343,7 @@ class EventBusCallback:
     def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
         logs = logs or {}
         try:
-            if not self._stopped_mid_epoch():
+            if not cut_short(self.params, self.model, self._batches):  # type: ignore[attr-defined]
                 val = {k[4:]: v for k, v in logs.items() if k.startswith("val_")}
                 if val and self._eval.eval_wanted():
                     self._eval.publish_eval(self._step, {k: val[k] for k in self._eval.keys if k in val})
@@ -353,14 +354,6 @@ class EventBusCallback:
         if self._collective is not None and not self._collective.agreed:
             self._collective.agree(self.bus, self._step)  # every worker ends the epoch here
         self._stop_if_agreed()
-
-    def _stopped_mid_epoch(self) -> bool:
-        """Whether a stop ended this epoch before its last batch: its validation and epoch record
-        are not published then (the epoch is not over; a resume completes it and publishes them
-        once). With an input of unknown length every epoch counts as complete."""
-        steps = (self.params or {}).get("steps")  # type: ignore[attr-defined]
-        stopped = bool(getattr(self.model, "stop_training", False))  # type: ignore[attr-defined]
-        return stopped and isinstance(steps, int) and 0 < self._batches < steps
 
     def _publish_epoch(self, epoch: int, logs: Mapping[str, Any]) -> None:
         values: dict[str, Any] = {EPOCH_PREFIX + k: float(v) for k, v in logs.items() if isinstance(v, int | float)}

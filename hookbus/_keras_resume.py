@@ -7,7 +7,8 @@ before the stop are trained again. Here ``fit`` still starts at the epoch's firs
 offers a callback no way to start later), but ``model.train_function`` is wrapped for that
 epoch's first calls: each reads its batches from the iterator and returns without training, and
 then puts Keras's function back. The epoch keeps its length and Keras its batch numbering;
-the callback publishes nothing for the batches passed over.
+the callback publishes nothing for the batches passed over. The epoch the stop cut short
+publishes no validation and no epoch record (:func:`cut_short`): the resume completes it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["pass_over", "restore_train_function"]
+__all__ = ["cut_short", "pass_over", "restore_train_function"]
 
 logger = logging.getLogger("hookbus")
 
@@ -65,3 +66,15 @@ def restore_train_function(model: Any) -> None:
     train = getattr(getattr(model, "train_function", None), _WRAPPED, None)
     if train is not None:
         model.train_function = train
+
+
+def cut_short(params: Any, model: Any, batches: int) -> bool:
+    """Whether a stop ended the epoch after ``batches`` of its batches, before its last one.
+
+    Its validation and epoch record are not published then: the epoch is not over, and a
+    resume completes it and publishes them once. With an input of unknown length (``params``
+    has no ``steps``) every epoch counts as complete.
+    """
+    steps = (params or {}).get("steps")
+    stopped = bool(getattr(model, "stop_training", False))
+    return stopped and isinstance(steps, int) and 0 < batches < steps
