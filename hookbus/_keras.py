@@ -67,7 +67,8 @@ class EventBusCallback:
     ``event.step`` the ``iterations`` after the batch (with ``steps_per_execution > 1`` Keras
     reports once per execution and schedules fire when the step crosses their multiples); the
     ``at_end`` values and ``end`` at ``on_train_end``. On a batch where nothing is due the
-    callback compares two ints and returns: it reads no logs and sends nothing.
+    callback compares two ints and returns (and tests a flag as the batch begins): it reads no
+    logs and sends nothing.
 
     Values come from Keras's logs: **batch logs are running means over the epoch so far**, not
     the batch's own values. Keras 3 on the TensorFlow backend converts every batch's logs to
