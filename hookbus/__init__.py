@@ -2,7 +2,7 @@
 
 from hookbus._bus import EventBus, UnknownKeyError
 from hookbus._cluster import RUNS_ON, Task
-from hookbus._context import PeerReport, SinkContext
+from hookbus._context import EpochProgress, PeerReport, SinkContext
 from hookbus._evaluator import evaluate_checkpoints
 from hookbus._event_log import event_log_line, read_event_log
 from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
@@ -51,6 +51,7 @@ __all__ = [
     "BackgroundWriter",
     "BusStats",
     "CheckpointSaved",
+    "EpochProgress",
     "Event",
     "EventBus",
     "EventBusCallback",

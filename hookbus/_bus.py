@@ -19,7 +19,7 @@ import blinker
 
 from hookbus._barrier import Barrier
 from hookbus._cluster import Task, check_runs_on
-from hookbus._context import SinkServices
+from hookbus._context import EpochProgress, SinkServices
 from hookbus._dispatch import Dispatcher
 from hookbus._events import SIGNAL_DOCS, Event
 from hookbus._keys import KeyRegistry, Publisher, UnknownKeyError
@@ -119,6 +119,7 @@ class EventBus:
         self._model_config: Callable[[], str | None] | None = None  # offered by the Keras callback
         self._directions: Callable[[str], str | None] | None = None  # offered by the Keras callback
         self._ends_epochs = False  # the Keras callback under fit
+        self._progress: Callable[[], EpochProgress | None] | None = None  # offered by the Keras callback
         self._state = RunState(wall_clock())
         self._keys = KeyRegistry()
         self._dispatcher = Dispatcher(self)

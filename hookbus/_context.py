@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from hookbus._stats import BusStats
     from hookbus._weights import WeightsBackend
 
-__all__ = ["PeerReport", "SinkContext", "SinkServices"]
+__all__ = ["EpochProgress", "PeerReport", "SinkContext", "SinkServices"]
 
 logger = logging.getLogger("hookbus")
 
@@ -39,6 +39,26 @@ class PeerReport:
     name: str
     status: str | None
     total_steps: int | None
+
+
+@dataclass(frozen=True)
+class EpochProgress:
+    """Where a publisher that trains in epochs is (Keras ``fit``), for dashboards.
+
+    Attributes:
+        epoch: The epoch being trained, counted from 1 (Keras's progress bar: ``Epoch 3/12``).
+        epochs: The epochs the training runs to (``fit(epochs=...)``).
+        steps_per_epoch: Training steps per epoch; ``None`` when the input's length is unknown.
+    """
+
+    epoch: int
+    epochs: int
+    steps_per_epoch: int | None
+
+    @property
+    def total_steps(self) -> int | None:
+        """The step training ends at, ``epochs × steps_per_epoch`` (``None`` when not known)."""
+        return None if self.steps_per_epoch is None else self.epochs * self.steps_per_epoch
 
 
 @dataclass(frozen=True)
@@ -84,6 +104,8 @@ class SinkContext:
             direction), else ``None``; monitors' ``mode="auto"`` asks it first.
         ends_epochs: Whether the training publisher ends epochs (Keras ``fit``), so that sinks'
             defaults follow Keras's.
+        progress: The training publisher's :class:`EpochProgress` while it trains in epochs
+            (the Keras callback, from the first epoch's start to the end of ``fit``), else ``None``.
     """
 
     clock: Callable[[], float]
@@ -109,6 +131,7 @@ class SinkContext:
     stats: Callable[[], BusStats]
     declared_direction: Callable[[str], str | None]
     ends_epochs: Callable[[], bool]
+    progress: Callable[[], EpochProgress | None]
 
 
 class SinkServices:
@@ -144,6 +167,7 @@ class SinkServices:
             stats=self._bus.stats,
             declared_direction=lambda key: self._bus._directions(key) if self._bus._directions is not None else None,
             ends_epochs=lambda: self._bus._ends_epochs,
+            progress=lambda: self._bus._progress() if self._bus._progress is not None else None,
         )
 
     def _peer_reports(self, asking: Sink) -> list[PeerReport]:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
 from hookbus._collective import CollectiveStop, task_of_strategy
+from hookbus._context import EpochProgress
 from hookbus._hook import with_base
 from hookbus._keras_metrics import CompiledDirections
 from hookbus._keras_resume import cut_short, pass_over, restore_train_function
@@ -176,6 +177,7 @@ class EventBusCallback:
         self._resume_batch = 0  # batches of the resumed epoch trained before the restart
         self._skipped = False  # the batch Keras just reported was passed over, not trained
         self._batches = 0  # batches Keras ran of the current epoch (passed over ones included)
+        self._epoch: int | None = None  # the epoch being trained (0-based), from its on_epoch_begin
         self._in_fit = False
         self._set_initial_epoch = False
         self._checked = False
@@ -238,6 +240,8 @@ class EventBusCallback:
         self._core.offer_model_config(lambda: _model_config(model))
         self._core.offer_directions(CompiledDirections(model))
         self._core.offer_epochs(True)
+        self._epoch = None
+        self.bus._port.offer_progress(self._progress)  # a publisher's side of the bus, as the keys
         self._in_fit, self._checked, self._names_checked = True, False, False
         strategy = getattr(model, "distribute_strategy", None)
         task = task_of_strategy(strategy)
@@ -303,11 +307,21 @@ class EventBusCallback:
         if stopping if collective is None else collective.agreed:
             self.model.stop_training = True  # type: ignore[attr-defined]
 
+    def _progress(self) -> EpochProgress | None:
+        """The epoch ``fit`` is in, what dashboards show as Keras's progress bar does."""
+        params = self.params or {}  # type: ignore[attr-defined]
+        epochs, steps = params.get("epochs"), params.get("steps")
+        if self._epoch is None or not isinstance(epochs, int) or epochs <= 0:
+            return None
+        per_epoch = steps if isinstance(steps, int) and steps > 0 else None  # None: an input of unknown length
+        return EpochProgress(min(self._epoch + 1, epochs), epochs, per_epoch)
+
     def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
         self._release()
         # The epoch a mid-epoch checkpoint resumes began that many batches before the restored step.
         self._epoch_start, self._resume_batch = self._step - self._resume_batch, 0
         self._batches = 0
+        self._epoch = epoch
 
     def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         self._release()  # Keras moved on: the last batch's save (if any) runs, before this one trains
@@ -372,6 +386,7 @@ class EventBusCallback:
         self._core.offer_model_config(None)
         self._core.offer_directions(None)
         self._core.offer_epochs(False)
+        self.bus._port.offer_progress(None)
         if self._set_initial_epoch:
             self.model._initial_epoch = None  # type: ignore[attr-defined]  # the next fit starts as told
             self._set_initial_epoch = False

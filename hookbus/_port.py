@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from hookbus._bus import EventBus
     from hookbus._checkpoint import CheckpointBackend
     from hookbus._cluster import Task
+    from hookbus._context import EpochProgress
     from hookbus._events import Event
     from hookbus._keys import Publisher
     from hookbus._subscription import Subscriber
@@ -84,6 +85,10 @@ class BusPort:
 
     def offer_epochs(self, ends_epochs: bool) -> None:
         self.bus._ends_epochs = ends_epochs
+
+    def offer_progress(self, progress: Callable[[], EpochProgress | None] | None) -> None:
+        """How sinks learn the epoch a training publisher is in (``None`` withdraws it)."""
+        self.bus._progress = progress
 
     def event(self, signal: str, *, step: int, mode: str = "train", **fields: Any) -> Event:
         """An :class:`Event` stamped with the bus's clocks (and the task, in multi-worker training)."""

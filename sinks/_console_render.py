@@ -121,6 +121,8 @@ class Snapshot:
     running: bool = True
     step: int = 0
     total: int | None = None
+    epoch: int | None = None  # under fit: the epoch being trained, from 1, of ``epochs``
+    epochs: int | None = None
     rate: float | None = None
     elapsed: float = 0.0
     taken_at: float = 0.0
@@ -218,17 +220,26 @@ def _step(step: int | None) -> str:
     return "-" if step is None else f"{step:,}"
 
 
-def _header(snap: Snapshot, now: float) -> Text:
-    text = Text()
-    text.append(snap.mode, style="bold cyan")
+def _header(snap: Snapshot, now: float, width: int) -> Text:
+    """Mode, epoch, step, rate and elapsed time on one line of ``width`` cells: the gaps between
+    them narrow (three spaces, two, one) before the line would wrap."""
+    mode = Text(snap.mode, style="bold cyan")
     if snap.phase != "running":
-        text.append(f" ({snap.phase})", style="bold red" if snap.phase in ("failed", "interrupted") else "yellow")
-    text.append("   step ")
-    text.append(_step(snap.step), style="bold")
+        mode.append(f" ({snap.phase})", style="bold red" if snap.phase in ("failed", "interrupted") else "yellow")
+    parts = [mode]
+    if snap.epoch is not None:
+        epoch = Text("epoch ")
+        epoch.append(f"{snap.epoch:,}", style="bold")
+        epoch.append(f"/{snap.epochs:,}" if snap.epochs is not None else "")
+        parts.append(epoch)
+    step = Text("step ")
+    step.append(_step(snap.step), style="bold")
     if snap.total is not None:
-        text.append(f"/{snap.total:,}")
-    text.append(f"   {format_rate(snap.rate)} steps/s   elapsed {format_duration(snap.elapsed_at(now))}")
-    return text
+        step.append(f"/{snap.total:,}")
+    parts += [step, Text(f"{format_rate(snap.rate)} steps/s"), Text(f"elapsed {format_duration(snap.elapsed_at(now))}")]
+    length = sum(part.cell_len for part in parts)
+    gap = next((g for g in (3, 2) if length + g * (len(parts) - 1) <= width), 1)
+    return Text(" " * gap).join(parts)
 
 
 def _progress(snap: Snapshot) -> Table | None:
@@ -246,11 +257,16 @@ def _progress(snap: Snapshot) -> Table | None:
 
 
 _HEADINGS = ("metric", "last", "best", "at step")
+# Training values reach the dashboard on its own schedule (every 0.25 s), not every step: its
+# "best" is the best of those it was sent, and says so. Every evaluation reaches it.
+_TRAIN_HEADINGS = ("metric", "last", "best seen", "at step")
 _GAP = 2  # spaces after each column
 _NAME_MIN = 12  # a name column narrower than this would fold names into unreadable shreds
 
 
-def _metrics(rows: tuple[MetricRow, ...], *, ascii_only: bool, width: int) -> Table:
+def _metrics(
+    rows: tuple[MetricRow, ...], *, ascii_only: bool, width: int, headings: tuple[str, ...] = _HEADINGS
+) -> Table:
     """The table of ``rows`` in ``width`` cells: names and numbers whole, the sparkline gets the rest.
 
     Numbers never wrap or shorten; a name too long for the width folds onto more lines rather
@@ -261,8 +277,8 @@ def _metrics(rows: tuple[MetricRow, ...], *, ascii_only: bool, width: int) -> Ta
     cells = [
         (row.key, format_value(row.last), f"{format_value(row.best)} {row.goal}", _step(row.best_step)) for row in rows
     ]
-    widths = [max([cell_len(heading)] + [cell_len(c[i]) for c in cells]) for i, heading in enumerate(_HEADINGS)]
-    shown = len(_HEADINGS)  # the columns kept, from the left
+    widths = [max([cell_len(heading)] + [cell_len(c[i]) for c in cells]) for i, heading in enumerate(headings)]
+    shown = len(headings)  # the columns kept, from the left
     while shown > 2 and min(widths[0], _NAME_MIN) + sum(widths[1:shown]) + _GAP * shown > width:
         shown -= 1
     room = width - sum(widths[:shown]) - _GAP * shown  # what the last column, "recent", may take
@@ -271,7 +287,7 @@ def _metrics(rows: tuple[MetricRow, ...], *, ascii_only: bool, width: int) -> Ta
     table = Table(box=None, padding=(0, _GAP, 0, 0), pad_edge=False, show_edge=False, header_style="bold")
     # The one column that may wrap, never cut, and never squeezed below a readable width.
     table.add_column("metric", overflow="fold", min_width=min(widths[0], _NAME_MIN))
-    for heading, w in zip(_HEADINGS[1:shown], widths[1:shown], strict=True):
+    for heading, w in zip(headings[1:shown], widths[1:shown], strict=True):
         table.add_column(heading, justify="right", no_wrap=True, min_width=w)
     if spark >= _MIN_SPARKLINE:
         heading = "recent" if room >= cell_len("recent") else ""
@@ -289,12 +305,13 @@ def build(snap: Snapshot, now: float, *, ascii_only: bool = False, width: int = 
     """The dashboard for ``snap`` as of ``now`` in ``width`` cells: header, progress, metrics,
     eval, status, health."""
     inner = width - 4  # the panel's borders and padding
-    parts: list[RenderableType] = [_header(snap, now)]
+    parts: list[RenderableType] = [_header(snap, now, inner)]
     progress = _progress(snap)
     if progress is not None:
         parts.append(progress)
     if snap.train:
-        parts.extend([Text(""), _metrics(snap.train, ascii_only=ascii_only, width=inner)])
+        train = _metrics(snap.train, ascii_only=ascii_only, width=inner, headings=_TRAIN_HEADINGS)
+        parts.extend([Text(""), train])
     elif not snap.evals:
         parts.append(
             Text("waiting for the first values…" if not ascii_only else "waiting for the first values...", style="dim")
@@ -341,9 +358,15 @@ def _pairs(rows: tuple[MetricRow, ...]) -> str:
     return " | ".join(f"{row.key} {format_value(row.last)}" for row in rows)
 
 
+def _epoch(snap: Snapshot) -> str:
+    return f"epoch {snap.epoch}" + (f"/{snap.epochs}" if snap.epochs is not None else "")
+
+
 def plain_line(snap: Snapshot) -> str:
-    """``step 100/2000 | loss 0.123 | accuracy 0.97 | 52.3 steps/s | ETA 0:00:36``."""
-    parts = [f"step {snap.step}" + (f"/{snap.total}" if snap.total is not None else "")]
+    """``step 100/2000 | loss 0.123 | accuracy 0.97 | 52.3 steps/s | ETA 0:00:36``; under fit
+    ``epoch 3/12 | step 100/2000 | ...``."""
+    parts = [] if snap.epoch is None else [_epoch(snap)]
+    parts.append(f"step {snap.step}" + (f"/{snap.total}" if snap.total is not None else ""))
     if snap.train:
         parts.append(_pairs(snap.train))
     parts.append(f"{format_rate(snap.rate)} steps/s")
@@ -359,15 +382,17 @@ def plain_eval_line(snap: Snapshot) -> str:
 
 def plain_summary(snap: Snapshot) -> list[str]:
     """The lines printed when a plain-mode run closes."""
+    epoch = "" if snap.epoch is None else f" ({_epoch(snap)})"
     lines = [
-        f"{snap.run_name}: {snap.phase} at step {snap.step} after {format_duration(snap.elapsed)}"
+        f"{snap.run_name}: {snap.phase} at step {snap.step}{epoch} after {format_duration(snap.elapsed)}"
         f" ({format_rate(snap.rate)} steps/s)"
     ]
-    for row in snap.train + snap.evals:
-        lines.append(
-            f"  {row.key}: last {format_value(row.last)}, best ({row.goal}) {format_value(row.best)}"
-            f" at step {row.best_step if row.best_step is not None else '-'}"
-        )
+    for rows, best in ((snap.train, "best seen"), (snap.evals, "best")):
+        for row in rows:
+            lines.append(
+                f"  {row.key}: last {format_value(row.last)}, {best} ({row.goal}) {format_value(row.best)}"
+                f" at step {row.best_step if row.best_step is not None else '-'}"
+            )
     lines.extend(f"  {item}" for item in snap.status_items)
     if snap.health is not None:
         lines.append(f"  {health_summary(snap.health, snap.errors)}")

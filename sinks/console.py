@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.console import Console
 
+from hookbus._context import EpochProgress
 from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
 from hookbus._schedule import Schedule
 from hookbus._subscriber import Sink
@@ -43,9 +44,12 @@ class ConsoleSink(Sink):
     On an interactive terminal a rich ``Live`` display, redrawn ``refresh_per_second`` times a
     second on rich's own thread, shows: the run name, mode, elapsed time, step, steps/second
     (smoothed) and, when an attached sink knows the last step (``total_steps``, e.g. a
-    stop-at-step sink), a progress bar with ETA; a table of every scalar key with its last value,
-    best value (minimum, maximum for accuracy-like keys) and its step, and a sparkline of recent
-    values; an evaluation table once ``eval/*`` values arrive; and a status line with the last
+    stop-at-step sink, or a Keras ``fit`` of known length: ``epochs × steps_per_epoch``), a
+    progress bar with ETA, and under ``fit`` the epoch (``epoch 3/12``, as Keras's progress
+    bar); a table of every scalar key with its last value, best value (minimum, maximum for
+    accuracy-like keys) and its step, and a sparkline of recent values — for training values
+    the best of those the dashboard was sent on its schedule, not of every step, headed
+    ``best seen``; an evaluation table once ``eval/*`` values arrive; and a status line with the last
     checkpoint, the stop reason, the ``status()`` of every other attached sink and subscriber
     errors. The training thread only updates a small state object and publishes an immutable
     snapshot; a slow terminal drops frames, it never slows training. While the dashboard runs,
@@ -165,6 +169,7 @@ class ConsoleSink(Sink):
         self._activity: str | None = None  # what happens now, between training steps
         self._failure: str | None = None
         self._sessions = 0  # training sessions seen in this run
+        self._progress: EpochProgress | None = None  # the last epoch a training publisher said it is in
         self._last_plain: float | None = None
         self.snapshot = Snapshot(self.run_name, taken_at=self._start)
 
@@ -190,6 +195,12 @@ class ConsoleSink(Sink):
                 statuses.append(f"{peer.name}: {peer.status}")
             if steps is not None and steps > 0:
                 total = steps if total is None else min(total, steps)
+        # Under fit, the epoch and the step it ends at (epochs × steps per epoch), as Keras's
+        # progress bar shows them; kept once fit has withdrawn it, for the final frame.
+        progress = self._context.progress() if self._context is not None else None
+        self._progress = progress = progress or self._progress
+        if progress is not None and progress.total_steps is not None:
+            total = progress.total_steps if total is None else min(total, progress.total_steps)
         now = self.clock()
         self.snapshot = Snapshot(
             run_name=self.run_name,
@@ -198,6 +209,8 @@ class ConsoleSink(Sink):
             running=self._phase in ("starting", "running", "stopping"),
             step=self._step,
             total=total,
+            epoch=progress.epoch if progress is not None else None,
+            epochs=progress.epochs if progress is not None else None,
             rate=self._rate,
             elapsed=now - self._start,
             taken_at=now,
@@ -268,6 +281,7 @@ class ConsoleSink(Sink):
         self._mode = event.mode
         if event.mode == "eval":
             self._eval_step = event.step
+            self._step = max(self._step, event.step)  # the header never lags the evaluation it shows
             self._activity = None
             for key, value in event.values.items():
                 if isinstance(value, float):

@@ -420,7 +420,7 @@ def test_plain_mode_prints_periodic_lines_without_cursor_codes(clock: FakeClock)
     assert "checkpoint step 50: ckpt/model-50" in lines
     assert "stop at step 100: reached step 100 (StopAt)" in lines
     assert "exp-1: stopped at step 100 after 0:01:40 (1.0 steps/s)" in lines
-    assert "  loss: last 0.01, best (min) 0.01 at step 100" in lines
+    assert "  loss: last 0.01, best seen (min) 0.01 at step 100" in lines  # over the steps it was sent
     assert "  eval/loss: last 0.123, best (min) 0.123 at step 50" in lines
 
 

@@ -95,6 +95,7 @@ def test_public_surface_is_pinned() -> None:
         "BusStats",
         "CheckpointSaved",
         "DEFAULT_FLUSH_DEADLINE",
+        "EpochProgress",
         "Event",
         "EventBus",
         "EventBusCallback",
