@@ -318,6 +318,7 @@ class ConsoleSink(Sink):
     def on_end(self, event: Event) -> None:
         if event.mode == "train":
             self._step = max(self._step, event.step)  # the step training ended at: header and footer agree
+            self._mode = "train"  # fit's last validation is part of its last epoch: training ended
             self._publish()
 
     def on_subscriber_error(self, event: SubscriberError) -> None:

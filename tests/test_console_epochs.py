@@ -106,6 +106,7 @@ def test_under_fit_the_header_shows_epoch_total_steps_progress_and_eta(tmp_path:
     # The final frame: the last epoch, every step, no ETA once finished.
     final = _header(result.text)
     assert final is not None, result.text
+    assert "train (finished)" in result.text  # not "eval": the last validation belongs to the last epoch
     assert (final["phase"], final["epoch"], final["epochs"]) == ("finished", "12", "12")
     assert final["step"] == final["total"] == f"{total:,}"
     assert f"fit ended at step {total}" in result.text
