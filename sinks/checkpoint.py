@@ -299,7 +299,9 @@ class CheckpointSink(Sink):
         if value is None or not self.keep_best:
             return
         if event.mode == "eval" and self._at_epochs:
-            # fit's validation comes just before its epoch event, whose save the best then copies.
+            # fit's validation comes just before its epoch event, whose save the best then copies
+            # (with EventBusCallback(every_n_epochs=n > 1) an epoch may have none: said then).
+            self._consider_pending()
             self._pending_best = (step, value)
         else:
             defer(lambda: self._consider_best(step, value))
