@@ -1,6 +1,8 @@
 """hookbus: TensorFlow training observable and controllable through one event bus."""
 
 from hookbus._bus import EventBus, UnknownKeyError
+from hookbus._checkpoint import CheckpointBackend
+from hookbus._checkpoint_seam import Checkpoints
 from hookbus._cluster import RUNS_ON, Task
 from hookbus._context import EpochProgress, PeerReport, SinkContext
 from hookbus._evaluator import evaluate_checkpoints
@@ -15,6 +17,7 @@ from hookbus._replay import ReplayResult, replay
 from hookbus._schedule import Schedule
 from hookbus._session import monitored_training_session
 from hookbus._stats import BusStats, SubscriberStats, WriterStats
+from hookbus._store import CheckpointStore, FileCheckpointStore
 from hookbus._subscriber import (
     PRIORITY_CHECKPOINT,
     PRIORITY_DEFAULT,
@@ -50,13 +53,17 @@ __all__ = [
     "SIGNALS",
     "BackgroundWriter",
     "BusStats",
+    "CheckpointBackend",
     "CheckpointSaved",
+    "CheckpointStore",
+    "Checkpoints",
     "EpochProgress",
     "Event",
     "EventBus",
     "EventBusCallback",
     "EventBusHook",
     "ExceptionRaised",
+    "FileCheckpointStore",
     "FlushDeadline",
     "LoopPublisher",
     "OutputInUseError",

@@ -3,7 +3,8 @@
 Prepare (on the training thread): a control sink may veto the save (the NaN guard on a
 non-finite step); every writer hands everything up to S to the OS; every stateful sink's state
 for S is collected. Commit: the model is saved through the publisher's backend and the states
-beside it, then the ``checkpoint`` pointer names it, then what retention dropped is pruned. The
+beside it, then the pointer names it, then what retention dropped is pruned; every file goes
+through the publisher's :class:`~hookbus.CheckpointStore`. The
 checkpoint sink decides when and what to keep; the bus does the rest, so no sink needs to know
 another's class, and an asynchronous save can slot into the commit. Durability is against
 process crashes: the state file and the pointer are written atomically; nothing fsyncs the
@@ -24,10 +25,12 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hookbus import _checkpoint as files
+from hookbus._store import step_of
 
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
+    from hookbus._checkpoint import CheckpointBackend
+    from hookbus._store import CheckpointStore
     from hookbus._subscription import Subscriber
 
 __all__ = ["Barrier", "PreparedCheckpoint"]
@@ -81,51 +84,54 @@ class Barrier:
         return PreparedCheckpoint(step, self._flushed_states(step, f"for the checkpoint at step {step}"))
 
     def commit(
-        self, prepared: PreparedCheckpoint, prefix: str, value: float | None, taken: Container[int] = ()
+        self,
+        prepared: PreparedCheckpoint,
+        backend: CheckpointBackend,
+        store: CheckpointStore,
+        prefix: str,
+        value: float | None,
+        taken: Container[int] = (),
     ) -> str | None:
-        """Save the model at ``prefix`` through the publisher's backend, then the states beside it.
+        """Save the model at ``prefix`` through ``backend``, then the states beside it in ``store``.
 
         The backend may name the checkpoint after a later step than ``prepared.step``
         (parameter-server training: other workers moved the global step); the states go under
         that name. Returns the prefix written, or ``None`` when that later step is in ``taken``
         (already on disk: one checkpoint per step). The pointer is not touched: see :meth:`record`.
         """
-        backend = self._bus._checkpoint_backend
-        if backend is None:
-            raise RuntimeError("no checkpoint backend: did the train publisher begin?")
         os.makedirs(os.path.dirname(prefix), exist_ok=True)
         try:
             written = backend.save(prefix)
-            held = files.step_of(written)
+            held = step_of(written)
             if held is not None and held != prepared.step and held in taken:
-                files.remove_checkpoint(written)
+                store.remove(written)
                 return None
             state = {"step": held, "value": value, "sinks": dict(prepared.states)}
-            files.write_state_file(written, state)
+            store.write_state(written, state)
         except BaseException:
-            files.remove_checkpoint(prefix)  # the pointer still names the previous checkpoint
+            store.remove(prefix)  # the pointer still names the previous checkpoint
             raise
         return written
 
-    def record_evaluated(self, prefix: str) -> None:
+    def record_evaluated(self, store: CheckpointStore, prefix: str) -> None:
         """Checkpoint ``prefix`` has been evaluated: flush every sink, then write the sinks' states
         (which now include that evaluation) beside it, marked ``evaluated`` — atomically, so a
         kill before this leaves the pre-evaluation states and the evaluation is made up on restart."""
-        data = files.read_state_file(prefix)
+        data = store.read_state(prefix)
         if data is None:  # not a checkpoint of a CheckpointSink: nothing to keep in step with
             return
-        step = int(data.get("step") or files.step_of(prefix) or 0)
+        step = int(data.get("step") or step_of(prefix) or 0)
         states = self._flushed_states(step, f"after the evaluation of step {step}")
         marked = {**data, "sinks": states, "evaluated": True}
         # Keras's validation and train_and_evaluate may both mark one evaluation: write once.
         if json.loads(json.dumps(marked)) != data:
-            files.write_state_file(prefix, marked)
+            store.write_state(prefix, marked)
 
-    def record(self, directory: str, kept: list[str], dropped: list[str]) -> None:
+    def record(self, store: CheckpointStore, directory: str, kept: list[str], dropped: list[str]) -> None:
         """Make ``kept`` (latest last) ``directory``'s checkpoints, atomically; then prune ``dropped``."""
-        files.record_checkpoints(directory, kept)
+        store.record(directory, kept)
         for old in dropped:
-            files.remove_checkpoint(old)
+            store.remove(old)
 
     def _flushed_states(self, step: int, why: str) -> dict[str, dict[str, Any]]:
         """Flush every live sink, then the ``state_dict()`` of each with state, by name."""

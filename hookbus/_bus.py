@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from hookbus._checkpoint import CheckpointBackend
+    from hookbus._store import CheckpointStore
     from hookbus._weights import WeightsBackend
 
 __all__ = ["EventBus", "Publisher", "UnknownKeyError"]
@@ -113,7 +114,7 @@ class EventBus:
         self.task: Task | None = None
         self._order = 0
         self._version = 0  # bumped on every (un)subscription; publishers re-plan on change
-        self._checkpoint_backend: CheckpointBackend | None = None
+        self._checkpoints: tuple[CheckpointBackend, CheckpointStore] | None = None  # offered by a train publisher
         self._graph_def: Callable[[], bytes | None] | None = None  # offered by a train publisher
         self._weights: WeightsBackend | None = None  # offered by a train publisher holding its model
         self._model_config: Callable[[], str | None] | None = None  # offered by the Keras callback

@@ -1,61 +1,47 @@
-"""Checkpoint backends: how a publisher's model is saved and restored, and the files around it.
+"""Checkpoint backends, and TensorFlow's checkpoint layout: the default store.
 
-A publisher offers a :class:`CheckpointBackend` (``PublisherCore.offer_checkpoints``); the
-:class:`~hookbus.sinks.CheckpointSink` decides *when* and *what else* (the barrier, retention,
-the pointer) and asks the backend only to write or read the model's variables. The TF1
-:class:`SaverBackend` wraps ``tf.compat.v1.train.Saver``; a ``tf.train.Checkpoint`` backend is
-``save = checkpoint.write``, ``restore = checkpoint.read``.
-
-The file helpers below work on TensorFlow's checkpoint layout (``<prefix>.index``,
-``<prefix>.data-*``, ``<prefix>.meta`` and the ``checkpoint`` state file), shared by ``Saver``
-and ``tf.train.Checkpoint``. Beside each checkpoint hookbus keeps ``<prefix>.hookbus.json``,
-the sinks' states. TensorFlow is imported lazily: importing this module costs nothing.
+A publisher offers a :class:`CheckpointBackend` (``PublisherCore.offer_checkpoints``), and with
+it a :class:`~hookbus.CheckpointStore` (:class:`TensorFlowStore` unless it gives its own); the
+:class:`~hookbus.sinks.CheckpointSink` decides *when* and *what to keep*, the backend only
+writes or reads the model's variables, and the store keeps the files (listing, the pointer, the
+sinks' states beside each checkpoint, removing). The TF1 :class:`SaverBackend` wraps
+``tf.compat.v1.train.Saver``; a ``tf.train.Checkpoint`` backend is ``save = checkpoint.write``,
+``restore = checkpoint.read``. TensorFlow is imported lazily: importing this module costs nothing.
 """
 
 from __future__ import annotations
 
-import contextlib
 import glob
-import json
 import os
-import re
-import shutil
 from typing import Any, Protocol, runtime_checkable
 
+from hookbus._store import STATE_SUFFIX, FileCheckpointStore, recover, step_of
 from hookbus._tf import require_tensorflow
 from hookbus._writer import write_atomically
 
 __all__ = [
     "STATE_SUFFIX",
+    "TENSORFLOW",
     "CheckpointBackend",
     "SaverBackend",
+    "TensorFlowStore",
     "checkpoint_problem",
-    "copy_checkpoint",
     "list_checkpoints",
     "read_state_file",
     "record_checkpoints",
     "recover_checkpoints",
     "remove_checkpoint",
-    "set_aside",
     "step_of",
     "write_state_file",
 ]
-
-#: Suffix of the file holding the sinks' states beside a checkpoint prefix.
-STATE_SUFFIX = ".hookbus.json"
-#: Where :func:`set_aside` moves a checkpoint that cannot be restored, inside its directory.
-SET_ASIDE = "unreadable"
-_STEP = re.compile(r"-(\d+)$")
-#: The files of a checkpoint prefix, after the prefix: TensorFlow's and the sinks' states.
-_FILE = re.compile(r"\.(index|meta|data-\d+-of-\d+|hookbus\.json)")
 
 
 @runtime_checkable
 class CheckpointBackend(Protocol):
     """What a publisher provides so that a checkpoint sink can save and restore its model.
 
-    A backend only moves variables; the sink owns the schedule, the barrier, the pointer
-    (``checkpoint`` file) and retention.
+    A backend only moves variables; the sink owns the schedule and retention, the bus the
+    barrier, the publisher's :class:`~hookbus.CheckpointStore` the files around them.
     """
 
     @property
@@ -172,151 +158,95 @@ class SaverBackend:
         self._saver.restore(self._session, path)
 
 
-# -- files --------------------------------------------------------------------------------------
-def step_of(path: str) -> int | None:
-    """The step in a checkpoint prefix's ``-N`` suffix, or ``None``."""
-    found = _STEP.search(path)
-    return int(found.group(1)) if found else None
+# -- TensorFlow's layout -------------------------------------------------------------------
+class TensorFlowStore(FileCheckpointStore):
+    """The default :class:`~hookbus.CheckpointStore`: TensorFlow's checkpoint layout.
+
+    ``<prefix>.index``, ``<prefix>.data-*`` and (TF1) ``<prefix>.meta``, shared by ``Saver`` and
+    ``tf.train.Checkpoint``, and the ``checkpoint`` state file as the pointer (what
+    ``tf.train.latest_checkpoint`` reads). A checkpoint exists once its index is written.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(".index", r"\.(index|meta|data-\d+-of-\d+)", pointer="checkpoint")
+
+    def checkpoints(self, directory: str) -> list[str]:
+        if not os.path.exists(os.path.join(directory, self.pointer)):
+            return []
+        state = _tf().compat.v1.train.get_checkpoint_state(directory)
+        if state is None:
+            return []
+        paths = [os.path.abspath(p) for p in state.all_model_checkpoint_paths]
+        latest = os.path.abspath(state.model_checkpoint_path)
+        if latest not in paths:
+            paths.append(latest)
+        return [p for p in paths if self.exists(p)]
+
+    def record(self, directory: str, prefixes: list[str]) -> None:
+        from google.protobuf import text_format
+
+        names = [os.path.relpath(p, directory) for p in prefixes]
+        # TensorFlow's own proto and text format, written atomically here: update_checkpoint_state
+        # would do the same but is deprecated and says so.
+        state = _tf().compat.v1.train.generate_checkpoint_state_proto(
+            directory, names[-1], all_model_checkpoint_paths=names
+        )
+        write_atomically(os.path.join(directory, self.pointer), text_format.MessageToString(state))
+
+    def problem(self, prefix: str) -> str | None:
+        """Reads every value in ``prefix`` as a restore would (TensorFlow checks each value's
+        checksum), so a truncated, damaged or missing data file is found before a session tries
+        to restore it and fails with TensorFlow's bare ``Read less bytes than requested``."""
+        missing = super().problem(prefix)
+        if missing is not None:
+            return missing
+        try:
+            reader = _tf().train.load_checkpoint(prefix)
+            for name in reader.get_variable_to_shape_map():
+                reader.get_tensor(name)
+        except Exception as error:  # TensorFlow's DataLossError, NotFoundError, IndexError, ... alike
+            data = sorted(glob.glob(glob.escape(prefix) + ".data-*"))
+            sizes = ", ".join(f"{os.path.basename(d)} {os.path.getsize(d):,} bytes" for d in data) or "no data file"
+            detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            return f"reading it fails with {type(error).__name__}: {detail} ({sizes})"
+        return None
 
 
-def _exists(path: str) -> bool:
-    return os.path.exists(path + ".index")
+#: TensorFlow's layout, for the code that knows its checkpoints have it (the TF publishers' restore,
+#: the train/evaluate loop, tests); a sink goes through the store its publisher offers.
+TENSORFLOW = TensorFlowStore()
 
 
 def list_checkpoints(directory: str) -> list[str]:
-    """Existing checkpoints recorded in ``directory``'s state file, oldest first (absolute prefixes).
-
-    This is how a new process recovers the checkpoints of earlier ones, so ``keep`` holds
-    across restarts.
-    """
-    if not os.path.exists(os.path.join(directory, "checkpoint")):
-        return []
-    state = _tf().compat.v1.train.get_checkpoint_state(directory)
-    if state is None:
-        return []
-    paths = [os.path.abspath(p) for p in state.all_model_checkpoint_paths]
-    latest = os.path.abspath(state.model_checkpoint_path)
-    if latest not in paths:
-        paths.append(latest)
-    return [p for p in paths if _exists(p)]
+    """:meth:`TensorFlowStore.checkpoints`: the pointer's existing checkpoints, oldest first."""
+    return TENSORFLOW.checkpoints(directory)
 
 
 def record_checkpoints(directory: str, paths: list[str]) -> None:
-    """Atomically write ``directory``'s state file: ``paths`` (oldest first), the last the latest.
-
-    Paths are written relative to ``directory`` so it can be moved.
-    """
-    from google.protobuf import text_format
-
-    names = [os.path.relpath(p, directory) for p in paths]
-    # TensorFlow's own proto and text format (what tf.train.latest_checkpoint reads), written
-    # atomically here: update_checkpoint_state would do the same but is deprecated and says so.
-    state = _tf().compat.v1.train.generate_checkpoint_state_proto(
-        directory, names[-1], all_model_checkpoint_paths=names
-    )
-    write_atomically(os.path.join(directory, "checkpoint"), text_format.MessageToString(state))
-
-
-def _files_of(path: str) -> list[str]:
-    """The files of checkpoint prefix ``path`` (not those of a longer prefix such as ``path + "0"``)."""
-    return [name for name in glob.glob(glob.escape(path) + ".*") if _FILE.fullmatch(name[len(path) :])]
+    """:meth:`TensorFlowStore.record`: atomically make ``paths`` the pointer's, the last the latest."""
+    TENSORFLOW.record(directory, paths)
 
 
 def remove_checkpoint(path: str) -> None:
-    """Delete every file of checkpoint prefix ``path``, its state file last.
-
-    The state file goes last: a kill halfway leaves it, so the next start still recognizes the
-    rest as hookbus's and finishes the job (:func:`recover_checkpoints`).
-    """
-    for name in sorted(_files_of(path), key=lambda name: name.endswith(STATE_SUFFIX)):
-        with contextlib.suppress(FileNotFoundError):  # a kill between two removals already took it
-            os.remove(name)
+    """:meth:`TensorFlowStore.remove`: delete every file of prefix ``path``, its state file last."""
+    TENSORFLOW.remove(path)
 
 
 def recover_checkpoints(directory: str, keep: int | None) -> tuple[list[str], list[str]]:
-    """``(kept, dropped)`` as a run starts: the pointer's checkpoints to keep, and what to prune.
-
-    ``kept`` are the last ``keep`` checkpoints the pointer names (all of them for ``None``),
-    oldest first; ``dropped`` are those beyond ``keep`` and every checkpoint hookbus saved in
-    ``directory`` that the pointer does not name: what a kill between the pointer and pruning
-    leaves behind (or between a save and the pointer, which named it never). Only prefixes with
-    a hookbus state file count as hookbus's: TensorFlow's own unlisted checkpoints (a Saver's
-    ``keep_checkpoint_every_n_hours``) are left alone. The latest checkpoint is never dropped,
-    and nothing is while the pointer names no checkpoint on disk (none yet, or a directory moved
-    under a pointer with absolute paths): without a latest, nothing is known to be stale.
-    """
-    listed = list_checkpoints(directory)
-    if not listed:
-        return [], []
-    kept = listed if keep is None else listed[-keep:]
-    unlisted = {
-        prefix
-        for state in glob.glob(os.path.join(glob.escape(directory), "*" + STATE_SUFFIX))
-        if (prefix := state[: -len(STATE_SUFFIX)]) not in listed and step_of(prefix) is not None
-    }
-    dropped = listed[: len(listed) - len(kept)] + sorted(unlisted, key=lambda p: step_of(p) or 0)
-    return kept, dropped
+    """:func:`hookbus._store.recover` on TensorFlow's layout."""
+    return recover(TENSORFLOW, directory, keep)
 
 
 def checkpoint_problem(path: str) -> str | None:
-    """What keeps checkpoint prefix ``path`` from being restored, or ``None`` when it reads back whole.
-
-    Reads every value in it as a restore would (TensorFlow checks each value's checksum), so a
-    truncated or damaged data file, or a missing one, is found before a session tries to restore
-    it and fails with TensorFlow's bare ``Read less bytes than requested``.
-    """
-    if not _exists(path):
-        return f"its index file {os.path.basename(path)}.index is missing"
-    try:
-        reader = _tf().train.load_checkpoint(path)
-        for name in reader.get_variable_to_shape_map():
-            reader.get_tensor(name)
-    except Exception as error:  # TensorFlow's DataLossError, NotFoundError, IndexError, ... alike
-        data = sorted(glob.glob(glob.escape(path) + ".data-*"))
-        sizes = ", ".join(f"{os.path.basename(d)} {os.path.getsize(d):,} bytes" for d in data) or "no data file"
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        return f"reading it fails with {type(error).__name__}: {detail} ({sizes})"
-    return None
+    """:meth:`TensorFlowStore.problem`: why ``path`` cannot be restored, or ``None``."""
+    return TENSORFLOW.problem(path)
 
 
-def set_aside(path: str) -> str:
-    """Move every file of checkpoint prefix ``path`` into ``<its directory>/unreadable``; the new prefix.
-
-    Kept for a person to look at, out of the way of the pointer, retention and pruning (which
-    look only at the directory itself); a checkpoint saved again at its step replaces nothing.
-    """
-    target = os.path.join(os.path.dirname(path), SET_ASIDE, os.path.basename(path))
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    for name in _files_of(path):
-        os.replace(name, target + name[len(path) :])
-    return target
-
-
-def copy_checkpoint(path: str, directory: str) -> str:
-    """Copy checkpoint prefix ``path`` (all its files) into ``directory``; return the new prefix."""
-    os.makedirs(directory, exist_ok=True)
-    target = os.path.join(directory, os.path.basename(path))
-    for name in glob.glob(glob.escape(path) + ".*"):
-        shutil.copyfile(name, target + name[len(path) :])
-    return target
-
-
-def write_state_file(path: str, data: dict[str, Any]) -> str:
-    """Write ``data`` (JSON) beside checkpoint prefix ``path``, atomically; return the file.
-
-    Temp file in the same directory, then ``os.replace``: a crash leaves either no file or the
-    whole new one, never half of one.
-    """
-    target = path + STATE_SUFFIX
-    write_atomically(target, json.dumps(data))
-    return target
+def write_state_file(path: str, data: dict[str, Any]) -> None:
+    """:meth:`TensorFlowStore.write_state`: the sinks' states beside prefix ``path``, atomically."""
+    TENSORFLOW.write_state(path, data)
 
 
 def read_state_file(path: str) -> dict[str, Any] | None:
-    """What :func:`write_state_file` wrote beside checkpoint prefix ``path``, or ``None``."""
-    try:
-        with open(path + STATE_SUFFIX, encoding="utf-8") as file:
-            data = json.load(file)
-    except FileNotFoundError:
-        return None
-    return dict(data)
+    """:meth:`TensorFlowStore.read_state`: what was written beside prefix ``path``, or ``None``."""
+    return TENSORFLOW.read_state(path)

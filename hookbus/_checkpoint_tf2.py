@@ -1,8 +1,8 @@
 """The TF2 checkpoint backend (``tf.train.Checkpoint``) and the resume step the TF2 publishers share.
 
 The Keras callback and the loop publisher save through :class:`TF2CheckpointBackend`: the
-:class:`~hookbus.sinks.CheckpointSink` owns the schedule, the barrier, the ``checkpoint`` pointer
-and retention exactly as with the TF1 ``Saver`` (the files share TensorFlow's layout:
+:class:`~hookbus.sinks.CheckpointSink` owns the schedule and retention exactly as with the TF1
+``Saver``, and the files have TensorFlow's layout (:class:`hookbus._checkpoint.TensorFlowStore`:
 ``<prefix>.index``, ``<prefix>.data-*``; no ``.meta``); the backend only writes and reads the
 variables. A ``tf.train.Checkpoint(model=model, optimizer=optimizer)`` keeps the optimizer's
 state and its ``iterations`` (the step), which Keras's ``.weights.h5`` does not.

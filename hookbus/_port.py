@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from hookbus._checkpoint import TENSORFLOW
+from hookbus._store import CheckpointStore
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
@@ -67,8 +70,11 @@ class BusPort:
         """A train publisher begins: listen for an evaluator task's stop (see :mod:`hookbus._records`)."""
         self.bus._scope.link_evaluator()
 
-    def offer_checkpoints(self, backend: CheckpointBackend | None) -> None:
-        self.bus._checkpoint_backend = backend
+    def offer_checkpoints(self, backend: CheckpointBackend | None, store: CheckpointStore | None = None) -> None:
+        """Save and restore through ``backend``, the files kept by ``store`` (TensorFlow's layout by default)."""
+        if store is not None and not isinstance(store, CheckpointStore):
+            raise TypeError(f"store must be a hookbus.CheckpointStore or None (got {store!r})")
+        self.bus._checkpoints = None if backend is None else (backend, store if store is not None else TENSORFLOW)
 
     def offer_weights(self, weights: WeightsBackend | None) -> None:
         self.bus._weights = weights
@@ -118,7 +124,8 @@ class BusPort:
 
     def record_evaluated(self, prefix: str) -> None:
         """An evaluation of checkpoint ``prefix`` finished (see :meth:`hookbus._barrier.Barrier.record_evaluated`)."""
-        self.bus._barrier.record_evaluated(prefix)
+        offered = self.bus._checkpoints
+        self.bus._barrier.record_evaluated(offered[1] if offered is not None else TENSORFLOW, prefix)
 
     def hold(self) -> None:
         """Keep deferred work and stop requests waiting (see :meth:`hookbus._dispatch.Dispatcher.hold`)."""

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from hookbus._bus import EventBus
     from hookbus._checkpoint import CheckpointBackend
     from hookbus._cluster import Task
+    from hookbus._store import CheckpointStore
     from hookbus._weights import WeightsBackend
 
 __all__ = [
@@ -192,10 +193,10 @@ class PublisherCore:
             port.event("session_created", step=step, mode=self.mode, restored=bool(restored), rewound=rewound),
         )
 
-    def offer_checkpoints(self, backend: CheckpointBackend | None) -> None:
-        """Let checkpoint sinks save and restore this publisher's model through ``backend``
-        (a train publisher calls it before :meth:`begin`; ``None`` withdraws it)."""
-        self._port.offer_checkpoints(backend)
+    def offer_checkpoints(self, backend: CheckpointBackend | None, store: CheckpointStore | None = None) -> None:
+        """Let checkpoint sinks save this publisher's model through ``backend`` into ``store`` (default
+        TensorFlow's layout; e.g. :class:`hookbus.FileCheckpointStore` without TensorFlow), before :meth:`begin`."""
+        self._port.offer_checkpoints(backend, store)
 
     def offer_weights(self, weights: WeightsBackend | None) -> None:
         """Let sinks take and put back the live model's weights in memory (a train publisher

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from hookbus import _checkpoint as files
+from hookbus._store import step_of
 
 from ._monitor import Monitor
+
+if TYPE_CHECKING:
+    from hookbus._store import CheckpointStore
 
 __all__ = ["BestCheckpoints"]
 
@@ -22,17 +26,17 @@ class BestCheckpoints:
         self.keep = keep
         self.entries: list[tuple[float, str]] = []
 
-    def load(self, directory: str) -> None:
-        """Recover the ranking from ``directory`` (each checkpoint's state file holds its value)."""
+    def load(self, store: CheckpointStore, directory: str) -> None:
+        """Recover the ranking from ``directory`` in ``store`` (each checkpoint's state file holds its value)."""
         self.entries = []
-        for path in files.list_checkpoints(directory):
-            data = files.read_state_file(path) or {}
+        for path in store.checkpoints(directory):
+            data = store.read_state(path) or {}
             if isinstance(data.get("value"), int | float):
                 self.add(float(data["value"]), path)
 
     def admits(self, step: int, value: float) -> bool:
         """Whether a checkpoint of ``step`` with ``value`` would enter the ranking."""
-        if not math.isfinite(value) or any(files.step_of(p) == step for _, p in self.entries):
+        if not math.isfinite(value) or any(step_of(p) == step for _, p in self.entries):
             return False
         return len(self.entries) < self.keep or self.monitor.better(value, self.entries[0][0])
 
@@ -45,7 +49,7 @@ class BestCheckpoints:
         sign = -1.0 if self.monitor.mode == "min" else 1.0
 
         def rank(item: tuple[float, str]) -> tuple[float, int]:
-            return sign * item[0], -(files.step_of(item[1]) or 0)
+            return sign * item[0], -(step_of(item[1]) or 0)
 
         ranked = sorted([*self.entries, (value, path)], key=rank)
         dropped, self.entries = ranked[: -self.keep], ranked[-self.keep :]

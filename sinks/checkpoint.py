@@ -7,13 +7,13 @@ import os
 import shutil
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from hookbus import _checkpoint as files
 from hookbus._bus import UnknownKeyError
 from hookbus._events import CheckpointSaved
 from hookbus._keys import did_you_mean
 from hookbus._lock import OutputLock
 from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX
 from hookbus._schedule import Schedule
+from hookbus._store import recover, step_of
 from hookbus._subscriber import PRIORITY_CHECKPOINT, Sink
 from hookbus._validate import non_negative_int, positive_int
 from hookbus._writer import check_writable_dir
@@ -23,9 +23,9 @@ from ._finite import find_nonfinite
 from ._monitor import Monitor, check_scalar
 
 if TYPE_CHECKING:
-    from hookbus._checkpoint import CheckpointBackend
     from hookbus._context import SinkContext
     from hookbus._events import Event, StopRequest
+    from hookbus._store import CheckpointStore
 
 __all__ = ["CheckpointSink"]
 
@@ -178,7 +178,7 @@ class CheckpointSink(Sink):
             return
         context = self.context
         self._choose_default()
-        if context.checkpoint_backend() is None:
+        if not context.checkpoints.offered:
             raise ValueError(
                 f"{self.name} needs a publisher that provides a checkpoint backend (a train-mode "
                 "EventBusHook, the Keras callback or the loop publisher) on the same bus"
@@ -193,7 +193,7 @@ class CheckpointSink(Sink):
             check_scalar(self.name, self.monitor, context.static_shape(self.monitor))
         if self._best is not None and self._monitor is not None:  # the direction ranks only keep_best
             self._monitor = self._best.monitor = self._monitor.settled(self.name, context.declared_direction)
-        context.check_state_names()
+        context.checkpoints.check_state_names()
         task = context.task
         self._collective = task is not None and task.collective
         self._scratch = None
@@ -212,10 +212,11 @@ class CheckpointSink(Sink):
             self._fall_back_from_unreadable()
             self._prune_at_start()
         # The disk is the truth: this also recovers what earlier processes saved, so keep holds.
-        self._kept = files.list_checkpoints(self.directory)
+        store = context.checkpoints.store
+        self._kept = store.checkpoints(self.directory)
         if self._best is not None:
-            self._best.load(self.best_directory)
-        self._saved = {s for s in map(files.step_of, self._kept) if s is not None}
+            self._best.load(store, self.best_directory)
+        self._saved = {s for s in map(step_of, self._kept) if s is not None}
 
     def _fall_back_from_unreadable(self) -> None:
         """Resume from the latest checkpoint that reads back whole (``BackupAndRestore(double_checkpoint=True)``).
@@ -226,9 +227,10 @@ class CheckpointSink(Sink):
         wrong, moved to ``directory/unreadable``, and the pointer names the previous one that
         ``keep`` holds, whose sinks' states are then loaded. Fails, naming each, when none reads.
         """
-        kept = files.list_checkpoints(self.directory)
+        store = self._store()
+        kept = store.checkpoints(self.directory)
         unreadable: list[tuple[str, str]] = []
-        while kept and (problem := files.checkpoint_problem(kept[-1])) is not None:
+        while kept and (problem := store.problem(kept[-1])) is not None:
             unreadable.append((kept.pop(), problem))
         if not unreadable:
             return
@@ -239,22 +241,22 @@ class CheckpointSink(Sink):
                 "away to train from scratch, or restore a copy"
             )
         for path, problem in unreadable:
-            moved = files.set_aside(path)
+            moved = store.set_aside(path)
             logger.warning(
                 "%s: checkpoint %s cannot be restored: %s. It is moved to %s; training resumes from the "
                 "previous checkpoint %s (step %s), with the sinks' states saved beside that one",
-                self.name, path, problem, moved, kept[-1], files.step_of(kept[-1]),
+                self.name, path, problem, moved, kept[-1], step_of(kept[-1]),
             )  # fmt: skip
-        self.context.record_checkpoints(self.directory, kept, [])
+        self.context.checkpoints.record(self.directory, kept, [])
 
     def _prune_at_start(self) -> None:
         """Prune what a kill between the pointer and pruning left: checkpoints beyond ``keep`` and
         those the pointer does not name (never the latest; see ``recover_checkpoints``)."""
         for directory, keep in ((self.directory, self.keep), (self.best_directory, None)):
-            kept, dropped = files.recover_checkpoints(directory, keep)
+            kept, dropped = recover(self._store(), directory, keep)
             if dropped:
                 logger.info("%s: pruning %d checkpoint(s) left in %s", self.name, len(dropped), directory)
-                self.context.record_checkpoints(directory, kept, dropped)
+                self.context.checkpoints.record(directory, kept, dropped)
 
     def close(self) -> None:
         """Let another run save into ``directory`` (the one-writer lock); idempotent."""
@@ -270,10 +272,10 @@ class CheckpointSink(Sink):
         # step went back: the train/evaluate loop must keep what the evaluation at S added.
         if not event.restored or not (first or event.rewound):
             return
-        restored = [p for p in self._kept if files.step_of(p) == event.step]
-        data = files.read_state_file(restored[-1]) if restored else None
+        restored = [p for p in self._kept if step_of(p) == event.step]
+        data = self._store().read_state(restored[-1]) if restored else None
         if data is not None:
-            self.context.load_states(data.get("sinks", {}))
+            self.context.checkpoints.load_states(data.get("sinks", {}))
 
     def on_after_run(self, event: Event) -> None:
         if event.mode == "epoch" and not self._at_epochs:
@@ -288,12 +290,12 @@ class CheckpointSink(Sink):
         step = event.step
         if event.mode in ("train", "epoch") and not event.final:
             defer(lambda: self._save(step, value))
-        elif event.mode == "eval" and self._kept and files.step_of(self._kept[-1]) == step and self._scratch is None:
+        elif event.mode == "eval" and self._kept and step_of(self._kept[-1]) == step and self._scratch is None:
             # An evaluation of the latest checkpoint's step (Keras's validation at an epoch end)
             # changed the sinks' states: write them beside it again, so a resume neither misses
             # it nor trains on after an early stop it decided.
             latest = self._kept[-1]
-            defer(lambda: self.context.record_evaluated(latest))
+            defer(lambda: self.context.checkpoints.record_evaluated(latest))
         if event.mode == "epoch":
             self._consider_pending()  # after this epoch's save: a copy of it
         if value is None or not self.keep_best:
@@ -330,14 +332,12 @@ class CheckpointSink(Sink):
             self.context.defer(lambda: self._consider_best(*pending))
 
     # -- saving --------------------------------------------------------------------------------
-    def _backend(self) -> CheckpointBackend:
-        backend = self._context.checkpoint_backend() if self._context is not None else None
-        if backend is None:
-            raise RuntimeError(f"{self.name}: no checkpoint backend; did the train publisher begin?")
-        return backend
+    def _store(self) -> CheckpointStore:
+        """The publisher's checkpoint store: every file this sink lists, reads or moves."""
+        return self.context.checkpoints.store
 
     def _save_if_live(self) -> None:
-        if self._context is not None and self._backend().ready:
+        if self._context is not None and self._context.checkpoints.ready:
             self._save(self._context.current_step(), None)
 
     def _savable(self, step: int) -> bool:
@@ -348,12 +348,9 @@ class CheckpointSink(Sink):
     def _write(self, directory: str, step: int, value: float | None) -> str | None:
         """The bus's barrier for a checkpoint of ``step`` in ``directory``, up to the pointer;
         its prefix (``None``: vetoed, or the step it holds is already saved)."""
-        prepared = self.context.prepare_checkpoint(step)
-        if prepared is None:
-            return None
         prefix = os.path.join(directory, f"{self.basename}-{step}")
         taken = self._saved if directory == self.directory else ()
-        return self.context.commit_checkpoint(prepared, prefix, value, taken)
+        return self.context.checkpoints.save(step, prefix, value, taken)
 
     def _write_scratch(self, step: int, value: float | None) -> None:
         """A collective non-chief's save: the same write as the chief's, into a directory then removed."""
@@ -376,9 +373,9 @@ class CheckpointSink(Sink):
         path = self._write(self.directory, step, value)
         if path is None:
             return
-        held = files.step_of(path) or step
+        held = step_of(path) or step
         kept = [*self._kept, path]
-        self.context.record_checkpoints(self.directory, kept[-self.keep :], kept[: -self.keep])
+        self.context.checkpoints.record(self.directory, kept[-self.keep :], kept[: -self.keep])
         self._kept = kept[-self.keep :]
         self._saved.update((step, held))
         self._publish(path, held, value)
@@ -387,17 +384,18 @@ class CheckpointSink(Sink):
         assert self._best is not None
         if not self._best.admits(step, value):
             return
-        regular = [p for p in self._kept if files.step_of(p) == step]
+        regular = [p for p in self._kept if step_of(p) == step]
         chief = self._scratch is None  # a collective non-chief only joins the save, if one is written
         if regular:
             target = os.path.join(self.best_directory, os.path.basename(regular[-1]))
             path = target
             if chief:
-                path = files.copy_checkpoint(regular[-1], self.best_directory)
+                store = self._store()
+                path = store.copy(regular[-1], self.best_directory)
                 # The ranking is recovered from each best checkpoint's value after a restart; the
                 # regular checkpoint may have been saved without it (an evaluation's key).
-                files.write_state_file(path, {**(files.read_state_file(path) or {}), "value": value})
-        elif self._savable(step) and self.context.current_step() == step and self._backend().ready:
+                store.write_state(path, {**(store.read_state(path) or {}), "value": value})
+        elif self._savable(step) and self.context.current_step() == step and self.context.checkpoints.ready:
             if chief:
                 written = self._write(self.best_directory, step, value)
                 if written is None:
@@ -411,11 +409,11 @@ class CheckpointSink(Sink):
             return
         dropped = self._best.add(value, path)
         if chief:
-            self.context.record_checkpoints(self.best_directory, self._best.paths, dropped)
+            self.context.checkpoints.record(self.best_directory, self._best.paths, dropped)
             self._publish(path, step, value)
 
     def _publish(self, path: str, step: int, value: float | None) -> None:
-        self.context.publish_checkpoint(CheckpointSaved(path, step, value))
+        self.context.checkpoints.publish(CheckpointSaved(path, step, value))
 
     @property
     def best_checkpoint(self) -> str | None:

@@ -280,7 +280,7 @@ class EarlyStoppingSink(Sink):
 
     def _read_best_weights(self, step: int) -> None:
         """After a restart: the best step's weights from its checkpoint, if one is still kept."""
-        weights, prefix = self.context.model_weights(), self.context.find_checkpoint(step)
+        weights, prefix = self.context.model_weights(), self.context.checkpoints.find(step)
         if weights is not None and prefix is not None:
             held = weights.read(prefix)
             if held is not None:

@@ -138,14 +138,14 @@ def test_a_failing_state_file_write_leaves_the_previous_checkpoint(tmp_path: Any
     d = str(tmp_path / "ckpt")
     from hookbus import _checkpoint
 
-    original = _checkpoint.write_state_file
+    original = _checkpoint.TensorFlowStore.write_state
 
-    def failing(path: str, data: dict[str, Any]) -> str:
+    def failing(store: _checkpoint.TensorFlowStore, path: str, data: dict[str, Any]) -> None:
         if data["step"] == 6:
             raise OSError("no space left")
-        return original(path, data)
+        original(store, path, data)
 
-    monkeypatch.setattr(_checkpoint, "write_state_file", failing)
+    monkeypatch.setattr(_checkpoint.TensorFlowStore, "write_state", failing)
     with pytest.raises(OSError, match="no space left"):
         train(d, [CheckpointSink(d, every_n_steps=3, every_n_secs=None)], last_step=10)
     assert restored_step(d) == 3

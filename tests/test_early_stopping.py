@@ -219,7 +219,7 @@ class FinalSave(Sink):
 
     def on_session_created(self, event: Any) -> None:  # after early stopping, as a checkpoint sink
         if self.states is not None and event.restored:
-            self.context.load_states(self.states)
+            self.context.checkpoints.load_states(self.states)
 
     def on_end(self, event: Any) -> None:
         self.context.defer(lambda: self.saved.append(self.model.step))

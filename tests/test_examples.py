@@ -79,6 +79,7 @@ VENV = Path(sys.executable).parent.parent  # the venv running the tests: the REA
 # What the first and the second run print, for each example whose docstring says to run it again.
 AGAIN = {
     "custom_loop.py": ("trained to step 600;", "trained to step 1200;"),
+    "custom_publisher.py": ("stopped at step 1800", "resumed from step 1800"),
     "keras_classifier.py": ("first fit ended", "resumed from step"),
     "linear_regression.py": ("model.ckpt-1000", "model.ckpt-2000"),
     "train_and_evaluate.py": ("4 evaluation(s)", "(before the restart)"),

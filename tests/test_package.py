@@ -93,7 +93,10 @@ def test_public_surface_is_pinned() -> None:
     assert sorted(hookbus.__all__) == [
         "BackgroundWriter",
         "BusStats",
+        "CheckpointBackend",
         "CheckpointSaved",
+        "CheckpointStore",
+        "Checkpoints",
         "DEFAULT_FLUSH_DEADLINE",
         "EpochProgress",
         "Event",
@@ -101,6 +104,7 @@ def test_public_surface_is_pinned() -> None:
         "EventBusCallback",
         "EventBusHook",
         "ExceptionRaised",
+        "FileCheckpointStore",
         "FlushDeadline",
         "LoopPublisher",
         "OutputInUseError",

@@ -117,14 +117,14 @@ def main() -> None:
 
             csv_sink._flush_files = flush_files  # type: ignore[method-assign]
         elif phase == "prune":
-            real_remove = files.remove_checkpoint
+            real_remove = files.TensorFlowStore.remove
 
-            def remove_checkpoint(path: str) -> None:
+            def remove_checkpoint(store: files.TensorFlowStore, path: str) -> None:
                 if bus.step >= at_step:
                     die()  # the pointer no longer names ``path``; its files are all still there
-                real_remove(path)
+                real_remove(store, path)
 
-            files.remove_checkpoint = remove_checkpoint
+            files.TensorFlowStore.remove = remove_checkpoint  # type: ignore[method-assign]
         elif phase == "tb_flush":
             real_tb_flush = tb.flush
 
