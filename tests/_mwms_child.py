@@ -53,14 +53,14 @@ def main(config: dict[str, Any]) -> None:
     bus.attach(CSVSink(out / "each.csv", every_n_steps=5, runs_on="each"))
     seen: dict[str, Any] = {"steps": []}
 
-    @bus.on("after_run")
+    @bus.on("after_run")  # type: ignore[untyped-decorator]
     def record(event: Any) -> None:
         seen["steps"].append(event.step)
         seen.update(task=[event.task_type, event.task_index], local_step=event.local_step)
         if index == 1 and event.step >= config["stop_at"]:
             event.request_stop(f"worker 1 asked at step {event.step}")
 
-    @bus.on("stop_requested")
+    @bus.on("stop_requested")  # type: ignore[untyped-decorator]
     def stopped(request: Any) -> None:
         seen.setdefault("stop_source", request.source)
         seen.setdefault("stop_step", request.step)
@@ -88,7 +88,7 @@ def _one_worker(tf: Any, keras: Any, strategy: Any, out: Path, stop_at: int) -> 
     from hookbus.sinks import CheckpointSink
 
     alone = task_of_strategy(strategy)  # one worker: one machine
-    hookbus._keras.task_of_strategy = lambda s: hookbus.Task("worker", 0, collective=True)
+    hookbus._keras.task_of_strategy = lambda s: hookbus.Task("worker", 0, collective=True)  # type: ignore[attr-defined,assignment]
     with strategy.scope():
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
         model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
@@ -96,7 +96,7 @@ def _one_worker(tf: Any, keras: Any, strategy: Any, out: Path, stop_at: int) -> 
     bus.attach(CheckpointSink(out / "ckpt", every_n_steps=10, every_n_secs=None))
     asked: list[int] = []
 
-    @bus.on("after_run")
+    @bus.on("after_run")  # type: ignore[untyped-decorator]
     def ask(event: Any) -> None:
         if event.step == stop_at:
             asked.append(event.step)
@@ -136,7 +136,7 @@ def _loop(tf: Any, strategy: Any, model: Any, optimizer: Any, x: Any, y: Any, bu
     data = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16).with_options(options)
     batches = iter(strategy.experimental_distribute_dataset(data))
 
-    @tf.function
+    @tf.function  # type: ignore[untyped-decorator]
     def train_step(iterator: Any) -> Any:
         def step(xb: Any, yb: Any) -> Any:
             with tf.GradientTape() as tape:

@@ -54,7 +54,7 @@ def main(out: Path) -> None:
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(8)
     batches = iter(strategy.experimental_distribute_dataset(dataset))
 
-    @tf.function
+    @tf.function  # type: ignore[untyped-decorator]
     def train_step(batch: Any, nan_at: Any) -> Any:
         def replica(features: Any, labels: Any) -> dict[str, Any]:
             with tf.GradientTape() as tape:
@@ -69,7 +69,7 @@ def main(out: Path) -> None:
 
         return strategy.run(replica, args=batch)
 
-    @tf.function
+    @tf.function  # type: ignore[untyped-decorator]
     def eval_step(batch: Any) -> Any:
         def replica(features: Any, labels: Any) -> Any:
             return tf.reduce_mean(tf.square(model(features) - labels))

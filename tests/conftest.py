@@ -1,9 +1,23 @@
-"""Shared fixtures. TensorFlow is imported only by the tests that need it."""
+"""Shared fixtures, and the rule that keeps the suite whole without TensorFlow.
+
+TensorFlow is imported only by the tests that need it. A test that needs TensorFlow says so in one
+of two ways, and is skipped (with the reason) where TensorFlow is not installed:
+
+- in its own process: ``tf = pytest.importorskip("tensorflow")`` (module level or in the test), or
+  the ``tf`` marker where TensorFlow is reached through hookbus (a ``CheckpointSink``, a Keras
+  model built by hookbus);
+- in the processes it starts: the ``subprocess`` or ``distributed`` marker.
+
+``tests/test_tiers.py`` pins the rule; CI's fast tier (``.ci/run``) runs the suite without
+TensorFlow installed, so a test that needs it without saying so fails there.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -16,6 +30,46 @@ from hookbus.testing import FakeClock  # noqa: E402 - after the TF log level is 
 # machine could fail (per-test @settings still override these).
 settings.register_profile("hookbus", deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("hookbus")
+
+
+# The markers whose tests need TensorFlow: in this process (tf) or in the processes they start.
+NEEDS_TENSORFLOW = ("tf", "subprocess", "distributed")
+# What a failure for want of TensorFlow (or of Keras, which comes with it) says.
+_MISSING_TENSORFLOW = ("No module named 'tensorflow'", "No module named 'keras'", "needs TensorFlow: pip install")
+
+
+def tensorflow_installed() -> bool:
+    """Whether ``import tensorflow`` can find TensorFlow (without importing it: that takes seconds)."""
+    try:
+        return importlib.util.find_spec("tensorflow") is not None
+    except (ImportError, ValueError):  # a finder refusing it, or a half-removed module
+        return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without TensorFlow, skip what needs it (before any fixture of it runs), saying why."""
+    if tensorflow_installed():
+        return
+    for item in items:
+        marker = next((name for name in NEEDS_TENSORFLOW if item.get_closest_marker(name)), None)
+        if marker is not None:
+            item.add_marker(pytest.mark.skip(reason=f"needs TensorFlow (marked {marker}), which is not installed"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    """A test that fails for want of TensorFlow is told how to say that it needs it."""
+    report = yield
+    if report.failed and not tensorflow_installed() and any(
+        text in report.longreprtext for text in _MISSING_TENSORFLOW
+    ):
+        report.sections.append((
+            "hookbus: this test needs TensorFlow",
+            "TensorFlow is not installed here. Say that the test needs it (see tests/conftest.py): "
+            "tf = pytest.importorskip('tensorflow') in the test or at module level, @pytest.mark.tf when "
+            "hookbus reaches TensorFlow for it, @pytest.mark.subprocess when a process it starts does.",
+        ))
+    return report
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -35,7 +89,7 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def tf_graph():
+def tf_graph() -> Iterator[Any]:
     """A fresh graph-mode default graph for one test (TensorFlow imported here)."""
     tf = pytest.importorskip("tensorflow")
     graph = tf.Graph()

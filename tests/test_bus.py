@@ -229,7 +229,7 @@ def test_subscription_is_callable_a_context_manager_and_disconnects(clock: FakeC
     bus, pub = make(clock)
     got: list[str] = []
 
-    @bus.on("after_run")
+    @bus.on("after_run")  # type: ignore[untyped-decorator]
     def report(event: Event) -> str:
         got.append(f"decorated{event.step}")
         return "returned"

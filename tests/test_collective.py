@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _clusters import collect, free_ports, reports, run_example, start, stop
 
 import hookbus
 from hookbus._checkpoint import list_checkpoints
 from hookbus._collective import task_of_strategy
 from hookbus.sinks import CheckpointSink
 from hookbus.testing import ScriptedPublisher
-from tests._clusters import collect, free_ports, reports, run_example, start, stop
 
 CHILD = Path(__file__).with_name("_mwms_child.py")
 SCENARIOS = ("loop", "keras")
@@ -83,7 +83,12 @@ def _collective_bus(tmp_path: Path, index: int, **schedule: Any) -> tuple[hookbu
     backend.attach()
     saved: list[str] = []
     save = backend.save
-    backend.save = lambda path: (saved.append(path), save(path))[1]  # type: ignore[method-assign]
+
+    def save_noting(path: str) -> str:
+        saved.append(path)
+        return save(path)
+
+    backend.save = save_noting  # type: ignore[method-assign]
     bus._port.offer_checkpoints(backend)
     bus._port.set_task(hookbus.Task("worker", index, collective=True))
     return bus, sink, saved

@@ -52,7 +52,7 @@ with bus:
 """
 
 
-class _Recording(nbclient.NotebookClient):  # type: ignore[misc]  # nbclient ships no types
+class _Recording(nbclient.NotebookClient):  # type: ignore[misc,name-defined]  # nbclient ships no types
     """Keeps every ``update_display_data`` message the kernel sent (the in-place updates)."""
 
     updates: list[dict[str, Any]]

@@ -506,7 +506,7 @@ def run_then_raise(bus: hookbus.EventBus, error: BaseException, seen_stdout: lis
 
 def test_close_is_idempotent_and_restores_the_terminal_after_an_exception(clock: FakeClock) -> None:
     bus, sink, console = make(clock, live=True, terminal_console=True, every_n_steps=1)
-    stdout, seen_stdout = sys.stdout, []
+    stdout, seen_stdout = sys.stdout, list[Any]()
     with pytest.raises(RuntimeError, match="boom"):
         run_then_raise(bus, RuntimeError("boom"), seen_stdout)
     assert seen_stdout[0] is not stdout  # rich's redirect of print was on

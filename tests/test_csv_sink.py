@@ -229,7 +229,7 @@ def test_invalid_paths_fail_at_construction(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="is not a directory"):
         CSVSink(tmp_path / "f" / "m.csv")
     with pytest.raises(ValueError, match="path must be a non-empty str or os.PathLike"):
-        CSVSink(None)  # type: ignore[arg-type]
+        CSVSink(None)
 
 
 # -- resume as a property ------------------------------------------------------------------
@@ -259,7 +259,7 @@ def test_resume_property_each_step_exactly_once(processes: list[Process], every:
                     pub.session(step, restored=step > 0)
                     for _ in range(run):
                         step += 1
-                        pub.advance(lambda s, g=gen: {"x": s + g / 8})  # type: ignore[misc]
+                        pub.advance(lambda s, g=gen: {"x": s + g / 8})
                         if step % every == 0:
                             expected[step] = step + gen / 8
                 pub.end()
@@ -388,7 +388,7 @@ def test_slow_disk_blocks_training_only_when_the_queue_is_full(tmp_path: Path) -
                 published += 1
             pub.end()
 
-    csv_module.CSVFile.write = slow_write  # type: ignore[method-assign]
+    csv_module.CSVFile.write = slow_write
     try:
         trainer = threading.Thread(target=train, daemon=True)
         trainer.start()
@@ -400,7 +400,7 @@ def test_slow_disk_blocks_training_only_when_the_queue_is_full(tmp_path: Path) -
         gate.set()
         trainer.join(10)
     finally:
-        csv_module.CSVFile.write = original  # type: ignore[method-assign]
+        csv_module.CSVFile.write = original
     assert [r["step"] for r in read(path)] == [str(s) for s in range(1, 11)]
 
 
@@ -419,7 +419,7 @@ def test_hung_writer_close_warns_with_sink_name_and_count(tmp_path: Path) -> Non
         original(self, row)
 
     bus, sink, pub = make(tmp_path / "m.csv", ["x"], close_deadline=0.2, name="metrics")
-    csv_module.CSVFile.write = hung_write  # type: ignore[method-assign]
+    csv_module.CSVFile.write = hung_write
     try:
         pub.begin()
         pub.session(0)
@@ -429,4 +429,4 @@ def test_hung_writer_close_warns_with_sink_name_and_count(tmp_path: Path) -> Non
             sink.close()
     finally:
         gate.set()
-        csv_module.CSVFile.write = original  # type: ignore[method-assign]
+        csv_module.CSVFile.write = original

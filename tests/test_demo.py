@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from tests._pty import run_in_pty
+from _pty import run_in_pty
 
 pytestmark = pytest.mark.subprocess
 

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _clusters import collect, free_ports, reports, run_example, start, stop
 
 import hookbus
 from hookbus.sinks import CheckpointSink, ConsoleSink, CSVSink, NanGuardSink, TensorBoardSink
 from hookbus.testing import ScriptedPublisher
-from tests._clusters import collect, free_ports, reports, run_example, start, stop
 
 CHILD = Path(__file__).with_name("_cluster_child.py")
 SCENARIOS = ("files", "nan", "early")

@@ -76,11 +76,10 @@ class _Model:
 
 
 def keras_stop_index(values: list[float], **kwargs: Any) -> int | None:
-    import keras
-
+    keras = pytest.importorskip("keras")
     callback = keras.callbacks.EarlyStopping(monitor="loss", **kwargs)
     model = _Model()
-    callback.set_model(model)  # type: ignore[arg-type]
+    callback.set_model(model)
     callback.on_train_begin()
     for epoch, value in enumerate(values):
         callback.on_epoch_end(epoch, {"loss": value})

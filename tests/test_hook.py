@@ -18,7 +18,7 @@ tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1
 
 
-class Wrapped(v1.train.SessionRunHook):  # type: ignore[misc]
+class Wrapped(v1.train.SessionRunHook):  # type: ignore[misc,name-defined]
     """Delegates to a hook and records what its before_run returned."""
 
     def __init__(self, inner: Any) -> None:
@@ -43,7 +43,7 @@ class Wrapped(v1.train.SessionRunHook):  # type: ignore[misc]
         self.inner.end(session)
 
 
-class SaveHook(v1.train.SessionRunHook):  # type: ignore[misc]
+class SaveHook(v1.train.SessionRunHook):  # type: ignore[misc,name-defined]
     """Saves a checkpoint with a plain Saver at given steps and at the end (no CheckpointSaverHook)."""
 
     def __init__(self, directory: Path, at_steps: tuple[int, ...] = (), at_end: bool = True) -> None:
@@ -99,7 +99,7 @@ def test_seed_program_gets_python_floats_every_100_steps(tf_graph: Any) -> None:
     bus = EventBus()
     got: list[tuple[int, dict[str, Any]]] = []
 
-    @bus.on("after_run", every_n_steps=100)
+    @bus.on("after_run", every_n_steps=100)  # type: ignore[untyped-decorator]
     def report(event: Event) -> None:
         got.append((event.step, dict(event.values)))
 
@@ -281,7 +281,7 @@ def test_monitored_training_session_refuses_to_turn_tf_hooks_back_on() -> None:
         hookbus.monitored_training_session(save_checkpoint_steps=100)
 
 
-class AbortOnce(v1.train.SessionRunHook):  # type: ignore[misc]
+class AbortOnce(v1.train.SessionRunHook):  # type: ignore[misc,name-defined]
     """Raises AbortedError once, after the run of ``step``: MonitoredSession re-creates the session."""
 
     def __init__(self, step: int) -> None:
@@ -477,9 +477,12 @@ def test_packed_scalars_arrive_as_unpacked_values_would(tf_graph: Any, sets: int
     choices = [("loss",), ("n", "flag"), ("big", "vec", "summary"), ("loss", "n"), ("flag",), ("big",), ("vec",),
                ("loss", "summary")][:sets]  # fmt: skip
     for i, keys in enumerate(choices):
-        got[str(i)] = []
-        bus.on("after_run", lambda e, i=i: got[str(i)].append((e.step, dict(e.values))), keys=keys,
-               every_n_steps=1 + i % 3)  # fmt: skip
+        got[str(i)] = rows = list[tuple[int, dict[str, Any]]]()
+
+        def note(event: Any, rows: list[tuple[int, dict[str, Any]]] = rows) -> None:
+            rows.append((event.step, dict(event.values)))
+
+        bus.on("after_run", note, keys=keys, every_n_steps=1 + i % 3)
     with bus, hookbus.monitored_training_session(hooks=[EventBusHook(bus, fetches, train_op=train_op)]) as sess:
         for _ in range(6):
             sess.run(train_op)

@@ -44,7 +44,7 @@ def model(lr: float = 0.05, steps_per_execution: int = 1) -> Any:
     return m
 
 
-class BatchLogs(keras.callbacks.Callback):  # type: ignore[misc]
+class BatchLogs(keras.callbacks.Callback):  # type: ignore[misc,name-defined]
     """Keras's own view: logs per batch end, iterations per batch end."""
 
     def __init__(self) -> None:

@@ -50,7 +50,7 @@ def model() -> Any:
     return m
 
 
-class EpochWeights(keras.callbacks.Callback):  # type: ignore[misc]
+class EpochWeights(keras.callbacks.Callback):  # type: ignore[misc,name-defined]
     """The model's weights at every epoch end, by epoch."""
 
     def __init__(self) -> None:
@@ -61,7 +61,7 @@ class EpochWeights(keras.callbacks.Callback):  # type: ignore[misc]
         self.weights[epoch] = self.model.get_weights()
 
 
-class InterruptAt(keras.callbacks.Callback):  # type: ignore[misc]
+class InterruptAt(keras.callbacks.Callback):  # type: ignore[misc,name-defined]
     """Raises when ``epoch`` begins: a run killed between epochs."""
 
     def __init__(self, epoch: int) -> None:

@@ -57,7 +57,7 @@ def model() -> Any:
     return m
 
 
-class CtrlCAt(keras.callbacks.Callback):  # type: ignore[misc]
+class CtrlCAt(keras.callbacks.Callback):  # type: ignore[misc,name-defined]
     """Sends this process SIGINT (what Ctrl-C sends) when the batch ending at ``step`` ends."""
 
     def __init__(self, step: int) -> None:
@@ -69,7 +69,7 @@ class CtrlCAt(keras.callbacks.Callback):  # type: ignore[misc]
             os.kill(os.getpid(), signal.SIGINT)
 
 
-class RaiseAt(keras.callbacks.Callback):  # type: ignore[misc]
+class RaiseAt(keras.callbacks.Callback):  # type: ignore[misc,name-defined]
     """Raises when the batch ending at ``step`` ends: a run killed there."""
 
     def __init__(self, step: int) -> None:
@@ -81,7 +81,7 @@ class RaiseAt(keras.callbacks.Callback):  # type: ignore[misc]
             raise RuntimeError(f"interrupted at step {self.step}")
 
 
-class Trained(keras.callbacks.Callback):  # type: ignore[misc]
+class Trained(keras.callbacks.Callback):  # type: ignore[misc,name-defined]
     """The steps this fit trained: ``iterations`` after each batch Keras reports that moved it
     (a batch passed over at a mid-epoch resume is reported, and trains nothing)."""
 

@@ -181,7 +181,7 @@ def test_a_call_running_several_optimizer_steps_is_numbered_by_the_step_counter(
     w = tf.Variable(5.0)
     optimizer = tf.keras.optimizers.SGD(0.01)
 
-    @tf.function
+    @tf.function  # type: ignore[untyped-decorator]
     def three_steps() -> Any:
         for _ in tf.range(3):
             with tf.GradientTape() as tape:

@@ -90,7 +90,7 @@ def custom(directory: Path, shape: Loop = documented) -> tuple[Any, EventBus]:
         bus.attach(sink)
     optimizer, loss_fn = m.optimizer, m.loss
 
-    @tf.function
+    @tf.function  # type: ignore[untyped-decorator]
     def train_step(x: Any, y: Any) -> dict[str, Any]:
         with tf.GradientTape() as tape:
             loss = loss_fn(y, m(x, training=True))

@@ -81,7 +81,7 @@ def test_a_bfloat16_nan_loss_in_an_eager_loop_stops_with_no_checkpoint_from_its_
     losses: list[Any] = []
     loop = LoopPublisher(bus, keys="loss", step_counter=counter, checkpoint=tf.train.Checkpoint(w=w, step=counter))
 
-    @tf.function
+    @tf.function  # type: ignore[untyped-decorator]
     def train_step(poison: Any) -> Any:
         w.assign_sub(tf.constant(0.5, tf.bfloat16))
         counter.assign_add(1)

@@ -60,7 +60,7 @@ def test_every_sink_with_state_starts_a_second_run_clean(clock: FakeClock) -> No
     assert bus.stop_reason is None
     assert early.state.seen == 1
     assert early.state.best == pytest.approx(0.4)
-    assert "resumed from step" not in console.console.file.getvalue()  # type: ignore[attr-defined]
+    assert "resumed from step" not in console.console.file.getvalue()
 
 
 # -- two real Keras fits on one bus, beside Keras's EarlyStopping ------------------------------------

@@ -269,7 +269,7 @@ def test_wheel_ships_the_sinks_package_and_py_typed(tmp_path: Path) -> None:
 
 
 def test_readme_commands_are_the_ones_ci_runs() -> None:
-    """The README's test command is what .ci/run runs; the demo command runs the console script."""
+    """The README's test commands are what .ci/run runs, the fast tier first; the demo runs the console script."""
     root = Path(__file__).resolve().parent.parent
     readme = (root / "README.md").read_text()
     commands = [line for line in readme.splitlines() if line.startswith("python3 -m venv .venv && ")]
@@ -277,6 +277,13 @@ def test_readme_commands_are_the_ones_ci_runs() -> None:
     tests = [c for c in commands if "pytest" in c]
     assert len(demo) == 1, commands
     assert len(tests) == 1, commands
-    assert tests[0] in (root / ".ci" / "run").read_text().splitlines()
+    ci = (root / ".ci" / "run").read_text().splitlines()
+    assert tests[0] in ci
+    # The fast tier (the suite without TensorFlow) runs first.
+    fast = [line for line in readme.splitlines() if line.startswith("python3 -m venv .venv-notf && ")]
+    assert len(fast) == 1, fast
+    assert "tf" not in fast[0].split("pip install", 1)[1].split("&&")[0], fast[0]  # no TensorFlow extra
+    assert fast[0] in ci
+    assert ci.index(fast[0]) < ci.index(tests[0])
     pyproject = (root / "pyproject.toml").read_text()
     assert 'hookbus = "hookbus._cli:main"' in pyproject

@@ -72,7 +72,7 @@ def run_loop(bus: EventBus, directory: Path) -> None:
     optimizer = keras.optimizers.SGD(0.05)
     x, y = xy()
 
-    @tf.function
+    @tf.function  # type: ignore[untyped-decorator]
     def train_step(xb: Any, yb: Any) -> dict[str, Any]:
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(tf.square(model(xb) - yb))
@@ -168,7 +168,7 @@ def test_early_stopping_on_eval_loss_stops_at_the_same_evaluation(publisher: str
         model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
         script = iter(losses)
 
-        class ScriptedVal(keras.callbacks.Callback):  # type: ignore[misc]
+        class ScriptedVal(keras.callbacks.Callback):  # type: ignore[misc,name-defined]
             def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
                 logs["val_loss"] = next(script)  # runs before ours: it is listed first
 

@@ -58,7 +58,7 @@ class Fed:
         self.train_op = v1.assign_add(self.global_step, self.k)
 
 
-class Recording(v1.train.SessionRunHook):  # type: ignore[misc]
+class Recording(v1.train.SessionRunHook):  # type: ignore[misc,name-defined]
     """Delegates to a hook; counts the runs whose ``before_run`` fetched something."""
 
     def __init__(self, inner: Any) -> None:
@@ -122,7 +122,7 @@ def test_stop_at_step_stops_where_tensorflows_stop_at_step_hook_stops(
         m = Model(k, start)
         bus = EventBus()
         bus.attach(StopAtStepSink(**target))
-        declare = {"steps_per_run": k} if declared else {}
+        declare: dict[str, Any] = {"steps_per_run": k} if declared else {}
         hook = Recording(EventBusHook(bus, {"loss": m.loss}, train_op=m.train_op, **declare))
         with bus, hookbus.monitored_training_session(hooks=[hook]) as sess:
             our_runs = _train(sess, m.train_op, 100)

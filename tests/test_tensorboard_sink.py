@@ -199,7 +199,7 @@ def test_invalid_logdir_fails_at_construction(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="is not a directory"):
         TensorBoardSink(afile / "sub")
     with pytest.raises(ValueError, match="logdir must be a non-empty str or os.PathLike"):
-        TensorBoardSink(3)  # type: ignore[arg-type]
+        TensorBoardSink(3)
 
 
 def test_sink_module_does_not_import_tensorflow() -> None:
@@ -250,7 +250,7 @@ def test_close_returns_within_its_deadline_when_the_event_file_hangs(tmp_path: P
         ScriptedPublisher(bus, keys=["loss"]).run([{"loss": 1.0}] * 3)
         (writer,) = sink._writers.values()
         real_close = writer.close
-        writer.close = lambda: (release.wait(60), real_close())  # type: ignore[method-assign]
+        writer.close = lambda: (release.wait(60), real_close())
         with pytest.warns(WriterWarning, match="TensorBoardSink: the event files in .* did not close within 0.2 s"):
             sink.close()
     release.set()

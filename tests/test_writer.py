@@ -190,7 +190,7 @@ def test_put_blocked_on_a_full_queue_raises_when_the_thread_dies() -> None:
 
 
 def test_closed_writer_refuses_puts() -> None:
-    writer = BackgroundWriter("w", lambda item: None, lambda: None)
+    writer = BackgroundWriter[object]("w", lambda item: None, lambda: None)
     writer.close()
     with pytest.raises(WriterError, match="w: the writer is closed"):
         writer.put(1)

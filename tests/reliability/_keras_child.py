@@ -35,7 +35,7 @@ def main() -> None:
     kill_epoch = int(epoch_text) if epoch_text else -1
     delay = int(ms_text) / 1000 if ms_text else 0.0
 
-    import keras
+    import keras  # type: ignore[import-untyped]
     import numpy as np
 
     import hookbus

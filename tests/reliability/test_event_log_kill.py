@@ -16,7 +16,7 @@ import hookbus
 
 from ._helpers import csv_column, latest_checkpoint_step, run_child
 
-pytestmark = pytest.mark.reliability
+pytestmark = [pytest.mark.reliability, pytest.mark.subprocess]
 
 LAST = 120
 

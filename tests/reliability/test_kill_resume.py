@@ -119,11 +119,11 @@ def state_at(loss: dict[int, float], last: int) -> dict[str, Any]:
     sink = EarlyStoppingSink("loss", patience=10**9, every_n_steps=EVAL_EVERY)  # as in _train_child.py
     for step in range(EVAL_EVERY, last + 1, EVAL_EVERY):
         sink.state, _, _ = decide(sink.rule, sink.state, loss[step], step)
-    return sink.state_dict()
+    return dict(sink.state_dict())
 
 
 def restored_step(directory: Path) -> int:
-    import tensorflow as tf
+    tf = pytest.importorskip("tensorflow")
 
     import hookbus
     from hookbus._demo import build_linear_regression
@@ -139,13 +139,13 @@ def restored_step(directory: Path) -> int:
 
 def abort_run(directory: Path, abort_at: int = 37, last: int = 60) -> dict[str, Any]:
     """Train to ``last`` with every writer; a hook raises AbortedError once at ``abort_at``."""
-    import tensorflow as tf
+    tf = pytest.importorskip("tensorflow")
 
     import hookbus
     from hookbus._demo import build_linear_regression
     from hookbus.sinks import CheckpointSink, CSVSink, EarlyStoppingSink, StopAtStepSink, TensorBoardSink
 
-    class AbortOnce(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
+    class AbortOnce(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc,name-defined]
         def begin(self) -> None:
             self.global_step = tf.compat.v1.train.get_global_step()
             self.raised = False
@@ -200,6 +200,7 @@ def test_sigkill_anywhere_then_resume_leaves_everything_exactly_once(trial_set: 
     trial_set["kill_loss"] = loss
 
 
+@pytest.mark.tf  # the trial set trains in this process too
 def test_recoverable_recreation_rewrites_after_the_checkpoint_exactly_once(trial_set: dict[str, Any]) -> None:
     directory, abort = trial_set["root"] / "abort", trial_set["abort"]
     last = abort["last"]

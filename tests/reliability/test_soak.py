@@ -68,6 +68,7 @@ def _rss() -> int:
         return int(statm.read().split()[1]) * resource.getpagesize()
 
 
+@pytest.mark.tf  # CheckpointSink records its saves in TensorFlow's checkpoint state file
 @pytest.mark.timeout(3600 if LONG else 300)
 def test_soak_every_sink_keeps_memory_flat_and_loses_nothing(tmp_path: Path) -> None:
     bus = hookbus.EventBus()

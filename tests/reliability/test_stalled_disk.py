@@ -118,11 +118,11 @@ def _sink(kind: str, root: Path, max_queue_size: int = 1024, flush_secs: float =
     sink: hookbus.Sink
     size = {"flush_deadline": DEADLINE, "max_queue_size": max_queue_size, "flush_secs": flush_secs}
     if kind == "tensorboard":
-        sink = TensorBoardSink(root / "tb", every_n_steps=1, **size)  # type: ignore[arg-type]
+        sink = TensorBoardSink(root / "tb", every_n_steps=1, **size)
     elif kind == "csv":
-        sink = CSVSink(root / "metrics.csv", every_n_steps=1, **size)  # type: ignore[arg-type]
+        sink = CSVSink(root / "metrics.csv", every_n_steps=1, **size)
     else:
-        sink = EventLogSink(root / "events.jsonl", **size)  # type: ignore[arg-type]
+        sink = EventLogSink(root / "events.jsonl", **size)
     return sink
 
 
@@ -149,7 +149,7 @@ def _train(sinks: list[hookbus.Sink], disk: StalledDisk, directory: Path | None)
     return bus, saved
 
 
-def _check_reported(bus: hookbus.EventBus, sink: hookbus.Sink, target: str, what: Callable[[str], bool]) -> None:
+def _check_reported(bus: hookbus.EventBus, sink: hookbus.Sink, target: str, what: Callable[[str], object]) -> None:
     stats = bus.stats()[sink.name]
     assert stats.disabled
     assert stats.writer is not None
