@@ -116,7 +116,8 @@ def state_at(loss: dict[int, float], last: int) -> dict[str, Any]:
     from hookbus.sinks import EarlyStoppingSink
     from hookbus.sinks.early_stopping import decide
 
-    sink = EarlyStoppingSink("loss", patience=10**9, every_n_steps=EVAL_EVERY)  # as in _train_child.py
+    # As in _train_child.py, whose mode="auto" the name rule settles to "min" at begin (no begin here).
+    sink = EarlyStoppingSink("loss", patience=10**9, mode="min", every_n_steps=EVAL_EVERY)
     for step in range(EVAL_EVERY, last + 1, EVAL_EVERY):
         sink.state, _, _ = decide(sink.rule, sink.state, loss[step], step)
     return dict(sink.state_dict())
