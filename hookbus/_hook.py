@@ -220,7 +220,7 @@ class EventBusHook:
                 # The graph is finalized after the first session; a train/evaluate loop
                 # begins again on the same graph and reuses this read.
                 with graph.control_dependencies([train_op]):
-                    # A read ordered after the train op: the only exact step (DESIGN, pitfalls).
+                    # A read ordered after the train op: the only exact step (examples/README.md "How it works", Steps).
                     self._step_after = tf.identity(self._global_step.read_value(), name="hookbus_step_after")
                 self._estimate.forget()  # another train op: its increment is learned anew
             self._step_args = tf.compat.v1.train.SessionRunArgs({"step": self._step_after})
@@ -359,7 +359,8 @@ class EventBusHook:
             self._shared_stop.announce(session, self.bus)
         final = self._core.final_plan(self._step)
         if final is not None:
-            # No fetch here (DESIGN "End"): a finite input that just ended must not be asked for
+            # No fetch here (test_finite_input.py, README "Guarantees": inputs that end): a finite
+            # input that just ended must not be asked for
             # another batch, and values never published must not appear at the end. The at_end
             # subscribers get the last published values and their step; only final_fetches,
             # declared safe to run now, are read at the end.

@@ -60,7 +60,8 @@ class Publisher(Protocol):
 class KeyRegistry:
     """The publishers a bus knows of, for the key check and static shapes.
 
-    Each run starts clean (DESIGN "Runs"): a publisher that began in an earlier run counts again
+    Each run starts clean (README "Guarantees": a reused bus starts clean): a publisher that
+    began in an earlier run counts again
     only once it begins in this one; a publisher constructed and not yet begun counts (an eval
     hook that begins after the train hook is known when the run starts).
     """

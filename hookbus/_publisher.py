@@ -107,8 +107,8 @@ class PublisherCore:
     A publisher adds only how it counts steps and fetches values: it calls :meth:`begin` and
     :meth:`session_created`, then for each training step :meth:`plan` — ``None`` when nothing
     is due (then :meth:`advance`), else a :class:`Plan` whose ``keys`` it fetches and hands back
-    with :meth:`publish_step` — and :meth:`should_stop`; at the end :meth:`final_plan` /
-    :meth:`publish_final` and :meth:`end`. Only the core moves the bus's step.
+    with :meth:`publish_step` — and :meth:`should_stop`; at the end :meth:`final_plan` / :meth:`publish_final`
+    and :meth:`end`. Only the core moves the bus's step. Guide: examples/README.md "Writing a publisher".
 
     Args:
         bus: The bus to publish on; the publisher registers its keys there.

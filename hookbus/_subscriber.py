@@ -86,7 +86,56 @@ class Sink:
     Every overridden ``on_<signal>`` method is subscribed when the sink is attached
     (``bus.attach(sink)``). ``on_before_run`` and ``on_after_run`` follow the sink's schedule;
     the other signals (``begin``, ``session_created``, ``end``, ``stop_requested``, ...) are
-    delivered every time. Each method receives the signal's payload.
+    delivered every time. Each method receives the signal's payload. This docstring is the
+    reference for writing a sink (README "Guides and reference")::
+
+        class PrintLoss(hookbus.Sink):
+            default_schedule = hookbus.Schedule(every_n_steps=50)
+
+            def __init__(self, **kwargs):
+                super().__init__(keys=["loss"], **kwargs)
+
+            def on_after_run(self, event):
+                print(event.step, event.values["loss"])
+
+        sink = bus.attach(PrintLoss())        # bus.detach(sink) removes it
+        with bus.on("after_run", print, every_n_secs=10):   # a temporary function subscriber
+            ...
+
+    Override any ``on_<signal>`` method; ``state_dict()`` / ``load_state_dict()`` for state that
+    must survive a restart, ``flush()`` for writers, ``close()`` for resources.
+    :mod:`hookbus.testing` drives a bus with scripted steps and values (no TensorFlow) for
+    testing sinks.
+
+    Events are data: an event carries its step, mode, task, values and ``request_stop(reason)``,
+    not the bus. What else a sink may use it finds in ``self.context``, a
+    :class:`hookbus.SinkContext` the bus gives every sink as the run begins (before ``begin``):
+    the clock, the task, the publishers' keys and shapes, ``defer(fn)`` (run after the event
+    reached every subscriber), ``reschedule(schedule)``, the other sinks' status lines
+    (``peers()``), which way a metric goes where the publisher knows it
+    (``declared_direction(key)``), whether it ends epochs (``ends_epochs()``), and ``checkpoints``
+    (a :class:`hookbus.Checkpoints`: the checkpoint barrier, the pointer and the publisher's
+    checkpoint store, for checkpoint sinks and the sinks that read a checkpoint). A sink never
+    sees another sink; sinks cooperate through this interface, which the bus runs:
+
+    - ``flush()``: the checkpoint barrier: everything up to the step handed to the OS (a failing
+      flush disables an isolating sink; the checkpoint is still saved).
+    - ``writer_stats()``: ``bus.stats()``: rows its background writer was given, wrote and holds
+      (:class:`hookbus.WriterStats`).
+    - ``state_dict()`` / ``load_state_dict()``: saved beside each checkpoint by sink name, loaded
+      back on resume.
+    - ``checkpoint_veto(step)`` with ``controls_training = True``: control sinks only: refuse a
+      checkpoint (the NaN guard on a non-finite step).
+    - ``status()``, ``total_steps``: the dashboard's status line and progress.
+    - ``receives_epochs``: the Keras callback's epoch events, whatever the sink's keys
+      (``CSVSink(epochs=True)``; early stopping, to report a monitor an epoch ended without).
+    - ``passive = True``: observe only: every step event published for the others, with their
+      values; never planned, adds no key to any fetch (``EventLogSink``).
+    - ``checkpoint_directory``: publishers resume from it.
+
+    A stop a sink (or any thread) asks for is acted on by the training thread: ``request_stop``
+    from a watchdog thread is recorded, and the publisher stops — with the final checkpoint — at
+    its next step.
 
     Args:
         keys: Keys this sink needs (default ``None``: every key). On a due step the publisher

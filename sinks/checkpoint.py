@@ -39,8 +39,9 @@ class CheckpointSink(Sink):
     """Saves checkpoints on a schedule, at the end and on a stop request (``CheckpointSaverHook``).
 
     This sink decides when to save and what to keep; the bus runs the checkpoint barrier
-    (DESIGN): control sinks may veto, every live sink is flushed (a writer that cannot flush and
-    isolates its errors is disabled, not fatal) and its ``state_dict()`` collected; the
+    (examples/README.md "Checkpoints, resume and the barrier"): control sinks may veto, every
+    live sink is flushed (a writer that cannot flush and isolates its errors is disabled, not
+    fatal) and its ``state_dict()`` collected; the
     publisher's backend writes the model and the states go beside it (``<prefix>.hookbus.json``,
     by sink name); then the ``checkpoint`` pointer names it, older checkpoints beyond ``keep``
     are deleted and ``checkpoint_saved`` is published. A save runs after the step reached every

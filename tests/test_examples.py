@@ -127,3 +127,21 @@ def test_every_docstring_command_runs_as_written_from_a_fresh_clone(name: str, t
             first, second = AGAIN[name]
             assert first in outputs[0], outputs[0][-2000:]
             assert second in outputs[1], outputs[1][-2000:]
+
+
+GUIDES = ("README.md", "examples/README.md")
+
+
+def test_every_example_command_the_guides_give_is_one_its_docstring_runs() -> None:
+    """The README and examples/README.md give only commands the docstring test runs; every example has its guide."""
+    guide = (ROOT / "examples" / "README.md").read_text()
+    for name in GUIDES:
+        for command in re.findall(r"(\.venv/bin/python examples/[^`\n]*)", (ROOT / name).read_text()):
+            command = command.strip()
+            if "<name>" in command:
+                continue
+            example = command.split()[1].removeprefix("examples/")
+            assert command in docstring_commands(example), f"{name}: {command!r} is not a command {example} gives"
+    for path in EXAMPLES.glob("*.py"):
+        assert f"`{path.name}`" in guide, f"examples/README.md's table lacks {path.name}"
+        assert f"examples/{path.name}" in guide, f"no guide in examples/README.md names examples/{path.name}"

@@ -23,7 +23,7 @@ FIT = {"batch_size": 32, "verbose": 0}
 
 
 # Keras's own BackupAndRestore and TensorBoard convert variables with np.array(variable), which
-# numpy 2.4 warns about (DESIGN, pitfalls); only those tests ignore it.
+# numpy 2.4 warns about (warnings are errors here); only those tests ignore it.
 KERAS_NP_ARRAY = pytest.mark.filterwarnings(
     "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning"
 )

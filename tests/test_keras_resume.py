@@ -30,7 +30,7 @@ STOP = 2 * STEPS + 3  # the Ctrl-C lands on the 4th batch of epoch 2
 FIT = {"batch_size": 8, "epochs": EPOCHS, "shuffle": False, "verbose": 0}
 
 # Keras's BackupAndRestore converts variables with np.array(variable), which numpy 2.4 warns
-# about (DESIGN, pitfalls); only the differential ignores it.
+# about (warnings are errors here); only the differential ignores it.
 KERAS_NP_ARRAY = pytest.mark.filterwarnings(
     "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning"
 )

@@ -1,4 +1,4 @@
-"""A second run on one bus is a new run, not a resume (DESIGN, Keras parity): its sinks start
+"""A second run on one bus is a new run, not a resume (README "Guarantees", Keras parity): its sinks start
 clean unless their state is restored from a checkpoint, and the dashboard says "resumed" only then.
 
 Keras's own ``EarlyStopping`` resets its best and wait in ``on_train_begin`` (keras-team/keras#20256):

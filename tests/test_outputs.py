@@ -1,7 +1,8 @@
 """Output files on real disks: modes that honour the umask, one writer per file.
 
-DESIGN "Outputs": files honour the umask like TensorFlow's own (0644 under umask 022); a second
-run opening the same output file at once fails before step 1 naming the holder.
+tests/reliability/README.md ("Output files are readable like TensorFlow's own", "One writer per
+file"): files honour the umask like TensorFlow's own (0644 under umask 022); a second run opening
+the same output file at once fails before step 1 naming the holder.
 """
 
 from __future__ import annotations

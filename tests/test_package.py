@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -18,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_bus_surface_is_what_users_need() -> None:
-    """DESIGN "Architecture": EventBus owns its parts; what only publishers use is on its port."""
+    """EventBus owns its parts; what only publishers use is on its port."""
     bus = hookbus.EventBus()
     methods = sorted(n for n in dir(hookbus.EventBus) if not n.startswith("_"))
     assert methods == [
@@ -74,7 +76,8 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_the_seams_hold() -> None:
-    """DESIGN "Architecture": one module imports TensorFlow; nothing in hookbus/ imports the sinks;
+    """README "Two commands" (the bus and the sinks run without TensorFlow): one module imports
+    TensorFlow; nothing in hookbus/ imports the sinks;
     no sink imports another sink (helpers, private modules, are shared)."""
     importers = sorted(p.name for p in (ROOT / "hookbus").glob("*.py") if any(
         m == "tensorflow" or m.startswith("tensorflow.") for m in _imports(p)))
@@ -287,3 +290,135 @@ def test_readme_commands_are_the_ones_ci_runs() -> None:
     assert ci.index(fast[0]) < ci.index(tests[0])
     pyproject = (root / "pyproject.toml").read_text()
     assert 'hookbus = "hookbus._cli:main"' in pyproject
+
+
+# -- the README and the guides: every command they give, every link, every test they name --------
+
+#: The front page and the guides beside what they describe (README "Guides and reference").
+GUIDES = ("README.md", "examples/README.md", "bench/README.md", "tests/reliability/README.md")
+
+
+def guide_commands(name: str) -> list[str]:
+    """The commands ``name`` gives: each line of its ``bash`` blocks, and inline ``.venv/bin/...`` spans."""
+    text = (ROOT / name).read_text()
+    found = [
+        line.strip()
+        for block in re.findall(r"^```bash\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+        for line in block.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    found += re.findall(r"`(\.venv/bin/[^`]+)`", text)
+    return found
+
+
+def argparse_flags(script: Path) -> dict[str, list[str] | None]:
+    """The ``--flags`` ``script`` declares with ``add_argument``, each with its ``choices`` (or ``None``)."""
+    flags: dict[str, list[str] | None] = {}
+    for node in ast.walk(ast.parse(script.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+            first = node.args[0] if node.args else None
+            if isinstance(first, ast.Constant) and str(first.value).startswith("--"):
+                choices = next((kw.value for kw in node.keywords if kw.arg == "choices"), None)
+                flags[str(first.value)] = (
+                    [e.value for e in choices.elts if isinstance(e, ast.Constant)]
+                    if isinstance(choices, ast.List)
+                    else None
+                )
+    return flags
+
+
+def check_guide_command(command: str) -> None:
+    """Fail unless ``command`` runs as written, as far as can be told without running it."""
+    import tomllib
+
+    from hookbus._cli import _parser, _spec
+    from hookbus.sinks import EarlyStoppingSink
+
+    line = command.split(" # ")[0].split(" | ")[0].strip()
+    for part in (shlex.split(p) for p in line.split("&&")):
+        program, args = part[0], part[1:]
+        if program == "python3" and args == ["-m", "venv", ".venv"]:
+            continue
+        if program == ".venv/bin/pip":
+            assert args[:3] == ["install", "-q", "-e"], command
+            extras = args[3].removeprefix(".[").removesuffix("]").split(",")
+            declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+            assert set(extras) <= set(declared), (command, sorted(declared))
+        elif program == ".venv/bin/python" and args[:2] == ["-m", "pytest"]:
+            continue  # the README's test command: test_readme_commands_are_the_ones_ci_runs
+        elif program == ".venv/bin/python" and args[0].startswith("examples/"):
+            # tests/test_examples.py checks that it is one its docstring gives (and runs)
+            assert "<name>" in args[0] or (ROOT / args[0]).is_file(), command
+        elif program == ".venv/bin/python" and args[0].startswith("bench/"):
+            flags = argparse_flags(ROOT / args[0])
+            for i, arg in enumerate(args[1:], start=1):
+                if arg.startswith("--"):
+                    assert arg in flags, f"{command}: {args[0]} has no {arg} (it has {sorted(flags)})"
+                    choices = flags[arg]
+                    assert choices is None or args[i + 1] in choices, (command, choices)
+        elif program in ("hookbus", ".venv/bin/hookbus"):
+            if args in (["--version"], ["--help"]):
+                continue
+            parsed = _parser().parse_args(args)  # argparse exits (status 2) on what it refuses
+            if getattr(parsed, "early_stopping", None):
+                EarlyStoppingSink(**_spec(parsed.early_stopping))
+        elif program == ".venv/bin/tensorboard":
+            assert (VENV_BIN / "tensorboard").is_file(), "tensorboard is a dependency: its script is in the venv"
+            assert args[0] == "--logdir", command
+        else:
+            raise AssertionError(f"{command!r}: say in check_guide_command how this command is checked")
+
+
+VENV_BIN = Path(sys.executable).parent
+
+
+@pytest.mark.parametrize("name", GUIDES)
+def test_every_command_the_readme_and_the_guides_give_runs_as_written(name: str) -> None:
+    commands = guide_commands(name)
+    if name != "tests/reliability/README.md":
+        assert commands, f"{name} gives no command"
+    for command in commands:
+        check_guide_command(command)
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+@pytest.mark.parametrize("name", GUIDES)
+def test_every_relative_link_in_the_readme_and_the_guides_resolves(name: str) -> None:
+    path = ROOT / name
+    text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.MULTILINE | re.DOTALL)
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert links, f"{name} links nowhere"
+    for link in links:
+        if re.match(r"[a-z]+:", link):
+            continue  # https:, mailto:
+        target, _, anchor = link.partition("#")
+        file = (path.parent / target).resolve() if target else path
+        assert file.exists(), f"{name}: {link} points to {file}, which does not exist"
+        assert file.is_relative_to(ROOT), f"{name}: {link} leaves the repository"
+        if anchor:
+            prose = re.sub(r"^```.*?^```", "", file.read_text(), flags=re.MULTILINE | re.DOTALL)
+            headings = re.findall(r"^#+ (.+)$", prose, re.MULTILINE)
+            assert anchor in {github_anchor(h) for h in headings}, f"{name}: {link}: no heading with that anchor"
+
+
+def test_every_test_the_guarantees_name_exists() -> None:
+    """tests/reliability/README.md names each guarantee's tests; a renamed or removed test fails here."""
+    text = (ROOT / "tests" / "reliability" / "README.md").read_text()
+    tests = ROOT / "tests"
+    defined = {m for f in tests.rglob("test_*.py") for m in re.findall(r"^\s*def (test_\w+)", f.read_text(), re.M)}
+    files = {f.name for f in tests.rglob("test_*.py")}
+    named_files = set(re.findall(r"\b(test_\w+\.py)\b", text))
+    named_tests = set(re.findall(r"(?:::|`)(test_\w+)\b(?!\.py)", text))
+    assert named_files
+    assert named_tests
+    assert named_files <= files, sorted(named_files - files)
+    assert named_tests <= defined, sorted(named_tests - defined)
+    bullets = re.findall(r"^- \*\*(.+?)\*\*", text, re.MULTILINE)
+    readme = (ROOT / "README.md").read_text().split("## Guarantees", 1)[1]
+    for title in bullets:  # the README lists each guarantee, one line each
+        assert title.rstrip(".").split(" (")[0] in readme, f"README's Guarantees lacks {title!r}"
