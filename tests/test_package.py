@@ -320,7 +320,7 @@ def argparse_flags(script: Path) -> dict[str, list[str] | None]:
             if isinstance(first, ast.Constant) and str(first.value).startswith("--"):
                 choices = next((kw.value for kw in node.keywords if kw.arg == "choices"), None)
                 flags[str(first.value)] = (
-                    [e.value for e in choices.elts if isinstance(e, ast.Constant)]
+                    [str(e.value) for e in choices.elts if isinstance(e, ast.Constant)]
                     if isinstance(choices, ast.List)
                     else None
                 )
@@ -337,15 +337,16 @@ def check_guide_command(command: str) -> None:
     line = command.split(" # ")[0].split(" | ")[0].strip()
     for part in (shlex.split(p) for p in line.split("&&")):
         program, args = part[0], part[1:]
-        if program == "python3" and args == ["-m", "venv", ".venv"]:
-            continue
+        if program == "python3" and args[:2] == ["-m", "venv"] and args[2] in (".venv", ".venv-notf"):
+            continue  # the README's venvs: with TensorFlow, and the fast tier's without it
+        program = program.replace(".venv-notf/", ".venv/")
         if program == ".venv/bin/pip":
             assert args[:3] == ["install", "-q", "-e"], command
             extras = args[3].removeprefix(".[").removesuffix("]").split(",")
             declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
             assert set(extras) <= set(declared), (command, sorted(declared))
         elif program == ".venv/bin/python" and args[:2] == ["-m", "pytest"]:
-            continue  # the README's test command: test_readme_commands_are_the_ones_ci_runs
+            continue  # the README's test commands: test_readme_commands_are_the_ones_ci_runs
         elif program == ".venv/bin/python" and args[0].startswith("examples/"):
             # tests/test_examples.py checks that it is one its docstring gives (and runs)
             assert "<name>" in args[0] or (ROOT / args[0]).is_file(), command
