@@ -39,7 +39,7 @@ HParamValue = bool | int | float | str
 
 
 class EventLogSink(Sink):
-    """Records every event the bus publishes as one JSON object per line (see the README's
+    """Records every event the bus publishes as one JSON object per line (see examples/README.md
     "Record and replay" for the format); ``hookbus.replay`` and ``hookbus replay`` read it back.
 
     Passive (:attr:`hookbus.Sink.passive`): it receives every step event published for the other

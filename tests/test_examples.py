@@ -60,7 +60,7 @@ def test_custom_loop_trains_and_resumes(
 def test_a_publisher_for_another_loop_is_one_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """README "Writing a publisher": a NumPy loop drives CSV, NaN guard, early stopping, stop-at-step."""
+    """examples/README.md "Writing a publisher": a NumPy loop drives CSV, NaN guard, early stopping, stop-at-step."""
     with pytest.raises(SystemExit, match="0"):
         run_example("custom_publisher.py", monkeypatch, "--steps", "3000", "--dir", str(tmp_path))
     out = capsys.readouterr().out

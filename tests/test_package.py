@@ -423,3 +423,20 @@ def test_every_test_the_guarantees_name_exists() -> None:
     readme = (ROOT / "README.md").read_text().split("## Guarantees", 1)[1]
     for title in bullets:  # the README lists each guarantee, one line each
         assert title.rstrip(".").split(" (")[0] in readme, f"README's Guarantees lacks {title!r}"
+
+
+def test_every_readme_section_the_code_cites_exists() -> None:
+    """Code cites a section as ``README "<heading>"`` or ``examples/README.md "<heading>"``: it exists."""
+    cite = re.compile(r"\b((?:examples/|bench/|tests/reliability/)?README)(?:\.md)?(?:'s)?[\s#]+\"([^\"\n<][^\"\n]*)\"")
+    cited = 0
+    code = ("hookbus/*.py", "sinks/*.py", "tests/**/*.py", "bench/*.py", "examples/*.py", ".ci/run")
+    for path in (p for pattern in code for p in ROOT.glob(pattern)):
+        for guide, section in cite.findall(path.read_text()):
+            prose = re.sub(r"^```.*?^```", "", (ROOT / f"{guide}.md").read_text(), flags=re.MULTILINE | re.DOTALL)
+            headings = [h.lower() for h in re.findall(r"^#+ (.+)$", prose, re.MULTILINE)]
+            found = any(h.startswith(section.lower()) for h in headings)
+            assert found, f'{path.name}: {guide} has no section "{section}"'
+            cited += 1
+        # and never a file the repository does not have (a design note kept outside it)
+        assert path == Path(__file__) or "DESIGN" not in path.read_text(), f"{path.name} cites DESIGN"
+    assert cited
