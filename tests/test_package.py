@@ -440,3 +440,16 @@ def test_every_readme_section_the_code_cites_exists() -> None:
         # and never a file the repository does not have (a design note kept outside it)
         assert path == Path(__file__) or "DESIGN" not in path.read_text(), f"{path.name} cites DESIGN"
     assert cited
+
+
+def test_the_readme_is_a_front_page_its_guarantees_one_line_each() -> None:
+    """The README stays a front page; a guarantee's full text and its tests go in tests/reliability/README.md."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 320, "the README is a front page: put guides in examples/README.md"
+    section = readme.split("\n## Guarantees\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith(("- ", "  "))]
+    assert all(line.startswith("- **") for line in lines), [line for line in lines if not line.startswith("- **")]
+    full = (ROOT / "tests" / "reliability" / "README.md").read_text()
+    titles = re.findall(r"^- \*\*(.+?)\*\*", section, re.MULTILINE)
+    for title in titles:  # each one-liner has its full text, with its tests, there
+        assert title.rstrip(".").split(" (")[0] in full, f"tests/reliability/README.md lacks {title!r}"
