@@ -1,6 +1,6 @@
 """hookbus: TensorFlow training observable and controllable through one event bus."""
 
-from hookbus._bus import EventBus, UnknownKeyError
+from hookbus._bus import EventBus, Subscription, UnknownKeyError
 from hookbus._checkpoint import CheckpointBackend
 from hookbus._checkpoint_seam import Checkpoints
 from hookbus._cluster import RUNS_ON, Task
@@ -27,7 +27,6 @@ from hookbus._subscriber import (
     SIGNALS,
     Sink,
 )
-from hookbus._subscription import Subscription
 from hookbus._train_eval import train_and_evaluate
 from hookbus._writer import (
     DEFAULT_FLUSH_DEADLINE,

@@ -28,8 +28,10 @@ from typing import TYPE_CHECKING, Any
 from hookbus._store import step_of
 
 if TYPE_CHECKING:
-    from hookbus._bus import EventBus
+    from collections.abc import Callable
+
     from hookbus._checkpoint import CheckpointBackend
+    from hookbus._roster import Roster
     from hookbus._store import CheckpointStore
     from hookbus._subscription import Subscriber
 
@@ -52,13 +54,24 @@ class PreparedCheckpoint:
 
 
 class Barrier:
-    """Prepares checkpoints for the bus that owns it (flush, vetoes, states)."""
+    """Prepares and commits checkpoints over the sinks of a roster (flush, vetoes, states).
 
-    def __init__(self, bus: EventBus) -> None:
-        self._bus = bus
+    Args:
+        roster: Who is subscribed (the live sinks here take part).
+        announce: Publishes a sink's failure (``subscriber_error``) to the others: the
+            dispatcher's :meth:`~hookbus._dispatch.Dispatcher.announce_error`.
+    """
+
+    def __init__(
+        self,
+        roster: Roster,
+        announce: Callable[[Subscriber, str, int, BaseException], None],
+    ) -> None:
+        self._roster = roster
+        self._announce = announce
 
     def _sinks(self) -> list[Subscriber]:
-        return [r for r in self._bus._here if r.sink is not None and not r.disabled]
+        return [r for r in self._roster.here if r.sink is not None and not r.disabled]
 
     def veto(self, step: int) -> str | None:
         """The first control sink's reason not to save a checkpoint of ``step``, or ``None``."""
@@ -163,4 +176,4 @@ class Barrier:
             record.on_error,
             exc_info=error,
         )
-        self._bus._dispatcher.announce_error(record, "flush", step, error)
+        self._announce(record, "flush", step, error)

@@ -1,16 +1,17 @@
-"""The event bus: subscribers in order, the run's state, and the parts that do the work.
+"""The event bus: the composition root of its parts, and the user's API.
 
-:class:`EventBus` is composed, not inherited: it owns its dispatcher (ordered, isolated
-delivery), its run scope (``with bus:``, signals, closing), its key registry, the checkpoint
-barrier and a port for publishers. Its public surface is what users of a bus need; what only
-publishers use is on the port (:class:`hookbus._port.BusPort`), which
-:class:`hookbus.PublisherCore` holds.
+:class:`EventBus` is composed, not inherited. It builds its parts and hands each the
+collaborators it needs, never the bus: the roster (who is subscribed, in order), the stops
+(every stop request and the answer), the run's progress, the dispatcher (ordered, isolated
+delivery), the checkpoint barrier, the sinks' contexts, the run scope (``with bus:``, a
+publisher's begin, signals, closing) and a port for publishers. Its public surface is what
+users of a bus need; what only publishers use is on the port (:class:`hookbus._port.BusPort`),
+which :class:`hookbus.PublisherCore` holds.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -18,16 +19,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import blinker
 
 from hookbus._barrier import Barrier
-from hookbus._cluster import Task, check_runs_on
-from hookbus._context import EpochProgress, SinkServices
+from hookbus._cluster import check_runs_on
 from hookbus._dispatch import Dispatcher
-from hookbus._events import SIGNAL_DOCS, Event
+from hookbus._events import SIGNAL_DOCS
 from hookbus._keys import KeyRegistry, Publisher, UnknownKeyError
+from hookbus._offers import Offers
 from hookbus._port import BusPort
+from hookbus._roster import Roster
 from hookbus._run import RunScope
 from hookbus._schedule import Schedule
+from hookbus._services import SinkServices
 from hookbus._state import RunState
-from hookbus._stats import BusStats, collect
+from hookbus._stats import BusStats
+from hookbus._stops import Stops
 from hookbus._subscriber import (
     PRIORITY_DEFAULT,
     SIGNALS,
@@ -37,17 +41,15 @@ from hookbus._subscriber import (
     check_on_error,
     check_priority,
 )
-from hookbus._subscription import Subscriber, Subscription
+from hookbus._subscription import Subscriber
 from hookbus._validate import check_stop_signals, flag
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from hookbus._checkpoint import CheckpointBackend
-    from hookbus._store import CheckpointStore
-    from hookbus._weights import WeightsBackend
+    from hookbus._cluster import Task
 
-__all__ = ["EventBus", "Publisher", "UnknownKeyError"]
+__all__ = ["EventBus", "Publisher", "Subscription", "UnknownKeyError", "record_evaluated"]
 
 logger = logging.getLogger("hookbus")
 _SinkT = TypeVar("_SinkT", bound=Sink)
@@ -102,32 +104,44 @@ class EventBus:
         wall_clock: Callable[[], float] = time.time,
         stop_signals: Iterable[int | str] = (),
     ) -> None:
-        self._stop_signals = check_stop_signals(stop_signals)
+        stop_signals_checked = check_stop_signals(stop_signals)
         self.clock = clock
         self.wall_clock = wall_clock
         self.namespace = blinker.Namespace()
         self.signals = {name: self.namespace.signal(name, doc=SIGNAL_DOCS[name]) for name in SIGNALS}
         for name, named in self.signals.items():
             setattr(self, name, named)  # bus.after_run etc., declared above for type checkers
-        self._subscribers: list[Subscriber] = []
-        self._here: list[Subscriber] = self._subscribers  # those that run on this task
+        # The composition: each part gets its collaborators, never the bus.
+        self._roster = roster = Roster()
+        self._state = state = RunState(wall_clock())
+        self._stops = stops = Stops(
+            step=lambda: state.step,
+            wall_clock=wall_clock,
+            who=lambda: self._dispatcher.current_name(),
+            deliver=lambda: self._dispatcher.settle(),
+        )
+        self._keys = keys = KeyRegistry()
+        self._dispatcher = dispatcher = Dispatcher(roster, stops, state, self.signals, sender=self)
+        offers = Offers()
+        barrier = Barrier(roster, dispatcher.announce_error)
+        services = SinkServices(
+            roster=roster, keys=keys, state=state, dispatcher=dispatcher, barrier=barrier, offers=offers,
+            clock=clock, stats=self.stats,
+        )  # fmt: skip
+        self._scope = scope = RunScope(
+            state=state, roster=roster, stops=stops, dispatcher=dispatcher, keys=keys,
+            contexts=services.context_for, clock=clock, wall_clock=wall_clock, stop_signals=stop_signals_checked,
+        )  # fmt: skip
+        self._port = BusPort(
+            roster=roster, keys=keys, state=state, stops=stops, dispatcher=dispatcher, barrier=barrier,
+            scope=scope, offers=offers, clock=clock, wall_clock=wall_clock, set_task=self._set_task,
+        )  # fmt: skip
         self.task: Task | None = None
-        self._order = 0
-        self._version = 0  # bumped on every (un)subscription; publishers re-plan on change
-        self._checkpoints: tuple[CheckpointBackend, CheckpointStore] | None = None  # offered by a train publisher
-        self._graph_def: Callable[[], bytes | None] | None = None  # offered by a train publisher
-        self._weights: WeightsBackend | None = None  # offered by a train publisher holding its model
-        self._model_config: Callable[[], str | None] | None = None  # offered by the Keras callback
-        self._directions: Callable[[str], str | None] | None = None  # offered by the Keras callback
-        self._ends_epochs = False  # the Keras callback under fit
-        self._progress: Callable[[], EpochProgress | None] | None = None  # offered by the Keras callback
-        self._state = RunState(wall_clock())
-        self._keys = KeyRegistry()
-        self._dispatcher = Dispatcher(self)
-        self._scope = RunScope(self)
-        self._barrier = Barrier(self)
-        self._port = BusPort(self)
-        self._services = SinkServices(self)
+
+    def _set_task(self, task: Task | None) -> None:
+        """What the port's ``set_task`` does: the roster runs as ``task``; :attr:`task` shows it."""
+        self._roster.set_task(task)
+        self.task = task
 
     # -- the run, as users see it ------------------------------------------------------------
     @property
@@ -143,18 +157,17 @@ class EventBus:
     @property
     def should_stop(self) -> bool:
         """Whether a stop was requested in this run (by a subscriber, a signal, another thread)."""
-        return self._state.should_stop
+        return self._stops.requested
 
     @property
     def stop_reason(self) -> str | None:
         """The first reason a stop was requested for in this run, or ``None``."""
-        return self._state.stop_reason
+        return self._stops.reason
 
     @property
     def elapsed(self) -> float:
         """Seconds since the run began (0 before)."""
-        start = self._state.start_time
-        return 0.0 if start is None else self.clock() - start
+        return self._state.elapsed(self.clock())
 
     @property
     def known_keys(self) -> frozenset[str]:
@@ -168,7 +181,7 @@ class EventBus:
         and lifecycle signals: a quiet step costs nothing), errors, whether it is disabled, and
         for writers rows queued and written (:class:`hookbus.BusStats`). Cheap; any thread.
         """
-        return collect(self._state.step, self._state.due_steps, tuple(self._here))
+        return self._roster.stats(self._state.step, self._dispatcher.due_steps)
 
     def request_stop(self, reason: str, *, step: int | None = None, source: str | None = None) -> None:
         """Stop training at the end of the current step.
@@ -178,7 +191,7 @@ class EventBus:
         From a thread other than the training thread the request is only recorded: the
         training thread publishes it and stops at its next step.
         """
-        self._dispatcher.request_stop(reason, step=step, source=source)
+        self._stops.request(reason, step=step, source=source)
 
     def close(self, *, raise_errors: bool = True) -> None:
         """Close every attached sink exactly once (idempotent).
@@ -204,12 +217,12 @@ class EventBus:
     @property
     def subscribers(self) -> list[Subscriber]:
         """Every subscriber, in dispatch order (priority, then registration)."""
-        return list(self._subscribers)
+        return list(self._roster.records)
 
     @property
     def sinks(self) -> list[Sink]:
         """The attached sinks, in dispatch order."""
-        return [s.sink for s in self._subscribers if s.sink is not None]
+        return self._roster.sinks
 
     def _add(self, record: Subscriber) -> None:
         if self._state.started:
@@ -217,22 +230,7 @@ class EventBus:
                 f"cannot subscribe {record.name!r} after the run began; attach every sink and "
                 "function before the first session starts"
             )
-        self._subscribers.append(record)
-        self._subscribers.sort(key=lambda s: s.sort_key)
-        self._locate()
-
-    def _locate(self) -> None:
-        task = self.task
-        self._here = (
-            self._subscribers
-            if task is None
-            else [
-                r
-                for r in self._subscribers
-                if task.runs(r.runs_on, joins_collectives=getattr(r.sink, "joins_collectives", False))
-            ]
-        )
-        self._version += 1
+        self._roster.add(record)
 
     def attach(self, sink: _SinkT) -> _SinkT:
         """Subscribe every ``on_<signal>`` method ``sink`` overrides; returns the sink.
@@ -245,14 +243,13 @@ class EventBus:
         if not isinstance(sink, Sink):
             raise TypeError(f"attach() takes a hookbus.Sink (got {sink!r}); use bus.on() for a function")
         handlers = sink.handlers()  # checks the sink's wiring first (base __init__, handler names)
-        if any(s.sink is sink for s in self._subscribers):
+        if self._roster.record_of(sink) is not None:
             raise ValueError(f"{sink!r} is already attached to this bus")
         if not sink.controls_training and type(sink).checkpoint_veto is not Sink.checkpoint_veto:
             raise TypeError(
                 f"{type(sink).__name__} overrides checkpoint_veto() but does not control training; only "
                 "control sinks may veto a checkpoint: set controls_training = True on the class"
             )
-        self._order += 1
         self._add(
             Subscriber(
                 name=sink.name,
@@ -261,31 +258,19 @@ class EventBus:
                 keys=sink.keys,
                 priority=sink.priority,
                 on_error=sink.on_error,
-                order=self._order,
+                order=self._roster.next_order(),
                 sink=sink,
                 runs_on=sink.runs_on,
             )
         )
         return sink
 
-    def _reschedule(self, sink: Sink, schedule: Schedule) -> None:
-        """Give an attached ``sink`` a new schedule, counted from the current step (what its
-        context's ``reschedule`` does; publishers re-plan on their next step)."""
-        for record in self._subscribers:
-            if record.sink is sink:
-                record.timer = schedule.timer()
-                record.timer.reset(self._state.step, self.clock())
-                self._version += 1
-                return
-        raise ValueError(f"{sink!r} is not attached to this bus")
-
     def detach(self, sink: Sink) -> None:
         """Unsubscribe ``sink`` (it is not closed). Raises ValueError if it is not attached."""
-        for record in self._subscribers:
-            if record.sink is sink:
-                self._remove(record)
-                return
-        raise ValueError(f"{sink!r} is not attached to this bus")
+        record = self._roster.record_of(sink)
+        if record is None:
+            raise ValueError(f"{sink!r} is not attached to this bus")
+        self._roster.remove(record)
 
     def on(
         self,
@@ -339,7 +324,6 @@ class EventBus:
         def subscribe(func: Callable[[Any], Any]) -> Subscription:
             if not callable(func):
                 raise TypeError(f"bus.on() needs a callable (got {func!r})")
-            self._order += 1
             record = Subscriber(
                 name=name or str(getattr(func, "__qualname__", repr(func))),
                 handlers={signal: func},
@@ -347,57 +331,59 @@ class EventBus:
                 keys=checked_keys,
                 priority=checked_priority,
                 on_error=checked_policy,
-                order=self._order,
+                order=self._roster.next_order(),
                 runs_on=runs_on,
             )
             self._add(record)
-            return Subscription(self, signal, func, record)
+            return Subscription(self, signal, func, record, self._roster)
 
         return subscribe if fn is None else subscribe(fn)
 
-    def _remove(self, record: Subscriber) -> None:
-        """Remove a subscriber record (what :meth:`Subscription.disconnect` calls)."""
-        if record in self._subscribers:
-            self._subscribers.remove(record)
-            self._locate()
 
-    def _is_subscribed(self, record: Subscriber) -> bool:
-        return record in self._subscribers
+class Subscription:
+    """Handle returned by :meth:`EventBus.on`.
 
-    # -- what the port does for publishers ---------------------------------------------------
-    def _set_task(self, task: Task | None) -> None:
-        if task is not None and not isinstance(task, Task):
-            raise TypeError(f"task must be a hookbus.Task or None (got {task!r})")
-        self.task = task
-        if task is not None:
-            for record in self._subscribers:
-                if record.sink is not None:
-                    record.runs_on = record.sink.runs_on  # it may have been set after attach
-                    if record.runs_on == "each":
-                        record.sink.set_output_suffix(task.suffix)
-        self._locate()
+    Calling it calls the function (so ``@bus.on(...)`` keeps the function usable);
+    :meth:`disconnect` removes it, and ``with bus.on(...):`` subscribes for a block only.
+    """
 
-    def _start(self, publisher: Publisher) -> None:
-        state = self._state
-        if not state.started and not state.in_run:
-            self._scope.open_implicit()  # no `with bus:`: the run closes at exit, or at bus.close()
-        self._keys.begun(publisher)
-        if not state.started:
-            self._keys.check(self._subscribers)
-            state.started = True
-            state.owner = threading.get_ident()
-            for record in self._here:
-                if record.sink is not None:
-                    record.sink.setup(self._services.context_for(record.sink))
-            if state.start_time is None:
-                state.start_time = self.clock()
+    def __init__(
+        self, bus: EventBus, signal: str, fn: Callable[[Any], Any], record: Subscriber, roster: Roster
+    ) -> None:
+        self.bus = bus
+        self.signal = signal
+        self.fn = fn
+        self._record = record
+        self._roster = roster
 
-    def _event(self, signal: str, *, step: int, mode: str = "train", **fields: Any) -> Event:
-        task = self.task
-        if task is not None:
-            fields.update(task_type=task.type, task_index=task.index, local_step=self._state.local_step)
-        wall_time, elapsed = self.wall_clock(), self.elapsed
-        return Event(signal, step, mode, wall_time=wall_time, elapsed=elapsed, _stop=self._stop_at, **fields)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
 
-    def _stop_at(self, reason: str, step: int) -> None:
-        self._dispatcher.request_stop(reason, step=step)
+    @property
+    def connected(self) -> bool:
+        """Whether the function is still subscribed."""
+        return self._record in self._roster
+
+    def disconnect(self) -> None:
+        """Unsubscribe; harmless if already done."""
+        self._roster.remove(self._record)
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.disconnect()
+
+    def __repr__(self) -> str:
+        return f"<Subscription {self._record.name!r} to {self.signal!r}>"
+
+
+def record_evaluated(bus: EventBus, prefix: str) -> None:
+    """Checkpoint ``prefix`` of ``bus``'s run has been evaluated: what ``train_and_evaluate``,
+    whose hooks hold their own cores, records (see :meth:`hookbus._port.BusPort.record_evaluated`)."""
+    bus._port.record_evaluated(prefix)

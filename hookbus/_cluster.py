@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from hookbus._validate import flag, positive_int
 
 if TYPE_CHECKING:
-    from hookbus._bus import EventBus
+    from hookbus._stops import Stops
 
 __all__ = ["RUNS_ON", "SharedStop", "Task", "check_runs_on"]
 
@@ -127,6 +127,8 @@ class Task:
 class SharedStop:
     """A stop flag on the parameter server that every worker of one cluster reads and sets.
 
+    The transport of the run's :class:`~hookbus._stops.Stops` across parameter-server workers.
+
     Built by :class:`hookbus.EventBusHook` in ``begin`` when it has a :class:`Task`: a string
     variable (empty: no stop; otherwise ``"<task>: <reason>"``) placed on the device of the
     global step, which ``replica_device_setter`` put on the parameter server. It is kept out of
@@ -175,7 +177,7 @@ class SharedStop:
                 "clear": flag.assign("", read_value=False),
             }
 
-    def session_created(self, session: Any, bus: EventBus, *, first: bool) -> None:
+    def session_created(self, session: Any, stops: Stops, *, first: bool) -> None:
         """Clear (chief, first session of a run) or initialise the flag, then honour it."""
         self._announced = False
         if first:
@@ -185,24 +187,24 @@ class SharedStop:
                 session.run(self._ops["clear"])  # a persistent PS may hold an earlier run's stop
             elif not session.run(self._ops["ready"]):
                 session.run(self._ops["init"])
-        self.observe(session.run(self.read), bus)
+        self.observe(session.run(self.read), stops)
 
     def due(self) -> bool:
         """Whether the coming local step must read the flag even if no subscriber is due."""
         return (self.local_step + 1) % self.every == 0
 
-    def observe(self, value: Any, bus: EventBus) -> None:
-        """Turn a stop another task wrote into a stop request on ``bus``."""
-        if value and not bus.should_stop:
+    def observe(self, value: Any, stops: Stops) -> None:
+        """Turn a stop another task wrote into a stop request on ``stops``."""
+        if value and not stops.requested:
             text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
             self._announced = True  # it is already shared; do not echo it
-            bus.request_stop(text, source=STOP_SOURCE)
+            stops.request(text, source=STOP_SOURCE)
 
-    def announce(self, session: Any, bus: EventBus, reason: str | None = None) -> None:
-        """Write this task's stop (``reason`` or ``bus.stop_reason``) for the others, once."""
+    def announce(self, session: Any, stops: Stops, reason: str | None = None) -> None:
+        """Write this task's stop (``reason`` or the run's first stop reason) for the others, once."""
         if self._announced or session is None:
             return
-        why = reason if reason is not None else bus.stop_reason
+        why = reason if reason is not None else stops.reason
         if why is None:
             return
         self._announced = True

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from hookbus._agreement import AgreedDecision, agree
 from hookbus._cluster import STOP_SOURCE, Task
 from hookbus._tf import require_tensorflow
 from hookbus._validate import positive_int
 
 if TYPE_CHECKING:
-    from hookbus._bus import EventBus
+    from collections.abc import Callable, Sequence
+
+    from hookbus._publisher import PublisherCore
 
 __all__ = ["CollectiveStop", "task_of_strategy"]
 
@@ -64,12 +67,12 @@ def task_of_strategy(strategy: Any) -> Task | None:
     return Task(kind, index, has_chief_job=bool(cluster.get("chief")), collective=True)
 
 
-def _here(bus: EventBus) -> list[Any]:
-    return [r.sink for r in bus._port.local_subscribers if r.sink is not None]
-
-
 class CollectiveStop:
     """One stop for every worker of a synchronous cluster, agreed at fixed steps.
+
+    A transport of the run's :class:`~hookbus._stops.Stops` across workers: each round is one
+    :func:`hookbus._agreement.agree` over the stop and, at begin, the planned last step (two
+    :class:`~hookbus._agreement.AgreedDecision` kinds), in one all-reduce.
 
     Args:
         strategy: The ``MultiWorkerMirroredStrategy`` training runs under.
@@ -77,9 +80,18 @@ class CollectiveStop:
         check_every_n_steps: Agree each time the step crosses a multiple of n (default 10):
             a stop asked for at step s takes effect at the first such step after s, on every
             worker at once.
+        exchange: Sums a list of floats over every worker (default: an all-reduce under
+            ``strategy``).
     """
 
-    def __init__(self, strategy: Any, task: Task, check_every_n_steps: int = 10) -> None:
+    def __init__(
+        self,
+        strategy: Any,
+        task: Task,
+        check_every_n_steps: int = 10,
+        *,
+        exchange: Callable[[list[float]], list[float]] | None = None,
+    ) -> None:
         self.every = positive_int("check_stop_every_n_steps", check_every_n_steps)
         self.strategy = strategy
         self.task = task
@@ -89,6 +101,11 @@ class CollectiveStop:
         self._last = 0
         self._planned: int | None = None  # a last step every worker plans: agreed there too
         self._reduce: Any = None
+        self._exchange = self._all_reduce if exchange is None else exchange
+        count = len(self._names)
+        self._stop = AgreedDecision("stop", combine=lambda flags: 1.0)
+        # Every worker proposes its planned last step (0: none); agreed when all plan the same.
+        self._plan = AgreedDecision("last_step", combine=lambda steps: _same(steps, count))
         #: Whether the workers agreed to stop: the publisher stops only then.
         self.agreed = False
 
@@ -119,29 +136,38 @@ class CollectiveStop:
         result = self._reduce(self._tf.constant(flags, dtype=self._tf.float64))  # exact steps to 2**53
         return [round(float(v), 3) for v in result.numpy()]  # the shares add up to the value
 
-    def agree(self, bus: EventBus, step: int, *, plan: bool = False) -> bool:
-        """All-reduce the stop flags (every worker calls it at the same point); returns :attr:`agreed`.
+    def agree(self, core: PublisherCore, step: int, *, plan: bool = False) -> bool:
+        """One agreement round (every worker calls it at the same point); returns :attr:`agreed`.
 
-        A stop another worker asked for becomes a stop request on ``bus`` (source
+        A stop another worker asked for becomes a stop request on ``core``'s stops (source
         ``"cluster"``), naming the workers that asked. With ``plan`` (at begin) the workers
         also compare their planned last steps.
         """
         self._last = max(self._last, step // self.every)
         if self._planned is not None and step >= self._planned:
             self._planned = None
-        count = len(self._names)
-        flags = [0.0] * (2 * count)
-        flags[self._slot] = 1.0 if bus.should_stop else 0.0
+        stops = core.stops
+        self._stop.proposal = None
+        if stops.requested:
+            self._stop.propose(1.0, reason=stops.reason or "", source=self.task.suffix, step=step)
+        decisions = [self._stop]
         if plan:
-            planned = [t for s in _here(bus) if (t := s.total_steps) is not None]
-            flags[count + self._slot] = float(min(planned, default=0))
-        totals = self._all_reduce(flags)
-        if plan:
-            targets = totals[count:]
-            same = all(t == targets[0] for t in targets)
-            self._planned = round(targets[0]) if same and targets[0] > step else None
-        asked = [name for name, total in zip(self._names, totals[:count], strict=True) if total > 0]
-        if asked and not bus.should_stop:
-            bus.request_stop(f"{', '.join(asked)} stopped", step=step, source=STOP_SOURCE)
-        self.agreed = bool(asked)
+            sinks = [r.sink for r in core.local_subscribers() if r.sink is not None]
+            planned = min((t for s in sinks if (t := s.total_steps) is not None), default=0)
+            self._plan.propose(float(planned), reason="planned last step", source=self.task.suffix, step=step)
+            self._planned = None
+            decisions.append(self._plan)
+        self.agreed = False
+        for decided in agree(decisions, self._exchange, slot=self._slot, names=self._names, step=step):
+            if decided.kind == "last_step":
+                self._planned = round(decided.value) if decided.value > step else None
+            else:
+                self.agreed = True
+                if not stops.requested:
+                    stops.request(f"{', '.join(decided.by)} stopped", step=step, source=STOP_SOURCE)
         return self.agreed
+
+
+def _same(values: Sequence[float], count: int) -> float | None:
+    """The value every one of ``count`` workers gave, or ``None`` when they differ."""
+    return values[0] if len(values) == count and all(v == values[0] for v in values) else None

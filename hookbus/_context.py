@@ -9,24 +9,18 @@ vetoes, status lines), which the bus runs.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from hookbus._checkpoint_seam import BusCheckpoints, Checkpoints
-from hookbus._subscriber import Sink
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hookbus._bus import EventBus
+    from hookbus._checkpoint_seam import Checkpoints
     from hookbus._cluster import Task
     from hookbus._schedule import Schedule
     from hookbus._stats import BusStats
     from hookbus._weights import WeightsBackend
 
-__all__ = ["EpochProgress", "PeerReport", "SinkContext", "SinkServices"]
-
-logger = logging.getLogger("hookbus")
+__all__ = ["EpochProgress", "PeerReport", "SinkContext"]
 
 
 @dataclass(frozen=True)
@@ -108,63 +102,3 @@ class SinkContext:
     declared_direction: Callable[[str], str | None]
     ends_epochs: Callable[[], bool]
     progress: Callable[[], EpochProgress | None]
-
-
-class SinkServices:
-    """Builds each sink's :class:`SinkContext` from its bus's parts, and serves what it offers."""
-
-    def __init__(self, bus: EventBus) -> None:
-        self._bus = bus
-        self._checkpoints = BusCheckpoints(
-            bus._barrier,
-            offer=lambda: bus._checkpoints,
-            sinks=lambda: bus.sinks,
-            load_states=self._load_states,
-            publish=lambda saved: bus._dispatcher.publish("checkpoint_saved", saved),
-        )
-
-    def context_for(self, sink: Sink) -> SinkContext:
-        """The context the bus gives ``sink`` as a run begins."""
-        return SinkContext(
-            clock=self._bus.clock,
-            task=self._bus.task,
-            known_keys=self._bus._keys.known,
-            static_shape=self._bus._keys.shape,
-            current_step=lambda: self._bus._state.step,
-            defer=self._bus._dispatcher.call_after_dispatch,
-            reschedule=lambda schedule: self._bus._reschedule(sink, schedule),
-            peers=lambda: self._peer_reports(sink),
-            checkpoints=self._checkpoints,
-            model_weights=lambda: self._bus._weights,
-            graph_def=lambda: self._bus._graph_def() if self._bus._graph_def is not None else None,
-            model_config=lambda: self._bus._model_config() if self._bus._model_config is not None else None,
-            stats=self._bus.stats,
-            declared_direction=lambda key: self._bus._directions(key) if self._bus._directions is not None else None,
-            ends_epochs=lambda: self._bus._ends_epochs,
-            progress=lambda: self._bus._progress() if self._bus._progress is not None else None,
-        )
-
-    def _peer_reports(self, asking: Sink) -> list[PeerReport]:
-        reports = []
-        for record in self._bus._here:
-            sink = record.sink
-            if sink is None or sink is asking:
-                continue
-            try:
-                status, steps = sink.status(), sink.total_steps
-            except Exception:  # one sink's report must not break another's display
-                logger.debug("status of %r failed", sink, exc_info=True)
-                continue
-            reports.append(PeerReport(sink.name, status, steps if isinstance(steps, int) else None))
-        return reports
-
-    def _load_states(self, states: Mapping[str, Any]) -> None:
-        state = self._bus._state
-        for record in self._bus._here:
-            if record.sink is not None and record.sink.name in states:
-                # The sink's own work: a stop it asks for while loading is its request.
-                previous, state.current = state.current, record
-                try:
-                    record.sink.load_state_dict(states[record.sink.name])
-                finally:
-                    state.current = previous

@@ -1,23 +1,27 @@
-"""Ordered, isolated delivery of one event to the subscribers, and stop requests.
+"""Ordered, isolated delivery of one event to the subscribers.
 
 A part of :class:`hookbus.EventBus`: subscribers run in order; a failure is handled by the
 failing subscriber's ``on_error`` policy without keeping the event from the others; stop
-requests and deferred work (a checkpoint's save) wait until the event has reached everyone.
+requests (:class:`hookbus._stops.Stops`) and deferred work (a checkpoint's save) wait until the
+event has reached everyone.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from hookbus._events import ExceptionRaised, StopRequest, SubscriberError
-from hookbus._subscription import Subscriber
+from hookbus._events import ExceptionRaised, SubscriberError
 
 if TYPE_CHECKING:
-    from hookbus._bus import EventBus
+    import blinker
+
+    from hookbus._roster import Roster
+    from hookbus._state import RunState
+    from hookbus._stops import Stops
+    from hookbus._subscription import Subscriber
 
 __all__ = ["Dispatcher"]
 
@@ -25,10 +29,53 @@ logger = logging.getLogger("hookbus")
 
 
 class Dispatcher:
-    """Delivers events for ``bus`` (its subscribers here, its signals, its run state)."""
+    """Delivers events to the subscribers here on ``roster``, then to raw blinker receivers.
 
-    def __init__(self, bus: EventBus) -> None:
-        self._bus = bus
+    Args:
+        roster: Who is subscribed (its ``here``: those that run on this task).
+        stops: The run's stops; their pending requests are published once an event has
+            reached every subscriber.
+        state: The run's progress (the step a failure is reported at).
+        signals: The raw signals by name (``bus.after_run`` ...), sent after the subscribers.
+        sender: What raw receivers get as the sender (the bus).
+
+    Attributes:
+        depth: Nesting of dispatches in progress (0: none).
+        current: The subscriber being called, if any.
+        due_steps: ``after_run`` events published in this run (what ``bus.stats()`` divides by).
+    """
+
+    def __init__(
+        self,
+        roster: Roster,
+        stops: Stops,
+        state: RunState,
+        signals: Mapping[str, blinker.NamedSignal],
+        sender: object,
+    ) -> None:
+        self._roster = roster
+        self._stops = stops
+        self._state = state
+        self._signals = signals
+        self._sender = sender
+        self.reset()
+
+    def reset(self) -> None:
+        """A new run: nothing in progress, nothing deferred, no step published."""
+        self.depth = 0
+        self.current: Subscriber | None = None
+        self.due_steps = 0
+        self._deferred: list[Callable[[], None]] = []
+
+    def current_name(self) -> str | None:
+        """The name of the subscriber being called (the default source of its stop request)."""
+        current = self.current
+        return None if current is None else current.name
+
+    def settle(self) -> None:
+        """Publish what waits (stop requests, deferred work) unless an event is being dispatched."""
+        if self.depth == 0:
+            self._drain()
 
     # -- dispatch ----------------------------------------------------------------------------
     def publish(self, signal: str, payload: Any, subscribers: Iterable[Subscriber] | None = None) -> None:
@@ -38,14 +85,13 @@ class Dispatcher:
         policy without keeping the event from the others. A ``"raise"`` failure is re-raised
         once every subscriber has had the event.
         """
-        bus, state = self._bus, self._bus._state
         # A snapshot: a handler may disconnect itself (or another) while the event is delivered.
-        targets = tuple(bus._here) if subscribers is None else subscribers
+        targets = tuple(self._roster.here) if subscribers is None else subscribers
         first_error: BaseException | None = None
         step_signal = signal == "after_run"
         if step_signal:
-            state.due_steps += 1
-        state.depth += 1
+            self.due_steps += 1
+        self.depth += 1
         # Timed only here, on dispatches: a quiet step never reaches this loop. One clock read
         # per call: each handler's time runs from the previous reading to the one after it.
         clock = perf_counter()
@@ -54,14 +100,14 @@ class Dispatcher:
                 handler = record.handlers.get(signal)
                 if handler is None or record.disabled:
                     continue
-                previous, state.current = state.current, record
+                previous, self.current = self.current, record
                 try:
                     handler(payload)
                 except Exception as error:  # policy decides; KeyboardInterrupt passes
                     if self._report(record, signal, payload, error) and first_error is None:
                         first_error = error
                 finally:
-                    state.current = previous
+                    self.current = previous
                     now = perf_counter()
                     spent, clock = now - clock, now
                     usage = record.usage
@@ -73,16 +119,16 @@ class Dispatcher:
                         usage.other_seconds += spent
                     if spent > usage.max_seconds:
                         usage.max_seconds = spent
-            raw = bus.signals[signal]
+            raw = self._signals[signal]
             if raw.receivers:
-                raw.send(bus, event=payload)
+                raw.send(self._sender, event=payload)
         finally:
-            state.depth -= 1
+            self.depth -= 1
         if first_error is not None:
-            state.pending_stops.clear()
-            state.deferred.clear()
+            self._stops.drop_pending()
+            self._deferred.clear()
             raise first_error
-        if state.depth == 0:
+        if self.depth == 0:
             self._drain()
 
     def _report(self, record: Subscriber, signal: str, payload: Any, error: Exception) -> bool:
@@ -105,23 +151,23 @@ class Dispatcher:
                 exc_info=error,
             )
         if signal not in ("subscriber_error", "exception"):
-            self.announce_error(record, signal, getattr(payload, "step", self._bus._state.step), error)
+            self.announce_error(record, signal, getattr(payload, "step", self._state.step), error)
         return record.on_error == "raise"
 
     def announce_error(self, record: Subscriber, signal: str, step: int, error: BaseException) -> None:
         """Publish ``subscriber_error`` for ``record``'s failure to every other subscriber."""
-        bus, state = self._bus, self._bus._state
         report = SubscriberError(record.name, signal, step, error, record.errors, record.on_error)
-        state.depth += 1
+        self.depth += 1
         try:
-            for other in tuple(bus._here):
+            for other in tuple(self._roster.here):
                 handler = other.handlers.get("subscriber_error")
                 if handler is not None and not other.disabled and other is not record:
                     self._call_quietly(other, "subscriber_error", handler, report)
-            if bus.signals["subscriber_error"].receivers:
-                bus.signals["subscriber_error"].send(bus, event=report)
+            raw = self._signals["subscriber_error"]
+            if raw.receivers:
+                raw.send(self._sender, event=report)
         finally:
-            state.depth -= 1
+            self.depth -= 1
 
     def _call_quietly(self, record: Subscriber, signal: str, handler: Callable[[Any], None], payload: Any) -> None:
         try:
@@ -136,13 +182,12 @@ class Dispatcher:
         A checkpoint sink runs early (priority) but must save only after the writers have
         received the step; it defers its save with this. Outside a dispatch, ``fn`` runs now.
         """
-        state = self._bus._state
-        if state.depth == 0:
+        if self.depth == 0:
             fn()
             return
-        record = state.current
+        record = self.current
         if record is None:
-            state.deferred.append(fn)
+            self._deferred.append(fn)
             return
 
         def timed() -> None:  # the deferred work (a checkpoint's save) is its subscriber's cost
@@ -152,7 +197,7 @@ class Dispatcher:
             finally:
                 record.usage.add_deferred(perf_counter() - started)
 
-        state.deferred.append(timed)
+        self._deferred.append(timed)
 
     def hold(self) -> None:
         """Keep stop requests and deferred work (a checkpoint's save) waiting until :meth:`release`.
@@ -161,64 +206,38 @@ class Dispatcher:
         them (a Keras batch, then its epoch's validation and epoch record): a save at that step
         then runs after all of them, so its barrier covers every event of the step.
         """
-        self._bus._state.depth += 1
+        self.depth += 1
 
     def release(self) -> None:
         """End a :meth:`hold`: what waited runs now, in order (unless another dispatch is in progress)."""
-        state = self._bus._state
-        if state.depth > 0:
-            state.depth -= 1
-        if state.depth == 0:
+        if self.depth > 0:
+            self.depth -= 1
+        if self.depth == 0:
             self._drain()
 
     def _drain(self) -> None:
-        state = self._bus._state
-        while state.pending_stops or state.deferred:
-            if state.pending_stops:
-                request = state.pending_stops.pop(0)
-                self.publish("stop_requested", request)
+        stops, deferred = self._stops, self._deferred
+        while stops.pending or deferred:
+            if stops.pending:
+                self.publish("stop_requested", stops.next_pending())
             else:
-                deferred = state.deferred.pop(0)
-                state.depth += 1  # what deferred work defers runs after the work deferred before it
+                work = deferred.pop(0)
+                self.depth += 1  # what deferred work defers runs after the work deferred before it
                 try:
-                    deferred()
+                    work()
                 finally:
-                    state.depth -= 1
-
-    def request_stop(self, reason: str, *, step: int | None = None, source: str | None = None) -> None:
-        """See :meth:`hookbus.EventBus.request_stop`."""
-        if not isinstance(reason, str) or not reason:
-            raise ValueError(f"reason must be a non-empty string (got {reason!r})")
-        state = self._bus._state
-        if state.owner is not None and threading.get_ident() != state.owner:
-            # Another thread (a watchdog, a UI): record only. The training thread publishes the
-            # request and acts on it at its next step, where the final checkpoint is saved at
-            # a step that is no longer moving (list.append is atomic; the flag is read per step).
-            if state.stop_reason is None:
-                state.stop_reason = reason
-            state.foreign_stops.append((reason, source or f"thread {threading.current_thread().name}"))
-            state.should_stop = True
-            return
-        if source is None:
-            source = state.current.name if state.current is not None else "user"
-        request = StopRequest(reason, source, state.step if step is None else step, self._bus.wall_clock())
-        if state.stop_reason is None:
-            state.stop_reason = reason
-        state.should_stop = True
-        state.pending_stops.append(request)
-        if state.depth == 0:
-            self._drain()
+                    self.depth -= 1
 
     def publish_exception(self, error: BaseException) -> None:
         """Publish ``exception`` to every subscriber; their failures are logged, never raised."""
-        bus = self._bus
-        payload = ExceptionRaised(error, bus._state.step)
-        for record in tuple(bus._here):
+        payload = ExceptionRaised(error, self._state.step)
+        for record in tuple(self._roster.here):
             handler = record.handlers.get("exception")
             if handler is not None:
                 self._call_quietly(record, "exception", handler, payload)
-        if bus.signals["exception"].receivers:
+        raw = self._signals["exception"]
+        if raw.receivers:
             try:
-                bus.signals["exception"].send(bus, event=payload)
+                raw.send(self._sender, event=payload)
             except Exception:  # must not mask the training error
                 logger.exception("a raw receiver of 'exception' raised")

@@ -264,7 +264,7 @@ class EventBusHook:
             self.checkpoint_backend.attach_session(session)
         self._core.session_created(self._step)
         if self._shared_stop is not None:
-            self._shared_stop.session_created(session, self.bus, first=self._core.sessions == 1)
+            self._shared_stop.session_created(session, self._core.stops, first=self._core.sessions == 1)
         if self._core.mode == "train" and self.bus.should_stop:
             # Stopped as the session began (a resume at or past StopAtStepSink's step): run no
             # step at all. StopAtStepHook ran one more, which put a step past the target on disk.
@@ -299,7 +299,6 @@ class EventBusHook:
         return self._train_fetches.args(plan.keys)
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
-        bus = self.bus
         if self._core.mode == "eval":
             if run_values.results:
                 self._eval.add(run_values.results, weighted=self._batch_size_element is not None)
@@ -309,7 +308,7 @@ class EventBusHook:
         estimated = self._training_run and not self._exact and reads
         stopping = self._core.should_stop(self._read_step if estimated else None)
         if self._shared_stop is not None and stopping:
-            self._shared_stop.announce(run_context.session, bus)
+            self._shared_stop.announce(run_context.session, self._core.stops)
         if stopping and not self._stop_before_eval:
             run_context.request_stop()
 
@@ -328,7 +327,7 @@ class EventBusHook:
                 self._core.publish_step(plan, step, values)
             except Exception as error:
                 if stop is not None:  # a raising NaN guard on one worker stops the others too
-                    stop.announce(run_context.session, self.bus, f"{type(error).__name__}: {error}")
+                    stop.announce(run_context.session, self._core.stops, f"{type(error).__name__}: {error}")
                 raise
         else:
             # A stop-flag check or the learning read reads the step; quiet runs estimate it.
@@ -336,7 +335,7 @@ class EventBusHook:
             self._step = estimate.ran(int(results["step"]) if exact else None)
             self._core.advance(self._step)
         if stop is not None and results:
-            stop.observe(results["stop"], self.bus)
+            stop.observe(results["stop"], self._core.stops)
 
     def _read_step(self) -> int:
         """The global step read now (a variable read: no input is consumed); a stop is about to
@@ -356,7 +355,7 @@ class EventBusHook:
             self._step = self._estimate.correct(int(session.run(self._global_step)))
             self._core.advance(self._step)
         if self._shared_stop is not None and self.bus.should_stop:
-            self._shared_stop.announce(session, self.bus)
+            self._shared_stop.announce(session, self._core.stops)
         final = self._core.final_plan(self._step)
         if final is not None:
             # No fetch here (test_finite_input.py, README "Guarantees": inputs that end): a finite

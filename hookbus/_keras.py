@@ -14,7 +14,7 @@ from hookbus._keras_metrics import CompiledDirections
 from hookbus._keras_resume import cut_short, pass_over, restore_train_function
 from hookbus._keys import did_you_mean
 from hookbus._publisher import EPOCH_PREFIX, PublisherCore
-from hookbus._tf import require_tensorflow
+from hookbus._tf import require_keras, require_tensorflow
 from hookbus._validate import key_name, positive_int
 from hookbus._weights import ModelWeights
 
@@ -24,15 +24,6 @@ if TYPE_CHECKING:
 __all__ = ["EventBusCallback"]
 
 logger = logging.getLogger("hookbus")
-
-
-
-def require_keras(what: str) -> Any:
-    """Import Keras (with TensorFlow) for ``what``, or say how to install it."""
-    require_tensorflow(what)
-    import keras  # type: ignore[import-untyped]  # Keras ships no type information
-
-    return keras
 
 
 def _model_config(model: Any) -> str | None:
@@ -166,7 +157,7 @@ class EventBusCallback:
         self._checkpoint = check_checkpoint(checkpoint)
         self._core = PublisherCore(bus, keys)  # registers the keys: checked when training begins
         self._eval = PublisherCore(bus, self._core.keys, mode="eval")
-        bus._port.register(_EpochKeys(self._core.keys))  # a publisher's side of the bus
+        self._core.register(_EpochKeys(self._core.keys))  # a publisher's side of the bus
         self.bus = bus
         #: Offered to checkpoint sinks (``PublisherCore.offer_checkpoints``) from train begin to train end.
         self.checkpoint_backend = TF2CheckpointBackend(checkpoint)
@@ -241,7 +232,7 @@ class EventBusCallback:
         self._core.offer_directions(CompiledDirections(model))
         self._core.offer_epochs(True)
         self._epoch = None
-        self.bus._port.offer_progress(self._progress)  # a publisher's side of the bus, as the keys
+        self._core.offer_progress(self._progress)
         self._in_fit, self._checked, self._names_checked = True, False, False
         strategy = getattr(model, "distribute_strategy", None)
         task = task_of_strategy(strategy)
@@ -259,7 +250,7 @@ class EventBusCallback:
         self._core.session_created(self._step, True if self.restored_from else None, in_memory=True)
         if self._collective is not None:
             self._collective.reset(self._step)
-            self._collective.agree(self.bus, self._step, plan=True)
+            self._collective.agree(self._core, self._step, plan=True)
         self._stop_if_agreed()
         self._start_epoch(model)
 
@@ -290,20 +281,19 @@ class EventBusCallback:
     def _hold(self) -> None:
         if not self._held:
             self._held = True
-            self.bus._port.hold()  # a publisher's side of the bus
+            self._core.hold()
 
     def _release(self) -> None:
         if self._held:
             self._held = False
-            self.bus._port.release()
+            self._core.release()
 
     def _stop_if_agreed(self) -> None:
         """Set ``model.stop_training`` once a stop is asked for (agreed, under a collective strategy)."""
-        bus = self.bus
         stopping = self._core.should_stop()
         collective = self._collective
         if collective is not None and not collective.agreed and collective.due(self._step):
-            collective.agree(bus, self._step)
+            collective.agree(self._core, self._step)
         if stopping if collective is None else collective.agreed:
             self.model.stop_training = True  # type: ignore[attr-defined]
 
@@ -367,7 +357,7 @@ class EventBusCallback:
         finally:
             self._release()  # a save at the epoch's last step, after the events of that step
         if self._collective is not None and not self._collective.agreed:
-            self._collective.agree(self.bus, self._step)  # every worker ends the epoch here
+            self._collective.agree(self._core, self._step)  # every worker ends the epoch here
         self._stop_if_agreed()
 
     def _publish_epoch(self, epoch: int, logs: Mapping[str, Any]) -> None:
@@ -386,7 +376,7 @@ class EventBusCallback:
         self._core.offer_model_config(None)
         self._core.offer_directions(None)
         self._core.offer_epochs(False)
-        self.bus._port.offer_progress(None)
+        self._core.offer_progress(None)
         if self._set_initial_epoch:
             self.model._initial_epoch = None  # type: ignore[attr-defined]  # the next fit starts as told
             self._set_initial_epoch = False

@@ -86,7 +86,7 @@ class CompiledDirections:
         for key in ("metrics", "weighted_metrics"):
             for identifier in _identifiers(config.get(key)):
                 if _logged_name(identifier) == name:
-                    from hookbus._keras import require_keras
+                    from hookbus._tf import require_keras
 
                     return _direction(require_keras("EventBusCallback"), identifier)
         return None

@@ -178,7 +178,7 @@ class LoopPublisher:
         self._core.session_created(self._step, True if self.restored_from else None, in_memory=True)
         if self._collective is not None:
             self._collective.reset(self._step)
-            self._collective.agree(self.bus, self._step, plan=True)  # a worker may begin stopped
+            self._collective.agree(self._core, self._step, plan=True)  # a worker may begin stopped
         self._stopped = self.should_stop
 
     def step(self, values: StepValues) -> bool:
@@ -216,7 +216,7 @@ class LoopPublisher:
         stopping = self._core.should_stop()
         collective = self._collective
         if collective is not None and collective.due(self._step):
-            collective.agree(bus, self._step)
+            collective.agree(self._core, self._step)
         self._stopped = stopping if collective is None else collective.agreed
         return self._stopped
 
@@ -239,7 +239,7 @@ class LoopPublisher:
             self._eval.publish_eval(self._step, self._pick(values, self._eval.keys))
         self._core.should_stop()  # a signal during the evaluation is recorded like any other
         if self._collective is not None:
-            self._collective.agree(self.bus, self._step)  # every worker evaluates at the same step
+            self._collective.agree(self._core, self._step)  # every worker evaluates at the same step
         self._stopped = self.should_stop
 
     def end(self) -> None:

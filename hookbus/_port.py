@@ -9,17 +9,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hookbus._checkpoint import TENSORFLOW
+from hookbus._cluster import Task
+from hookbus._events import Event
 from hookbus._store import CheckpointStore
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
-    from hookbus._bus import EventBus
+    from hookbus._barrier import Barrier
     from hookbus._checkpoint import CheckpointBackend
-    from hookbus._cluster import Task
     from hookbus._context import EpochProgress
-    from hookbus._events import Event
-    from hookbus._keys import Publisher
+    from hookbus._dispatch import Dispatcher
+    from hookbus._keys import KeyRegistry, Publisher
+    from hookbus._offers import Offers
+    from hookbus._roster import Roster
+    from hookbus._run import RunScope
+    from hookbus._state import RunState
+    from hookbus._stops import Stops
     from hookbus._subscription import Subscriber
     from hookbus._weights import WeightsBackend
 
@@ -27,115 +33,159 @@ __all__ = ["BusPort"]
 
 
 class BusPort:
-    """The publisher-facing side of ``bus``."""
+    """The publisher-facing side of a bus, over the bus's parts.
 
-    def __init__(self, bus: EventBus) -> None:
-        self.bus = bus
+    Args:
+        roster, keys, state, stops, dispatcher, barrier, scope, offers: The bus's parts.
+        clock, wall_clock: The bus's clocks.
+        set_task: Runs the bus as a task (the roster, and the bus's ``task`` attribute).
+    """
+
+    def __init__(
+        self,
+        *,
+        roster: Roster,
+        keys: KeyRegistry,
+        state: RunState,
+        stops: Stops,
+        dispatcher: Dispatcher,
+        barrier: Barrier,
+        scope: RunScope,
+        offers: Offers,
+        clock: Callable[[], float],
+        wall_clock: Callable[[], float],
+        set_task: Callable[[Task | None], None],
+    ) -> None:
+        self._roster = roster
+        self._keys = keys
+        self._state = state
+        self._stops = stops
+        self._dispatcher = dispatcher
+        self._barrier = barrier
+        self._scope = scope
+        self._offers = offers
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._set_task = set_task
 
     @property
     def version(self) -> int:
         """Bumped on every (un)subscription and new run: plans made before are stale."""
-        return self.bus._version
+        return self._roster.version
 
     @property
     def run(self) -> int:
         """Which run of the bus this is (1, 2, ...): a new run's sessions are not resumes of the last's."""
-        return self.bus._scope.runs
+        return self._scope.runs
 
     @property
     def previous_step(self) -> int | None:
         """The step the bus's previous run ended at (``None`` in its first run)."""
-        return self.bus._scope.previous_step
+        return self._scope.previous_step
 
     @property
     def local_subscribers(self) -> list[Subscriber]:
         """The subscribers that run on this task (all of them on one machine), in dispatch order."""
-        return list(self.bus._here)
+        return list(self._roster.here)
+
+    @property
+    def stops(self) -> Stops:
+        """The run's stops (what the transports across workers read and request through)."""
+        return self._stops
 
     def register(self, publisher: Publisher) -> None:
         """Make ``publisher``'s keys known to the bus (on construction: checked at begin)."""
-        self.bus._keys.register(publisher)
+        self._keys.register(publisher)
 
     def set_task(self, task: Task | None) -> None:
         """Run as ``task`` of a multi-worker cluster (before ``begin``): subscribers whose
         ``runs_on`` excludes it are neither planned nor called; ``runs_on="each"`` sinks get
         the task's output suffix."""
-        self.bus._set_task(task)
+        if task is not None and not isinstance(task, Task):
+            raise TypeError(f"task must be a hookbus.Task or None (got {task!r})")
+        self._set_task(task)
 
     def start(self, publisher: Publisher) -> None:
         """``publisher`` begins: keys checked (once per run), subscriptions closed, contexts given."""
-        self.bus._start(publisher)
+        self._scope.start(publisher)
 
     def link_evaluator(self) -> None:
         """A train publisher begins: listen for an evaluator task's stop (see :mod:`hookbus._records`)."""
-        self.bus._scope.link_evaluator()
+        self._scope.link_evaluator()
 
     def offer_checkpoints(self, backend: CheckpointBackend | None, store: CheckpointStore | None = None) -> None:
         """Save and restore through ``backend``, the files kept by ``store`` (TensorFlow's layout by default)."""
         if store is not None and not isinstance(store, CheckpointStore):
             raise TypeError(f"store must be a hookbus.CheckpointStore or None (got {store!r})")
-        self.bus._checkpoints = None if backend is None else (backend, store if store is not None else TENSORFLOW)
+        self._offers.checkpoints = None if backend is None else (backend, store if store is not None else TENSORFLOW)
 
     def offer_weights(self, weights: WeightsBackend | None) -> None:
-        self.bus._weights = weights
+        self._offers.weights = weights
 
     def offer_graph(self, graph_def: Callable[[], bytes | None] | None) -> None:
         """How sinks get the training graph (a serialized ``GraphDef``), read when they need it."""
-        self.bus._graph_def = graph_def
+        self._offers.graph_def = graph_def
 
     def offer_model_config(self, config: Callable[[], str | None] | None) -> None:
-        self.bus._model_config = config
+        self._offers.model_config = config
 
     def offer_directions(self, directions: Callable[[str], str | None] | None) -> None:
-        self.bus._directions = directions
+        self._offers.directions = directions
 
     def offer_epochs(self, ends_epochs: bool) -> None:
-        self.bus._ends_epochs = ends_epochs
+        self._offers.ends_epochs = ends_epochs
 
     def offer_progress(self, progress: Callable[[], EpochProgress | None] | None) -> None:
         """How sinks learn the epoch a training publisher is in (``None`` withdraws it)."""
-        self.bus._progress = progress
+        self._offers.progress = progress
 
     def event(self, signal: str, *, step: int, mode: str = "train", **fields: Any) -> Event:
         """An :class:`Event` stamped with the bus's clocks (and the task, in multi-worker training)."""
-        return self.bus._event(signal, step=step, mode=mode, **fields)
+        task = self._roster.task
+        if task is not None:
+            fields.update(task_type=task.type, task_index=task.index, local_step=self._state.local_step)
+        wall_time, elapsed = self._wall_clock(), self._state.elapsed(self._clock())
+        return Event(signal, step, mode, wall_time=wall_time, elapsed=elapsed, _stop=self._stop_at, **fields)
+
+    def _stop_at(self, reason: str, step: int) -> None:
+        self._stops.request(reason, step=step)
 
     def publish(self, signal: str, payload: Any, subscribers: Iterable[Subscriber] | None = None) -> None:
         """Deliver ``payload`` in order, isolated, to ``subscribers`` (default: all here)."""
-        self.bus._dispatcher.publish(signal, payload, subscribers)
+        self._dispatcher.publish(signal, payload, subscribers)
 
     def set_step(self, step: int) -> None:
-        self.bus._state.step = step
+        self._state.step = step
 
     def set_local_step(self, local_step: int) -> None:
-        self.bus._state.local_step = local_step
+        self._state.local_step = local_step
 
     def first_evaluation(self, keys: frozenset[str], step: int) -> bool:
         """Whether an evaluation of ``keys`` at training ``step`` counts (see :mod:`hookbus._evaluated`)."""
-        return self.bus._state.evaluated.first(keys, step)
+        return self._scope.evaluated.first(keys, step)
 
     def resume_evaluations(self, step: int) -> None:
         """Training resumes at ``step``: evaluations of later steps count again."""
-        self.bus._state.evaluated.resume(step)
+        self._scope.evaluated.resume(step)
 
     def flush_sinks(self, step: int) -> None:
         """Hand everything the sinks received to the OS (a publisher's end)."""
-        self.bus._barrier.flush(step, f"at the end of a session (step {step})")
+        self._barrier.flush(step, f"at the end of a session (step {step})")
 
     def record_evaluated(self, prefix: str) -> None:
         """An evaluation of checkpoint ``prefix`` finished (see :meth:`hookbus._barrier.Barrier.record_evaluated`)."""
-        offered = self.bus._checkpoints
-        self.bus._barrier.record_evaluated(offered[1] if offered is not None else TENSORFLOW, prefix)
+        offered = self._offers.checkpoints
+        self._barrier.record_evaluated(offered[1] if offered is not None else TENSORFLOW, prefix)
 
     def hold(self) -> None:
         """Keep deferred work and stop requests waiting (see :meth:`hookbus._dispatch.Dispatcher.hold`)."""
-        self.bus._dispatcher.hold()
+        self._dispatcher.hold()
 
     def release(self) -> None:
         """Run what a :meth:`hold` kept waiting."""
-        self.bus._dispatcher.release()
+        self._dispatcher.release()
 
     def poll(self, before: Callable[[], object] | None = None) -> None:
         """Act, on the training thread, on signals and stops recorded since the last step
         (``before`` runs first when there is one to act on)."""
-        self.bus._scope.poll(before)
+        self._stops.poll(before)

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from hookbus._bus import EventBus
     from hookbus._checkpoint import CheckpointBackend
     from hookbus._cluster import Task
+    from hookbus._context import EpochProgress
+    from hookbus._keys import Publisher
+    from hookbus._stops import Stops
     from hookbus._store import CheckpointStore
     from hookbus._weights import WeightsBackend
 
@@ -151,6 +154,27 @@ class PublisherCore:
     def local_subscribers(self) -> list[Subscriber]:
         """The subscribers that run on this task, in dispatch order."""
         return self._port.local_subscribers
+
+    @property
+    def stops(self) -> Stops:
+        """The bus's stops: what the transports across workers read and request through."""
+        return self._port.stops
+
+    def register(self, publisher: Publisher) -> None:
+        """Make another publisher's keys known to the bus (the Keras callback's epoch keys)."""
+        self._port.register(publisher)
+
+    def offer_progress(self, progress: Callable[[], EpochProgress | None] | None) -> None:
+        """Let dashboards know the epoch this publisher trains in (``None`` withdraws it)."""
+        self._port.offer_progress(progress)
+
+    def hold(self) -> None:
+        """Keep deferred work and stop requests waiting until :meth:`release` (a Keras batch's save)."""
+        self._port.hold()
+
+    def release(self) -> None:
+        """Run what a :meth:`hold` kept waiting."""
+        self._port.release()
 
     def begin(self) -> None:
         """Publish ``begin`` (checks every subscriber's keys first)."""

@@ -1,5 +1,5 @@
-"""The run scope of a bus: ``with bus:``, SIGTERM as a stop request, closing every sink once,
-and the records an evaluator task reads (a part of :class:`hookbus.EventBus`)."""
+"""The run scope of a bus: ``with bus:``, a publisher's begin, SIGTERM as a stop request,
+closing every sink once, and the records an evaluator task reads (a part of :class:`hookbus.EventBus`)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,20 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from hookbus._evaluated import EvaluatedSteps
 from hookbus._records import EvaluatorLink, RunRecords
-from hookbus._stats import Usage
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from types import FrameType
 
-    from hookbus._bus import EventBus
+    from hookbus._context import SinkContext
+    from hookbus._dispatch import Dispatcher
+    from hookbus._keys import KeyRegistry, Publisher
+    from hookbus._roster import Roster
+    from hookbus._state import RunState
+    from hookbus._stops import Stops
+    from hookbus._subscriber import Sink
 
 __all__ = ["RunScope"]
 
@@ -25,60 +31,70 @@ logger = logging.getLogger("hookbus")
 
 
 class RunScope:
-    """Begins and ends runs of ``bus``; turns signals and other threads' stops into requests."""
+    """Begins and ends runs; turns stop signals into stop requests; closes every sink once.
 
-    def __init__(self, bus: EventBus) -> None:
-        self._bus = bus
-        #: Runs begun so far (1 during the first): what a publisher counts its sessions per.
+    Args:
+        state: The run's progress (reset per run; ``started`` and the times are written here).
+        roster: Who is subscribed (fresh schedules per run; the sinks to set up and close).
+        stops: The run's stops (reset per run; signals and an evaluator's stop go there).
+        dispatcher: Delivery (reset per run; publishes ``exception``).
+        keys: The publishers' key registry (checked as the first publisher begins).
+        contexts: The :class:`~hookbus.SinkContext` each sink is set up with.
+        clock, wall_clock: The bus's clocks.
+        stop_signals: Signals that mean "stop gracefully" under ``with bus:`` (beside SIGINT).
+
+    Attributes:
+        runs: Runs begun so far (1 during the first): what a publisher counts its sessions per.
+        previous_step: The step the previous run ended at (``None`` in the first run).
+        evaluated: One evaluation per training step in this run (:mod:`hookbus._evaluated`).
+    """
+
+    def __init__(
+        self,
+        *,
+        state: RunState,
+        roster: Roster,
+        stops: Stops,
+        dispatcher: Dispatcher,
+        keys: KeyRegistry,
+        contexts: Callable[[Sink], SinkContext],
+        clock: Callable[[], float],
+        wall_clock: Callable[[], float],
+        stop_signals: tuple[int, ...],
+    ) -> None:
+        self._state = state
+        self._roster = roster
+        self._stops = stops
+        self._dispatcher = dispatcher
+        self._keys = keys
+        self._contexts = contexts
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._stop_signals = stop_signals
         self.runs = 0
-        #: The step the previous run of this bus ended at (``None`` in the first run).
         self.previous_step: int | None = None
+        self.in_run = False  # inside `with bus:`
+        self.implicit = False  # a run a publisher opened without `with bus:`
+        self.evaluated = EvaluatedSteps()
+        self._closed: set[int] = set()
+        self._interrupted = False  # a first Ctrl-C asked for a graceful stop
+        self._previous_handlers: dict[int, Any] = {}  # the handlers `with bus:` replaced, by signal
+        self._evaluator: EvaluatorLink | None = None
+        stops.watch(self._evaluator_stop)
 
-    # -- signals (SIGTERM) and stops from elsewhere ----------------------------------------------
-    def poll(self, before: Callable[[], object] | None = None) -> None:
-        """Turn a signal, another thread's stop or an evaluator's into a stop request here.
-
-        Publishers call it (through their core) on the training thread after every step.
-        ``before`` runs once before the first request is published (a publisher that estimated
-        the step reads it there, so the stop and its checkpoint carry the exact step).
-        """
-        bus, state = self._bus, self._bus._state
-        requests: list[tuple[str, str]] = []
-        if state.signal_stop is not None:
-            name, state.signal_stop = state.signal_stop, None
-            requests.append((f"received {name}", "signal"))
-        while state.foreign_stops:
-            requests.append(state.foreign_stops.pop(0))
-        link = state.evaluator
-        if link is not None:
-            found = link.poll(bus.clock())
-            if found is not None:
-                reason, step = found
-                requests.append((f"evaluator: {reason} (evaluated step {step})", "evaluator"))
-        if requests and before is not None:
-            before()
-        for reason, source in requests:
-            bus.request_stop(reason, source=source)
-
+    # -- signals (SIGTERM) -------------------------------------------------------------------------
     def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
         # The first Ctrl-C is a graceful stop (final checkpoint, flushed files; the run then ends
         # with KeyboardInterrupt, so the exit status still says interrupted); a second interrupts.
-        state = self._bus._state
-        if state.interrupted:
+        if self._interrupted:
             raise KeyboardInterrupt
-        state.interrupted = True
+        self._interrupted = True
         self._on_stop_signal(signum, frame)
 
     def _on_stop_signal(self, signum: int, frame: FrameType | None) -> None:
         # Runs between bytecodes on the main thread: only record it; the publisher acts on it at
-        # its next step. The reason is kept now, so a signal that ends the run before any step
-        # (during begin) still says why (a requeue script reads bus.stop_reason).
-        state = self._bus._state
-        name = signal_module.Signals(signum).name
-        state.signal_stop = name
-        if state.stop_reason is None:
-            state.stop_reason = f"received {name}"
-        state.should_stop = True
+        # its next step (Stops.poll, from the publishers' core).
+        self._stops.from_signal(signum)
 
     # -- an evaluator task beside training -------------------------------------------------------
     def link_evaluator(self) -> None:
@@ -87,74 +103,99 @@ class RunScope:
         A train publisher's core calls it as it begins. It applies where this process saves
         checkpoints (one machine, or the chief) and exactly one attached sink saves them.
         """
-        bus, state = self._bus, self._bus._state
-        if state.evaluator is not None or (bus.task is not None and not bus.task.is_chief):
+        task = self._roster.task
+        if self._evaluator is not None or (task is not None and not task.is_chief):
             return
-        directories = {d for s in bus.sinks if (d := s.checkpoint_directory) is not None}
+        directories = {d for s in self._roster.sinks if (d := s.checkpoint_directory) is not None}
         if len(directories) == 1:
-            state.evaluator = EvaluatorLink(RunRecords(directories.pop()), since=state.wall_start)
+            self._evaluator = EvaluatorLink(RunRecords(directories.pop()), since=self._state.wall_start)
+
+    def _evaluator_stop(self) -> tuple[str, str] | None:
+        """An evaluator's new stop (what :class:`~hookbus._stops.Stops` polls every step)."""
+        link = self._evaluator
+        found = None if link is None else link.poll(self._clock())
+        if found is None:
+            return None
+        reason, step = found
+        return f"evaluator: {reason} (evaluated step {step})", "evaluator"
 
     def _mark_ended(self) -> None:
-        state = self._bus._state
-        link, state.evaluator = state.evaluator, None
+        link, self._evaluator = self._evaluator, None
         if link is not None:
             try:
-                link.records.mark_ended(state.step, self._bus.wall_clock())
+                link.records.mark_ended(self._state.step, self._wall_clock())
             except OSError:  # a full or read-only disk must not mask how the run ended
                 logger.exception("could not record the end of the run for an evaluator")
 
     # -- run scope ---------------------------------------------------------------------------
     def _new_run(self) -> None:
-        bus, state = self._bus, self._bus._state
-        bus._keys.new_run()
+        state = self._state
+        self._keys.new_run()
         self.previous_step = state.step if self.runs else None
         self.runs += 1
-        state.reset(bus.wall_clock())
-        state.start_time = bus.clock()
-        for record in bus._subscribers:  # one run each: schedules and error counts start afresh
-            record.timer = record.timer.schedule.timer()
-            record.errors, record.disabled = 0, False
-            record.usage = Usage()
-        bus._version += 1  # publishers re-plan against the fresh timers
+        state.reset(self._wall_clock(), self._clock())
+        self._stops.reset()
+        self._dispatcher.reset()
+        self._roster.new_run()  # one run each: schedules and error counts start afresh
+        self.evaluated = EvaluatedSteps()
+        self._closed = set()
+        self._interrupted = False
+        self._evaluator = None
+
+    def start(self, publisher: Publisher) -> None:
+        """``publisher`` begins: a run opens if none is (no ``with bus:``); the first publisher
+        of a run checks every subscriber's keys, closes subscriptions, names the training
+        thread and sets every sink here up with its context."""
+        state = self._state
+        if not state.started and not self.in_run:
+            self.open_implicit()  # no `with bus:`: the run closes at exit, or at bus.close()
+        self._keys.begun(publisher)
+        if not state.started:
+            self._keys.check(self._roster.records)
+            state.started = True
+            self._stops.owner = threading.get_ident()
+            for record in self._roster.here:
+                if record.sink is not None:
+                    record.sink.setup(self._contexts(record.sink))
+            if state.start_time is None:
+                state.start_time = self._clock()
 
     def open_implicit(self) -> None:
         """A publisher begins outside ``with bus:``: open a run that closes at interpreter exit,
         at :meth:`close`, or when the bus enters ``with bus:`` — forgetting ``with bus:`` loses
         nothing on a clean end. (No signal handlers: only ``with bus:`` installs them.)"""
         self._new_run()
-        self._bus._state.implicit = True
+        self.implicit = True
         _implicit_runs.add(self)
 
     def enter(self) -> None:
-        bus, state = self._bus, self._bus._state
-        if state.in_run:
+        if self.in_run:
             raise RuntimeError("this bus is already running; one `with bus:` at a time")
-        if state.implicit:
+        if self.implicit:
             self.close()  # the run a publisher opened without `with bus:` ends here
         self._new_run()
-        state.in_run = True
+        self.in_run = True
         if threading.current_thread() is threading.main_thread():
-            handlers: dict[int, Any] = {signum: self._on_stop_signal for signum in bus._stop_signals}
+            handlers: dict[int, Any] = {signum: self._on_stop_signal for signum in self._stop_signals}
             if signal_module.getsignal(signal_module.SIGINT) is not signal_module.SIG_IGN:  # a background job
                 handlers[signal_module.SIGINT] = self._on_sigint
-            state.previous_handlers = {signum: signal_module.signal(signum, h) for signum, h in handlers.items()}
+            self._previous_handlers = {signum: signal_module.signal(signum, h) for signum, h in handlers.items()}
 
     def exit(self, exc: BaseException | None) -> None:
-        state = self._bus._state
         try:
             if exc is not None:
-                self._bus._dispatcher.publish_exception(exc)
+                self._dispatcher.publish_exception(exc)
             self.close(raise_errors=exc is None)
         finally:
-            for signum, previous in state.previous_handlers.items():
+            for signum, previous in self._previous_handlers.items():
                 # None: the previous handler was not installed from Python; the default is the
                 # closest that can be restored.
                 signal_module.signal(signum, signal_module.SIG_DFL if previous is None else previous)
-            state.previous_handlers = {}
-            state.in_run = False
-            state.owner = None  # no training thread until the next run's first publisher begins
-            state.started = False  # the run is over: sinks and functions may be (un)subscribed again
-        if state.interrupted and exc is None:
+            self._previous_handlers = {}
+            self.in_run = False
+            self._stops.owner = None  # no training thread until the next run's first publisher begins
+            self._state.started = False  # the run is over: sinks and functions may be (un)subscribed again
+        if self._interrupted and exc is None:
             # The first Ctrl-C stopped the run gracefully: everything is saved and closed; the
             # program is still interrupted, as the user asked (exit status, tracebacks, REPLs).
             raise KeyboardInterrupt("stopped gracefully after Ctrl-C; the final checkpoint and files are written")
@@ -162,19 +203,18 @@ class RunScope:
     def close(self, *, raise_errors: bool = True) -> None:
         """See :meth:`hookbus.EventBus.close`."""
         self._mark_ended()  # an evaluator waiting for new checkpoints ends too (once)
-        state = self._bus._state
-        if state.implicit:
-            state.implicit = False
-            state.started = False  # a later publisher opens a new run
-            state.owner = None
+        if self.implicit:
+            self.implicit = False
+            self._state.started = False  # a later publisher opens a new run
+            self._stops.owner = None
             _implicit_runs.discard(self)
         first: BaseException | None = None
         interrupt: BaseException | None = None
-        for record in tuple(self._bus._subscribers):  # a sink may detach itself when closed
+        for record in tuple(self._roster.records):  # a sink may detach itself when closed
             sink = record.sink
-            if sink is None or id(sink) in state.closed:
+            if sink is None or id(sink) in self._closed:
                 continue
-            state.closed.add(id(sink))
+            self._closed.add(id(sink))
             try:
                 sink.close()
             except Exception as error:  # close the rest first

@@ -10,14 +10,9 @@ costs nothing here. :meth:`hookbus.EventBus.stats` freezes the counters into
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from hookbus._subscription import Subscriber
-
-__all__ = ["BusStats", "SubscriberStats", "Usage", "WriterStats", "collect"]
+__all__ = ["BusStats", "SubscriberStats", "Usage", "WriterStats"]
 
 logger = logging.getLogger("hookbus")
 
@@ -137,31 +132,3 @@ class BusStats:
         known = ", ".join(repr(s.name) for s in self.subscribers)
         raise KeyError(f"no subscriber named {name!r}; the subscribers are {known}")
 
-
-def collect(step: int, due_steps: int, records: Iterable[Subscriber]) -> BusStats:
-    """Freeze ``records``' counters (and their sinks' writer counters) into a :class:`BusStats`."""
-    frozen = []
-    for record in records:
-        usage, sink = record.usage, record.sink
-        writer: WriterStats | None = None
-        if sink is not None:
-            try:
-                writer = sink.writer_stats()
-            except Exception:  # one sink's report must not break the others' (or a dashboard)
-                logger.debug("writer_stats of %r failed", sink, exc_info=True)
-        frozen.append(
-            SubscriberStats(
-                name=record.name,
-                kind="function" if sink is None else "sink",
-                on_error=record.on_error,
-                calls=usage.step_calls + usage.other_calls,
-                seconds=usage.step_seconds + usage.other_seconds,
-                max_seconds=usage.max_seconds,
-                step_calls=usage.step_calls,
-                step_seconds=usage.step_seconds,
-                errors=record.errors,
-                disabled=record.disabled,
-                writer=writer,
-            )
-        )
-    return BusStats(step, due_steps, tuple(frozen))

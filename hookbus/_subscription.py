@@ -1,4 +1,4 @@
-"""The bus's record of one subscriber, and the handle a function subscription returns."""
+"""The bus's record of one subscriber: what it handles, when, and how its failures are handled."""
 
 from __future__ import annotations
 
@@ -9,52 +9,9 @@ from hookbus._schedule import Schedule, ScheduleTimer
 from hookbus._stats import Usage
 
 if TYPE_CHECKING:
-    from types import TracebackType
-
-    from hookbus._bus import EventBus
     from hookbus._subscriber import Sink
 
-__all__ = ["Subscriber", "Subscription"]
-
-
-class Subscription:
-    """Handle returned by :meth:`EventBus.on`.
-
-    Calling it calls the function (so ``@bus.on(...)`` keeps the function usable);
-    :meth:`disconnect` removes it, and ``with bus.on(...):`` subscribes for a block only.
-    """
-
-    def __init__(self, bus: EventBus, signal: str, fn: Callable[[Any], Any], record: Subscriber) -> None:
-        self.bus = bus
-        self.signal = signal
-        self.fn = fn
-        self._record = record
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.fn(*args, **kwargs)
-
-    @property
-    def connected(self) -> bool:
-        """Whether the function is still subscribed."""
-        return self.bus._is_subscribed(self._record)
-
-    def disconnect(self) -> None:
-        """Unsubscribe; harmless if already done."""
-        self.bus._remove(self._record)
-
-    def __enter__(self) -> Subscription:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.disconnect()
-
-    def __repr__(self) -> str:
-        return f"<Subscription {self._record.name!r} to {self.signal!r}>"
+__all__ = ["Subscriber"]
 
 
 class Subscriber:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["require_tensorflow"]
+__all__ = ["require_keras", "require_tensorflow"]
 
 _tensorflow: Any = None
 
@@ -24,3 +24,11 @@ def require_tensorflow(what: str) -> Any:
             raise ImportError(f"{what} needs TensorFlow: pip install 'hookbus[tf-cpu]' (or 'hookbus[tf]')") from None
         _tensorflow = tensorflow
     return _tensorflow
+
+
+def require_keras(what: str) -> Any:
+    """Import Keras (with TensorFlow) for ``what``, or say how to install it."""
+    require_tensorflow(what)
+    import keras  # type: ignore[import-untyped]  # Keras ships no type information
+
+    return keras

@@ -18,6 +18,9 @@ from hookbus._publisher import EVAL_PREFIX, PublisherCore
 
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
+    from hookbus._checkpoint import CheckpointBackend
+    from hookbus._cluster import Task
+    from hookbus._events import Event
     from hookbus._weights import WeightsBackend
 
 __all__ = ["FakeClock", "ScriptedPublisher"]
@@ -61,6 +64,10 @@ class ScriptedPublisher:
             tensors' shapes (default ``None``: unknown).
         weights: Offered to sinks as the live model's weights (``snapshot()`` /
             ``restore(snapshot)``, see ``PublisherCore.offer_weights``; default ``None``).
+        checkpoints: Offered to checkpoint sinks as the model's checkpoint backend at begin
+            (see ``PublisherCore.offer_checkpoints``; default ``None``).
+        task: Run the bus as this task of a cluster (see ``PublisherCore.set_task``; default
+            ``None``: one machine).
 
     Attributes:
         step: The current training step.
@@ -75,9 +82,14 @@ class ScriptedPublisher:
         mode: str = "train",
         shapes: Mapping[str, tuple[int | None, ...]] | None = None,
         weights: WeightsBackend | None = None,
+        checkpoints: CheckpointBackend | None = None,
+        task: Task | None = None,
     ) -> None:
         self.core = PublisherCore(bus, keys, mode=mode)
         self.weights = weights
+        self.checkpoints = checkpoints
+        if task is not None:
+            self.core.set_task(task)
         unknown = sorted(set(shapes or {}) - set(self.core.keys))
         if unknown:
             raise ValueError(f"shapes names key {unknown[0]!r}, which is not in keys {sorted(self.core.keys)}")
@@ -91,6 +103,8 @@ class ScriptedPublisher:
         """Publish ``begin`` (keys are checked)."""
         if self.weights is not None:
             self.core.offer_weights(self.weights)
+        if self.checkpoints is not None:
+            self.core.offer_checkpoints(self.checkpoints)
         self.core.begin()
 
     def session(self, step: int = 0, restored: bool | None = None) -> None:
@@ -127,6 +141,15 @@ class ScriptedPublisher:
             got = final_values(self.step) if callable(final_values) else (final_values or {})
             self.core.publish_final(final, {k: got[k] for k in final.keys if k in got})
         self.core.end(self.step)
+
+    def event(self, signal: str, *, step: int | None = None, **fields: Any) -> Event:
+        """An event of ``signal`` at ``step`` (default: the current step), stamped as the bus stamps its own."""
+        return self.core._port.event(signal, step=self.step if step is None else step, mode=self.core.mode, **fields)
+
+    def publish(self, signal: str, payload: Any) -> None:
+        """Deliver ``payload`` as ``signal`` to every subscriber here, as the bus delivers its own
+        (a ``checkpoint_saved`` that no checkpoint sink saved; an event no plan made)."""
+        self.core._port.publish(signal, payload)
 
     def run(self, steps: Iterable[Values], *, start: int = 0) -> int:
         """``begin``, a session at ``start``, one step per item until a stop, ``end``.

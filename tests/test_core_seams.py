@@ -1,0 +1,163 @@
+"""The core's inner seams, read from the code (as ``test_the_seams_hold`` reads the outer ones).
+
+- No import cycle among ``hookbus/`` modules, counting ``if TYPE_CHECKING:`` imports and imports
+  inside functions: each part can be read (and imported) before the ones that use it.
+- No module but ``_bus.py`` touches a private member of a bus: the parts are given their
+  collaborators. ``PublisherCore`` takes its bus's port (``bus._port``); every other publisher
+  goes through its core.
+- Each field of ``RunState`` is written by one module (besides its own ``reset``).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import hookbus
+from hookbus._state import RunState
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULES = {p.stem: p for p in sorted((ROOT / "hookbus").glob("*.py"))}
+
+
+def _trees() -> dict[str, ast.Module]:
+    return {name: ast.parse(path.read_text()) for name, path in MODULES.items()}
+
+
+def _imported(tree: ast.Module) -> set[str]:
+    """The ``hookbus/`` modules a module imports, anywhere in it (``TYPE_CHECKING`` and functions
+    too); ``__init__`` for the package itself. ``hookbus.sinks`` is outside ``hookbus/``."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module == "hookbus":
+            names = [f"hookbus.{a.name}" if a.name in MODULES else "hookbus" for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if name == "hookbus":
+                found.add("__init__")
+            elif parts[0] == "hookbus" and parts[1] in MODULES:
+                found.add(parts[1])
+    return found
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                other = stack.pop()
+                component.append(other)
+                if other == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle_among_hookbus_modules() -> None:
+    graph = {name: _imported(tree) - {name} for name, tree in _trees().items()}
+    assert len(graph["__init__"]) > 10  # the package itself is a node: a module importing it is counted
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _bus_private_names() -> set[str]:
+    bus = hookbus.EventBus()
+    own = {n for n in vars(bus) if n.startswith("_")}
+    methods = {n for n in dir(hookbus.EventBus) if n.startswith("_") and not n.startswith("__")}
+    return own | methods
+
+
+def _is_a_bus(node: ast.expr) -> bool:
+    """Whether an expression names a bus: ``bus``, ``self.bus``, ``self._bus``, ``x.bus``."""
+    if isinstance(node, ast.Name):
+        return node.id in ("bus", "_bus")
+    return isinstance(node, ast.Attribute) and node.attr in ("bus", "_bus")
+
+
+def _reach_ins(root: Path) -> list[tuple[str, str]]:
+    private = _bus_private_names()
+    found = []
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in private and _is_a_bus(node.value):
+                found.append((path.name, ast.unparse(node)))
+    return found
+
+
+def test_no_module_but_the_bus_touches_a_private_member_of_a_bus() -> None:
+    found = [r for r in _reach_ins(ROOT / "hookbus") if r[0] != "_bus.py"]
+    assert found == [("_publisher.py", "bus._port")]  # PublisherCore takes the port of the bus it serves
+    assert _reach_ins(ROOT / "sinks") == []
+
+
+def test_no_part_holds_the_bus() -> None:
+    """The parts are given collaborators: none stores a bus (``self._bus = ...``)."""
+    held = []
+    for name, tree in _trees().items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "_bus" and isinstance(node.ctx, ast.Store):
+                held.append(name)
+    assert held == []
+
+
+def _writers() -> dict[str, set[str]]:
+    """Each ``RunState`` field -> the modules assigning it on something named ``state``/``_state``."""
+    fields = set(RunState.__slots__)
+    writers: dict[str, set[str]] = {f: set() for f in fields}
+    for name, tree in _trees().items():
+        if name == "_state":  # its own reset
+            continue
+        for node in ast.walk(tree):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = list(node.targets)
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            for target in targets:
+                for part in ast.walk(target):
+                    if isinstance(part, ast.Attribute) and part.attr in fields:
+                        owner = part.value
+                        named = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", "")
+                        if named in ("state", "_state"):
+                            writers[part.attr].add(name)
+    return writers
+
+
+def test_runstate_keeps_only_the_runs_progress_and_each_field_has_one_writer() -> None:
+    assert sorted(RunState.__slots__) == ["local_step", "start_time", "started", "step", "wall_start"]
+    writers = _writers()
+    assert writers == {
+        "step": {"_port"},  # through the publishers' core only
+        "local_step": {"_port"},
+        "started": {"_run"},
+        "start_time": {"_run"},
+        "wall_start": set(),  # set by reset alone
+    }
