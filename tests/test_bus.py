@@ -581,16 +581,17 @@ def test_call_after_dispatch_runs_after_every_subscriber(clock: FakeClock) -> No
     bus, pub = make(clock)
     order: list[str] = []
 
-    def early(event: Event) -> None:
-        order.append("early")
-        bus._dispatcher.call_after_dispatch(lambda: order.append(f"deferred{event.step}"))
+    class Early(Sink):
+        def on_after_run(self, event: Event) -> None:
+            order.append("early")
+            self.context.defer(lambda: order.append(f"deferred{event.step}"))  # the dispatcher's call_after_dispatch
 
-    bus.on("after_run", early, priority=0)
+    early = bus.attach(Early(priority=0))
     bus.on("after_run", lambda e: order.append("late"), priority=100)
     bus.after_run.connect(lambda sender, event: order.append("raw"), weak=False)
     run(bus, pub, 1)
     assert order == ["early", "late", "raw", "deferred1"]
-    bus._dispatcher.call_after_dispatch(lambda: order.append("now"))
+    early.context.defer(lambda: order.append("now"))
     assert order[-1] == "now"
 
 

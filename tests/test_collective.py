@@ -67,10 +67,11 @@ def test_loop_publisher_checks_its_strategy_arguments() -> None:
 def test_checkpoint_sink_runs_on_every_collective_worker() -> None:
     bus = hookbus.EventBus()
     sink = bus.attach(CheckpointSink(Path("unused"), every_n_steps=2, every_n_secs=None))
-    bus._port.set_task(hookbus.Task("worker", 1, collective=True))
-    assert bus._port.local_subscribers[0].sink is sink
-    bus._port.set_task(hookbus.Task("worker", 1))  # parameter-server training: the chief alone saves
-    assert bus._port.local_subscribers == []
+    core = ScriptedPublisher(bus, ["loss"]).core
+    core.set_task(hookbus.Task("worker", 1, collective=True))
+    assert core.local_subscribers()[0].sink is sink
+    core.set_task(hookbus.Task("worker", 1))  # parameter-server training: the chief alone saves
+    assert core.local_subscribers() == []
 
 
 def _collective_bus(tmp_path: Path, index: int, **schedule: Any) -> tuple[hookbus.EventBus, CheckpointSink, list[str]]:
@@ -89,8 +90,9 @@ def _collective_bus(tmp_path: Path, index: int, **schedule: Any) -> tuple[hookbu
         return save(path)
 
     backend.save = save_noting  # type: ignore[method-assign]
-    bus._port.offer_checkpoints(backend)
-    bus._port.set_task(hookbus.Task("worker", index, collective=True))
+    core = ScriptedPublisher(bus, ["loss"]).core
+    core.offer_checkpoints(backend)
+    core.set_task(hookbus.Task("worker", index, collective=True))
     return bus, sink, saved
 
 

@@ -223,7 +223,7 @@ def test_status_line_shows_checkpoint_stop_other_sinks_and_errors(clock: FakeClo
         pub.session(0)
         for _ in range(4):
             pub.advance({"loss": 1.0})
-        bus._port.publish("checkpoint_saved", CheckpointSaved("runs/exp/ckpt/model.ckpt-4", 4, 0.5))
+        pub.publish("checkpoint_saved", CheckpointSaved("runs/exp/ckpt/model.ckpt-4", 4, 0.5))
         while not pub.advance({"loss": 1.0}):
             pass
         pub.end({"loss": 1.0})
@@ -405,7 +405,7 @@ def test_plain_mode_prints_periodic_lines_without_cursor_codes(clock: FakeClock)
                 break
             if pub.step == 50:
                 evaluator.evaluate({"loss": 0.123}, step=50)
-                bus._port.publish("checkpoint_saved", CheckpointSaved("ckpt/model-50", 50))
+                pub.publish("checkpoint_saved", CheckpointSaved("ckpt/model-50", 50))
         assert not sink.is_live
         pub.end()
     output = console.file.getvalue()  # type: ignore[attr-defined]

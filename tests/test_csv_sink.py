@@ -102,7 +102,7 @@ def test_a_key_appearing_later_widens_the_header_atomically(tmp_path: Path) -> N
         # A publisher made after begin (not the recommended way) brings a new key mid-run.
         late = ScriptedPublisher(bus, ["acc"], mode="train")
         late.core.session_created(2)
-        bus._port.publish("after_run", bus._port.event("after_run", step=3, values={"loss": 3.0, "acc": 0.5}))
+        late.publish("after_run", late.event("after_run", step=3, values={"loss": 3.0, "acc": 0.5}))
         sink.flush()
         pub.end()
     assert path.read_text().count("step") == 1  # never a second header

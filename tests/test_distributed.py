@@ -76,10 +76,9 @@ def test_bus_calls_only_the_subscribers_of_its_task(tmp_path: Path, index: int, 
     bus.on("after_run", lambda e: got.append(("all", e.task_type, e.task_index, e.local_step)))
     bus.on("after_run", lambda e: got.append(("chief", e.task_type, e.task_index, e.local_step)), runs_on="chief")
     each = bus.attach(CSVSink(tmp_path / "m.csv", every_n_steps=1, runs_on="each"))
-    publisher = ScriptedPublisher(bus, keys=["loss"])
-    bus._port.set_task(hookbus.Task("worker", index))
+    publisher = ScriptedPublisher(bus, keys=["loss"], task=hookbus.Task("worker", index))
     with bus:
-        bus._port.set_local_step(7)
+        publisher.core.count_local_step(7)
         publisher.run([{"loss": 1.0}])
     assert sorted(name for name, *_ in got) == expected
     assert {tuple(rest) for _, *rest in got} == {("worker", index, 7)}

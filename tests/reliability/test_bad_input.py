@@ -59,9 +59,7 @@ class Run:
         """Attach ``sinks``, then train 3 steps (the error is expected before the first)."""
         for sink in sinks:
             self.bus.attach(sink)
-        pub = ScriptedPublisher(self.bus, self.keys, **self.publisher)
-        if backend:
-            self.bus._port.offer_checkpoints(FakeBackend())
+        pub = ScriptedPublisher(self.bus, self.keys, checkpoints=FakeBackend() if backend else None, **self.publisher)
         with self.bus:
             pub.run({k: 1.0 for k in self.keys} for _ in range(3))
 

@@ -83,8 +83,7 @@ def test_soak_every_sink_keeps_memory_flat_and_loses_nothing(tmp_path: Path) -> 
     counted = [0]
     bus.on("after_run", lambda event: counted.__setitem__(0, counted[0] + 1))
     backend = TinyBackend()
-    bus._port.offer_checkpoints(backend)
-    pub = ScriptedPublisher(bus, ["loss", "accuracy"])
+    pub = ScriptedPublisher(bus, ["loss", "accuracy"], checkpoints=backend)
 
     rss: list[int] = []
     traced: list[int] = []
