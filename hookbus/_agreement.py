@@ -91,7 +91,7 @@ class AgreedDecision:
         self._due: Decided | None = None
 
     def propose(self, value: float, *, reason: str, source: str, step: int) -> None:
-        """This worker proposes ``value`` (any thread; the latest proposal counts at the next round)."""
+        """This worker proposes ``value`` (any thread; the latest proposal goes to the next round)."""
         self.proposal = Proposal(float(value), reason, source, step)
 
     def encode(self, slot: int, count: int) -> list[float]:
@@ -106,9 +106,10 @@ class AgreedDecision:
     def settle(self, totals: Sequence[float], names: Sequence[str], step: int) -> Decided | None:
         """Decode a round's sums (:meth:`encode`'s layout, summed over workers) into a decision.
 
-        Every worker settles on the same decision from the same sums. The proposal this
-        worker made is spent when the round decided.
+        Every worker settles on the same decision from the same sums. The round spends this
+        worker's proposal, decided or not: each round is a fresh vote.
         """
+        self.proposal = None
         count = len(names)
         by = [i for i in range(count) if totals[i] > 0]
         if not by:
@@ -118,7 +119,6 @@ class AgreedDecision:
             return None
         decided = Decided(self.kind, float(value), step + self.delay, tuple(names[i] for i in by), step)
         self.decided = self._due = decided
-        self.proposal = None
         return decided
 
     def apply_due(self, step: int) -> Decided | None:

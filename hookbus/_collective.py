@@ -147,17 +147,16 @@ class CollectiveStop:
         if self._planned is not None and step >= self._planned:
             self._planned = None
         stops = core.stops
-        self._stop.proposal = None
         if stops.requested:
             self._stop.propose(1.0, reason=stops.reason or "", source=self.task.suffix, step=step)
-        decisions = [self._stop]
         if plan:
             sinks = [r.sink for r in core.local_subscribers() if r.sink is not None]
             planned = min((t for s in sinks if (t := s.total_steps) is not None), default=0)
             self._plan.propose(float(planned), reason="planned last step", source=self.task.suffix, step=step)
             self._planned = None
-            decisions.append(self._plan)
         self.agreed = False
+        # Both kinds in every round: the all-reduce keeps one shape (traced once).
+        decisions = (self._stop, self._plan)
         for decided in agree(decisions, self._exchange, slot=self._slot, names=self._names, step=step):
             if decided.kind == "last_step":
                 self._planned = round(decided.value) if decided.value > step else None

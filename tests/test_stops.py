@@ -216,3 +216,38 @@ def test_a_stop_on_one_worker_is_agreed_by_every_worker_at_the_same_step() -> No
     for rec in recs[:2]:
         assert rec.published == [StopRequest("worker-2 stopped", "cluster", 10, 50.0)]
     assert recs[2].published == [StopRequest("NanGuardSink: loss is nan", "user", 3, 50.0)]  # not echoed
+
+
+class Planned:
+    """A subscriber record whose sink plans a last step (a StopAtStepSink's ``total_steps``)."""
+
+    def __init__(self, total: int | None) -> None:
+        self.sink = type("Sink", (), {"total_steps": total})()
+
+
+class PlanningCore(Core):
+    def __init__(self, stops: Stops, total: int | None) -> None:
+        super().__init__(stops)
+        self.total = total
+
+    def local_subscribers(self) -> list[Any]:
+        return [Planned(self.total)]
+
+
+@pytest.mark.parametrize(("totals", "agreed_at"), [((40, 40, 40), 40), ((40, 40, 50), None), ((40, None, 40), None)])
+def test_a_last_step_every_worker_plans_is_agreed_at_begin(
+    totals: tuple[int | None, ...], agreed_at: int | None
+) -> None:
+    workers = Workers(3)
+    recs = [Recorder() for _ in range(3)]
+    stops = [
+        CollectiveStop(Strategy(), Task("worker", i, collective=True), 100, exchange=workers.exchange(i))
+        for i in range(3)
+    ]
+    for stop in stops:
+        stop.reset(0)
+    cores = [PlanningCore(recs[i].stops, totals[i]) for i in range(3)]
+    assert workers.each(lambda slot: stops[slot].agree(cores[slot], 0, plan=True)) == [False] * 3  # type: ignore[arg-type]
+    assert [s.due(35) for s in stops] == [False] * 3
+    assert [s.due(40) for s in stops] == [agreed_at == 40] * 3
+    assert all(rec.published == [] for rec in recs)
