@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from hookbus import Sink
 from hookbus._barrier import Barrier
 from hookbus._roster import Roster
 from hookbus._schedule import Schedule
+from hookbus._store import FileCheckpointStore
 from hookbus._subscription import Subscriber
 
 
@@ -60,7 +62,7 @@ def _barrier(*sinks: Sink) -> tuple[Barrier, Roster, list[tuple[str, str, int, s
     for sink in sinks:
         _record(roster, sink)
     announced: list[tuple[str, str, int, str]] = []
-    barrier = Barrier(roster, lambda: None, lambda r, signal, step, e: announced.append((r.name, signal, step, str(e))))
+    barrier = Barrier(roster, lambda r, signal, step, e: announced.append((r.name, signal, step, str(e))))
     return barrier, roster, announced
 
 
@@ -108,9 +110,26 @@ def test_a_raise_sink_that_cannot_flush_stops_the_save() -> None:
     assert announced == []
 
 
-def test_commit_needs_the_publishers_backend() -> None:
-    barrier, _, _ = _barrier()
-    prepared = barrier.prepare(1)
+class NpzBackend:
+    """A model saved as one plain file (what a NumPy publisher's backend does)."""
+
+    ready = True
+
+    def save(self, path: str) -> str:
+        Path(path + ".npz").write_bytes(b"weights")
+        return path
+
+    def restore(self, path: str) -> None:
+        pass
+
+
+def test_commit_saves_the_model_then_the_states_beside_it_and_record_names_it(tmp_path: Path) -> None:
+    barrier, _, _ = _barrier(Writer("EarlyStoppingSink", state={"best": 0.25}))
+    store = FileCheckpointStore(".npz")
+    prepared = barrier.prepare(4)
     assert prepared is not None
-    with pytest.raises(RuntimeError, match="no checkpoint backend"):
-        barrier.commit(prepared, "/nonexistent/model.ckpt-1", None)
+    prefix = str(tmp_path / "ckpt" / "model-4")
+    assert barrier.commit(prepared, NpzBackend(), store, prefix, 0.25) == prefix
+    assert store.read_state(prefix) == {"step": 4, "value": 0.25, "sinks": {"EarlyStoppingSink": {"best": 0.25}}}
+    barrier.record(store, str(tmp_path / "ckpt"), [prefix], [])
+    assert store.checkpoints(str(tmp_path / "ckpt")) == [prefix]

@@ -6,9 +6,9 @@ import logging
 from typing import Any
 
 import pytest
+from _parts import Parts
 
 from hookbus import StopRequest, SubscriberError
-from tests._parts import Parts
 
 
 def test_delivers_in_dispatch_order_then_to_raw_receivers() -> None:
