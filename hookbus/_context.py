@@ -40,16 +40,25 @@ class EpochProgress:
         epoch: The epoch being trained, counted from 1 (Keras's progress bar: ``Epoch 3/12``).
         epochs: The epochs the training runs to (``fit(epochs=...)``).
         steps_per_epoch: Training steps per epoch; ``None`` when the input's length is unknown.
+        epoch_start: The step this epoch began at; ``None``: ``(epoch - 1) × steps_per_epoch``, a
+            ``fit`` that began at step 0 with its first epoch. A second ``fit`` of a model in memory
+            begins where the first left ``iterations``, one given ``initial_epoch`` at step 0.
     """
 
     epoch: int
     epochs: int
     steps_per_epoch: int | None
+    epoch_start: int | None = None
 
     @property
     def total_steps(self) -> int | None:
-        """The step training ends at, ``epochs × steps_per_epoch`` (``None`` when not known)."""
-        return None if self.steps_per_epoch is None else self.epochs * self.steps_per_epoch
+        """The step training ends at, the epoch's start plus its and the later epochs' steps
+        (``epochs × steps_per_epoch`` for a ``fit`` from step 0); ``None`` when not known."""
+        per_epoch = self.steps_per_epoch
+        if per_epoch is None:
+            return None
+        start = (self.epoch - 1) * per_epoch if self.epoch_start is None else self.epoch_start
+        return start + (self.epochs - self.epoch + 1) * per_epoch
 
 
 @dataclass(frozen=True)

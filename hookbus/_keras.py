@@ -304,7 +304,7 @@ class EventBusCallback:
         if self._epoch is None or not isinstance(epochs, int) or epochs <= 0:
             return None
         per_epoch = steps if isinstance(steps, int) and steps > 0 else None  # None: an input of unknown length
-        return EpochProgress(min(self._epoch + 1, epochs), epochs, per_epoch)
+        return EpochProgress(min(self._epoch + 1, epochs), epochs, per_epoch, self._epoch_start)
 
     def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
         self._release()

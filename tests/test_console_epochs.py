@@ -152,3 +152,43 @@ def test_plain_lines_and_the_summary_name_the_epoch_under_fit(tmp_path: Path) ->
     assert progress == [["epoch 1/3", "step 4/12"], ["epoch 2/3", "step 8/12"], ["epoch 3/3", "step 12/12"]], lines
     assert any(line.startswith("fit: finished at step 12 (epoch 3/3) after ") for line in lines), lines
     assert "  loss: last 0, best seen (min) 0 at step 4" in lines
+
+
+@pytest.mark.parametrize("second", ["fit", "initial_epoch"])
+def test_the_header_total_is_the_step_the_fit_ends_at(second: str) -> None:
+    """A notebook's second ``fit`` of a model in memory (``iterations`` at 12) and a ``fit`` given
+    ``initial_epoch`` end at the step Keras ends them at, which the header's total says: before,
+    both read ``epochs × steps_per_epoch`` (``step 16/12`` after the first fit's 12 steps)."""
+    import numpy as np
+    from rich.console import Console
+
+    import hookbus
+    from hookbus.sinks import ConsoleSink
+
+    screen = io.StringIO()
+    bus = hookbus.EventBus()
+    bus.attach(ConsoleSink(Console(file=screen, width=200), live=False, plain_every_n_secs=0, every_n_steps=4))
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    x, y = np.zeros((64, 3), "float32"), np.zeros((64, 1), "float32")
+    callback = hookbus.EventBusCallback(bus)
+    if second == "fit":  # the first fit of the model: 3 epochs of 4 steps
+        with bus:
+            model.fit(x, y, batch_size=16, epochs=3, verbose=0, callbacks=[callback])
+    start = int(model.optimizer.iterations.numpy())
+    screen.seek(0)
+    screen.truncate()
+    with bus:
+        model.fit(
+            x, y, batch_size=16, epochs=3, initial_epoch=0 if second == "fit" else 1, verbose=0, callbacks=[callback]
+        )
+    ended = int(model.optimizer.iterations.numpy())  # where Keras ended this fit
+    lines = screen.getvalue().splitlines()
+    progress = [line.split(" | ")[:2] for line in lines if line.startswith("epoch ")]
+    if second == "fit":
+        assert (start, ended) == (12, 24)
+        expected = [["epoch 1/3", "step 16/24"], ["epoch 2/3", "step 20/24"], ["epoch 3/3", "step 24/24"]]
+    else:
+        assert (start, ended) == (0, 8)
+        expected = [["epoch 2/3", "step 4/8"], ["epoch 3/3", "step 8/8"]]
+    assert progress == expected, lines
