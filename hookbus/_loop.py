@@ -115,7 +115,7 @@ class LoopPublisher:
         self._check_every = positive_int("check_stop_every_n_steps", check_stop_every_n_steps)
         self._collective: CollectiveStop | None = None
         self._core = PublisherCore(bus, keys)  # registers the keys: checked when the loop begins
-        eval_keys = check_fetch_keys(eval_keys)
+        eval_keys = check_fetch_keys(eval_keys, "eval_keys")
         self._eval = PublisherCore(bus, eval_keys, mode="eval") if eval_keys else None
         self.bus = bus
         self._counter = step_counter

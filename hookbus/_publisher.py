@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from hookbus._subscription import Subscriber
-from hookbus._validate import flag, key_name
+from hookbus._validate import flag, key_items, key_name
 from hookbus._values import publishable
 
 if TYPE_CHECKING:
@@ -45,13 +45,13 @@ EPOCH_PREFIX = "epoch/"
 RESERVED_KEYS = frozenset({"step", "wall_time", "mode", "elapsed"})
 
 
-def check_fetch_keys(keys: str | Iterable[object]) -> tuple[str, ...]:
+def check_fetch_keys(keys: str | Iterable[object], name: str = "keys") -> tuple[str, ...]:
     """Validate publisher keys: names (:func:`hookbus._validate.key_name`), not reserved, no ``eval/`` prefix.
 
     A ``str`` is one key (``keys="loss"``), as in every sink's ``keys=``; never its characters.
     """
     checked: list[str] = []
-    for key in (keys,) if isinstance(keys, str) else keys:
+    for key in key_items(name, keys):
         if not isinstance(key, str) or not key:
             raise ValueError(f"fetch keys must be non-empty strings (got {key!r})")
         key_name("fetch key", key)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from hookbus._cluster import check_runs_on
 from hookbus._schedule import Schedule
-from hookbus._validate import key_name
+from hookbus._validate import key_items, key_name
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -70,11 +70,7 @@ def check_priority(value: object) -> int:
 def check_keys(value: object, argument: str = "keys") -> frozenset[str] | None:
     if value is None:
         return None
-    items: Iterable[object] = (value,) if isinstance(value, str) else value  # type: ignore[assignment]
-    try:
-        keys = tuple(items)
-    except TypeError:
-        raise ValueError(f"{argument} must be a key, a list of keys or None (got {value!r})") from None
+    keys = key_items(argument, value, "a key, a list of keys or None")
     if not keys or not all(isinstance(k, str) and k for k in keys):
         raise ValueError(f"{argument} must be non-empty strings (got {value!r})")
     return frozenset(key_name("key", k) for k in keys)  # type: ignore[arg-type]

@@ -19,6 +19,7 @@ __all__ = [
     "finite_number",
     "flag",
     "flag_or_directory",
+    "key_items",
     "key_name",
     "non_empty_path",
     "non_negative_int",
@@ -133,6 +134,20 @@ def flag_or_directory(name: str, value: object) -> bool | str | os.PathLike[str]
 #: What a key may not contain: C0 and C1 controls (every str.splitlines break but two is one) and
 #: U+2028/U+2029, which splitlines also breaks on; lone surrogates, which no UTF-8 file can hold.
 _NOT_IN_NAMES = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def key_items(name: str, value: object, expected: str = "a key or a list of keys") -> tuple[object, ...]:
+    """The keys ``value`` names, unchecked: a ``str`` is one key (never its characters), else an iterable.
+
+    Every ``keys=`` goes through it, publishers' and sinks' (``expected`` says what else a sink
+    takes: ``None`` for all keys).
+    """
+    if isinstance(value, str):
+        return (value,)
+    try:
+        return tuple(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise ValueError(f"{name} must be {expected} (got {value!r})") from None
 
 
 def key_name(what: str, key: str) -> str:

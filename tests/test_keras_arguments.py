@@ -11,7 +11,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from hookbus import EventBus, EventBusCallback, UnknownKeyError  # noqa: E402 - after the importorskip
+from hookbus import EventBus, EventBusCallback, LoopPublisher, PublisherCore, UnknownKeyError  # noqa: E402 - after the importorskip
 from hookbus.sinks import CheckpointSink, CSVSink, EarlyStoppingSink  # noqa: E402
 
 
@@ -116,3 +116,20 @@ def test_callback_keys_keras_does_not_log_get_the_name_to_use(keys: list[str], m
     x, y = _data()
     with pytest.raises(ValueError, match=message), bus:
         _model().fit(x, y, validation_data=(x, y), epochs=1, batch_size=8, callbacks=[callback], verbose=0)
+
+
+@pytest.mark.parametrize("keys", [None, 5], ids=["None", "an int"])
+@pytest.mark.parametrize(
+    ("publisher", "argument"),
+    [
+        (lambda bus, keys: EventBusCallback(bus, keys=keys), "keys"),
+        (lambda bus, keys: LoopPublisher(bus, keys=keys), "keys"),
+        (lambda bus, keys: LoopPublisher(bus, keys="loss", eval_keys=keys), "eval_keys"),
+        (lambda bus, keys: PublisherCore(bus, keys), "keys"),
+    ],
+    ids=["EventBusCallback", "LoopPublisher", "LoopPublisher eval_keys", "PublisherCore"],
+)
+def test_publisher_keys_that_are_not_keys_fail_naming_the_argument(publisher: Any, argument: str, keys: Any) -> None:
+    """Before: ``TypeError: 'NoneType' object is not iterable``, naming neither the argument nor what it takes."""
+    with pytest.raises(ValueError, match=rf"^{argument} must be a key or a list of keys \(got {keys!r}\)$"):
+        publisher(EventBus(), keys)
