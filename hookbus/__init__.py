@@ -12,6 +12,7 @@ from hookbus._hook import EventBusHook
 from hookbus._keras import EventBusCallback
 from hookbus._lock import OutputInUseError, OutputLock
 from hookbus._loop import LoopPublisher
+from hookbus._own_thread_writer import OwnThreadWriter
 from hookbus._publisher import PublisherCore
 from hookbus._replay import ReplayResult, replay
 from hookbus._schedule import Schedule
@@ -38,6 +39,7 @@ from hookbus._writer import (
     check_writable_dir,
     write_atomically,
 )
+from hookbus._writer_kit import WriterKit
 
 __version__ = "0.1.0"
 
@@ -67,6 +69,7 @@ __all__ = [
     "LoopPublisher",
     "OutputInUseError",
     "OutputLock",
+    "OwnThreadWriter",
     "PeerReport",
     "PublisherCore",
     "ReplayResult",
@@ -80,6 +83,7 @@ __all__ = [
     "Task",
     "UnknownKeyError",
     "WriterError",
+    "WriterKit",
     "WriterStalled",
     "WriterStats",
     "WriterWarning",

@@ -3,8 +3,8 @@
 A flush that does not return in time — a stalled disk, a hung NFS or FUSE mount, an unreachable
 tracker — must not hang training, the checkpoint barrier or the end of a run. One object,
 :class:`FlushDeadline`, holds a writer's deadline and, once a flush missed it, the writer's stall;
-:class:`~hookbus.BackgroundWriter` waits through it, and a sink whose writer has a thread of its
-own (TensorBoard's ``EventFileWriter``) runs that writer's flush through it.
+:class:`~hookbus.BackgroundWriter` waits through it, and :class:`~hookbus.OwnThreadWriter` runs
+the flush of a writer with a thread of its own (TensorBoard's ``EventFileWriter``) through it.
 """
 
 from __future__ import annotations

@@ -103,6 +103,15 @@ class Sink:
     :mod:`hookbus.testing` drives a bus with scripted steps and values (no TensorFlow) for
     testing sinks.
 
+    A sink that writes files owns a :class:`hookbus.WriterKit` and keeps only its format: the kit
+    checks the path and the options (``flush_secs``, ``max_queue_size``, ``close_deadline``,
+    ``flush_deadline``) when the sink is made, makes the directory and takes one lock per output
+    at begin, starts the run's :class:`hookbus.BackgroundWriter` (or adopts a writer with a thread
+    of its own as a :class:`hookbus.OwnThreadWriter`, as ``TensorBoardSink`` does), and gives
+    ``flush()`` within the flush deadline, ``stats()`` that outlive the run and an idempotent
+    ``close()`` that releases the locks: the sink's ``flush``, ``writer_stats`` and ``close``
+    call them.
+
     Events are data: an event carries its step, mode, task, values and ``request_stop(reason)``,
     not the bus. What else a sink may use it finds in ``self.context``, a
     :class:`hookbus.SinkContext` the bus gives every sink as the run begins (before ``begin``):

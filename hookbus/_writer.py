@@ -131,7 +131,7 @@ class BackgroundWriter(Generic[T]):
     def __init__(
         self,
         name: str,
-        write: Callable[[T], None],
+        write: Callable[[T], object],
         flush: Callable[[], None],
         close: Callable[[], None] | None = None,
         *,

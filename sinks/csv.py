@@ -5,19 +5,17 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import tempfile
 from collections.abc import Iterable
-from pathlib import Path
 from typing import ClassVar
 
+from hookbus._deadline import DEFAULT_FLUSH_DEADLINE
 from hookbus._events import Event
-from hookbus._lock import OutputLock
 from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX
 from hookbus._schedule import Schedule
 from hookbus._stats import WriterStats
 from hookbus._subscriber import Sink
-from hookbus._validate import flag, non_empty_path, positive_int, seconds
-from hookbus._writer import DEFAULT_FLUSH_DEADLINE, BackgroundWriter, check_writable_dir
+from hookbus._validate import flag
+from hookbus._writer_kit import WriterKit
 
 from ._csv_file import CSVFile, Row
 
@@ -36,8 +34,9 @@ class CSVSink(Sink):
     rows with step > S, and a last line torn by a kill, are dropped before appending. NaN and
     infinities are written ``nan``, ``inf``, ``-inf``. Arrays and bytes are not written.
 
-    Rows are written by a :class:`~hookbus._writer.BackgroundWriter` thread; :meth:`flush` (the
-    checkpoint barrier) blocks until they are handed to the OS.
+    Rows are written by a :class:`hookbus.BackgroundWriter` thread, which the sink's
+    :class:`hookbus.WriterKit` (``self.output``) starts at begin; :meth:`flush` (the checkpoint
+    barrier) blocks until they are handed to the OS.
 
     Args:
         path: The train file (``str`` or path-like); its directory is created at begin.
@@ -90,17 +89,13 @@ class CSVSink(Sink):
             keys=keys, every_n_steps=every_n_steps, every_n_secs=every_n_secs,
             priority=priority, on_error=on_error, name=name, runs_on=runs_on,
         )  # fmt: skip
-        self._base_path = self.path = Path(non_empty_path("path", path))
-        if self.path.is_dir():
-            raise ValueError(f"path must be a file, not a directory (got {str(self.path)!r})")
-        check_writable_dir(str(self.path.parent), "path's directory")
+        self._base_path = self.path = WriterKit.file_path("path", path)
         self.eval_path = self.path.with_name(self.path.stem + ".eval.csv")
-        # The writer is made at begin; its arguments must fail now, before training starts.
-        seconds("flush_secs", flush_secs)
-        seconds("close_deadline", close_deadline)
-        self.flush_deadline = seconds("flush_deadline", flush_deadline)
-        positive_int("max_queue_size", max_queue_size)
-        self.flush_secs, self.max_queue_size, self.close_deadline = flush_secs, max_queue_size, close_deadline
+        #: Options, locks and the background writer: :class:`hookbus.WriterKit`.
+        self.output: WriterKit[tuple[str, Row]] = WriterKit(
+            self.name, flush_secs=flush_secs, max_queue_size=max_queue_size,
+            close_deadline=close_deadline, flush_deadline=flush_deadline,
+        )  # fmt: skip
         flag("epochs", epochs)
         if not epochs and self.keys is not None and any(k.startswith(EPOCH_PREFIX) for k in self.keys):
             raise ValueError(f"keys {sorted(self.keys)} name epoch keys; pass epochs=True to write epoch rows")
@@ -108,9 +103,6 @@ class CSVSink(Sink):
         if epochs:
             self.schedule = Schedule()  # never due on a step: epoch events are unscheduled
         self._files: dict[str, CSVFile] = {}
-        self._locks: dict[str, OutputLock] = {}
-        self._writer: BackgroundWriter[tuple[str, Row]] | None = None
-        self._closed_writer: BackgroundWriter[tuple[str, Row]] | None = None
 
     @property
     def receives_epochs(self) -> bool:
@@ -123,14 +115,10 @@ class CSVSink(Sink):
         self.eval_path = self.path.with_name(self.path.stem + ".eval.csv")
 
     def on_begin(self, event: Event) -> None:
-        if self._writer is not None:
+        if self.output.writing:
             self._lock_files(event)  # a second publisher (eval) began in the same run
             return
-        try:  # fail now, with the path, rather than on the writer's thread at the first row
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tempfile.TemporaryFile(dir=self.path.parent).close()
-        except OSError as error:
-            raise OSError(f"{self.name} cannot write in {str(self.path.parent)!r}: {error}") from error
+        self.output.prepare(self.path.parent)
         known = self.context.known_keys
         wanted = sorted(k for k in known if self.keys is None or k in self.keys)
         if self.epochs:
@@ -146,11 +134,10 @@ class CSVSink(Sink):
         for f in self._files.values():
             f.read_header()  # a foreign file fails here, before training
         self._lock_files(event)
-        self._writer = BackgroundWriter(
-            self.name, self._write, self._flush_files, self._close_files,
+        self.output.start(
+            self._write, self._flush_files, self._close_files,
             landed=lambda: sum(f.landed for f in self._files.values()),
-            max_queue_size=self.max_queue_size, flush_secs=self.flush_secs,
-            flush_deadline=self.flush_deadline, target=" and ".join(repr(str(f.path)) for f in self._files.values()),
+            target=" and ".join(repr(str(f.path)) for f in self._files.values()),
         )  # fmt: skip
 
     def _lock_files(self, event: Event) -> None:
@@ -162,27 +149,17 @@ class CSVSink(Sink):
         wanted = [name for name, f in self._files.items() if name != "eval" or f.columns or event.mode == "eval"]
         if event.mode == "eval":
             wanted = [name for name in wanted if name == "eval"]
-        try:
-            for name in wanted:
-                lock = self._locks.setdefault(name, OutputLock(self._files[name].path, self.name, "the CSV file"))
-                lock.acquire()
-        except BaseException:
-            self._release_locks()
-            raise
-
-    def _release_locks(self) -> None:
-        locks, self._locks = self._locks, {}
-        for lock in locks.values():
-            lock.release()
+        for name in wanted:
+            self.output.lock(self._files[name].path, "the CSV file")
 
     def on_session_created(self, event: Event) -> None:
-        if event.mode != "train" or self._writer is None:
+        if event.mode != "train" or not self.output.writing:
             return  # an eval session evaluates a checkpoint; it is no resume point
         for f in self._files.values():
-            self._writer.call(functools.partial(f.start_session, event.step))
+            self.output.call(functools.partial(f.start_session, event.step))
 
     def on_after_run(self, event: Event) -> None:
-        if self._writer is None or (event.mode == "epoch") != self.epochs:
+        if not self.output.writing or (event.mode == "epoch") != self.epochs:
             return
         if self.epochs:
             row = {
@@ -191,7 +168,7 @@ class CSVSink(Sink):
                 if k.startswith(EPOCH_PREFIX) and (self.keys is None or k in self.keys)
             }
             row = {"epoch": int(event.values["epoch"]), **row} if "epoch" in event.values else row
-            self._writer.put(("epoch", (event.step, event.wall_time, row)))
+            self.output.put(("epoch", (event.step, event.wall_time, row)))
             return
         eval_mode = event.mode == "eval"
         values = {
@@ -200,27 +177,19 @@ class CSVSink(Sink):
             if isinstance(v, float) and (self.keys is None or k in self.keys)
         }
         if values:
-            self._writer.put(("eval" if eval_mode else "train", (event.step, event.wall_time, values)))
+            self.output.put(("eval" if eval_mode else "train", (event.step, event.wall_time, values)))
 
     def flush(self) -> None:
         """Block until every row received so far is handed to the OS (checkpoint barrier)."""
-        if self._writer is not None:
-            self._writer.flush()
+        self.output.flush()
 
     def close(self) -> None:
-        """Write what is queued (within ``close_deadline``) and close the files; idempotent."""
-        writer, self._writer = self._writer, None
-        try:
-            if writer is not None:
-                self._closed_writer = writer  # its counts stay readable (bus.stats() after the run)
-                writer.close(self.close_deadline)
-        finally:
-            self._release_locks()  # the next run, in this process or another, may write the files
+        """Write what is queued (within ``close_deadline``), close the files, release them; idempotent."""
+        self.output.close()
 
     def writer_stats(self) -> WriterStats | None:
         """Rows queued and written by this run's writer (see :meth:`hookbus.EventBus.stats`)."""
-        writer = self._writer or self._closed_writer
-        return None if writer is None else writer.stats()
+        return self.output.stats()
 
     def _report(self, message: str) -> None:
         # From the writer's thread: logged like the bus's own reports of a sink's errors.

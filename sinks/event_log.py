@@ -8,27 +8,22 @@ from __future__ import annotations
 import functools
 import json
 import os
-import tempfile
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, ClassVar
 
 from hookbus import (
     DEFAULT_FLUSH_DEADLINE,
-    BackgroundWriter,
     CheckpointSaved,
     Event,
     ExceptionRaised,
-    OutputLock,
     Sink,
     StopRequest,
     SubscriberError,
+    WriterKit,
     WriterStats,
-    check_writable_dir,
     event_log_line,
 )
-from hookbus.validate import non_empty_path, positive_int, seconds
 
 from ._event_log_file import LogFile
 
@@ -93,28 +88,23 @@ class EventLogSink(Sink):
         runs_on: str | None = None,
     ) -> None:
         super().__init__(priority=priority, on_error=on_error, name=name, runs_on=runs_on)
-        self._base_path = self.path = Path(non_empty_path("path", path))
-        if self.path.is_dir():
-            raise ValueError(f"path must be a file, not a directory (got {str(self.path)!r})")
-        check_writable_dir(str(self.path.parent), "path's directory")
+        self._base_path = self.path = WriterKit.file_path("path", path)
         if hparams is not None and not (
             isinstance(hparams, Mapping)
             and all(isinstance(k, str) and isinstance(v, HParamValue) for k, v in hparams.items())
         ):
             raise ValueError(f"hparams must map names to bool, int, float or str (got {hparams!r})")
         self.hparams = dict(hparams) if hparams is not None else None
-        self.flush_secs = seconds("flush_secs", flush_secs)
-        self.max_queue_size = positive_int("max_queue_size", max_queue_size)
-        self.close_deadline = seconds("close_deadline", close_deadline)
-        self.flush_deadline = seconds("flush_deadline", flush_deadline)
-        self._writer: BackgroundWriter[Item] | None = None
-        self._closed_writer: BackgroundWriter[Item] | None = None
+        #: Options, the lock and the background writer: :class:`hookbus.WriterKit`.
+        self.output: WriterKit[Item] = WriterKit(
+            self.name, flush_secs=flush_secs, max_queue_size=max_queue_size,
+            close_deadline=close_deadline, flush_deadline=flush_deadline,
+        )  # fmt: skip
         self._file: LogFile | None = None
         self._train_seen = False  # whether this run had a train session: the first one cuts
         self._started = False  # whether this run's records have a place in the file yet
         self._loaded: int | None = None  # the offset a checkpoint's state gave, for the next session
         self._statuses: dict[str, str] = {}
-        self._lock: OutputLock | None = None
 
     def set_output_suffix(self, suffix: str) -> None:
         """Write ``<stem>.<suffix><ext>`` instead: per-worker output."""
@@ -122,7 +112,7 @@ class EventLogSink(Sink):
         self.path = base.with_name(f"{base.stem}.{suffix}{base.suffix}")
 
     def on_begin(self, event: Event) -> None:
-        if self._writer is None:
+        if not self.output.writing:
             self._open()
         context = self.context
         totals = [p.total_steps for p in context.peers() if p.total_steps is not None]
@@ -132,17 +122,13 @@ class EventLogSink(Sink):
                   hparams=self.hparams, task=task)  # fmt: skip
 
     def _open(self) -> None:
-        try:  # fail now, with the path, rather than on the writer's thread
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tempfile.TemporaryFile(dir=self.path.parent).close()
+        self.output.prepare(self.path.parent)  # fail now, with the path, rather than on the writer's thread
+        try:
             with self.path.open("rb") as f:
                 first = f.readline()
         except FileNotFoundError:
             first = b""
-        except OSError as error:
-            raise OSError(f"{self.name} cannot write in {str(self.path.parent)!r}: {error}") from error
-        self._lock = OutputLock(self.path, self.name, "the event log")
-        self._lock.acquire()  # one writer per file: a second run on this log fails before step 1
+        self.output.lock(self.path, "the event log")  # one writer per file: a second run fails before step 1
         if first.endswith(b"\n"):
             try:
                 record = json.loads(first)
@@ -155,23 +141,19 @@ class EventLogSink(Sink):
                 )
         self._file = LogFile(self.path)
         self._train_seen, self._started, self._statuses = False, False, {}
-        self._writer = BackgroundWriter(
-            self.name, self._write, self._file.flush, self._file.close,
-            max_queue_size=self.max_queue_size, flush_secs=self.flush_secs,
-            flush_deadline=self.flush_deadline, target=repr(str(self.path)),
-        )  # fmt: skip
+        self.output.start(self._write, self._file.flush, self._file.close, target=repr(str(self.path)))
 
     def _put(self, payload: Any, **fields: Any) -> None:
-        if self._writer is not None:
-            self._writer.put((payload, fields))
+        if self.output.writing:
+            self.output.put((payload, fields))
 
     def _write(self, item: Item) -> None:
         assert self._file is not None
         self._file.add(event_log_line(item[0], **item[1]))
 
     def on_session_created(self, event: Event) -> None:
-        writer, file = self._writer, self._file
-        if writer is None or file is None:
+        file = self._file
+        if not self.output.writing or file is None:
             return
         if event.mode == "train":
             first, self._train_seen = not self._train_seen, True
@@ -182,10 +164,10 @@ class EventLogSink(Sink):
                 how = "step"  # a model that continues at S (restored, or a second fit) keeps the log to S
             else:  # a fresh start drops an older run's records, not this run's (an evaluation first)
                 how = "new" if first and not self._started else "append"
-            writer.call(functools.partial(file.start_session, how, event.step, offset))
+            self.output.call(functools.partial(file.start_session, how, event.step, offset))
             self._started = True
         elif not self._started:  # an evaluation-only run (an evaluator task): add to the log
-            writer.call(functools.partial(file.start_session, "append", event.step, None))
+            self.output.call(functools.partial(file.start_session, "append", event.step, None))
             self._started = True
         self._put(event)
 
@@ -198,10 +180,9 @@ class EventLogSink(Sink):
         now = time.time()
         self._put(event, wall_time=now)
         self._status(event.step, now)
-        if self._writer is not None:
-            # To disk now (checkpoints are rare): a resume from this checkpoint keeps the record,
-            # which follows the state the barrier took.
-            self._writer.flush()
+        # To disk now (checkpoints are rare): a resume from this checkpoint keeps the record,
+        # which follows the state the barrier took.
+        self.output.flush()
 
     def on_stop_requested(self, event: StopRequest) -> None:
         self._put(event)
@@ -226,7 +207,7 @@ class EventLogSink(Sink):
     def state_dict(self) -> dict[str, Any]:
         """Where the log stood at the checkpoint barrier (after :meth:`flush`): its length in bytes."""
         file = self._file
-        if file is None or file.handle is None or self._writer is None:
+        if file is None or file.handle is None or not self.output.writing:
             return {}
         return {"offset": file.size}
 
@@ -237,26 +218,18 @@ class EventLogSink(Sink):
 
     def flush(self) -> None:
         """Block until every record received so far is handed to the OS (checkpoint barrier)."""
-        if self._writer is not None:
-            self._writer.flush()
+        self.output.flush()
 
     def writer_stats(self) -> WriterStats | None:
         """Records queued and written by this run's writer (see :meth:`hookbus.EventBus.stats`)."""
-        writer = self._writer or self._closed_writer
-        return None if writer is None else writer.stats()
+        return self.output.stats()
 
     def close(self) -> None:
         """Write a ``close`` record and what is queued (within ``close_deadline``); idempotent."""
-        writer = self._writer
-        if writer is None:
-            return
-        context = self._context
-        self._writer, self._closed_writer = None, writer
         try:
-            if not writer.deadline.stalled:  # a stalled writer takes nothing more (it was reported)
+            if self.output.writing and not self.output.stalled:  # a stalled writer takes nothing more
+                context = self._context
                 step = context.current_step() if context is not None else None
-                writer.put(("close", {"step": step, "wall_time": time.time()}))
-            writer.close(self.close_deadline)
+                self.output.put(("close", {"step": step, "wall_time": time.time()}))
         finally:
-            if self._lock is not None:
-                self._lock.release()  # the next run, in this process or another, may write the log
+            self.output.close()  # and the lock: the next run, in this process or another, may write the log

@@ -2,64 +2,33 @@
 
 from __future__ import annotations
 
+import functools
 import os
-import re
-import tempfile
-import threading
 import time
-import warnings
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 from tensorboard.compat.proto.event_pb2 import Event as EventProto
 from tensorboard.compat.proto.event_pb2 import SessionLog
-from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary, SummaryMetadata
-from tensorboard.compat.proto.tensor_pb2 import TensorProto
-from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
-from tensorboard.compat.proto.types_pb2 import DT_STRING
+from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.plugins.hparams import summary_v2 as hparams_summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
+from hookbus._deadline import DEFAULT_FLUSH_DEADLINE
 from hookbus._events import Event
-from hookbus._lock import OutputLock
 from hookbus._publisher import EVAL_PREFIX
 from hookbus._schedule import Schedule
 from hookbus._stats import WriterStats
 from hookbus._subscriber import Sink
-from hookbus._validate import non_empty_path, positive_int, seconds
-from hookbus._writer import DEFAULT_FLUSH_DEADLINE, FlushDeadline, WriterWarning, check_writable_dir
+from hookbus._validate import positive_int
+from hookbus._writer_kit import WriterKit
+
+from ._event_files import close_all, flush_all, histogram, keras_model_event, new_event_file
 
 __all__ = ["TensorBoardSink"]
 
-_EVENT_FILE_TIME = re.compile(r"tfevents\.(\d+)\.")
 HParamValue = bool | int | float | str
-
-
-def _histogram(array: np.ndarray[Any, Any], bins: int = 30) -> HistogramProto | None:
-    values = np.asarray(array, dtype=np.float64).ravel() if array.dtype.kind in "biuf" else np.empty(0)
-    values = values[np.isfinite(values)]  # np.histogram cannot bin NaN or inf
-    if values.size == 0:
-        return None
-    counts, edges = np.histogram(values, bins=bins)
-    return HistogramProto(
-        min=float(values.min()), max=float(values.max()), num=float(values.size),
-        sum=float(values.sum()), sum_squares=float(np.dot(values, values)),
-        bucket_limit=edges[1:].tolist(), bucket=counts.astype(np.float64).tolist(),
-    )  # fmt: skip
-
-
-def _new_event_file(logdir: str, flush_secs: float, max_queue_size: int) -> EventFileWriter:
-    """An EventFileWriter whose file name sorts after every event file already in ``logdir``.
-
-    Names start ``events.out.tfevents.<whole seconds>.<host>.<pid>``: two files made in the
-    same second sort by pid, not by age, and readers take files in name order. Waiting for the
-    next second (only ever needed when a file was made this very second) keeps creation order.
-    """
-    stamps = [int(m.group(1)) for n in os.listdir(logdir) if (m := _EVENT_FILE_TIME.search(n))]
-    while stamps and int(time.time()) <= max(stamps):
-        time.sleep(max(stamps) + 1 - time.time())
-    return EventFileWriter(logdir, max_queue_size=max_queue_size, flush_secs=flush_secs, filename_suffix=".hookbus")
 
 
 class TensorBoardSink(Sink):
@@ -78,11 +47,12 @@ class TensorBoardSink(Sink):
     drops a tag's steps when it is re-logged, so all three show each step once.
 
     TensorBoard's own ``EventFileWriter`` thread is the background writer: its bounded queue
-    blocks when full. It flushes every ``flush_secs``, at :meth:`flush` and on close. Its flush
-    joins its queue with no timeout, so :meth:`flush` runs it within ``flush_deadline``
-    (:class:`hookbus.FlushDeadline`): on a stalled disk the sink is reported and disabled, and
-    training and the checkpoint go on. Its ``add_event`` blocks on a full queue with no timeout,
-    so the sink flushes before ``max_queue_size`` events are outstanding.
+    blocks when full. It flushes every ``flush_secs``, at :meth:`flush` and on close. The sink's
+    :class:`hookbus.WriterKit` (``self.output``) adopts it as a :class:`hookbus.OwnThreadWriter`:
+    its flush, which joins its queue with no timeout, runs within ``flush_deadline`` (on a
+    stalled disk the sink is reported and disabled, and training and the checkpoint go on), and
+    since its ``add_event`` blocks on a full queue with no timeout, the kit flushes before
+    ``max_queue_size`` events are outstanding.
 
     Args:
         logdir: Directory for the event files (``str`` or path-like); created at begin.
@@ -131,48 +101,38 @@ class TensorBoardSink(Sink):
             keys=keys, every_n_steps=every_n_steps, every_n_secs=every_n_secs,
             priority=priority, on_error=on_error, name=name, runs_on=runs_on,
         )  # fmt: skip
-        self.logdir = self._base_logdir = non_empty_path("logdir", logdir)
-        if os.path.isfile(self.logdir):
-            raise ValueError(f"logdir must be a directory, but {self.logdir!r} is an existing file")
-        check_writable_dir(self.logdir, "logdir")
-        seconds("flush_secs", flush_secs)
-        positive_int("max_queue_size", max_queue_size)
-        positive_int("histogram_bins", histogram_bins)
-        self.close_deadline = seconds("close_deadline", close_deadline)
-        self.flush_deadline = seconds("flush_deadline", flush_deadline)
+        self.logdir = self._base_logdir = WriterKit.directory_path("logdir", logdir)
+        #: Options, the locks and TensorBoard's writers under the deadlines: :class:`hookbus.WriterKit`.
+        self.output: WriterKit[None] = WriterKit(
+            self.name, flush_secs=flush_secs, max_queue_size=max_queue_size,
+            close_deadline=close_deadline, flush_deadline=flush_deadline,
+        )  # fmt: skip
+        self.histogram_bins = positive_int("histogram_bins", histogram_bins)
         if hparams is not None and not (
             isinstance(hparams, Mapping)
             and all(isinstance(k, str) and isinstance(v, HParamValue) for k, v in hparams.items())
         ):
             raise ValueError(f"hparams must map names to bool, int, float or str (got {hparams!r})")
-        self.flush_secs, self.max_queue_size, self.histogram_bins = flush_secs, max_queue_size, histogram_bins
         self.hparams = dict(hparams) if hparams is not None else None
         self._writers: dict[str, EventFileWriter] = {}
-        self._locks: dict[str, OutputLock] = {}
-        self._open = False
         self._session_step = 0
         self._rate_from: tuple[int, float] | None = None
         self._graph_written = False
-        self._events = 0  # summary events handed to the writers in this run (bus.stats())
-        self._handed = 0  # every event handed to the writers in this run (markers, graph, hparams too)
-        self._flushed = 0  # of those, the events the last completed flush wrote
-        self._deadline = FlushDeadline(self.name, self.flush_deadline, f"the event files in {self.logdir!r}")
 
     def set_output_suffix(self, suffix: str) -> None:
         """Write under ``<logdir>/<suffix>`` instead: per-worker output, one TensorBoard run each."""
         self.logdir = os.path.join(self._base_logdir, suffix)
 
     def on_begin(self, event: Event) -> None:
-        if not self._open:  # else a second publisher (eval) began in the same run
-            try:  # fail now with the path, not inside TensorBoard's writer
-                os.makedirs(self.logdir, exist_ok=True)
-                tempfile.TemporaryFile(dir=self.logdir).close()
-            except OSError as error:
-                raise OSError(f"{self.name} cannot write event files in {self.logdir!r}: {error}") from error
-            self._open = True
+        if not self.output.writing:  # else a second publisher (eval) began in the same run
+            self.output.prepare(self.logdir, "event files")  # fail now with the path, not inside TensorBoard's writer
+            writers: dict[str, EventFileWriter] = {}
+            self._writers = writers  # this run's; closed on the kit's thread, unwaited for after a stall
+            self.output.adopt(
+                functools.partial(flush_all, writers), functools.partial(close_all, writers),
+                target=f"the event files in {self.logdir!r}",
+            )  # fmt: skip
             self._graph_written = False
-            self._events = self._handed = self._flushed = 0
-            self._deadline = FlushDeadline(self.name, self.flush_deadline, f"the event files in {self.logdir!r}")
         # One writer per run directory, locked before step 1: a train publisher writes the train
         # run (and the eval run when eval keys are known), an eval publisher only the eval run, so
         # an evaluator process beside training may share the logdir.
@@ -190,12 +150,8 @@ class TensorBoardSink(Sink):
         return self.logdir if run == "train" else os.path.join(self.logdir, run)
 
     def _lock(self, run: str) -> None:
-        lock = self._locks.get(run)
-        if lock is None:
-            directory = self._run_dir(run)
-            path = os.path.join(directory, ".events.lock")
-            lock = self._locks[run] = OutputLock(directory, self.name, "the TensorBoard run", path)
-        lock.acquire()
+        directory = self._run_dir(run)
+        self.output.lock(directory, "the TensorBoard run", path=os.path.join(directory, ".events.lock"))
 
     def _writer(self, run: str) -> EventFileWriter:
         writer = self._writers.get(run)
@@ -205,9 +161,9 @@ class TensorBoardSink(Sink):
             self._lock(run)  # a run first seen now (no publisher announced it at begin)
             # TensorBoard's writer flushes its first record as it is made: within the deadline too.
             made: list[EventFileWriter] = []
-            self._deadline.run(
-                lambda: made.append(_new_event_file(logdir, self.flush_secs, self.max_queue_size)),
-                lambda: f"a new event file in {logdir!r} is not created",
+            self.output.run(
+                lambda: made.append(new_event_file(logdir, self.output.flush_secs, self.output.max_queue_size)),
+                f"a new event file in {logdir!r} is not created",
             )
             writer = self._writers[run] = made[0]
             if run != "train":  # made lazily: the current session's marker must come first
@@ -220,7 +176,7 @@ class TensorBoardSink(Sink):
         )
 
     def on_session_created(self, event: Event) -> None:
-        if event.mode != "train" or not self._open:
+        if event.mode != "train" or not self.output.writing:
             return  # an eval session evaluates a checkpoint; it is no restart
         self._session_step = event.step
         self._rate_from = (event.step, event.wall_time)
@@ -233,10 +189,10 @@ class TensorBoardSink(Sink):
                 self._add(self._writer("train"), EventProto(wall_time=event.wall_time, graph_def=graph_def))
             config = self.context.model_config()
             if config:
-                self._add(self._writer("train"), _keras_model_event(event.wall_time, config))
+                self._add(self._writer("train"), keras_model_event(event.wall_time, config))
 
     def on_after_run(self, event: Event) -> None:
-        if not self._open:
+        if not self.output.writing:
             return
         eval_mode = event.mode == "eval"
         values: list[Summary.Value] = []
@@ -247,7 +203,7 @@ class TensorBoardSink(Sink):
             tag = key[len(EVAL_PREFIX) :] if eval_mode and key.startswith(EVAL_PREFIX) else key
             if isinstance(value, float):
                 values.append(Summary.Value(tag=tag, simple_value=value))
-            elif isinstance(value, np.ndarray) and (histo := _histogram(value, self.histogram_bins)) is not None:
+            elif isinstance(value, np.ndarray) and (histo := histogram(value, self.histogram_bins)) is not None:
                 values.append(Summary.Value(tag=tag, histo=histo))
             elif isinstance(value, bytes):
                 raw.append(Summary.FromString(value))  # a malformed proto raises (isolated by the bus)
@@ -259,25 +215,17 @@ class TensorBoardSink(Sink):
                 )
         writer = self._writer("eval" if eval_mode else "train")
         for summary in ([Summary(value=values)] if values else []) + raw:
-            self._add(writer, EventProto(wall_time=event.wall_time, step=event.step, summary=summary))
-            self._events += 1
+            self._add(writer, EventProto(wall_time=event.wall_time, step=event.step, summary=summary), row=True)
 
-    def _add(self, writer: EventFileWriter, proto: EventProto) -> None:
-        """Hand ``proto`` to ``writer``; flush first (within the deadline) if its queue could be full.
+    def _add(self, writer: EventFileWriter, proto: EventProto, *, row: bool = False) -> None:
+        """Hand ``proto`` to ``writer`` through the kit, which flushes first (within the deadline)
+        while ``max_queue_size`` events are outstanding: ``add_event`` never blocks on a full queue."""
+        self.output.add(lambda: writer.add_event(proto), row=row)
 
-        ``add_event`` blocks on a full queue with no timeout; since no writer holds more than the
-        events handed since the last completed flush, flushing before ``max_queue_size`` of them
-        keeps it from ever blocking: a stalled disk raises :class:`hookbus.WriterStalled` here.
-        """
-        if self._handed - self._flushed >= self.max_queue_size:
-            self.flush()
-        writer.add_event(proto)
-        self._handed += 1
-
-    def writer_stats(self) -> WriterStats:
+    def writer_stats(self) -> WriterStats | None:
         """Summary events handed to TensorBoard's ``EventFileWriter`` in this run; its queue
         keeps its depth to itself, so ``written`` and ``queued`` are ``None``."""
-        return WriterStats(self._events, None, None, self.max_queue_size, stalled=self._deadline.report)
+        return self.output.stats()
 
     def flush(self) -> None:
         """Block until every event received so far is written to the OS (checkpoint barrier).
@@ -285,19 +233,8 @@ class TensorBoardSink(Sink):
         Within ``flush_deadline``, else raises :class:`hookbus.WriterStalled` (the bus disables
         the sink and reports it) and leaves the writers' stuck threads behind (daemons).
         """
-        writers, handed = list(self._writers.values()), self._handed
-        if not writers:
-            return
-
-        def flush_all() -> None:
-            for writer in writers:
-                writer.flush()
-            self._flushed = handed
-
-        def unwritten() -> str:
-            return f"{handed - self._flushed} events handed to it since its last completed flush may not be written"
-
-        self._deadline.run(flush_all, unwritten)
+        if self._writers:
+            self.output.flush()
 
     def close(self) -> None:
         """Flush and close the event files (idempotent); a later run starts new files.
@@ -308,46 +245,7 @@ class TensorBoardSink(Sink):
         to a background thread. After a flush missed ``flush_deadline`` (already reported) it
         leaves them to that thread at once.
         """
-        writers, self._writers, self._open = self._writers, {}, False
-        locks, self._locks = self._locks, {}
         try:
-            self._close_writers(writers)
+            self.output.close()
         finally:
-            for lock in locks.values():  # the next run, in this process or another, may write here
-                lock.release()
-
-    def _close_writers(self, writers: dict[str, EventFileWriter]) -> None:
-        if not writers:
-            return
-        failed: list[BaseException] = []
-
-        def close_all() -> None:
-            for writer in writers.values():
-                try:
-                    writer.close()
-                except BaseException as error:  # reported on the closing thread below
-                    failed.append(error)
-
-        closer = threading.Thread(target=close_all, name=f"{self.name} close", daemon=True)
-        closer.start()
-        if self._deadline.stalled:
-            return  # reported when it stalled: the files close if the disk comes back, unwaited for
-        closer.join(self.close_deadline)
-        if closer.is_alive():
-            warnings.warn(
-                f"{self.name}: the event files in {self.logdir!r} did not close within "
-                f"{self.close_deadline:g} s (a stalled disk?); events not yet written may be lost",
-                WriterWarning,
-                stacklevel=3,  # the caller of close()
-            )
-        elif failed:
-            raise failed[0]
-
-
-def _keras_model_event(wall_time: float, config: str) -> EventProto:
-    """A Keras model's configuration as Keras's ``TensorBoard(write_graph=True)`` writes it: tag
-    ``keras`` at step 0, for the graph plugin's conceptual graph."""
-    metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="graph_keras_model", content=b"1"))
-    tensor = TensorProto(dtype=DT_STRING, tensor_shape=TensorShapeProto(), string_val=[config.encode()])
-    value = Summary.Value(tag="keras", metadata=metadata, tensor=tensor)
-    return EventProto(wall_time=wall_time, step=0, summary=Summary(value=[value]))
+            self._writers = {}  # the closed run's stay with the kit's closing thread

@@ -334,6 +334,16 @@ def _close_writer(deadline: float) -> None:
         writer.close()
 
 
+def _own_thread_writer(**options: Any) -> hookbus.OwnThreadWriter:
+    return hookbus.OwnThreadWriter("w", lambda: None, lambda: None, capacity=1, target="its output", **options)
+
+
+def _adopted_kit() -> hookbus.WriterKit[None]:
+    kit: hookbus.WriterKit[None] = hookbus.WriterKit("w")
+    kit.adopt(lambda: None, lambda: None, target="its output")
+    return kit
+
+
 def _evaluate(**time: Any) -> Any:
     return hookbus.evaluate_checkpoints(
         hookbus.EventBus(), eval_fetches=None, checkpoint_dir="unused", eval_hooks=[], **time
@@ -361,6 +371,11 @@ TIME_ARGUMENTS: list[tuple[str, str, Callable[[Path, float], Any], str]] = [
     ("BackgroundWriter", "flush_deadline", lambda t, v: hookbus.BackgroundWriter("w", _fn, _flush, flush_deadline=v),
      SECONDS),  # fmt: skip
     ("BackgroundWriter.close", "deadline", lambda t, v: _close_writer(v), SECONDS),
+    ("WriterKit", "flush_secs", lambda t, v: hookbus.WriterKit("w", flush_secs=v), SECONDS),
+    ("WriterKit", "close_deadline", lambda t, v: hookbus.WriterKit("w", close_deadline=v), SECONDS),
+    ("WriterKit", "flush_deadline", lambda t, v: hookbus.WriterKit("w", flush_deadline=v), SECONDS),
+    ("OwnThreadWriter", "flush_deadline", lambda t, v: _own_thread_writer(flush_deadline=v), SECONDS),
+    ("OwnThreadWriter.close", "deadline", lambda t, v: _own_thread_writer().close(v), SECONDS),
     ("ConsoleSink", "every_n_secs", lambda t, v: ConsoleSink(every_n_secs=v), SECONDS),
     ("ConsoleSink", "plain_every_n_secs", lambda t, v: ConsoleSink(plain_every_n_secs=v), SECONDS_OR_0),
     ("ConsoleSink", "refresh_per_second", lambda t, v: ConsoleSink(refresh_per_second=v), RATE),
@@ -493,6 +508,8 @@ FLAG_ARGUMENTS: list[tuple[str, str, Callable[[Path, Any], Any], str]] = [
     ("ConsoleSink", "live", lambda t, v: ConsoleSink(live=v), FLAG_OR_NONE),
     ("ConsoleSink", "at_end", lambda t, v: ConsoleSink(at_end=v), FLAG),
     ("CSVSink", "epochs", lambda t, v: CSVSink(t / "m.csv", epochs=v), FLAG),
+    ("OwnThreadWriter.add", "row", lambda t, v: _own_thread_writer().add(lambda: None, row=v), FLAG),
+    ("WriterKit.add", "row", lambda t, v: _adopted_kit().add(lambda: None, row=v), FLAG),
     ("EarlyStoppingSink", "stop_on_nonfinite", lambda t, v: EarlyStoppingSink("loss", stop_on_nonfinite=v), FLAG),
     ("EarlyStoppingSink", "restore_best", lambda t, v: EarlyStoppingSink("loss", restore_best=v), FLAG),
     ("Task", "is_chief", lambda t, v: hookbus.Task("worker", is_chief=v), FLAG_OR_NONE),

@@ -1,0 +1,78 @@
+"""TensorBoard's event files for :class:`~hookbus.sinks.TensorBoardSink`: the files and the protos.
+
+Making an event file whose name sorts after the others, flushing and closing a run's set of them,
+and the events that are not plain scalars: histograms and a Keras model's configuration.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import Any
+
+import numpy as np
+from tensorboard.compat.proto.event_pb2 import Event as EventProto
+from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary, SummaryMetadata
+from tensorboard.compat.proto.tensor_pb2 import TensorProto
+from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+from tensorboard.compat.proto.types_pb2 import DT_STRING
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+__all__ = ["close_all", "flush_all", "histogram", "keras_model_event", "new_event_file"]
+
+_EVENT_FILE_TIME = re.compile(r"tfevents\.(\d+)\.")
+
+
+def histogram(array: np.ndarray[Any, Any], bins: int = 30) -> HistogramProto | None:
+    """The histogram of an array's finite values in ``bins`` buckets (``None`` if it has none)."""
+    values = np.asarray(array, dtype=np.float64).ravel() if array.dtype.kind in "biuf" else np.empty(0)
+    values = values[np.isfinite(values)]  # np.histogram cannot bin NaN or inf
+    if values.size == 0:
+        return None
+    counts, edges = np.histogram(values, bins=bins)
+    return HistogramProto(
+        min=float(values.min()), max=float(values.max()), num=float(values.size),
+        sum=float(values.sum()), sum_squares=float(np.dot(values, values)),
+        bucket_limit=edges[1:].tolist(), bucket=counts.astype(np.float64).tolist(),
+    )  # fmt: skip
+
+
+def new_event_file(logdir: str, flush_secs: float, max_queue_size: int) -> EventFileWriter:
+    """An EventFileWriter whose file name sorts after every event file already in ``logdir``.
+
+    Names start ``events.out.tfevents.<whole seconds>.<host>.<pid>``: two files made in the
+    same second sort by pid, not by age, and readers take files in name order. Waiting for the
+    next second (only ever needed when a file was made this very second) keeps creation order.
+    """
+    stamps = [int(m.group(1)) for n in os.listdir(logdir) if (m := _EVENT_FILE_TIME.search(n))]
+    while stamps and int(time.time()) <= max(stamps):
+        time.sleep(max(stamps) + 1 - time.time())
+    return EventFileWriter(logdir, max_queue_size=max_queue_size, flush_secs=flush_secs, filename_suffix=".hookbus")
+
+
+def flush_all(writers: dict[str, EventFileWriter]) -> None:
+    """Flush every event file of a run (blocking: the sink's kit runs it within the flush deadline)."""
+    for writer in list(writers.values()):
+        writer.flush()
+
+
+def close_all(writers: dict[str, EventFileWriter]) -> None:
+    """Close every event file, the others too when one fails (its error is raised after)."""
+    failed: list[BaseException] = []
+    for writer in writers.values():
+        try:
+            writer.close()
+        except BaseException as error:  # raised once the others are closed
+            failed.append(error)
+    if failed:
+        raise failed[0]
+
+
+def keras_model_event(wall_time: float, config: str) -> EventProto:
+    """A Keras model's configuration as Keras's ``TensorBoard(write_graph=True)`` writes it: tag
+    ``keras`` at step 0, for the graph plugin's conceptual graph."""
+    metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="graph_keras_model", content=b"1"))
+    tensor = TensorProto(dtype=DT_STRING, tensor_shape=TensorShapeProto(), string_val=[config.encode()])
+    value = Summary.Value(tag="keras", metadata=metadata, tensor=tensor)
+    return EventProto(wall_time=wall_time, step=0, summary=Summary(value=[value]))
