@@ -111,7 +111,11 @@ class EventBus:
         self.signals = {name: self.namespace.signal(name, doc=SIGNAL_DOCS[name]) for name in SIGNALS}
         for name, named in self.signals.items():
             setattr(self, name, named)  # bus.after_run etc., declared above for type checkers
-        # The composition: each part gets its collaborators, never the bus.
+        # The composition: each part gets its collaborators, never the bus. The clocks are read
+        # through the bus's attributes, which stay settable (a replay runs the bus on the log's
+        # recorded times); parts read them on due steps and at run edges only.
+        clock = lambda: self.clock()  # noqa: E731 - a closure over the settable attribute
+        wall_clock = lambda: self.wall_clock()  # noqa: E731
         self._roster = roster = Roster()
         self._state = state = RunState(wall_clock())
         self._stops = stops = Stops(
