@@ -211,7 +211,8 @@ class LoopPublisher:
             self._core.advance(step)
         else:
             raw = values() if callable(values) else values
-            self._core.publish_step(plan, step, self._pick(raw, plan.keys))
+            self._core.advance(step)  # the step ran: a value refused while picked fails at it
+            self._core.publish_step(plan, step, self._pick(raw, plan.keys, step))
         self._last = values
         stopping = self._core.should_stop()
         collective = self._collective
@@ -220,12 +221,14 @@ class LoopPublisher:
         self._stopped = stopping if collective is None else collective.agreed
         return self._stopped
 
-    def _pick(self, raw: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    def _pick(self, raw: Mapping[str, Any], keys: Iterable[str], step: int) -> dict[str, Any]:
         missing = [k for k in keys if k not in raw]
         if missing:
-            raise KeyError(f"step values lack key(s) {missing} that LoopPublisher declared; got {sorted(raw)}")
+            raise KeyError(
+                f"step values at step {step} lack key(s) {missing} that LoopPublisher declared; got {sorted(raw)}"
+            )
         convert = self._values.convert
-        return {k: convert(k, raw[k]) for k in keys}
+        return {k: convert(k, raw[k], step) for k in keys}
 
     def evaluate(self, values: Mapping[str, Any]) -> None:
         """Publish one evaluation's (already aggregated) ``values`` as ``eval/<key>`` at the current step.
@@ -236,7 +239,7 @@ class LoopPublisher:
         if self._eval is None:
             raise RuntimeError("LoopPublisher.evaluate needs eval_keys=[...] at construction")
         if self._eval.eval_wanted():
-            self._eval.publish_eval(self._step, self._pick(values, self._eval.keys))
+            self._eval.publish_eval(self._step, self._pick(values, self._eval.keys, self._step))
         self._core.should_stop()  # a signal during the evaluation is recorded like any other
         if self._collective is not None:
             self._collective.agree(self._core, self._step)  # every worker evaluates at the same step
@@ -248,7 +251,7 @@ class LoopPublisher:
         if final is not None:
             last = self._last() if callable(self._last) else (self._last or {})
             convert = self._values.convert
-            self._core.publish_final(final, {k: convert(k, last[k]) for k in final.keys if k in last})
+            self._core.publish_final(final, {k: convert(k, last[k], self._step) for k in final.keys if k in last})
         self._core.end(self._step)
         if self._eval is not None:
             self._eval.end(self._step)

@@ -81,8 +81,8 @@ class ReplicaValues:
         #: Set at begin: whether the strategy spans several workers (then per-replica values are refused).
         self.multi_worker = False
 
-    def convert(self, key: str, value: Any) -> Any:
-        """``value`` as the publisher's core takes it (see the class)."""
+    def convert(self, key: str, value: Any, step: int) -> Any:
+        """``value`` at training ``step`` as the publisher's core takes it (see the class)."""
         numpy = getattr(value, "numpy", None)
         if callable(numpy):
             return numpy()
@@ -91,14 +91,14 @@ class ReplicaValues:
         kind = type(value).__name__
         if self.strategy is None:
             raise TypeError(
-                f"value of key {key!r} is a {kind} (one value per replica, from strategy.run); pass "
+                f"value of key {key!r} at step {step} is a {kind} (one value per replica, from strategy.run); pass "
                 "LoopPublisher(strategy=...) to publish their mean across replicas, or reduce them "
                 "with strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None)"
             )
         if self.multi_worker:
             raise TypeError(
-                f"value of key {key!r} is a {kind} under a multi-worker strategy: this worker's replicas "
-                "are not all of them, so their mean is not the run's; reduce it across workers with "
+                f"value of key {key!r} at step {step} is a {kind} under a multi-worker strategy: this worker's "
+                "replicas are not all of them, so their mean is not the run's; reduce it across workers with "
                 "strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None) in the step every worker runs"
             )
         parts = self.strategy.experimental_local_results(value)

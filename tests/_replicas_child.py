@@ -151,7 +151,7 @@ def main(out: Path) -> None:
 
         several = ReplicaValues(strategy)
         several.multi_worker = True
-        several.convert("loss", values["loss"])
+        several.convert("loss", values["loss"], 7)
     except (ImportError, TypeError) as error:
         report["multi_worker"] = f"{type(error).__name__}: {error}"
     print("REPORT " + json.dumps(report), flush=True)

@@ -105,17 +105,21 @@ def test_a_per_replica_evaluation_is_published_as_its_mean(mirrored: dict[str, A
 @pytest.mark.timeout(200)
 def test_per_replica_values_without_a_strategy_fail_naming_strategy_reduce(mirrored: dict[str, Any]) -> None:
     refused = mirrored.get("no_strategy", {"error": "(nothing raised)"})
-    assert refused["error"].startswith("value of key 'loss' is a PerReplica (one value per replica, from strategy.run)")
+    assert refused["error"].startswith(
+        "value of key 'loss' at step 1 is a PerReplica (one value per replica, from strategy.run)"
+    )
     assert "LoopPublisher(strategy=...)" in refused["error"]
     assert "strategy.reduce(tf.distribute.ReduceOp.MEAN, value, axis=None)" in refused["error"]
-    assert refused["bus_step"] == 0  # nothing published
+    # Nothing published, and the run fails at the step that ran, as for any value no sink can use
+    # (before: at step 0, 'failed at step 0' on the dashboard after step 1 had trained).
+    assert refused["bus_step"] == 1
 
 
 @pytest.mark.subprocess
 @pytest.mark.timeout(200)
 def test_per_replica_values_under_several_workers_are_refused(mirrored: dict[str, Any]) -> None:
     assert mirrored.get("multi_worker", "(nothing raised)").startswith(
-        "TypeError: value of key 'loss' is a PerReplica under a multi-worker strategy"
+        "TypeError: value of key 'loss' at step 7 is a PerReplica under a multi-worker strategy"
     )
     assert "strategy.reduce(" in mirrored["multi_worker"]
 
