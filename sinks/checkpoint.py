@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from hookbus._bus import UnknownKeyError
 from hookbus._events import CheckpointSaved
@@ -13,12 +13,14 @@ from hookbus._keys import did_you_mean
 from hookbus._lock import OutputLock
 from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX
 from hookbus._schedule import Schedule
-from hookbus._store import recover, step_of
+from hookbus._store import step_of
 from hookbus._subscriber import PRIORITY_CHECKPOINT, Sink
 from hookbus._validate import non_negative_int, positive_int
 from hookbus._writer import check_writable_dir
 
 from ._best import BestCheckpoints
+from ._checkpoint_schedule import NOT_GIVEN, DefaultSchedule, given_schedule
+from ._checkpoint_start import fall_back_from_unreadable, prune_leftovers
 from ._finite import find_nonfinite
 from ._monitor import Monitor, check_scalar
 
@@ -28,9 +30,6 @@ if TYPE_CHECKING:
     from hookbus._store import CheckpointStore
 
 __all__ = ["CheckpointSink"]
-
-#: ``every_n_secs`` not given: the default schedule applies unless ``every_n_steps`` is given.
-_NOT_GIVEN: Any = object()
 
 logger = logging.getLogger("hookbus")
 
@@ -104,7 +103,7 @@ class CheckpointSink(Sink):
         self,
         directory: str | os.PathLike[str],
         every_n_steps: int | None = None,
-        every_n_secs: float | None = _NOT_GIVEN,
+        every_n_secs: float | None = NOT_GIVEN,
         keep: int = 5,
         keep_best: int = 0,
         monitor: str | None = None,
@@ -116,13 +115,10 @@ class CheckpointSink(Sink):
         if not isinstance(directory, str | os.PathLike) or not os.fspath(directory):
             raise ValueError(f"directory must be a non-empty path (got {directory!r})")
         #: No schedule argument given: the default, chosen at each train begin (epochs under fit).
-        self._defaulted = every_n_steps is None and every_n_secs is _NOT_GIVEN
-        self._at_epochs = False  # whether the default now is each epoch end
+        defaulted = every_n_steps is None and every_n_secs is NOT_GIVEN
+        self._default = DefaultSchedule(self.default_schedule, self.epoch_schedule) if defaulted else None
         self._pending_best: tuple[int, float] | None = None  # an evaluation waiting for its epoch's save
-        if every_n_secs is _NOT_GIVEN:
-            every_n_secs = None if every_n_steps is not None else 600.0  # given arguments replace the default
-        # Both None: save only at the end of each session and on a stop (the train/evaluate loop).
-        at_end = every_n_steps is None and every_n_secs is None
+        every_n_steps, every_n_secs, at_end = given_schedule(every_n_steps, every_n_secs)
         super().__init__(every_n_steps=every_n_steps, every_n_secs=every_n_secs, at_end=at_end, name=name)
         self.schedule = Schedule(every_n_steps, every_n_secs, at_end=at_end, secs_from_session_start=True)
         self.directory = os.path.abspath(os.fspath(directory))
@@ -164,15 +160,19 @@ class CheckpointSink(Sink):
     @property
     def receives_epochs(self) -> bool:
         """With the default schedule: under Keras ``fit`` each epoch event saves."""
-        return self._defaulted
+        return self._default is not None
+
+    @property
+    def _at_epochs(self) -> bool:
+        """Whether the schedule now is the default's each epoch end (under ``fit``)."""
+        return self._default is not None and self._default.at_epochs
 
     def _choose_default(self) -> None:
         """The default schedule for this publisher: each epoch end under ``fit``, else by time."""
-        at_epochs = self._defaulted and self.context.ends_epochs()
-        if at_epochs != self._at_epochs:
-            self._at_epochs = at_epochs
-            self.schedule = self.epoch_schedule if at_epochs else self.default_schedule
-            self.context.reschedule(self.schedule)
+        chosen = self._default.choose(self.context.ends_epochs()) if self._default is not None else None
+        if chosen is not None:
+            self.schedule = chosen
+            self.context.reschedule(chosen)
 
     def on_begin(self, event: Event) -> None:
         if event.mode != "train":
@@ -210,54 +210,15 @@ class CheckpointSink(Sink):
         os.makedirs(self.directory, exist_ok=True)
         if self._scratch is None:  # the one process that writes the pointer and prunes
             self._lock.acquire()  # one writer per directory, before step 1
-            self._fall_back_from_unreadable()
-            self._prune_at_start()
+            # What earlier processes left: an unreadable latest, checkpoints a kill did not prune.
+            fall_back_from_unreadable(self.name, self.directory, context.checkpoints)
+            prune_leftovers(self.name, ((self.directory, self.keep), (self.best_directory, None)), context.checkpoints)
         # The disk is the truth: this also recovers what earlier processes saved, so keep holds.
         store = context.checkpoints.store
         self._kept = store.checkpoints(self.directory)
         if self._best is not None:
             self._best.load(store, self.best_directory)
         self._saved = {s for s in map(step_of, self._kept) if s is not None}
-
-    def _fall_back_from_unreadable(self) -> None:
-        """Resume from the latest checkpoint that reads back whole (``BackupAndRestore(double_checkpoint=True)``).
-
-        Before any session restores (the TF1 session and the TF2 publishers alike read the
-        pointer after ``begin``): a latest checkpoint whose files are damaged (a data file cut
-        short by a full disk or a copy, a checksum that fails) is named in a warning with what is
-        wrong, moved to ``directory/unreadable``, and the pointer names the previous one that
-        ``keep`` holds, whose sinks' states are then loaded. Fails, naming each, when none reads.
-        """
-        store = self._store()
-        kept = store.checkpoints(self.directory)
-        unreadable: list[tuple[str, str]] = []
-        while kept and (problem := store.problem(kept[-1])) is not None:
-            unreadable.append((kept.pop(), problem))
-        if not unreadable:
-            return
-        if not kept:
-            listed = "; ".join(f"{path}: {problem}" for path, problem in unreadable)
-            raise RuntimeError(
-                f"{self.name}: no checkpoint in {self.directory!r} can be restored ({listed}); move them "
-                "away to train from scratch, or restore a copy"
-            )
-        for path, problem in unreadable:
-            moved = store.set_aside(path)
-            logger.warning(
-                "%s: checkpoint %s cannot be restored: %s. It is moved to %s; training resumes from the "
-                "previous checkpoint %s (step %s), with the sinks' states saved beside that one",
-                self.name, path, problem, moved, kept[-1], step_of(kept[-1]),
-            )  # fmt: skip
-        self.context.checkpoints.record(self.directory, kept, [])
-
-    def _prune_at_start(self) -> None:
-        """Prune what a kill between the pointer and pruning left: checkpoints beyond ``keep`` and
-        those the pointer does not name (never the latest; see ``recover_checkpoints``)."""
-        for directory, keep in ((self.directory, self.keep), (self.best_directory, None)):
-            kept, dropped = recover(self._store(), directory, keep)
-            if dropped:
-                logger.info("%s: pruning %d checkpoint(s) left in %s", self.name, len(dropped), directory)
-                self.context.checkpoints.record(directory, kept, dropped)
 
     def close(self) -> None:
         """Let another run save into ``directory`` (the one-writer lock); idempotent."""
