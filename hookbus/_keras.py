@@ -10,12 +10,13 @@ from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpo
 from hookbus._collective import CollectiveStop, task_of_strategy
 from hookbus._context import EpochProgress
 from hookbus._hook import with_base
+from hookbus._keras_hold import HeldWork
+from hookbus._keras_logs import EpochKeys, LogChecks, epoch_values, validation_values
 from hookbus._keras_metrics import CompiledDirections
-from hookbus._keras_resume import cut_short, pass_over, restore_train_function
-from hookbus._keys import did_you_mean
-from hookbus._publisher import EPOCH_PREFIX, PublisherCore
+from hookbus._keras_resume import cut_short, pass_over, restore_train_function, start_epoch
+from hookbus._publisher import PublisherCore
 from hookbus._tf import require_keras, require_tensorflow
-from hookbus._validate import key_name, positive_int
+from hookbus._validate import positive_int
 from hookbus._weights import ModelWeights
 
 if TYPE_CHECKING:
@@ -38,16 +39,6 @@ def _model_config(model: Any) -> str | None:
                        exc_info=True)
         return None
     return config
-
-
-class _EpochKeys:
-    """Makes the epoch-level keys (``epoch/<name>``, ``epoch/val_<name>``) known to the bus."""
-
-    mode = "epoch"
-
-    def __init__(self, keys: Iterable[str]) -> None:
-        self.bus_keys = frozenset(EPOCH_PREFIX + p + k for k in keys for p in ("", "val_"))
-        self.shapes: dict[str, tuple[int | None, ...]] = {}  # Keras logs scalars; none declared
 
 
 class EventBusCallback:
@@ -157,22 +148,21 @@ class EventBusCallback:
         self._checkpoint = check_checkpoint(checkpoint)
         self._core = PublisherCore(bus, keys)  # registers the keys: checked when training begins
         self._eval = PublisherCore(bus, self._core.keys, mode="eval")
-        self._core.register(_EpochKeys(self._core.keys))  # a publisher's side of the bus
+        self._core.register(EpochKeys(self._core.keys))  # a publisher's side of the bus
         self.bus = bus
         #: Offered to checkpoint sinks (``PublisherCore.offer_checkpoints``) from train begin to train end.
         self.checkpoint_backend = TF2CheckpointBackend(checkpoint)
         self.restored_from: str | None = None
         self._step = 0
         self._epoch_start = 0
-        self._held = False  # a batch's deferred work (a save) waits until Keras moves on
+        self._held = HeldWork(self._core.hold, self._core.release)
         self._resume_batch = 0  # batches of the resumed epoch trained before the restart
         self._skipped = False  # the batch Keras just reported was passed over, not trained
         self._batches = 0  # batches Keras ran of the current epoch (passed over ones included)
         self._epoch: int | None = None  # the epoch being trained (0-based), from its on_epoch_begin
         self._in_fit = False
         self._set_initial_epoch = False
-        self._checked = False
-        self._names_checked = False
+        self._checks = LogChecks(self._core.keys)
         self._logs: Mapping[str, Any] = {}
         self._iterations: Any = None
 
@@ -188,26 +178,6 @@ class EventBusCallback:
     def _read_step(self) -> int:
         return int(self._iterations.numpy()) if self._iterations is not None else 0
 
-    def _check_names(self, logs: Mapping[str, Any] | None) -> None:
-        # Every log name reaches the sinks in epoch events (CSV columns, TensorBoard tags): a
-        # metric named with a line break fails at the first step, naming it.
-        for key in logs or {}:
-            key_name("Keras log key", key)
-        self._names_checked = True
-
-    def _check_logs(self, logs: Mapping[str, Any], where: str) -> None:
-        missing = [k for k in self._core.keys if k not in logs]
-        if missing:
-            first = missing[0]
-            hint = did_you_mean(first, logs)
-            if first.startswith("val_") and first[4:] in logs:
-                hint = f" ({first!r} is a validation value: declare {first[4:]!r}, published as 'eval/{first[4:]}')"
-            raise ValueError(
-                f"EventBusCallback keys {missing} are not in Keras's {where} logs {sorted(logs)}{hint}; "
-                "declare keys as Keras names them (keys=[...])"
-            )
-        self._checked = True
-
     # -- fit ----------------------------------------------------------------------------------
     def on_train_begin(self, logs: Mapping[str, Any] | None = None) -> None:
         model: Any = self.model  # type: ignore[attr-defined]  # keras.callbacks.Callback's
@@ -221,7 +191,7 @@ class EventBusCallback:
             )
         tf = require_tensorflow("EventBusCallback")
         restore_train_function(model)  # an earlier fit that raised may have left it wrapped
-        self._release()  # a hold an earlier fit left when it raised
+        self._held.release()  # a hold an earlier fit left when it raised
         self._skipped = False
         self._iterations = optimizer.iterations
         checkpoint = self._checkpoint or tf.train.Checkpoint(model=model, optimizer=optimizer)
@@ -233,7 +203,8 @@ class EventBusCallback:
         self._core.offer_epochs(True)
         self._epoch = None
         self._core.offer_progress(self._progress)
-        self._in_fit, self._checked, self._names_checked = True, False, False
+        self._in_fit = True
+        self._checks.reset()
         strategy = getattr(model, "distribute_strategy", None)
         task = task_of_strategy(strategy)
         self._collective = None if task is None else CollectiveStop(strategy, task, self._check_every)
@@ -252,41 +223,13 @@ class EventBusCallback:
             self._collective.reset(self._step)
             self._collective.agree(self._core, self._step, plan=True)
         self._stop_if_agreed()
-        self._start_epoch(model)
-
-    def _start_epoch(self, model: Any) -> None:
-        """Have ``fit`` start at the epoch of the restored step, or train no epoch at all when a
-        stop was asked for before the first batch (Keras looks at ``stop_training`` only after
-        a batch). ``model._initial_epoch`` is what Keras's trainer reads for this, set by its own
-        ``BackupAndRestore`` in ``on_train_begin``. A step restored in the middle of an epoch (a
-        stop mid-epoch saved it) resumes that epoch after its last trained batch: the batches
-        before are passed over (read, not trained), so no step is trained twice."""
-        self._resume_batch = 0
-        params = self.params or {}  # type: ignore[attr-defined]  # None from a CallbackList without params
-        epochs, steps = params.get("epochs"), params.get("steps")
-        if not hasattr(model, "_initial_epoch") or not isinstance(epochs, int):
-            return
-        if model.stop_training:
-            start = epochs
-        elif self.restored_from is not None and isinstance(steps, int) and steps > 0:
-            start, self._resume_batch = divmod(self._step, steps)
-        else:
-            return
+        params = self.params  # type: ignore[attr-defined]  # keras.callbacks.Callback's
+        start, self._resume_batch = start_epoch(model, params, self._step, self.restored_from is not None)
         if start > 0:
             model._initial_epoch = start
-            self._set_initial_epoch = True
+            self._set_initial_epoch = True  # cleared at train end: the next fit starts as told
         if self._resume_batch:
             pass_over(model, self._resume_batch, lambda: setattr(self, "_skipped", True))
-
-    def _hold(self) -> None:
-        if not self._held:
-            self._held = True
-            self._core.hold()
-
-    def _release(self) -> None:
-        if self._held:
-            self._held = False
-            self._core.release()
 
     def _stop_if_agreed(self) -> None:
         """Set ``model.stop_training`` once a stop is asked for (agreed, under a collective strategy)."""
@@ -307,22 +250,22 @@ class EventBusCallback:
         return EpochProgress(min(self._epoch + 1, epochs), epochs, per_epoch, self._epoch_start)
 
     def on_epoch_begin(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
-        self._release()
+        self._held.release()
         # The epoch a mid-epoch checkpoint resumes began that many batches before the restored step.
         self._epoch_start, self._resume_batch = self._step - self._resume_batch, 0
         self._batches = 0
         self._epoch = epoch
 
     def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
-        self._release()  # Keras moved on: the last batch's save (if any) runs, before this one trains
+        self._held.release()  # Keras moved on: the last batch's save (if any) runs, before this one trains
 
     def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         self._batches = batch + 1
         if self._skipped:  # a batch trained before the restart, passed over: not a step
             self._skipped = False
             return
-        if not self._names_checked:  # Keras's log names arrive with the first batch
-            self._check_names(logs)
+        if not self._checks.names_checked:  # Keras's log names arrive with the first batch
+            self._checks.check_names(logs)
         step = self._epoch_start + batch + 1  # batch: the last batch of this execution, 0-based
         plan = self._core.plan(step)
         bus = self.bus
@@ -332,15 +275,15 @@ class EventBusCallback:
             self._core.advance(step)
         else:
             logs = logs or {}
-            if not self._checked:
-                self._check_logs(logs, "batch")
+            if not self._checks.keys_checked:
+                self._checks.check_keys(logs, "batch")
             real = self._read_step()  # exact even if iterations is not one per batch
             self._epoch_start += real - step
             self._step = real
             # What subscribers defer (a checkpoint's save) waits until Keras moves on: to the
             # next batch, or past the epoch's end, whose validation and epoch record belong to
             # this step; the save's barrier then covers them.
-            self._hold()
+            self._held.hold()
             self._core.publish_step(plan, real, {k: logs[k] for k in plan.keys})
         self._logs = logs or self._logs
         self._stop_if_agreed()
@@ -349,23 +292,19 @@ class EventBusCallback:
         logs = logs or {}
         try:
             if not cut_short(self.params, self.model, self._batches):  # type: ignore[attr-defined]
-                val = {k[4:]: v for k, v in logs.items() if k.startswith("val_")}
+                val = validation_values(logs)
                 if val and self._eval.eval_wanted():
                     self._eval.publish_eval(self._step, {k: val[k] for k in self._eval.keys if k in val})
                 if (epoch + 1) % self.every_n_epochs == 0:
-                    self._publish_epoch(epoch, logs)
+                    self._core.publish_epoch(self._step, epoch_values(epoch, logs))
         finally:
-            self._release()  # a save at the epoch's last step, after the events of that step
+            self._held.release()  # a save at the epoch's last step, after the events of that step
         if self._collective is not None and not self._collective.agreed:
             self._collective.agree(self._core, self._step)  # every worker ends the epoch here
         self._stop_if_agreed()
 
-    def _publish_epoch(self, epoch: int, logs: Mapping[str, Any]) -> None:
-        values: dict[str, Any] = {EPOCH_PREFIX + k: float(v) for k, v in logs.items() if isinstance(v, int | float)}
-        self._core.publish_epoch(self._step, {**values, "epoch": float(epoch)})
-
     def on_train_end(self, logs: Mapping[str, Any] | None = None) -> None:
-        self._release()
+        self._held.release()
         restore_train_function(self.model)  # type: ignore[attr-defined]
         final = self._core.final_plan(self._step)
         if final is not None:
@@ -396,7 +335,7 @@ class EventBusCallback:
         if self._in_fit:
             return
         logs = logs or {}
-        self._check_logs(logs, "evaluation")
+        self._checks.check_keys(logs, "evaluation")
         if self._eval.eval_wanted():
             self._eval.publish_eval(self._step, {k: logs[k] for k in self._eval.keys})
         self._eval.end(self._step)

@@ -1,5 +1,6 @@
-"""Resuming a Keras ``fit`` in the middle of an epoch: passing over the batches trained before.
+"""Resuming a Keras ``fit``: the epoch it starts at, and passing over the batches trained before.
 
+A restored step starts ``fit`` at its epoch (:func:`start_epoch`, as Keras's ``BackupAndRestore``).
 A stop in the middle of an epoch (Ctrl-C, SIGTERM, a stop-at-step) saves a checkpoint at that
 step. Keras's own ``BackupAndRestore(save_freq=N)`` resumes such a checkpoint at the start of
 its epoch (Keras 3.15 restores the epoch, not the batch), so the batches of that epoch trained
@@ -14,14 +15,39 @@ publishes no validation and no epoch record (:func:`cut_short`): the resume comp
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["cut_short", "pass_over", "restore_train_function"]
+__all__ = ["cut_short", "pass_over", "restore_train_function", "start_epoch"]
 
 logger = logging.getLogger("hookbus")
 
 _WRAPPED = "_hookbus_trains"  # the attribute of a wrapper that holds Keras's own train function
+
+
+def start_epoch(model: Any, params: Mapping[str, Any] | None, step: int, restored: bool) -> tuple[int, int]:
+    """Where ``fit`` starts: at the epoch of the restored ``step``, or past its last epoch (no
+    epoch at all) when a stop was asked for before the first batch (Keras looks at
+    ``stop_training`` only after a batch). The epoch goes to ``model._initial_epoch``, what
+    Keras's trainer reads for this, set by its own ``BackupAndRestore`` in ``on_train_begin``. A
+    step restored in the middle of an epoch (a stop mid-epoch saved it) resumes that epoch after
+    its last trained batch: the batches before are passed over (:func:`pass_over`: read, not
+    trained), so no step is trained twice.
+
+    Returns:
+        ``(epoch, batches)``: the epoch to start at (0: as ``fit`` was told) and the batches of it
+        to pass over.
+    """
+    params = params or {}  # None from a CallbackList without params
+    epochs, steps = params.get("epochs"), params.get("steps")
+    if not hasattr(model, "_initial_epoch") or not isinstance(epochs, int):
+        return 0, 0
+    if model.stop_training:
+        return epochs, 0
+    if restored and isinstance(steps, int) and steps > 0:
+        start, batches = divmod(step, steps)
+        return start, batches
+    return 0, 0
 
 
 def pass_over(model: Any, batches: int, passed: Callable[[], None]) -> None:
