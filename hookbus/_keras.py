@@ -264,8 +264,10 @@ class EventBusCallback:
         if self._skipped:  # a batch trained before the restart, passed over: not a step
             self._skipped = False
             return
-        if not self._checks.names_checked:  # Keras's log names arrive with the first batch
-            self._checks.check_names(logs)
+        if not self._checks.names_checked:  # Keras's log names arrive with the first batch: check them
+            self._checks.check_names(logs)  # and the declared keys, also when no subscriber is due then
+            if logs is not None:
+                self._checks.check_keys(logs, "batch")
         step = self._epoch_start + batch + 1  # batch: the last batch of this execution, 0-based
         plan = self._core.plan(step)
         bus = self.bus

@@ -53,7 +53,7 @@ class LogChecks:
     def __init__(self, keys: tuple[str, ...]) -> None:
         self.keys = keys
         self.names_checked = False  # the log names, once a fit (Keras's first batch logs)
-        self.keys_checked = False  # the declared keys, at the first batch published and each evaluation
+        self.keys_checked = False  # the declared keys, at the first batch and each evaluation
 
     def reset(self) -> None:
         """A new ``fit``: check its first logs again."""

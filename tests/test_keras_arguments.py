@@ -133,3 +133,19 @@ def test_publisher_keys_that_are_not_keys_fail_naming_the_argument(publisher: An
     """Before: ``TypeError: 'NoneType' object is not iterable``, naming neither the argument nor what it takes."""
     with pytest.raises(ValueError, match=rf"^{argument} must be a key or a list of keys \(got {keys!r}\)$"):
         publisher(EventBus(), keys)
+
+
+def test_callback_keys_keras_does_not_log_fail_at_the_first_batch_also_when_no_step_is_due() -> None:
+    """Only an evaluation subscriber (no train step is ever due): before, ``keys=["los"]`` trained
+    every epoch while early stopping on ``eval/los`` waited for a value Keras never logs, with a
+    warning that pointed at fit's validation data."""
+    bus = EventBus()
+    bus.attach(EarlyStoppingSink("eval/los", patience=1, mode="min"))
+    callback = EventBusCallback(bus, keys=["los"])
+    batches: list[int] = []
+    counter = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: batches.append(batch))
+    x, y = _data()
+    message = r"\['los'\] are not in Keras's batch logs \['loss'\] \(did you mean 'loss'\?\)"
+    with pytest.raises(ValueError, match=message), bus:
+        _model().fit(x, y, validation_data=(x, y), epochs=3, batch_size=8, callbacks=[callback, counter], verbose=0)
+    assert batches == []  # the first batch's end, before any other callback saw it
