@@ -1,5 +1,13 @@
-"""hookbus: TensorFlow training observable and controllable through one event bus."""
+"""hookbus: TensorFlow training observable and controllable through one event bus.
 
+This module is for people who train. Sink authors' names live in :mod:`hookbus.sink_api`,
+publisher authors' in :mod:`hookbus.publisher_api` (argument checks in :mod:`hookbus.validate`,
+a scripted bus for tests in :mod:`hookbus.testing`); the ones exported here too stay importable
+from ``hookbus`` for compatibility.
+"""
+
+from hookbus import publisher_api as publisher_api  # the publisher authors' names
+from hookbus import sink_api as sink_api  # the sink authors' names
 from hookbus._bus import EventBus, Subscription, UnknownKeyError
 from hookbus._checkpoint import CheckpointBackend
 from hookbus._checkpoint_seam import Checkpoints
@@ -42,6 +50,14 @@ from hookbus._writer import (
 from hookbus._writer_kit import WriterKit
 
 __version__ = "0.1.0"
+
+for _public in (
+    EventBus, Subscription, UnknownKeyError, Task, EventBusHook, EventBusCallback, LoopPublisher, ReplayResult,
+    BusStats, SubscriberStats,
+):
+    _public.__module__ = __name__  # repr and help name the public path, not the private module
+del _public
+
 
 __all__ = [
     "DEFAULT_FLUSH_DEADLINE",

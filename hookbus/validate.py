@@ -8,6 +8,7 @@ The same checks hookbus's sinks use (one rule each, in :mod:`hookbus._validate`)
 from hookbus._validate import (
     finite_number,
     flag,
+    key_name,
     non_empty_path,
     non_negative_int,
     non_negative_seconds,
@@ -21,6 +22,7 @@ from hookbus._validate import (
 __all__ = [
     "finite_number",
     "flag",
+    "key_name",
     "non_empty_path",
     "non_negative_int",
     "non_negative_seconds",

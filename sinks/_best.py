@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from hookbus._store import step_of
+from hookbus.sink_api import step_of
 
 from ._monitor import Monitor
 
 if TYPE_CHECKING:
-    from hookbus._store import CheckpointStore
+    from hookbus.sink_api import CheckpointStore
 
 __all__ = ["BestCheckpoints"]
 

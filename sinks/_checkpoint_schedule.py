@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hookbus._schedule import Schedule
+    from hookbus.sink_api import Schedule
 
 __all__ = ["NOT_GIVEN", "DefaultSchedule", "given_schedule"]
 

@@ -13,10 +13,10 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from hookbus._store import recover, step_of
+from hookbus.sink_api import recover, step_of
 
 if TYPE_CHECKING:
-    from hookbus._checkpoint_seam import Checkpoints
+    from hookbus.sink_api import Checkpoints
 
 __all__ = ["fall_back_from_unreadable", "prune_leftovers"]
 
@@ -65,7 +65,7 @@ def fall_back_from_unreadable(name: str, directory: str, checkpoints: Checkpoint
 
 def prune_leftovers(name: str, directories: Iterable[tuple[str, int | None]], checkpoints: Checkpoints) -> None:
     """Prune what a kill between the pointer and pruning left: checkpoints beyond ``keep`` and
-    those the pointer does not name (never the latest; see :func:`hookbus._store.recover`).
+    those the pointer does not name (never the latest; see :func:`hookbus.sink_api.recover`).
 
     Args:
         name: The sink's name, in the log line.

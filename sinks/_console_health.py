@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hookbus._stats import BusStats
+from hookbus.sink_api import BusStats
 
 __all__ = ["health_items", "health_summary"]
 

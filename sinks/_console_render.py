@@ -21,9 +21,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from hookbus._direction import better_direction
-from hookbus._events import CheckpointSaved
-from hookbus._stats import BusStats
+from hookbus.sink_api import BusStats, CheckpointSaved, better_direction
 
 from ._console_health import health_items, health_summary
 
@@ -65,7 +63,7 @@ class MetricRow:
 
 
 def goal_for_key(key: str) -> str:
-    """The direction of "best" for ``key`` (:func:`hookbus._direction.better_direction`, the rule
+    """The direction of "best" for ``key`` (:func:`hookbus.sink_api.better_direction`, the rule
     early stopping's ``mode="auto"`` uses); ``"min"`` for names the rule cannot decide."""
     return better_direction(key) or "min"
 

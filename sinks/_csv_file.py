@@ -29,7 +29,7 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from hookbus._writer import write_atomically
+from hookbus.sink_api import write_atomically
 
 __all__ = ["FIXED", "CSVFile", "Row"]
 

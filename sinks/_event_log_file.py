@@ -12,7 +12,7 @@ import io
 import json
 from pathlib import Path
 
-from hookbus import write_atomically
+from hookbus.sink_api import write_atomically
 
 __all__ = ["LogFile"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from hookbus._values import is_real_dtype
+from hookbus.sink_api import is_real_dtype
 
 __all__ = ["find_nonfinite"]
 

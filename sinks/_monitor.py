@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from hookbus._direction import better_direction
-from hookbus._validate import key_name
+from hookbus.sink_api import better_direction
+from hookbus.validate import key_name
 
 __all__ = ["MODES", "Monitor", "check_scalar", "resolve_mode"]
 
@@ -19,7 +19,7 @@ MODES = ("min", "max", "auto")
 def resolve_mode(monitor: str, mode: object, declared: str | None = None, *, owner: str | None = None) -> str:
     """``"min"`` or ``"max"`` for ``monitor``; ``"auto"`` (the default) by the one direction rule.
 
-    ``auto`` follows :func:`hookbus._direction.better_direction` (the dashboard's rule too): the
+    ``auto`` follows :func:`hookbus.sink_api.better_direction` (the dashboard's rule too): the
     direction the metric itself declares (``declared``: a Keras compiled metric's, as Keras's
     ``mode="auto"`` reads it) wins; otherwise the name: min for keys containing ``loss``,
     ``error``, ``crossentropy``, ``mae``, ``mape``, ``mse`` or ``msle``, max for ``acc``,

@@ -7,16 +7,20 @@ import os
 import shutil
 from typing import TYPE_CHECKING, ClassVar
 
-from hookbus._bus import UnknownKeyError
-from hookbus._events import CheckpointSaved
-from hookbus._keys import did_you_mean
-from hookbus._lock import OutputLock
-from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX
-from hookbus._schedule import Schedule
-from hookbus._store import step_of
-from hookbus._subscriber import PRIORITY_CHECKPOINT, Sink
-from hookbus._validate import non_negative_int, positive_int
-from hookbus._writer import check_writable_dir
+from hookbus.sink_api import (
+    EPOCH_PREFIX,
+    EVAL_PREFIX,
+    CheckpointSaved,
+    OutputLock,
+    Priority,
+    Schedule,
+    Sink,
+    UnknownKeyError,
+    check_writable_dir,
+    did_you_mean,
+    step_of,
+)
+from hookbus.validate import non_negative_int, positive_int
 
 from ._best import BestCheckpoints
 from ._checkpoint_schedule import NOT_GIVEN, DefaultSchedule, given_schedule
@@ -25,9 +29,7 @@ from ._finite import find_nonfinite
 from ._monitor import Monitor, check_scalar
 
 if TYPE_CHECKING:
-    from hookbus._context import SinkContext
-    from hookbus._events import Event, StopRequest
-    from hookbus._store import CheckpointStore
+    from hookbus.sink_api import CheckpointStore, Event, SinkContext, StopRequest
 
 __all__ = ["CheckpointSink"]
 
@@ -96,7 +98,7 @@ class CheckpointSink(Sink):
     default_runs_on: ClassVar[str] = "chief"
     #: Under MultiWorkerMirroredStrategy every worker saves (the non-chiefs into a scratch directory).
     joins_collectives: ClassVar[bool] = True
-    priority = PRIORITY_CHECKPOINT
+    priority = Priority.CHECKPOINT
     on_error = "raise"
 
     def __init__(

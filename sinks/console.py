@@ -11,11 +11,17 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.console import Console
 
-from hookbus._context import EpochProgress
-from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
-from hookbus._schedule import Schedule
-from hookbus._subscriber import Sink
-from hookbus._validate import flag, key_name, non_negative_seconds, positive_int, positive_number
+from hookbus.sink_api import (
+    CheckpointSaved,
+    EpochProgress,
+    Event,
+    ExceptionRaised,
+    Schedule,
+    Sink,
+    StopRequest,
+    SubscriberError,
+)
+from hookbus.validate import flag, key_name, non_negative_seconds, positive_int, positive_number
 
 from ._console_render import (
     Dashboard,

@@ -8,14 +8,17 @@ import os
 from collections.abc import Iterable
 from typing import ClassVar
 
-from hookbus._deadline import DEFAULT_FLUSH_DEADLINE
-from hookbus._events import Event
-from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX
-from hookbus._schedule import Schedule
-from hookbus._stats import WriterStats
-from hookbus._subscriber import Sink
-from hookbus._validate import flag
-from hookbus._writer_kit import WriterKit
+from hookbus.sink_api import (
+    DEFAULT_FLUSH_DEADLINE,
+    EPOCH_PREFIX,
+    EVAL_PREFIX,
+    Event,
+    Schedule,
+    Sink,
+    WriterKit,
+    WriterStats,
+)
+from hookbus.validate import flag
 
 from ._csv_file import CSVFile, Row
 

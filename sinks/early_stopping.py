@@ -7,15 +7,13 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
-from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX
-from hookbus._subscriber import PRIORITY_EARLY_STOPPING, Sink
-from hookbus._validate import finite_number, flag, non_negative_int
+from hookbus.sink_api import EPOCH_PREFIX, EVAL_PREFIX, Priority, Sink
+from hookbus.validate import finite_number, flag, non_negative_int
 
 from ._monitor import Monitor, check_scalar
 
 if TYPE_CHECKING:
-    from hookbus._context import SinkContext
-    from hookbus._events import Event
+    from hookbus.sink_api import Event, SinkContext
 
 __all__ = ["Decision", "EarlyStopRule", "EarlyStopState", "EarlyStoppingSink", "decide"]
 
@@ -139,7 +137,7 @@ class EarlyStoppingSink(Sink):
             scalar number (``stop_below >= stop_above`` fails at construction).
     """
 
-    priority = PRIORITY_EARLY_STOPPING
+    priority = Priority.EARLY_STOPPING
     controls_training: ClassVar[bool] = True
     on_error = "raise"
 

@@ -1,6 +1,6 @@
 """EventLogSink: the run as a log of JSON lines, which ``hookbus replay`` feeds to any sink later.
 
-Written with hookbus's public sink API only (``hookbus`` and ``hookbus.validate``).
+Written with hookbus's sink authors' module only (``hookbus.sink_api``), as every built-in sink is.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from hookbus import (
+from hookbus.sink_api import (
     DEFAULT_FLUSH_DEADLINE,
     CheckpointSaved,
     Event,

@@ -5,13 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar
 
-from hookbus._subscriber import PRIORITY_NAN_GUARD, Sink
+from hookbus.sink_api import Priority, Sink
 
 from ._finite import find_nonfinite
 
 if TYPE_CHECKING:
-    from hookbus._context import SinkContext
-    from hookbus._events import Event
+    from hookbus.sink_api import Event, SinkContext
 
 __all__ = ["NonFiniteError", "NanGuardSink", "find_nonfinite"]
 
@@ -41,7 +40,7 @@ class NanGuardSink(Sink):
             from it on the guard vetoes every checkpoint (:meth:`checkpoint_veto`).
     """
 
-    priority = PRIORITY_NAN_GUARD
+    priority = Priority.NAN_GUARD
     on_error = "raise"
     controls_training: ClassVar[bool] = True
 

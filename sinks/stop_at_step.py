@@ -5,13 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
-from hookbus._schedule import Schedule
-from hookbus._subscriber import PRIORITY_STOP_AT_STEP, Sink
-from hookbus._validate import optional_seconds, positive_int
+from hookbus.sink_api import Priority, Schedule, Sink
+from hookbus.validate import optional_seconds, positive_int
 
 if TYPE_CHECKING:
-    from hookbus._context import SinkContext
-    from hookbus._events import Event
+    from hookbus.sink_api import Event, SinkContext
 
 __all__ = ["StopAtStepSink"]
 
@@ -46,7 +44,7 @@ class StopAtStepSink(Sink):
             ``max_seconds`` is not a positive number.
     """
 
-    priority = PRIORITY_STOP_AT_STEP
+    priority = Priority.STOP_AT_STEP
     controls_training: ClassVar[bool] = True
     on_error = "raise"
 

@@ -15,14 +15,8 @@ from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.plugins.hparams import summary_v2 as hparams_summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from hookbus._deadline import DEFAULT_FLUSH_DEADLINE
-from hookbus._events import Event
-from hookbus._publisher import EVAL_PREFIX
-from hookbus._schedule import Schedule
-from hookbus._stats import WriterStats
-from hookbus._subscriber import Sink
-from hookbus._validate import positive_int
-from hookbus._writer_kit import WriterKit
+from hookbus.sink_api import DEFAULT_FLUSH_DEADLINE, EVAL_PREFIX, Event, Schedule, Sink, WriterKit, WriterStats
+from hookbus.validate import positive_int
 
 from ._event_files import close_all, flush_all, histogram, keras_model_event, new_event_file
 

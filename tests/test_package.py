@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 import shlex
 import shutil
@@ -158,6 +159,7 @@ def test_validate_surface_is_pinned() -> None:
     assert sorted(hookbus.validate.__all__) == [
         "finite_number",
         "flag",
+        "key_name",
         "non_empty_path",
         "non_negative_int",
         "non_negative_seconds",
@@ -175,7 +177,132 @@ def test_the_event_log_sink_is_written_with_the_public_api_only() -> None:
     imports = _imports(ROOT / "sinks" / "event_log.py") | _imports(ROOT / "sinks" / "_event_log_file.py")
     ours = sorted(m for m in imports if m.split(".")[0] == "hookbus")
     # Its argument checks are its WriterKit's now (issue 25): hookbus.validate is no longer needed.
-    assert ours == ["hookbus", "hookbus.sinks._event_log_file"]
+    assert ours == ["hookbus.sink_api", "hookbus.sinks._event_log_file"]
+
+
+#: What a sink file may import of hookbus: the sink authors' modules, and the sinks' own helpers.
+_SINK_SURFACE = ("hookbus.sink_api", "hookbus.validate")
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "sinks").glob("*.py")), ids=lambda p: p.name)
+def test_every_sink_file_is_written_on_the_sink_authors_modules(path: Path) -> None:
+    """Issue 25: every built-in sink, and every helper of theirs, imports hookbus.sink_api and
+    hookbus.validate only (and the sinks' own modules): no private module of hookbus's, and not the
+    trainers' top level either; nor reaches a private name through an attribute (``hookbus._x``)."""
+    tree = ast.parse(path.read_text())
+    ours = {m for m in _imports(path) if m == "hookbus" or m.startswith("hookbus.")}
+    wrong = sorted(m for m in ours if m not in _SINK_SURFACE and not m.startswith("hookbus.sinks."))
+    assert wrong == [], f"{path.name} imports {wrong}: grow hookbus.sink_api instead"
+    dotted = sorted(
+        node.attr for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "hookbus"
+        and node.attr.startswith("_")
+    )
+    assert dotted == [], path.name
+    for node in ast.walk(tree):  # and no name taken from a public module that is private there
+        if isinstance(node, ast.ImportFrom) and node.module in _SINK_SURFACE:
+            assert not [a.name for a in node.names if a.name.startswith("_")], path.name
+
+
+def test_the_sink_authors_surface_is_pinned() -> None:
+    """Issue 25: hookbus.sink_api, the sink authors' module: the interface, its context,
+    schedules, priorities, the events, the writer kit and the rules sinks share."""
+    import hookbus.sink_api
+
+    assert sorted(hookbus.sink_api.__all__) == [
+        "BackgroundWriter",
+        "BusStats",
+        "CheckpointSaved",
+        "CheckpointStore",
+        "Checkpoints",
+        "DEFAULT_FLUSH_DEADLINE",
+        "EPOCH_PREFIX",
+        "EVAL_PREFIX",
+        "EpochProgress",
+        "Event",
+        "ExceptionRaised",
+        "FileCheckpointStore",
+        "FlushDeadline",
+        "OutputInUseError",
+        "OutputLock",
+        "OwnThreadWriter",
+        "PeerReport",
+        "Priority",
+        "SIGNALS",
+        "Schedule",
+        "Sink",
+        "SinkContext",
+        "StopRequest",
+        "SubscriberError",
+        "SubscriberStats",
+        "UnknownKeyError",
+        "WriterError",
+        "WriterKit",
+        "WriterStalled",
+        "WriterStats",
+        "WriterWarning",
+        "better_direction",
+        "check_writable_dir",
+        "did_you_mean",
+        "event_log_line",
+        "is_real_dtype",
+        "recover",
+        "step_of",
+        "write_atomically",
+    ]
+    api = hookbus.sink_api
+    for name in api.__all__:
+        assert hasattr(api, name), name
+    assert [api.Priority.NAN_GUARD, api.Priority.EARLY_STOPPING, api.Priority.STOP_AT_STEP,
+            api.Priority.CHECKPOINT, api.Priority.DEFAULT] == [
+        hookbus.PRIORITY_NAN_GUARD, hookbus.PRIORITY_EARLY_STOPPING, hookbus.PRIORITY_STOP_AT_STEP,
+        hookbus.PRIORITY_CHECKPOINT, hookbus.PRIORITY_DEFAULT]
+
+
+def test_the_publisher_authors_surface_is_pinned() -> None:
+    """Issue 25: hookbus.publisher_api: the core, its plan, what a publisher offers, the prefixes."""
+    import hookbus.publisher_api
+
+    assert sorted(hookbus.publisher_api.__all__) == [
+        "CheckpointBackend",
+        "CheckpointStore",
+        "EPOCH_PREFIX",
+        "EVAL_PREFIX",
+        "EpochProgress",
+        "FileCheckpointStore",
+        "GraphOffer",
+        "ModelConfigOffer",
+        "Plan",
+        "PublisherCore",
+        "RESERVED_KEYS",
+        "RUNS_ON",
+        "Task",
+        "WeightsBackend",
+    ]
+    for name in hookbus.publisher_api.__all__:
+        assert hasattr(hookbus.publisher_api, name), name
+
+
+def test_public_classes_show_their_public_path() -> None:
+    """Issue 25: ``repr`` of a public class names the module it is documented in, never a private
+    one (``repr(hookbus.Sink)`` was ``<class 'hookbus._subscriber.Sink'>``); the names the top level
+    keeps for compatibility are the same objects."""
+    import hookbus.publisher_api
+    import hookbus.sink_api
+    import hookbus.testing
+
+    assert repr(hookbus.Sink) == "<class 'hookbus.sink_api.Sink'>"
+    assert repr(hookbus.PublisherCore) == "<class 'hookbus.publisher_api.PublisherCore'>"
+    assert repr(hookbus.EventBus) == "<class 'hookbus.EventBus'>"
+    for module in (hookbus, hookbus.sink_api, hookbus.publisher_api, hookbus.testing):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if isinstance(obj, type):
+                assert not obj.__module__.split(".")[-1].startswith("_"), (module.__name__, name, obj)
+                home = importlib.import_module(obj.__module__)
+                assert getattr(home, obj.__qualname__) is obj, (module.__name__, name, obj.__module__)
+    for name in ("Sink", "SinkContext", "Schedule", "WriterKit", "BackgroundWriter", "OutputLock", "FlushDeadline"):
+        assert getattr(hookbus, name) is getattr(hookbus.sink_api, name)  # users' imports keep working
 
 
 def run_python(code: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess[str]:

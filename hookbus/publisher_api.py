@@ -1,0 +1,53 @@
+"""Everything a publisher author needs, in one module: a framework's training loop on the bus.
+
+A publisher counts steps and fetches values; :class:`PublisherCore` does the rest (keys,
+schedules, planning, stops, signals, the checkpoint barrier). It hands out a :class:`Plan` for
+each due step. What the publisher offers the sinks goes through the core's ``offer_*`` methods:
+``offer_checkpoints`` takes a :class:`CheckpointBackend` (how the model is saved and restored)
+and a :class:`CheckpointStore` (the files that keep it: :class:`FileCheckpointStore` for a layout
+of one's own, TensorFlow's by default); ``offer_weights`` takes a :class:`WeightsBackend` (the
+weights in memory); ``offer_graph`` a :data:`GraphOffer` and ``offer_model_config`` a
+:data:`ModelConfigOffer`; ``offer_progress`` a callable returning an :class:`EpochProgress`.
+Evaluation's keys are published as ``EVAL_PREFIX + key`` and Keras epochs' as
+``EPOCH_PREFIX + key``; a fetch key may not be one of :data:`RESERVED_KEYS`. Guide and a
+NumPy example without TensorFlow: examples/README.md "Writing a publisher",
+``examples/custom_publisher.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeAlias
+
+from hookbus._checkpoint import CheckpointBackend
+from hookbus._cluster import RUNS_ON, Task
+from hookbus._context import EpochProgress
+from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX, RESERVED_KEYS, Plan, PublisherCore
+from hookbus._store import CheckpointStore, FileCheckpointStore
+from hookbus._weights import WeightsBackend
+
+__all__ = [
+    "EPOCH_PREFIX",
+    "EVAL_PREFIX",
+    "RESERVED_KEYS",
+    "RUNS_ON",
+    "CheckpointBackend",
+    "CheckpointStore",
+    "EpochProgress",
+    "FileCheckpointStore",
+    "GraphOffer",
+    "ModelConfigOffer",
+    "Plan",
+    "PublisherCore",
+    "Task",
+    "WeightsBackend",
+]
+
+#: What ``PublisherCore.offer_graph`` takes: returns the training graph serialized (a ``GraphDef``), or ``None``.
+GraphOffer: TypeAlias = Callable[[], bytes | None]
+#: What ``PublisherCore.offer_model_config`` takes: returns the model's JSON configuration, or ``None``.
+ModelConfigOffer: TypeAlias = Callable[[], str | None]
+
+for _public in (CheckpointBackend, CheckpointStore, FileCheckpointStore, Plan, PublisherCore, WeightsBackend):
+    _public.__module__ = __name__  # repr and help name the documented home
+del _public

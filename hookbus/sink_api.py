@@ -1,0 +1,145 @@
+"""Everything a sink author needs, in one module: every built-in sink is written on it alone.
+
+Example (a sink that prints the loss every 100 steps)::
+
+    from hookbus.sink_api import Event, Priority, Schedule, Sink
+
+    class PrintLoss(Sink):
+        keys = ["loss"]
+        schedule = Schedule(every_n_steps=100)
+        priority = Priority.DEFAULT
+
+        def after_run(self, event: Event) -> None:
+            print(event.step, event.values["loss"])
+
+What it holds:
+
+- the interface: :class:`Sink`, the :class:`SinkContext` its ``begin`` receives (with
+  :class:`EpochProgress`, :class:`PeerReport` and the checkpoint seam :class:`Checkpoints`),
+  :class:`Schedule`, :class:`Priority`;
+- the events: :class:`Event`, :class:`CheckpointSaved`, :class:`ExceptionRaised`,
+  :class:`StopRequest`, :class:`SubscriberError`, and :exc:`UnknownKeyError` for a key no
+  publisher provides (with :func:`did_you_mean` for its message);
+- the writer kit (examples/README.md "One writer per file"): :class:`WriterKit`,
+  :class:`BackgroundWriter`, :class:`OwnThreadWriter`, :class:`OutputLock`, :class:`FlushDeadline`,
+  :func:`write_atomically`, :func:`check_writable_dir` and their errors and stats;
+- the rules sinks share: :func:`better_direction` (which way is better for a metric),
+  :data:`EVAL_PREFIX` and :data:`EPOCH_PREFIX` (evaluation's and Keras epochs' keys),
+  :func:`is_real_dtype` (which values are numbers), :func:`step_of` and :func:`recover`
+  (a checkpoint's step, and what a checkpoint directory keeps as a run starts), and the event
+  log's line format :func:`event_log_line`.
+
+The argument checks with hookbus's messages are in :mod:`hookbus.validate`; a bus driven by a
+script, to test a sink, is in :mod:`hookbus.testing`; what publishers offer (the checkpoint store
+among it) is in :mod:`hookbus.publisher_api`. Names that people who train use too (``BusStats``,
+``UnknownKeyError``) show ``hookbus`` as their home; the others show this module
+(``repr(Sink)`` is ``<class 'hookbus.sink_api.Sink'>``).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from hookbus._checkpoint_seam import Checkpoints
+from hookbus._context import EpochProgress, PeerReport, SinkContext
+from hookbus._deadline import DEFAULT_FLUSH_DEADLINE, FlushDeadline
+from hookbus._direction import better_direction
+from hookbus._event_log import event_log_line
+from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
+from hookbus._keys import UnknownKeyError, did_you_mean
+from hookbus._lock import OutputInUseError, OutputLock
+from hookbus._own_thread_writer import OwnThreadWriter
+from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX
+from hookbus._schedule import Schedule
+from hookbus._stats import BusStats, SubscriberStats, WriterStats
+from hookbus._store import CheckpointStore, FileCheckpointStore, recover, step_of
+from hookbus._subscriber import (
+    PRIORITY_CHECKPOINT,
+    PRIORITY_DEFAULT,
+    PRIORITY_EARLY_STOPPING,
+    PRIORITY_NAN_GUARD,
+    PRIORITY_STOP_AT_STEP,
+    SIGNALS,
+    Sink,
+)
+from hookbus._values import is_real_dtype
+from hookbus._writer import (
+    BackgroundWriter,
+    WriterError,
+    WriterStalled,
+    WriterWarning,
+    check_writable_dir,
+    write_atomically,
+)
+from hookbus._writer_kit import WriterKit
+
+__all__ = [
+    "DEFAULT_FLUSH_DEADLINE",
+    "EPOCH_PREFIX",
+    "EVAL_PREFIX",
+    "SIGNALS",
+    "BackgroundWriter",
+    "BusStats",
+    "CheckpointSaved",
+    "CheckpointStore",
+    "Checkpoints",
+    "EpochProgress",
+    "Event",
+    "ExceptionRaised",
+    "FileCheckpointStore",
+    "FlushDeadline",
+    "OutputInUseError",
+    "OutputLock",
+    "OwnThreadWriter",
+    "PeerReport",
+    "Priority",
+    "Schedule",
+    "Sink",
+    "SinkContext",
+    "StopRequest",
+    "SubscriberError",
+    "SubscriberStats",
+    "UnknownKeyError",
+    "WriterError",
+    "WriterKit",
+    "WriterStalled",
+    "WriterStats",
+    "WriterWarning",
+    "better_direction",
+    "check_writable_dir",
+    "did_you_mean",
+    "event_log_line",
+    "is_real_dtype",
+    "recover",
+    "step_of",
+    "write_atomically",
+]
+
+
+class Priority:
+    """A sink's ``priority``, as one name: lower runs first, on every signal.
+
+    The control sinks run before the checkpoint, which runs before the rest, so a checkpoint
+    saved at a step sees that step's stop requests, and a dashboard sees the checkpoint. The
+    values are the ``hookbus.PRIORITY_*`` integers; any int is a priority.
+    """
+
+    NAN_GUARD: Final = PRIORITY_NAN_GUARD
+    EARLY_STOPPING: Final = PRIORITY_EARLY_STOPPING
+    STOP_AT_STEP: Final = PRIORITY_STOP_AT_STEP
+    CHECKPOINT: Final = PRIORITY_CHECKPOINT
+    DEFAULT: Final = PRIORITY_DEFAULT
+
+
+def _shown_here(*objects: object) -> None:
+    """Make ``repr`` and ``help`` name this module, the documented home, for ``objects``."""
+    for obj in objects:
+        obj.__module__ = __name__
+
+
+_shown_here(
+    Checkpoints, EpochProgress, PeerReport, SinkContext, FlushDeadline, CheckpointSaved, Event, ExceptionRaised,
+    StopRequest, SubscriberError, OutputInUseError, OutputLock, OwnThreadWriter, Schedule, WriterStats, Sink,
+    BackgroundWriter, WriterError, WriterStalled, WriterWarning, WriterKit, better_direction, check_writable_dir,
+    did_you_mean, event_log_line, is_real_dtype, recover, step_of, write_atomically,
+)
