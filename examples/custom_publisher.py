@@ -2,9 +2,11 @@
 
 It needs no TensorFlow: the loop below is the "framework", and :class:`NumpyPublisher` is
 everything hookbus needs from it — how to count steps, how to hand over values, and how to save
-and restore its model (:class:`NpzBackend`, its files kept by a :class:`hookbus.FileCheckpointStore`).
+and restore its model (:class:`NpzBackend`, its files kept by a
+:class:`hookbus.publisher_api.FileCheckpointStore`).
 Planning, schedules, stops, signals, the checkpoint barrier and the sinks' lifecycle are
-:class:`hookbus.PublisherCore`'s. From the repository root, after the README's first command::
+:class:`hookbus.publisher_api.PublisherCore`'s (everything a publisher author needs is in
+:mod:`hookbus.publisher_api`). From the repository root, after the README's first command::
 
     .venv/bin/python examples/custom_publisher.py [--steps 2000] [--dir runs/custom-publisher]
 
@@ -24,10 +26,11 @@ from pathlib import Path
 import numpy as np
 
 import hookbus
+from hookbus.publisher_api import FileCheckpointStore, PublisherCore
 from hookbus.sinks import CheckpointSink, CSVSink, EarlyStoppingSink, NanGuardSink, StopAtStepSink
 
 #: Where this publisher's checkpoints live: ``<prefix>.npz`` files, a JSON pointer beside them.
-STORE = hookbus.FileCheckpointStore(".npz")
+STORE = FileCheckpointStore(".npz")
 
 
 class Model:
@@ -40,7 +43,7 @@ class Model:
 
 
 class NpzBackend:
-    """A :class:`hookbus.CheckpointBackend`: saves and restores a :class:`Model` as one ``.npz`` file."""
+    """A :class:`hookbus.publisher_api.CheckpointBackend`: saves and restores a :class:`Model` as one ``.npz`` file."""
 
     def __init__(self, model: Model) -> None:
         self.model = model
@@ -70,8 +73,8 @@ class NumpyPublisher:
     """Publishes a hand-written loop's steps and evaluations on a bus, and checkpoints its model."""
 
     def __init__(self, bus: hookbus.EventBus, model: Model, keys: list[str], eval_keys: list[str]) -> None:
-        self.train = hookbus.PublisherCore(bus, keys)  # declares the keys: checked at begin
-        self.eval = hookbus.PublisherCore(bus, eval_keys, mode="eval")  # published as eval/<key>
+        self.train = PublisherCore(bus, keys)  # declares the keys: checked at begin
+        self.eval = PublisherCore(bus, eval_keys, mode="eval")  # published as eval/<key>
         self.model = model
         self.backend = NpzBackend(model)
         self.train.offer_checkpoints(self.backend, STORE)  # CheckpointSink saves through these

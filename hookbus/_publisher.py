@@ -111,7 +111,9 @@ class PublisherCore:
     :meth:`session_created`, then for each training step :meth:`plan` — ``None`` when nothing
     is due (then :meth:`advance`), else a :class:`Plan` whose ``keys`` it fetches and hands back
     with :meth:`publish_step` — and :meth:`should_stop`; at the end :meth:`final_plan` / :meth:`publish_final`
-    and :meth:`end`. Only the core moves the bus's step. Guide: examples/README.md "Writing a publisher".
+    and :meth:`end`. Only the core moves the bus's step. Guide: examples/README.md "Writing a publisher";
+    every name a publisher needs (this class, :class:`Plan`, the backends and the checkpoint store its
+    ``offer_*`` methods take, the key prefixes) is in :mod:`hookbus.publisher_api`.
 
     Args:
         bus: The bus to publish on; the publisher registers its keys there.

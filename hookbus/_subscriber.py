@@ -83,7 +83,9 @@ class Sink:
     (``bus.attach(sink)``). ``on_before_run`` and ``on_after_run`` follow the sink's schedule;
     the other signals (``begin``, ``session_created``, ``end``, ``stop_requested``, ...) are
     delivered every time. Each method receives the signal's payload. This docstring is the
-    reference for writing a sink (README "Guides and reference")::
+    reference for writing a sink (README "Guides and reference"); every name a sink needs
+    (this class, its context, schedules, priorities, the events, the writer kit, the shared
+    rules) is in :mod:`hookbus.sink_api`, the module the built-in sinks are written on::
 
         class PrintLoss(hookbus.Sink):
             default_schedule = hookbus.Schedule(every_n_steps=50)

@@ -1,15 +1,17 @@
 """Everything a sink author needs, in one module: every built-in sink is written on it alone.
 
-Example (a sink that prints the loss every 100 steps)::
+Example (a sink that prints the loss every 100 steps; ``help(Sink)`` is the reference)::
 
     from hookbus.sink_api import Event, Priority, Schedule, Sink
 
     class PrintLoss(Sink):
-        keys = ["loss"]
-        schedule = Schedule(every_n_steps=100)
+        default_schedule = Schedule(every_n_steps=100)
         priority = Priority.DEFAULT
 
-        def after_run(self, event: Event) -> None:
+        def __init__(self, **kwargs):
+            super().__init__(keys=["loss"], **kwargs)
+
+        def on_after_run(self, event: Event) -> None:
             print(event.step, event.values["loss"])
 
 What it holds:

@@ -204,6 +204,20 @@ def test_every_sink_file_is_written_on_the_sink_authors_modules(path: Path) -> N
             assert not [a.name for a in node.names if a.name.startswith("_")], path.name
 
 
+def test_the_numpy_publisher_uses_no_private_name() -> None:
+    """Issue 25: examples/custom_publisher.py, a publisher without TensorFlow, is written on
+    hookbus.publisher_api (and the trainers' EventBus and sinks): no private module, no private
+    attribute of anything hookbus hands it."""
+    path = ROOT / "examples" / "custom_publisher.py"
+    ours = sorted(m for m in _imports(path) if m.split(".")[0] == "hookbus")
+    assert ours == ["hookbus", "hookbus.publisher_api", "hookbus.sinks"]
+    private = sorted(
+        node.attr for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+    )
+    assert private == []
+
+
 def test_the_sink_authors_surface_is_pinned() -> None:
     """Issue 25: hookbus.sink_api, the sink authors' module: the interface, its context,
     schedules, priorities, the events, the writer kit and the rules sinks share."""
