@@ -41,6 +41,7 @@ from hookbus._subscriber import (
     check_on_error,
     check_priority,
 )
+from hookbus._subscriber_view import SubscriberView, views
 from hookbus._subscription import Subscriber
 from hookbus._validate import check_stop_signals, flag
 
@@ -219,9 +220,9 @@ class EventBus:
 
     # -- subscribing -------------------------------------------------------------------------
     @property
-    def subscribers(self) -> list[Subscriber]:
-        """Every subscriber, in dispatch order (priority, then registration)."""
-        return list(self._roster.records)
+    def subscribers(self) -> list[SubscriberView]:
+        """Every subscriber, in dispatch order (priority, then registration): read-only views."""
+        return views(self._roster.records)
 
     @property
     def sinks(self) -> list[Sink]:

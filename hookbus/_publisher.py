@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from hookbus._subscriber_view import SubscriberView, views
 from hookbus._subscription import Subscriber
 from hookbus._validate import flag, key_items, key_name
 from hookbus._values import publishable
@@ -153,9 +154,9 @@ class PublisherCore:
         """Multi-worker: run the bus as ``task`` (before :meth:`begin`)."""
         self._port.set_task(task)
 
-    def local_subscribers(self) -> list[Subscriber]:
-        """The subscribers that run on this task, in dispatch order."""
-        return self._port.local_subscribers
+    def local_subscribers(self) -> list[SubscriberView]:
+        """The subscribers that run on this task, in dispatch order: read-only views."""
+        return views(self._port.local_subscribers)
 
     @property
     def stops(self) -> Stops:

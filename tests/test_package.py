@@ -319,6 +319,34 @@ def test_public_classes_show_their_public_path() -> None:
         assert getattr(hookbus, name) is getattr(hookbus.sink_api, name)  # users' imports keep working
 
 
+def test_what_the_bus_hands_out_of_its_records_is_read_only() -> None:
+    """Issue 25: ``bus.subscribers`` and ``core.local_subscribers()`` are views: they read the
+    bus's records live, and neither setting a field nor changing the list reaches the bus (before,
+    both handed out the records themselves: ``priority = -1`` reordered the dispatch)."""
+    from hookbus.testing import ScriptedPublisher
+
+    class Counter(hookbus.Sink):
+        def on_after_run(self, event: hookbus.Event) -> None:
+            raise RuntimeError("boom")
+
+    bus = hookbus.EventBus()
+    sink = bus.attach(Counter(on_error="isolate"))
+    pub = ScriptedPublisher(bus, keys=["loss"])
+    for got in (bus.subscribers, pub.core.local_subscribers()):
+        (view,) = got
+        assert (view.sink, view.name, view.priority) == (sink, "Counter", hookbus.PRIORITY_DEFAULT)
+        for field, value in (("priority", -1), ("errors", 0), ("disabled", True), ("keys", None)):
+            with pytest.raises(AttributeError):
+                setattr(view, field, value)
+        with pytest.raises(TypeError):
+            view.handlers["after_run"] = print  # type: ignore[index]
+        got.clear()
+    assert [v.sink for v in bus.subscribers] == [sink]
+    with bus:
+        pub.run({"loss": 1.0} for _ in range(2))
+    assert view.errors == 2  # live: the bus's count, read through the view
+
+
 def run_python(code: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
