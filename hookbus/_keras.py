@@ -292,6 +292,10 @@ class EventBusCallback:
 
     def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None) -> None:
         logs = logs or {}
+        real = self._read_step()  # Keras's call that finds an input of unknown length at its end
+        if real != self._step:  # advances iterations without a batch: the epoch ends at what it holds
+            self._step = real
+            self._core.advance(real)
         try:
             if not cut_short(self.params, self.model, self._batches):  # type: ignore[attr-defined]
                 val = validation_values(logs)

@@ -124,3 +124,52 @@ def test_keras_fit_on_a_dataset_that_ends_closes_cleanly_with_every_sink(tmp_pat
     with open(tmp_path / "m.csv", newline="") as file:
         assert [int(r["step"]) for r in csv.DictReader(file)] == list(range(5, ELEMENTS + 1, 5))
     assert tf.train.latest_checkpoint(str(tmp_path / "ckpt")).endswith(f"model.ckpt-{ELEMENTS}")
+
+
+@pytest.mark.filterwarnings("ignore:Your input ran out of data:UserWarning")  # Keras's, at each end it finds
+def test_keras_fit_on_an_input_of_unknown_length_ends_each_epoch_at_the_step_keras_holds(tmp_path: Path) -> None:
+    """With an input of unknown length (a filtered dataset) Keras's call that finds its end
+    advances ``iterations`` without a batch (20 batches, iterations 21). The epoch's events and
+    its checkpoint carry what ``iterations`` holds, as a callback of Keras's reads it at the epoch's
+    end; before, they carried one step less per epoch (evaluations at 20, 41, 62; ``model.ckpt-41``
+    held step 42, and a resume announced a step no checkpoint was named after)."""
+    import numpy as np
+
+    batches, epochs = 20, 3
+    x = np.random.default_rng(0).normal(size=(batches * 4, 3)).astype("float32")
+    data = tf.data.Dataset.from_tensor_slices((x, x[:, :1])).batch(4).filter(lambda features, labels: True)
+    assert data.cardinality() == tf.data.UNKNOWN_CARDINALITY
+    model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    bus = hookbus.EventBus()
+    bus.attach(CheckpointSink(tmp_path / "ckpt"))  # under fit: at each epoch end
+    bus.attach(CSVSink(tmp_path / "epochs.csv", epochs=True))  # CSVLogger's rows, with their steps
+    evaluated: list[int] = []
+    bus.on("after_run", lambda event: evaluated.append(event.step) if event.mode == "eval" else None)
+    ends: list[int] = []
+    keras_steps: list[int] = []
+    at_epoch_end = tf.keras.callbacks.LambdaCallback(
+        on_epoch_end=lambda epoch, logs: keras_steps.append(int(model.optimizer.iterations.numpy()))
+    )
+    bus.on("end", lambda event: ends.append(event.step))
+    callback = hookbus.EventBusCallback(bus, keys=["loss"])
+    with bus:
+        model.fit(
+            data,
+            epochs=epochs,
+            validation_data=(x[:8], x[:8, :1]),
+            shuffle=False,
+            verbose=0,
+            callbacks=[callback, at_epoch_end],
+        )
+    assert keras_steps == [21, 42, 63]  # Keras's count, which a restore brings back
+    assert evaluated == keras_steps
+    with open(tmp_path / "epochs.csv", newline="") as file:
+        assert [int(r["step"]) for r in csv.DictReader(file)] == keras_steps
+    assert ends == [keras_steps[-1]]
+    for step in keras_steps:
+        reader = tf.train.load_checkpoint(str(tmp_path / "ckpt" / f"model.ckpt-{step}"))
+        held = [
+            reader.get_tensor(k) for k in reader.get_variable_to_shape_map() if k.startswith("optimizer/_iterations")
+        ]
+        assert held == [step]  # the checkpoint is named after the step it holds
