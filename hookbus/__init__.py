@@ -25,9 +25,7 @@ from hookbus._publisher import PublisherCore
 from hookbus._replay import ReplayResult, replay
 from hookbus._schedule import Schedule
 from hookbus._session import monitored_training_session
-from hookbus._stats import BusStats, SubscriberStats, WriterStats
-from hookbus._store import CheckpointStore, FileCheckpointStore
-from hookbus._subscriber import (
+from hookbus._sink import (
     PRIORITY_CHECKPOINT,
     PRIORITY_DEFAULT,
     PRIORITY_EARLY_STOPPING,
@@ -36,6 +34,8 @@ from hookbus._subscriber import (
     SIGNALS,
     Sink,
 )
+from hookbus._stats import BusStats, SubscriberStats, WriterStats
+from hookbus._store import CheckpointStore, FileCheckpointStore
 from hookbus._train_eval import train_and_evaluate
 from hookbus._writer import (
     DEFAULT_FLUSH_DEADLINE,

@@ -29,10 +29,7 @@ from hookbus._roster import Roster
 from hookbus._run import RunScope
 from hookbus._schedule import Schedule
 from hookbus._services import SinkServices
-from hookbus._state import RunState
-from hookbus._stats import BusStats
-from hookbus._stops import Stops
-from hookbus._subscriber import (
+from hookbus._sink import (
     PRIORITY_DEFAULT,
     SIGNALS,
     STEP_SIGNALS,
@@ -41,6 +38,9 @@ from hookbus._subscriber import (
     check_on_error,
     check_priority,
 )
+from hookbus._state import RunState
+from hookbus._stats import BusStats
+from hookbus._stops import Stops
 from hookbus._subscriber_view import SubscriberView, views
 from hookbus._subscription import Subscriber
 from hookbus._validate import check_stop_signals, flag

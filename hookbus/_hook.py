@@ -12,7 +12,7 @@ from hookbus._eval_mean import EvalAggregator, check_aggregate
 from hookbus._fetch import TrainFetches
 from hookbus._publisher import EVAL_PREFIX, Plan, PublisherCore
 from hookbus._steps import StepEstimate
-from hookbus._tf import require_tensorflow
+from hookbus._tf import require_tensorflow, with_framework_base
 from hookbus._validate import positive_int
 
 # The module, once a hook is made (hookbus._tf imports it on first use, not with hookbus).
@@ -34,24 +34,6 @@ def _tensorflow(what: str) -> Any:
     global tf
     tf = require_tensorflow(what)
     return tf
-
-
-_mixed: dict[tuple[type, type], type] = {}
-
-
-def with_base(cls: type, base: type) -> type:
-    """``cls`` with TensorFlow's or Keras's ``base`` class mixed in, made once, on first use.
-
-    The publishers are real ``SessionRunHook`` / ``keras.callbacks.Callback`` instances, yet
-    ``import hookbus`` does not import TensorFlow: the framework base joins in ``__new__``.
-    """
-    if issubclass(cls, base):
-        return cls
-    made = _mixed.get((cls, base))
-    if made is None:
-        namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
-        made = _mixed[(cls, base)] = type(cls.__name__, (cls, base), namespace)
-    return made
 
 
 class EventBusHook:
@@ -117,7 +99,7 @@ class EventBusHook:
 
     def __new__(cls, *args: Any, **kwargs: Any) -> EventBusHook:
         base = _tensorflow("EventBusHook").compat.v1.train.SessionRunHook
-        instance: EventBusHook = object.__new__(with_base(cls, base))
+        instance: EventBusHook = object.__new__(with_framework_base(cls, base))
         return instance
 
     def __init__(

@@ -9,13 +9,12 @@ from typing import TYPE_CHECKING, Any
 from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
 from hookbus._collective import CollectiveStop, task_of_strategy
 from hookbus._context import EpochProgress
-from hookbus._hook import with_base
 from hookbus._keras_hold import HeldWork
 from hookbus._keras_logs import EpochKeys, LogChecks, epoch_values, validation_values
 from hookbus._keras_metrics import CompiledDirections
 from hookbus._keras_resume import cut_short, pass_over, restore_train_function, start_epoch
 from hookbus._publisher import PublisherCore
-from hookbus._tf import require_keras, require_tensorflow
+from hookbus._tf import require_keras, require_tensorflow, with_framework_base
 from hookbus._validate import positive_int
 from hookbus._weights import ModelWeights
 
@@ -66,7 +65,7 @@ class EventBusCallback:
     Epoch events: every ``every_n_epochs`` epochs ``on_epoch_end`` publishes an ``after_run``
     with ``mode="epoch"``, ``values`` = ``{"epoch": <0-based index>, "epoch/<name>": ...}`` for
     every value of Keras's epoch logs (``epoch/loss``, ``epoch/val_loss``, ...). Only
-    subscribers that opt in receive them (one rule, :meth:`hookbus._subscriber.Subscriber.wants_epochs`):
+    subscribers that opt in receive them (one rule, :meth:`hookbus._subscription.Subscriber.wants_epochs`):
     those whose ``keys`` name an ``epoch/`` key, and sinks whose ``receives_epochs`` is true
     (``CSVSink(path, epochs=True)`` writes CSVLogger-like rows). Others, ``keys=None`` included,
     never see them.
@@ -127,7 +126,8 @@ class EventBusCallback:
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> EventBusCallback:
-        instance: EventBusCallback = object.__new__(with_base(cls, require_keras(cls.__name__).callbacks.Callback))
+        base = require_keras(cls.__name__).callbacks.Callback
+        instance: EventBusCallback = object.__new__(with_framework_base(cls, base))
         return instance
 
     def __init__(

@@ -428,7 +428,7 @@ class PublisherCore:
 
     def publish_epoch(self, step: int, values: Mapping[str, Any]) -> None:
         """Publish an epoch event (``mode="epoch"``; ``values`` keyed ``epoch/<name>`` plus ``epoch``)
-        to the subscribers that opt in (:meth:`hookbus._subscriber.Subscriber.wants_epochs`)."""
+        to the subscribers that opt in (:meth:`hookbus._subscription.Subscriber.wants_epochs`)."""
         keyset = frozenset(k for k in values if k.startswith(EPOCH_PREFIX))
         port = self._port
         targets = [

@@ -15,7 +15,7 @@ from hookbus._stats import BusStats, SubscriberStats, Usage, WriterStats
 if TYPE_CHECKING:
     from hookbus._cluster import Task
     from hookbus._schedule import Schedule
-    from hookbus._subscriber import Sink
+    from hookbus._sink import Sink
     from hookbus._subscription import Subscriber
 
 __all__ = ["Roster"]

@@ -21,9 +21,9 @@ if TYPE_CHECKING:
     from hookbus._dispatch import Dispatcher
     from hookbus._keys import KeyRegistry, Publisher
     from hookbus._roster import Roster
+    from hookbus._sink import Sink
     from hookbus._state import RunState
     from hookbus._stops import Stops
-    from hookbus._subscriber import Sink
 
 __all__ = ["RunScope"]
 

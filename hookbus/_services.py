@@ -8,8 +8,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from hookbus._context import PeerReport, SinkContext
+from hookbus._sink import Sink
 from hookbus._store import step_of
-from hookbus._subscriber import Sink
 
 if TYPE_CHECKING:
     from collections.abc import Container, Iterable

@@ -7,7 +7,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hookbus._subscriber import Sink
+    from hookbus._sink import Sink
     from hookbus._subscription import Subscriber
 
 __all__ = ["SubscriberView", "views"]

@@ -9,7 +9,7 @@ from hookbus._schedule import Schedule, ScheduleTimer
 from hookbus._stats import Usage
 
 if TYPE_CHECKING:
-    from hookbus._subscriber import Sink
+    from hookbus._sink import Sink
 
 __all__ = ["Subscriber"]
 

@@ -1,4 +1,5 @@
-"""The one place hookbus imports TensorFlow: lazily, when a publisher or a backend first needs it.
+"""The one place hookbus imports TensorFlow: lazily, when a publisher or a backend first needs it;
+and where the publishers become TensorFlow's and Keras's classes (:func:`with_framework_base`).
 
 ``import hookbus`` must not import TensorFlow (about 5 s and 500 MB): the bus, the schedules and
 the observability sinks run without it, and ``hookbus demo`` holds TensorFlow's start-up notices
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["require_keras", "require_tensorflow"]
+__all__ = ["require_keras", "require_tensorflow", "with_framework_base"]
 
 _tensorflow: Any = None
 
@@ -32,3 +33,21 @@ def require_keras(what: str) -> Any:
     import keras  # type: ignore[import-untyped]  # Keras ships no type information
 
     return keras
+
+
+_mixed: dict[tuple[type, type], type] = {}
+
+
+def with_framework_base(cls: type, base: type) -> type:
+    """``cls`` with TensorFlow's or Keras's ``base`` class mixed in, made once, on first use.
+
+    The publishers are real ``SessionRunHook`` / ``keras.callbacks.Callback`` instances, yet
+    ``import hookbus`` does not import TensorFlow: the framework base joins in ``__new__``.
+    """
+    if issubclass(cls, base):
+        return cls
+    made = _mixed.get((cls, base))
+    if made is None:
+        namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
+        made = _mixed[(cls, base)] = type(cls.__name__, (cls, base), namespace)
+    return made

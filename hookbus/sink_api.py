@@ -53,9 +53,7 @@ from hookbus._lock import OutputInUseError, OutputLock
 from hookbus._own_thread_writer import OwnThreadWriter
 from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX
 from hookbus._schedule import Schedule
-from hookbus._stats import BusStats, SubscriberStats, WriterStats
-from hookbus._store import CheckpointStore, FileCheckpointStore, recover, step_of
-from hookbus._subscriber import (
+from hookbus._sink import (
     PRIORITY_CHECKPOINT,
     PRIORITY_DEFAULT,
     PRIORITY_EARLY_STOPPING,
@@ -64,6 +62,8 @@ from hookbus._subscriber import (
     SIGNALS,
     Sink,
 )
+from hookbus._stats import BusStats, SubscriberStats, WriterStats
+from hookbus._store import CheckpointStore, FileCheckpointStore, recover, step_of
 from hookbus._values import is_real_dtype
 from hookbus._writer import (
     BackgroundWriter,

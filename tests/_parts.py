@@ -11,9 +11,9 @@ from hookbus._dispatch import Dispatcher
 from hookbus._events import SIGNAL_DOCS
 from hookbus._roster import Roster
 from hookbus._schedule import Schedule
+from hookbus._sink import SIGNALS, Sink
 from hookbus._state import RunState
 from hookbus._stops import Stops
-from hookbus._subscriber import SIGNALS, Sink
 from hookbus._subscription import Subscriber
 
 

@@ -1,4 +1,4 @@
-"""Subscribers: the Sink base class, the signals, and the checks of a subscriber's settings."""
+"""The sink interface: the Sink base class, the signals, and the checks of a subscriber's settings."""
 
 from __future__ import annotations
 
