@@ -37,7 +37,7 @@ __all__ = [
     "Snapshot",
     "format_duration",
     "format_value",
-    "goal_for_key",
+    "best_direction",
     "plain_eval_line",
     "plain_line",
     "plain_summary",
@@ -55,14 +55,14 @@ class MetricRow:
     """One scalar key as shown: last value, best so far and where, recent history."""
 
     key: str
-    goal: str  # "min" or "max"
+    direction: str  # "min" or "max", by the one direction rule (or the goals= given)
     last: float | None  # None: no value yet in this process (a best restored from a checkpoint)
     best: float | None
     best_step: int | None
     history: tuple[float, ...]
 
 
-def goal_for_key(key: str) -> str:
+def best_direction(key: str) -> str:
     """The direction of "best" for ``key`` (:func:`hookbus.sink_api.better_direction`, the rule
     early stopping's ``mode="auto"`` uses); ``"min"`` for names the rule cannot decide."""
     return better_direction(key) or "min"
@@ -74,11 +74,11 @@ class MetricTracker:
     Memory is bounded: the history is a deque of at most ``history`` values.
     """
 
-    __slots__ = ("best", "best_step", "goal", "history", "key", "last")
+    __slots__ = ("best", "best_step", "direction", "history", "key", "last")
 
-    def __init__(self, key: str, goal: str, history: int) -> None:
+    def __init__(self, key: str, direction: str, history: int) -> None:
         self.key = key
-        self.goal = goal
+        self.direction = direction
         self.last: float | None = None
         self.best: float | None = None
         self.best_step: int | None = None
@@ -88,7 +88,7 @@ class MetricTracker:
         self.last = value
         self.history.append(value)
         if math.isfinite(value) and (
-            self.best is None or (value < self.best if self.goal == "min" else value > self.best)
+            self.best is None or (value < self.best if self.direction == "min" else value > self.best)
         ):
             self.best, self.best_step = value, step
 
@@ -97,7 +97,7 @@ class MetricTracker:
         self.best, self.best_step = best, step
 
     def row(self) -> MetricRow:
-        return MetricRow(self.key, self.goal, self.last, self.best, self.best_step, tuple(self.history))
+        return MetricRow(self.key, self.direction, self.last, self.best, self.best_step, tuple(self.history))
 
 
 def saved_bests(trackers: Iterable[MetricTracker]) -> dict[str, list[float | int]]:
@@ -273,7 +273,8 @@ def _metrics(
     column, the "at step" column, then the "best" column, are left out rather than cut.
     """
     cells = [
-        (row.key, format_value(row.last), f"{format_value(row.best)} {row.goal}", _step(row.best_step)) for row in rows
+        (row.key, format_value(row.last), f"{format_value(row.best)} {row.direction}", _step(row.best_step))
+        for row in rows
     ]
     widths = [max([cell_len(heading)] + [cell_len(c[i]) for c in cells]) for i, heading in enumerate(headings)]
     shown = len(headings)  # the columns kept, from the left
@@ -388,7 +389,7 @@ def plain_summary(snap: Snapshot) -> list[str]:
     for rows, best in ((snap.train, "best seen"), (snap.evals, "best")):
         for row in rows:
             lines.append(
-                f"  {row.key}: last {format_value(row.last)}, {best} ({row.goal}) {format_value(row.best)}"
+                f"  {row.key}: last {format_value(row.last)}, {best} ({row.direction}) {format_value(row.best)}"
                 f" at step {row.best_step if row.best_step is not None else '-'}"
             )
     lines.extend(f"  {item}" for item in snap.status_items)

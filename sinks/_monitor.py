@@ -11,12 +11,12 @@ import numpy as np
 from hookbus.sink_api import better_direction
 from hookbus.validate import key_name
 
-__all__ = ["MODES", "Monitor", "check_scalar", "resolve_mode"]
+__all__ = ["MODES", "Monitor", "check_scalar", "resolve_direction"]
 
 MODES = ("min", "max", "auto")
 
 
-def resolve_mode(monitor: str, mode: object, declared: str | None = None, *, owner: str | None = None) -> str:
+def resolve_direction(monitor: str, mode: object, declared: str | None = None, *, owner: str | None = None) -> str:
     """``"min"`` or ``"max"`` for ``monitor``; ``"auto"`` (the default) by the one direction rule.
 
     ``auto`` follows :func:`hookbus.sink_api.better_direction` (the dashboard's rule too): the
@@ -75,12 +75,12 @@ class Monitor:
             raise ValueError(f"mode must be 'min', 'max' or 'auto' (got {self.mode!r})")
 
     def settled(self, owner: str, declared: Callable[[str], str | None]) -> Monitor:
-        """This monitor with ``mode="auto"`` resolved (:func:`resolve_mode`) by what
+        """This monitor with ``mode="auto"`` resolved (:func:`resolve_direction`) by what
         ``declared(key)`` says of the metric (a sink's context's ``declared_direction``), as a
         run begins: before step 1, so a key nothing can decide fails then, asking for ``mode=``."""
         if self.mode != "auto":
             return self
-        return Monitor(self.key, resolve_mode(self.key, "auto", declared(self.key), owner=owner), self.min_delta)
+        return Monitor(self.key, resolve_direction(self.key, "auto", declared(self.key), owner=owner), self.min_delta)
 
     def value(self, values: Mapping[str, Any]) -> float | None:
         """The monitored scalar in ``values``, or ``None`` if absent.

@@ -27,7 +27,7 @@ from ._console_render import (
     Dashboard,
     MetricTracker,
     Snapshot,
-    goal_for_key,
+    best_direction,
     plain_eval_line,
     plain_line,
     plain_summary,
@@ -235,7 +235,7 @@ class ConsoleSink(Sink):
     def _metric(self, table: dict[str, MetricTracker], key: str) -> MetricTracker:
         metric = table.get(key)
         if metric is None:
-            metric = table[key] = MetricTracker(key, self.goals.get(key) or goal_for_key(key), self.history)
+            metric = table[key] = MetricTracker(key, self.goals.get(key) or best_direction(key), self.history)
         return metric
 
     def _measure_rate(self, step: int) -> None:

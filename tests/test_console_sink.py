@@ -20,7 +20,7 @@ import hookbus
 from hookbus import CheckpointSaved, Schedule
 from hookbus.sinks import ConsoleSink
 from hookbus.sinks import _console_render as render
-from hookbus.sinks._console_render import goal_for_key
+from hookbus.sinks._console_render import best_direction
 from hookbus.sinks._console_terminal import wants_live
 from hookbus.testing import FakeClock, ScriptedPublisher
 
@@ -140,8 +140,9 @@ def test_metrics_table_shows_last_best_and_step_of_best(clock: FakeClock) -> Non
             pub.advance({"loss": loss, "accuracy": acc, "lr": 0.01})
         rows = {row.key: row for row in sink.snapshot.train}
         text = text_of(sink)
-    assert (rows["loss"].last, rows["loss"].best, rows["loss"].best_step, rows["loss"].goal) == (0.3, 0.25, 3, "min")
-    assert (rows["accuracy"].best, rows["accuracy"].best_step, rows["accuracy"].goal) == (0.8, 2, "max")
+    loss = rows["loss"]
+    assert (loss.last, loss.best, loss.best_step, loss.direction) == (0.3, 0.25, 3, "min")
+    assert (rows["accuracy"].best, rows["accuracy"].best_step, rows["accuracy"].direction) == (0.8, 2, "max")
     lines = {line.split()[1]: line for line in text.splitlines() if len(line.split()) > 2}
     assert lines["loss"].split()[2:6] == ["0.3", "0.25", "min", "3"]
     assert lines["accuracy"].split()[2:6] == ["0.75", "0.8", "max", "2"]
@@ -190,7 +191,7 @@ def test_goals_override_the_direction_of_best(clock: FakeClock) -> None:
     ],
 )
 def test_goal_for_key(key: str, goal: str) -> None:
-    assert goal_for_key(key) == goal
+    assert best_direction(key) == goal
 
 
 def test_evaluation_section_appears_when_eval_values_arrive(clock: FakeClock) -> None:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from hookbus import EventBus, Sink, UnknownKeyError
 from hookbus.sinks import EarlyStoppingSink
-from hookbus.sinks._monitor import Monitor, resolve_mode
+from hookbus.sinks._monitor import Monitor, resolve_direction
 from hookbus.sinks.early_stopping import EarlyStopRule, EarlyStopState, decide
 from hookbus.testing import ScriptedPublisher
 
@@ -110,23 +110,23 @@ def test_decisions_agree_with_keras_early_stopping(
 
 # -- settings -------------------------------------------------------------------------------------
 def test_auto_mode_only_where_the_key_tells() -> None:
-    assert resolve_mode("eval/loss", "auto") == "min"
-    assert resolve_mode("val_error", "auto") == "min"
-    assert resolve_mode("accuracy", "auto") == "max"
-    assert resolve_mode("eval/auc", "auto") == "max"
-    assert resolve_mode("eval/mape", "auto") == "min"  # an error, not a 'map'
-    assert resolve_mode("eval/hits", "auto", declared="max") == "max"  # what the metric declares wins
-    assert resolve_mode("eval/loss", "min", declared="max") == "min"  # an explicit mode is kept
+    assert resolve_direction("eval/loss", "auto") == "min"
+    assert resolve_direction("val_error", "auto") == "min"
+    assert resolve_direction("accuracy", "auto") == "max"
+    assert resolve_direction("eval/auc", "auto") == "max"
+    assert resolve_direction("eval/mape", "auto") == "min"  # an error, not a 'map'
+    assert resolve_direction("eval/hits", "auto", declared="max") == "max"  # what the metric declares wins
+    assert resolve_direction("eval/loss", "min", declared="max") == "min"  # an explicit mode is kept
     with pytest.raises(ValueError, match="cannot tell whether 'lr'.*pass mode='min' or mode='max'"):
-        resolve_mode("lr", "auto")
+        resolve_direction("lr", "auto")
 
 
 @pytest.mark.parametrize("key", ["loss", "eval/loss", "val_error", "accuracy", "eval/auc", "f1", "precision", "mAP"])
 def test_early_stopping_and_the_dashboard_agree_on_which_way_is_better(key: str) -> None:
     """One rule for "higher is better": the dashboard's best column and mode='auto' agree."""
-    from hookbus.sinks._console_render import goal_for_key
+    from hookbus.sinks._console_render import best_direction
 
-    assert resolve_mode(key, "auto") == goal_for_key(key)
+    assert resolve_direction(key, "auto") == best_direction(key)
 
 
 @pytest.mark.parametrize(
