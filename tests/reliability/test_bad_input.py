@@ -11,7 +11,7 @@ import math
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -398,13 +398,13 @@ _NOT_DURATIONS = {"secs_from_session_start"}
 _REPORTS = {"BusStats", "SubscriberStats", "WriterStats"}
 
 
-def _public_time_arguments() -> set[tuple[str, str]]:
-    """(owner, argument) for every parameter of the public surface that names a duration or a rate."""
+def _public_parameters(skip: set[str]) -> Iterator[tuple[str, inspect.Parameter]]:
+    """(owner, parameter) for every function and public method of ``hookbus`` and ``hookbus.sinks``
+    (owners in ``skip`` left out); ``owner`` is ``Class`` for ``__init__`` and ``Class.method`` else."""
     import hookbus.sinks
 
-    found: set[tuple[str, str]] = set()
     for module in (hookbus, hookbus.sinks):
-        for name in set(module.__all__) - _REPORTS:
+        for name in set(module.__all__) - skip:
             obj = getattr(module, name)
             members = [(name, obj)] if not inspect.isclass(obj) else [
                 (name if member == "__init__" else f"{name}.{member}", getattr(obj, member))
@@ -414,11 +414,19 @@ def _public_time_arguments() -> set[tuple[str, str]]:
                 if not callable(function):
                     continue
                 try:
-                    parameters = inspect.signature(function).parameters
+                    parameters = inspect.signature(function).parameters.values()
                 except (TypeError, ValueError):
                     continue
-                found |= {(owner, p) for p in parameters if _TIME_NAME.search(p) and p not in _NOT_DURATIONS}
-    return found
+                yield from ((owner, p) for p in parameters)
+
+
+def _public_time_arguments() -> set[tuple[str, str]]:
+    """(owner, argument) for every parameter of the public surface that names a duration or a rate."""
+    return {
+        (owner, p.name)
+        for owner, p in _public_parameters(_REPORTS)
+        if _TIME_NAME.search(p.name) and p.name not in _NOT_DURATIONS
+    }
 
 
 def test_the_time_argument_table_names_every_public_time_argument() -> None:
@@ -533,30 +541,12 @@ _RECORDS = {"Event", "ReplayResult", "SubscriberStats", "BusStats", "WriterStats
 
 def _public_flag_arguments() -> set[tuple[str, str]]:
     """(owner, argument) for every parameter of the public surface annotated ``bool`` (or ``Restore``)."""
-    import hookbus.sinks
-
-    found: set[tuple[str, str]] = set()
-    for module in (hookbus, hookbus.sinks):
-        for name in set(module.__all__) - _RECORDS:
-            obj = getattr(module, name)
-            members = [(name, obj)] if not inspect.isclass(obj) else [
-                (name if member == "__init__" else f"{name}.{member}", getattr(obj, member))
-                for member in dir(obj) if member == "__init__" or not member.startswith("_")
-            ]  # fmt: skip
-            for owner, function in members:
-                if not callable(function):
-                    continue
-                try:
-                    parameters = inspect.signature(function).parameters.values()
-                except (TypeError, ValueError):
-                    continue
-                # A callable that returns a bool (FlushDeadline.wait's alive) is no flag.
-                found |= {
-                    (owner, p.name)
-                    for p in parameters
-                    if re.search(r"\bbool\b|\bRestore\b", str(p.annotation)) and "Callable" not in str(p.annotation)
-                }
-    return found
+    # A callable that returns a bool (FlushDeadline.wait's alive) is no flag.
+    return {
+        (owner, p.name)
+        for owner, p in _public_parameters(_RECORDS)
+        if re.search(r"\bbool\b|\bRestore\b", str(p.annotation)) and "Callable" not in str(p.annotation)
+    }
 
 
 def test_the_flag_table_names_every_public_flag() -> None:
