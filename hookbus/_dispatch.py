@@ -104,7 +104,7 @@ class Dispatcher:
                 try:
                     handler(payload)
                 except Exception as error:  # policy decides; KeyboardInterrupt passes
-                    if self._report(record, signal, payload, error) and first_error is None:
+                    if self._apply_error_policy(record, signal, payload, error) and first_error is None:
                         first_error = error
                 finally:
                     self.current = previous
@@ -131,7 +131,7 @@ class Dispatcher:
         if self.depth == 0:
             self._drain()
 
-    def _report(self, record: Subscriber, signal: str, payload: Any, error: Exception) -> bool:
+    def _apply_error_policy(self, record: Subscriber, signal: str, payload: Any, error: Exception) -> bool:
         """Apply ``record``'s error policy; True if the error must propagate."""
         record.errors += 1
         if signal == "begin":

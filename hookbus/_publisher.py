@@ -79,7 +79,7 @@ def _dispatch_order(record: Subscriber) -> tuple[int, int]:
     return record.sort_key
 
 
-def _observed(targets: list[Subscriber]) -> list[Subscriber]:
+def _unless_only_passive(targets: list[Subscriber]) -> list[Subscriber]:
     """``targets`` if one of them is not passive, else none: passive subscribers observe only
     what is published for someone else (a training step does this by merging them in)."""
     return targets if any(not r.passive for r in targets) else []
@@ -213,7 +213,7 @@ class PublisherCore:
             self._refresh()
             for record in self._subs:
                 record.timer.reset(step, now)
-            self._bounds()
+            self._find_next_due()
         port.publish("after_create_session", port.event("after_create_session", step=step, mode=self.mode))
         port.publish(
             "session_created",
@@ -294,7 +294,8 @@ class PublisherCore:
         self._any_before = any("before_run" in r.handlers for r in self._subs)
         self._observers = [r for r in self._port.local_subscribers if r.passive and "after_run" in r.handlers]
 
-    def _bounds(self) -> None:
+    def _find_next_due(self) -> None:
+        """The earliest step and time any enabled subscriber is due next (what :meth:`plan` compares)."""
         # Runs after every due step: one plain loop (no intermediate list, no generators).
         next_step = next_time = math.inf
         for record in self._subs:
@@ -315,7 +316,7 @@ class PublisherCore:
         """
         if self._version != self._port.version:
             self._refresh()
-            self._bounds()
+            self._find_next_due()
         if step < self._next_step and self._next_time == math.inf:
             return None
         now = self.bus.clock()
@@ -323,7 +324,7 @@ class PublisherCore:
             return None
         due = [r for r in self._subs if not r.disabled and r.timer.is_due(step, now)]
         if not due:
-            self._bounds()
+            self._find_next_due()
             return None
         if self._any_before:
             before = [r for r in due if "before_run" in r.handlers]
@@ -358,7 +359,7 @@ class PublisherCore:
             due = [r for r in due if r.timer.is_due(step, now)]
         for record in due:
             record.timer.fire(step, now)
-        self._bounds()
+        self._find_next_due()
         self._port.set_step(step)
         if not due:
             return
@@ -424,7 +425,7 @@ class PublisherCore:
             if "after_run" in r.handlers and not r.disabled and (r.passive or r.wants(keyset))
         ]
         event = port.event("after_run", step=step, mode="eval", values=MappingProxyType(prefixed))
-        port.publish("after_run", event, _observed(targets))
+        port.publish("after_run", event, _unless_only_passive(targets))
 
     def publish_epoch(self, step: int, values: Mapping[str, Any]) -> None:
         """Publish an epoch event (``mode="epoch"``; ``values`` keyed ``epoch/<name>`` plus ``epoch``)
@@ -434,7 +435,7 @@ class PublisherCore:
         targets = [
             r for r in port.local_subscribers if r.wants_epochs(keyset) or (r.passive and "after_run" in r.handlers)
         ]
-        targets = _observed(targets)
+        targets = _unless_only_passive(targets)
         if targets:
             event = port.event("after_run", step=step, mode="epoch", values=MappingProxyType(dict(values)))
             port.publish("after_run", event, targets)

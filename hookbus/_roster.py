@@ -49,13 +49,13 @@ class Roster:
         """Subscribe ``record`` in its place in the dispatch order."""
         self.records.append(record)
         self.records.sort(key=lambda s: s.sort_key)
-        self._locate()
+        self._select_local()
 
     def remove(self, record: Subscriber) -> None:
         """Unsubscribe ``record``; harmless if it is not subscribed."""
         if record in self.records:
             self.records.remove(record)
-            self._locate()
+            self._select_local()
 
     def __contains__(self, record: object) -> bool:
         return record in self.records
@@ -95,7 +95,7 @@ class Roster:
                     record.runs_on = record.sink.runs_on  # it may have been set after attach
                     if record.runs_on == "each":
                         record.sink.set_output_suffix(task.suffix)
-        self._locate()
+        self._select_local()
 
     def new_run(self) -> None:
         """A run begins: every schedule, error count and usage starts afresh."""
@@ -105,7 +105,8 @@ class Roster:
             record.usage = Usage()
         self.version += 1  # publishers re-plan against the fresh timers
 
-    def _locate(self) -> None:
+    def _select_local(self) -> None:
+        """``here``: the records that run on this task (every record without a task)."""
         task = self.task
         self.here = (
             self.records
