@@ -156,6 +156,7 @@ class EventBusHook:
         self._training_run = False
         self._step_after: Any = None
         self._global_step: Any = None
+        self._reads_step = False  # whether the global step can be read (set in begin)
         self._train_ops: frozenset[Any] = frozenset()
         self._elements: dict[str, Any] = {}
         self._eval_args: Any = None
@@ -213,6 +214,9 @@ class EventBusHook:
             # made on quiet steps is corrected at least every check_stop_every_n_steps.
             step_read = self._step_after if self._step_after is not None else self._global_step
             self._stop_args = tf.compat.v1.train.SessionRunArgs({"stop": self._shared_stop.read, "step": step_read})
+        # A read ordered after the train op, or the shared stop's global step (which build() requires):
+        # a stop made on a quiet run and the end event carry the global step read from the graph.
+        self._reads_step = self._step_after is not None or self._shared_stop is not None
         if self.checkpoint_backend is not None:
             self.checkpoint_backend.prepare()  # a Saver must be built before the graph is finalized
             # In parameter-server training the step moves while the chief saves: the backend
@@ -286,8 +290,7 @@ class EventBusHook:
                 self._eval.add(run_values.results, weighted=self._batch_size_element is not None)
         elif self._training_run:
             self._after_training_run(run_context, run_values.results)
-        reads = self._step_after is not None or self._shared_stop is not None  # as end() does
-        estimated = self._training_run and not self._exact and reads
+        estimated = self._training_run and not self._exact and self._reads_step
         stopping = self._core.should_stop(self._read_step if estimated else None)
         if self._shared_stop is not None and stopping:
             self._shared_stop.announce(run_context.session, self._core.stops)
@@ -331,7 +334,7 @@ class EventBusHook:
         if self._core.mode == "eval":
             self._end_eval(session)
             return
-        if self._global_step is not None and (self._step_after is not None or self._shared_stop is not None):
+        if self._reads_step:
             # The end event carries the global step read now (a variable read: no input is
             # consumed); in parameter-server training other workers moved it since the last read.
             self._step = self._estimate.correct(int(session.run(self._global_step)))
