@@ -15,7 +15,7 @@ import glob
 import os
 from typing import Any, Protocol, runtime_checkable
 
-from hookbus._store import STATE_SUFFIX, FileCheckpointStore, recover, step_of
+from hookbus._store import STATE_SUFFIX, FileCheckpointStore, step_of
 from hookbus._tf import require_tensorflow
 from hookbus._writer import write_atomically
 
@@ -28,11 +28,7 @@ __all__ = [
     "checkpoint_problem",
     "list_checkpoints",
     "read_state_file",
-    "record_checkpoints",
-    "recover_checkpoints",
-    "remove_checkpoint",
     "step_of",
-    "write_state_file",
 ]
 
 
@@ -222,29 +218,9 @@ def list_checkpoints(directory: str) -> list[str]:
     return TENSORFLOW.checkpoints(directory)
 
 
-def record_checkpoints(directory: str, paths: list[str]) -> None:
-    """:meth:`TensorFlowStore.record`: atomically make ``paths`` the pointer's, the last the latest."""
-    TENSORFLOW.record(directory, paths)
-
-
-def remove_checkpoint(path: str) -> None:
-    """:meth:`TensorFlowStore.remove`: delete every file of prefix ``path``, its state file last."""
-    TENSORFLOW.remove(path)
-
-
-def recover_checkpoints(directory: str, keep: int | None) -> tuple[list[str], list[str]]:
-    """:func:`hookbus._store.recover` on TensorFlow's layout."""
-    return recover(TENSORFLOW, directory, keep)
-
-
 def checkpoint_problem(path: str) -> str | None:
     """:meth:`TensorFlowStore.problem`: why ``path`` cannot be restored, or ``None``."""
     return TENSORFLOW.problem(path)
-
-
-def write_state_file(path: str, data: dict[str, Any]) -> None:
-    """:meth:`TensorFlowStore.write_state`: the sinks' states beside prefix ``path``, atomically."""
-    TENSORFLOW.write_state(path, data)
 
 
 def read_state_file(path: str) -> dict[str, Any] | None:

@@ -56,20 +56,21 @@ def test_a_checkpoint_left_by_a_kill_between_pointer_and_pruning_is_pruned_at_th
 def test_only_hookbus_checkpoints_are_pruned_at_start_and_never_without_a_latest(tmp_path: Path) -> None:
     tf = pytest.importorskip("tensorflow")
     from hookbus import _checkpoint as files
+    from hookbus._store import recover
 
     checkpoint = tf.train.Checkpoint(v=tf.Variable(1.0))
     prefixes = [checkpoint.write(str(tmp_path / f"model.ckpt-{step}")) for step in (1, 2, 3, 4)]
     # Nothing is pruned while no pointer names a checkpoint: there is no latest to keep.
-    files.write_state_file(prefixes[1], {"step": 2})
-    assert files.recover_checkpoints(str(tmp_path), 1) == ([], [])
+    files.TENSORFLOW.write_state(prefixes[1], {"step": 2})
+    assert recover(files.TENSORFLOW, str(tmp_path), 1) == ([], [])
     # 1: TensorFlow's own, unlisted (a Saver's keep_checkpoint_every_n_hours): no state file, kept.
     # 2: hookbus's, no longer listed (a kill before pruning). 3, 4: listed, keep=1 keeps 4.
     for prefix in prefixes[2:]:
-        files.write_state_file(prefix, {"step": files.step_of(prefix)})
-    files.record_checkpoints(str(tmp_path), prefixes[2:])
-    kept, dropped = files.recover_checkpoints(str(tmp_path), 1)
+        files.TENSORFLOW.write_state(prefix, {"step": files.step_of(prefix)})
+    files.TENSORFLOW.record(str(tmp_path), prefixes[2:])
+    kept, dropped = recover(files.TENSORFLOW, str(tmp_path), 1)
     assert kept == [prefixes[3]]
     assert dropped == [prefixes[2], prefixes[1]]
     for prefix in dropped:
-        files.remove_checkpoint(prefix)
+        files.TENSORFLOW.remove(prefix)
     assert steps_on_disk(tmp_path) == [1, 4]
