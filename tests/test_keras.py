@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
+from _keras_data import data
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
@@ -23,13 +23,6 @@ keras = pytest.importorskip("keras")
 import hookbus  # noqa: E402 - after the importorskip
 from hookbus import Event, EventBus, EventBusCallback, UnknownKeyError  # noqa: E402
 from hookbus.sinks import CSVSink, EarlyStoppingSink  # noqa: E402
-
-
-def data(n: int = 64, seed: int = 0) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, 4)).astype("float32")
-    y = ((x[:, 0] + rng.normal(scale=0.8, size=n)) > 0).astype("int32")
-    return x, y
 
 
 def model(lr: float = 0.05, steps_per_execution: int = 1) -> Any:

@@ -11,8 +11,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
+from _keras_data import KERAS_NP_ARRAY, data
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
@@ -22,13 +22,6 @@ from hookbus import _checkpoint as files  # noqa: E402
 from hookbus.sinks import CheckpointSink, EarlyStoppingSink  # noqa: E402
 
 STEPS = 4  # batches per epoch: 64 samples, batch 16
-
-
-def data(n: int = 64, seed: int = 0) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, 4)).astype("float32")
-    y = ((x[:, 0] + rng.normal(scale=0.8, size=n)) > 0).astype("int32")
-    return x, y
 
 
 def model(metric: Any = "accuracy") -> Any:
@@ -69,8 +62,7 @@ def test_early_stopping_on_a_rising_metric_stops_where_kerass_does(metric: Any, 
     assert ours.state.best == pytest.approx(max(history.history[f"val_{name}"]))
 
 
-# Keras's .weights.h5 writer hands TensorFlow variables to numpy 2 the old way (Keras's own notice).
-@pytest.mark.filterwarnings("ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning")
+@KERAS_NP_ARRAY  # Keras's .weights.h5 writer
 def test_keep_best_keeps_what_model_checkpoint_save_best_only_keeps(tmp_path: Path) -> None:
     """Same fit: ModelCheckpoint(save_best_only=True) writes a file at each new best val_accuracy;
     keep_best=2 keeps the two highest, the best being Keras's last file."""

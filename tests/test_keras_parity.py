@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _keras_data import KERAS_NP_ARRAY, data
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
@@ -20,20 +21,6 @@ from hookbus.sinks import CheckpointSink, EarlyStoppingSink, TensorBoardSink  # 
 
 STEPS_PER_EPOCH = 4  # 128 examples in batches of 32
 FIT = {"batch_size": 32, "verbose": 0}
-
-
-# Keras's own BackupAndRestore and TensorBoard convert variables with np.array(variable), which
-# numpy 2.4 warns about (warnings are errors here); only those tests ignore it.
-KERAS_NP_ARRAY = pytest.mark.filterwarnings(
-    "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning"
-)
-
-
-def data(n: int, seed: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, 4)).astype("float32")
-    y = ((x[:, 0] + rng.normal(scale=0.8, size=n)) > 0).astype("int32")
-    return x, y
 
 
 TRAIN, VAL = data(128, 0), data(64, 1)

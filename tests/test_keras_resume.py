@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _keras_data import KERAS_NP_ARRAY, data
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
@@ -28,19 +29,6 @@ STEPS = 8  # 64 examples in batches of 8
 EPOCHS = 5
 STOP = 2 * STEPS + 3  # the Ctrl-C lands on the 4th batch of epoch 2
 FIT = {"batch_size": 8, "epochs": EPOCHS, "shuffle": False, "verbose": 0}
-
-# Keras's BackupAndRestore converts variables with np.array(variable), which numpy 2.4 warns
-# about (warnings are errors here); only the differential ignores it.
-KERAS_NP_ARRAY = pytest.mark.filterwarnings(
-    "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning"
-)
-
-
-def data(n: int, seed: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, 4)).astype("float32")
-    y = ((x[:, 0] + rng.normal(scale=0.8, size=n)) > 0).astype("int32")
-    return x, y
 
 
 TRAIN, VAL = data(STEPS * 8, 0), data(32, 1)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _keras_data import data
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
@@ -24,13 +25,6 @@ from hookbus.sinks import CheckpointSink, EarlyStoppingSink  # noqa: E402
 
 STEPS_PER_EPOCH = 4  # 128 examples in batches of 32
 EPOCHS = 40
-
-
-def data(n: int, seed: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, 4)).astype("float32")
-    y = ((x[:, 0] + rng.normal(scale=0.8, size=n)) > 0).astype("int32")
-    return x, y
 
 
 TRAIN, VAL = data(128, 0), data(64, 1)

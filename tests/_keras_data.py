@@ -1,0 +1,32 @@
+"""The small classification data set the Keras tests fit on, and the warning filter they share.
+
+Four features, two classes: the label is the sign of the first feature plus noise, so a small
+model learns it within a few epochs and its metrics move (early stopping and best checkpoints
+have something to decide)::
+
+    TRAIN, VAL = data(128, 0), data(64, 1)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+__all__ = ["KERAS_NP_ARRAY", "data"]
+
+# Keras's own BackupAndRestore, TensorBoard and .weights.h5 writer convert variables with
+# np.array(variable), which numpy 2.4 warns about (warnings are errors here); only the tests
+# that run those callbacks ignore it.
+KERAS_NP_ARRAY = pytest.mark.filterwarnings(
+    "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning"
+)
+
+
+def data(n: int = 64, seed: int = 0) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """``n`` examples from a generator seeded with ``seed``: float32 features, int32 labels."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 4)).astype("float32")
+    y = ((x[:, 0] + rng.normal(scale=0.8, size=n)) > 0).astype("int32")
+    return x, y
