@@ -272,10 +272,7 @@ class EventBus:
 
     def detach(self, sink: Sink) -> None:
         """Unsubscribe ``sink`` (it is not closed). Raises ValueError if it is not attached."""
-        record = self._roster.record_of(sink)
-        if record is None:
-            raise ValueError(f"{sink!r} is not attached to this bus")
-        self._roster.remove(record)
+        self._roster.remove(self._roster.attached(sink))
 
     def on(
         self,

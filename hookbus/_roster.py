@@ -67,6 +67,17 @@ class Roster:
                 return record
         return None
 
+    def attached(self, sink: Sink) -> Subscriber:
+        """The record of ``sink``, which must be attached.
+
+        Raises:
+            ValueError: if ``sink`` is not attached.
+        """
+        record = self.record_of(sink)
+        if record is None:
+            raise ValueError(f"{sink!r} is not attached to this bus")
+        return record
+
     @property
     def sinks(self) -> list[Sink]:
         """The attached sinks, in dispatch order."""
@@ -78,9 +89,7 @@ class Roster:
         Raises:
             ValueError: if ``sink`` is not attached.
         """
-        record = self.record_of(sink)
-        if record is None:
-            raise ValueError(f"{sink!r} is not attached to this bus")
+        record = self.attached(sink)
         record.timer = schedule.timer()
         record.timer.reset(step, now)
         self.version += 1
