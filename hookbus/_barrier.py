@@ -110,7 +110,7 @@ class Barrier:
         The backend may name the checkpoint after a later step than ``prepared.step``
         (parameter-server training: other workers moved the global step); the states go under
         that name. Returns the prefix written, or ``None`` when that later step is in ``taken``
-        (already on disk: one checkpoint per step). The pointer is not touched: see :meth:`record`.
+        (already on disk: one checkpoint per step). The pointer is not touched: see :meth:`keep_only`.
         """
         os.makedirs(os.path.dirname(prefix), exist_ok=True)
         try:
@@ -126,7 +126,7 @@ class Barrier:
             raise
         return written
 
-    def record_evaluated(self, store: CheckpointStore, prefix: str) -> None:
+    def mark_evaluated(self, store: CheckpointStore, prefix: str) -> None:
         """Checkpoint ``prefix`` has been evaluated: flush every sink, then write the sinks' states
         (which now include that evaluation) beside it, marked ``evaluated`` — atomically, so a
         kill before this leaves the pre-evaluation states and the evaluation is made up on restart."""
@@ -140,9 +140,9 @@ class Barrier:
         if json.loads(json.dumps(marked)) != data:
             store.write_state(prefix, marked)
 
-    def record(self, store: CheckpointStore, directory: str, kept: list[str], dropped: list[str]) -> None:
+    def keep_only(self, store: CheckpointStore, directory: str, kept: list[str], dropped: list[str]) -> None:
         """Make ``kept`` (latest last) ``directory``'s checkpoints, atomically; then prune ``dropped``."""
-        store.record(directory, kept)
+        store.set_pointer(directory, kept)
         for old in dropped:
             store.remove(old)
 

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
     from hookbus._cluster import Task
 
-__all__ = ["EventBus", "Publisher", "Subscription", "UnknownKeyError", "record_evaluated"]
+__all__ = ["EventBus", "Publisher", "Subscription", "UnknownKeyError", "mark_evaluated"]
 
 logger = logging.getLogger("hookbus")
 _SinkT = TypeVar("_SinkT", bound=Sink)
@@ -385,7 +385,7 @@ class Subscription:
         return f"<Subscription {self._record.name!r} to {self.signal!r}>"
 
 
-def record_evaluated(bus: EventBus, prefix: str) -> None:
+def mark_evaluated(bus: EventBus, prefix: str) -> None:
     """Checkpoint ``prefix`` of ``bus``'s run has been evaluated: what ``train_and_evaluate``,
-    whose hooks hold their own cores, records (see :meth:`hookbus._port.BusPort.record_evaluated`)."""
-    bus._port.record_evaluated(prefix)
+    whose hooks hold their own cores, marks (see :meth:`hookbus._port.BusPort.mark_evaluated`)."""
+    bus._port.mark_evaluated(prefix)

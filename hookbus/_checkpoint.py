@@ -178,7 +178,7 @@ class TensorFlowStore(FileCheckpointStore):
             paths.append(latest)
         return [p for p in paths if self.exists(p)]
 
-    def record(self, directory: str, prefixes: list[str]) -> None:
+    def set_pointer(self, directory: str, prefixes: list[str]) -> None:
         from google.protobuf import text_format
 
         names = [os.path.relpath(p, directory) for p in prefixes]

@@ -51,14 +51,14 @@ class Checkpoints(Protocol):
         """The checkpoint barrier for ``step``: vetoes, flush, states, then the model at ``prefix``
         and the states beside it. The prefix written, or ``None`` when a control sink vetoed or
         the step the model holds (parameter-server training) is in ``taken``. The pointer is
-        not touched: see :meth:`record`."""
+        not touched: see :meth:`keep_only`."""
         ...
 
-    def record(self, directory: str, kept: list[str], dropped: list[str]) -> None:
+    def keep_only(self, directory: str, kept: list[str], dropped: list[str]) -> None:
         """Make ``kept`` (latest last) the pointer's checkpoints, atomically; then remove ``dropped``."""
         ...
 
-    def record_evaluated(self, prefix: str) -> None:
+    def mark_evaluated(self, prefix: str) -> None:
         """``prefix`` (a checkpoint of the current step) was evaluated: flush, then write the
         sinks' states beside it again, marked ``evaluated``."""
         ...

@@ -4,7 +4,7 @@ TensorFlow's estimator layout runs evaluation as its own task, outside the clust
 checkpoints in a shared directory. Estimator's early stopping then had to read the evaluator's
 event files on the chief, and left the evaluator polling for checkpoints forever. Here the
 evaluator's own subscribers decide (``EarlyStoppingSink(monitor="eval/loss")``), a stop record in
-the checkpoint directory carries the decision to training (:mod:`hookbus._records`), and an end
+the checkpoint directory carries the decision to training (:mod:`hookbus._run_files`), and an end
 record written when training's run closes ends the evaluator after the last checkpoint.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hookbus._checkpoint import step_of
-from hookbus._records import RunRecords
+from hookbus._run_files import RunFiles
 from hookbus._tf import require_tensorflow
 from hookbus._validate import optional_positive_int, optional_seconds, seconds
 
@@ -90,7 +90,7 @@ def evaluate_checkpoints(
     seconds("poll_secs", poll_secs)
     optional_seconds("timeout_secs", timeout_secs)
     tf = require_tensorflow("evaluate_checkpoints")
-    records = RunRecords(checkpoint_dir)
+    run_files = RunFiles(checkpoint_dir)
     started = wall_clock()
     evaluated, rounds, asked = -1, 0, False
     waiting_since = wall_clock()
@@ -104,11 +104,11 @@ def evaluate_checkpoints(
             )  # fmt: skip
             evaluated, rounds, waiting_since = step, rounds + 1, wall_clock()
             if bus.should_stop and not asked:
-                records.request_stop(bus.stop_reason or "the evaluator asked to stop", step, wall_clock())
+                run_files.request_stop(bus.stop_reason or "the evaluator asked to stop", step, wall_clock())
                 asked = True
             continue
-        if records.ended(started) is not None:
-            # Training saves its last checkpoint before it records the end: look once more.
+        if run_files.ended(started) is not None:
+            # Training saves its last checkpoint before it writes the end: look once more.
             last = tf.train.latest_checkpoint(checkpoint_dir)
             if last is not None and (step_of(last) or -1) > evaluated:
                 continue

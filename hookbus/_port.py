@@ -110,7 +110,7 @@ class BusPort:
         self._scope.start(publisher)
 
     def link_evaluator(self) -> None:
-        """A train publisher begins: listen for an evaluator task's stop (see :mod:`hookbus._records`)."""
+        """A train publisher begins: listen for an evaluator task's stop (see :mod:`hookbus._run_files`)."""
         self._scope.link_evaluator()
 
     def offer_checkpoints(self, backend: CheckpointBackend | None, store: CheckpointStore | None = None) -> None:
@@ -172,10 +172,10 @@ class BusPort:
         """Hand everything the sinks received to the OS (a publisher's end)."""
         self._barrier.flush(step, f"at the end of a session (step {step})")
 
-    def record_evaluated(self, prefix: str) -> None:
-        """An evaluation of checkpoint ``prefix`` finished (see :meth:`hookbus._barrier.Barrier.record_evaluated`)."""
+    def mark_evaluated(self, prefix: str) -> None:
+        """An evaluation of checkpoint ``prefix`` finished (see :meth:`hookbus._barrier.Barrier.mark_evaluated`)."""
         offered = self._offers.checkpoints
-        self._barrier.record_evaluated(offered[1] if offered is not None else TENSORFLOW, prefix)
+        self._barrier.mark_evaluated(offered[1] if offered is not None else TENSORFLOW, prefix)
 
     def hold(self) -> None:
         """Keep deferred work and stop requests waiting (see :meth:`hookbus._dispatch.Dispatcher.hold`)."""

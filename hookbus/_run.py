@@ -1,5 +1,5 @@
 """The run scope of a bus: ``with bus:``, a publisher's begin, SIGTERM as a stop request,
-closing every sink once, and the records an evaluator task reads (a part of :class:`hookbus.EventBus`)."""
+closing every sink once, and the run files an evaluator task reads (a part of :class:`hookbus.EventBus`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from hookbus._evaluated import EvaluatedSteps
-from hookbus._records import EvaluatorLink, RunRecords
+from hookbus._run_files import EvaluatorLink, RunFiles
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -108,7 +108,7 @@ class RunScope:
             return
         directories = {d for s in self._roster.sinks if (d := s.checkpoint_directory) is not None}
         if len(directories) == 1:
-            self._evaluator = EvaluatorLink(RunRecords(directories.pop()), since=self._state.wall_start)
+            self._evaluator = EvaluatorLink(RunFiles(directories.pop()), since=self._state.wall_start)
 
     def _evaluator_stop(self) -> tuple[str, str] | None:
         """An evaluator's new stop (what :class:`~hookbus._stops.Stops` polls every step)."""
@@ -123,7 +123,7 @@ class RunScope:
         link, self._evaluator = self._evaluator, None
         if link is not None:
             try:
-                link.records.mark_ended(self._state.step, self._wall_clock())
+                link.files.mark_ended(self._state.step, self._wall_clock())
             except OSError:  # a full or read-only disk must not mask how the run ended
                 logger.exception("could not record the end of the run for an evaluator")
 

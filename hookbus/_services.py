@@ -175,11 +175,11 @@ class BusCheckpoints:
         backend, store = self._offered()
         return self._barrier.commit(prepared, backend, store, prefix, value, taken)
 
-    def record(self, directory: str, kept: list[str], dropped: list[str]) -> None:
-        self._barrier.record(self.store, directory, kept, dropped)
+    def keep_only(self, directory: str, kept: list[str], dropped: list[str]) -> None:
+        self._barrier.keep_only(self.store, directory, kept, dropped)
 
-    def record_evaluated(self, prefix: str) -> None:
-        self._barrier.record_evaluated(self.store, prefix)
+    def mark_evaluated(self, prefix: str) -> None:
+        self._barrier.mark_evaluated(self.store, prefix)
 
     def load_states(self, states: Mapping[str, Any]) -> None:
         self._load_states(states)

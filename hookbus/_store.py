@@ -54,7 +54,7 @@ class CheckpointStore(Protocol):
         """
         ...
 
-    def record(self, directory: str, prefixes: list[str]) -> None:
+    def set_pointer(self, directory: str, prefixes: list[str]) -> None:
         """Atomically make ``prefixes`` (oldest first) the pointer's checkpoints, the last the latest."""
         ...
 
@@ -143,7 +143,7 @@ class FileCheckpointStore:
         paths = list(dict.fromkeys(os.path.abspath(os.path.join(directory, n)) for n in names))
         return [p for p in paths if self.exists(p)]
 
-    def record(self, directory: str, prefixes: list[str]) -> None:
+    def set_pointer(self, directory: str, prefixes: list[str]) -> None:
         names = [os.path.relpath(p, directory) for p in prefixes]
         data = {"latest": names[-1] if names else None, "all": names}
         write_atomically(os.path.join(directory, self.pointer), json.dumps(data) + "\n")

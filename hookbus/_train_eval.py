@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hookbus import _checkpoint as files
-from hookbus._bus import record_evaluated
+from hookbus._bus import mark_evaluated
 from hookbus._evaluator import evaluate_checkpoint
 from hookbus._session import monitored_training_session
 from hookbus._tf import require_tensorflow
@@ -104,7 +104,7 @@ def train_and_evaluate(
                 latest, eval_fetches=eval_fetches, eval_hooks=eval_hooks, eval_steps=eval_steps, scaffold=scaffold,
                 config=config,
             )  # fmt: skip
-            record_evaluated(bus, latest)  # durable: a kill before this is made up on restart
+            mark_evaluated(bus, latest)  # durable: a kill before this is made up on restart
             rounds += 1
         elif not stopped:
             break  # the round made no new checkpoint (an input that ended): nothing left to evaluate

@@ -60,7 +60,7 @@ def fall_back_from_unreadable(name: str, directory: str, checkpoints: Checkpoint
             "previous checkpoint %s (step %s), with the sinks' states saved beside that one",
             name, path, problem, moved, kept[-1], step_of(kept[-1]),
         )  # fmt: skip
-    checkpoints.record(directory, kept, [])
+    checkpoints.keep_only(directory, kept, [])
 
 
 def prune_leftovers(name: str, directories: Iterable[tuple[str, int | None]], checkpoints: Checkpoints) -> None:
@@ -70,10 +70,10 @@ def prune_leftovers(name: str, directories: Iterable[tuple[str, int | None]], ch
     Args:
         name: The sink's name, in the log line.
         directories: ``(directory, keep)`` pairs; ``keep=None`` keeps every checkpoint the pointer names.
-        checkpoints: The bus's checkpoint seam (its store lists; ``record`` prunes).
+        checkpoints: The bus's checkpoint seam (its store lists; ``keep_only`` prunes).
     """
     for directory, keep in directories:
         kept, dropped = recover(checkpoints.store, directory, keep)
         if dropped:
             logger.info("%s: pruning %d checkpoint(s) left in %s", name, len(dropped), directory)
-            checkpoints.record(directory, kept, dropped)
+            checkpoints.keep_only(directory, kept, dropped)

@@ -259,7 +259,7 @@ class CheckpointSink(Sink):
             # changed the sinks' states: write them beside it again, so a resume neither misses
             # it nor trains on after an early stop it decided.
             latest = self._kept[-1]
-            defer(lambda: self.context.checkpoints.record_evaluated(latest))
+            defer(lambda: self.context.checkpoints.mark_evaluated(latest))
         if event.mode == "epoch":
             self._consider_pending()  # after this epoch's save: a copy of it
         if value is None or not self.keep_best:
@@ -339,7 +339,7 @@ class CheckpointSink(Sink):
             return
         held = step_of(path) or step
         kept = [*self._kept, path]
-        self.context.checkpoints.record(self.directory, kept[-self.keep :], kept[: -self.keep])
+        self.context.checkpoints.keep_only(self.directory, kept[-self.keep :], kept[: -self.keep])
         self._kept = kept[-self.keep :]
         self._saved.update((step, held))
         self._publish(path, held, value)
@@ -373,7 +373,7 @@ class CheckpointSink(Sink):
             return
         dropped = self._best.add(value, path)
         if chief:
-            self.context.checkpoints.record(self.best_directory, self._best.paths, dropped)
+            self.context.checkpoints.keep_only(self.best_directory, self._best.paths, dropped)
             self._publish(path, step, value)
 
     def _publish(self, path: str, step: int, value: float | None) -> None:

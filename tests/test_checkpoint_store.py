@@ -44,7 +44,7 @@ def test_the_pointer_names_existing_checkpoints_relative_to_its_directory(tmp_pa
     (tmp_path / "d").mkdir()
     a, b = (make(store, tmp_path / "d" / f"model.ckpt-{s}") for s in (1, 2))
     assert store.checkpoints(str(tmp_path / "d")) == []  # no pointer yet
-    store.record(str(tmp_path / "d"), [a, b])
+    store.set_pointer(str(tmp_path / "d"), [a, b])
     assert json.loads((tmp_path / "d" / "checkpoint.json").read_text()) == {
         "latest": "model.ckpt-2", "all": ["model.ckpt-1", "model.ckpt-2"],
     }  # fmt: skip
@@ -87,7 +87,7 @@ def test_recover_prunes_beyond_keep_and_unlisted_checkpoints_with_states_never_t
     prefixes = [make(store, tmp_path / f"model.ckpt-{s}", step=s) for s in (1, 2, 3, 4)]
     foreign = make(store, tmp_path / "model.ckpt-9")  # no state file: not hookbus's, left alone
     assert recover(store, str(tmp_path), 1) == ([], [])  # no pointer: nothing is known to be stale
-    store.record(str(tmp_path), prefixes[1:])  # a kill between the pointer and pruning left step 1
+    store.set_pointer(str(tmp_path), prefixes[1:])  # a kill between the pointer and pruning left step 1
     assert recover(store, str(tmp_path), 2) == (prefixes[2:], [prefixes[1], prefixes[0]])
     assert foreign not in recover(store, str(tmp_path), 1)[1]
 
@@ -115,7 +115,7 @@ def test_a_store_that_is_not_one_fails_before_step_1() -> None:
 def test_an_ordinary_sinks_context_has_one_checkpoint_field() -> None:
     """What served CheckpointSink alone (prepare, commit, record, ...) is one object, ``checkpoints``."""
     fields = [f.name for f in dataclasses.fields(hookbus.SinkContext)]
-    assert [f for f in fields if "checkpoint" in f or f in ("load_states", "record_evaluated")] == ["checkpoints"]
+    assert [f for f in fields if "checkpoint" in f or f in ("load_states", "mark_evaluated")] == ["checkpoints"]
 
 
 # -- CheckpointSink on a store of its publisher's, no TensorFlow -------------------------------
@@ -180,7 +180,7 @@ def test_a_resume_from_the_publishers_store_writes_each_row_once(tmp_path: Path)
     latest = store.checkpoints(str(tmp_path / "ckpt"))[-1]
     assert Path(latest).name == "model.ckpt-5"
     store.remove(latest)  # back to step 4: the row of step 5 is on disk and must go
-    store.record(str(tmp_path / "ckpt"), store.checkpoints(str(tmp_path / "ckpt")))
+    store.set_pointer(str(tmp_path / "ckpt"), store.checkpoints(str(tmp_path / "ckpt")))
     _, weights = train(tmp_path, range(4, 8), every_n_steps=4)
     rows = (tmp_path / "metrics.csv").read_text().splitlines()[1:]
     assert [int(row.split(",")[0]) for row in rows] == list(range(1, 9))

@@ -67,7 +67,7 @@ def test_only_hookbus_checkpoints_are_pruned_at_start_and_never_without_a_latest
     # 2: hookbus's, no longer listed (a kill before pruning). 3, 4: listed, keep=1 keeps 4.
     for prefix in prefixes[2:]:
         files.TENSORFLOW.write_state(prefix, {"step": files.step_of(prefix)})
-    files.TENSORFLOW.record(str(tmp_path), prefixes[2:])
+    files.TENSORFLOW.set_pointer(str(tmp_path), prefixes[2:])
     kept, dropped = recover(files.TENSORFLOW, str(tmp_path), 1)
     assert kept == [prefixes[3]]
     assert dropped == [prefixes[2], prefixes[1]]

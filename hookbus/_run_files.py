@@ -1,4 +1,4 @@
-"""Run records in the shared checkpoint directory: how an evaluator and training talk without a cluster.
+"""Run files in the shared checkpoint directory: how an evaluator and training talk without a cluster.
 
 In TensorFlow's estimator layout the ``evaluator`` task is not a cluster member: it evaluates
 the checkpoints training leaves in a shared directory. Two small files beside them carry what
@@ -10,7 +10,7 @@ must cross that gap, each written atomically (temporary file, then rename):
 - ``ended.hookbus.json``, written by training when its run closes: ``{"step", "wall_time"}``.
   The evaluator evaluates the checkpoint training ended with, then ends too.
 
-A record older than the reader's own start is left over from an earlier run and ignored;
+A file older than the reader's own start is left over from an earlier run and ignored;
 training removes such leftovers when its run begins. Times are wall-clock (``time.time``), so
 machines sharing the directory need clocks that agree to within a second or so.
 """
@@ -24,14 +24,14 @@ from typing import Any
 
 from hookbus._writer import write_atomically
 
-__all__ = ["ENDED", "STOP", "EvaluatorLink", "RunRecords"]
+__all__ = ["ENDED", "STOP", "EvaluatorLink", "RunFiles"]
 
 STOP = "stop.hookbus.json"
 ENDED = "ended.hookbus.json"
 
 
-class RunRecords:
-    """The run records of checkpoint directory ``directory``."""
+class RunFiles:
+    """The run files of checkpoint directory ``directory``."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = os.fspath(directory)
@@ -54,7 +54,7 @@ class RunRecords:
         write_atomically(self._path(name), json.dumps(data))
 
     def clear_before(self, since: float) -> None:
-        """Remove records written before ``since`` (training calls it as its run begins)."""
+        """Remove run files written before ``since`` (training calls it as its run begins)."""
         for name in (STOP, ENDED):
             # Older than ``since``, torn or foreign: nothing this run may act on.
             if os.path.exists(self._path(name)) and self._read(name, since) is None:
@@ -84,26 +84,26 @@ class RunRecords:
 
 
 class EvaluatorLink:
-    """Training's side of the records: stop when an evaluator asks; say when the run ended.
+    """Training's side of the run files: stop when an evaluator asks; say when the run ended.
 
     Owned by the bus for one run, on the process that saves checkpoints (the chief, or the only
     training process). :meth:`poll` runs on the training thread at every step and reads the
     directory at most once per ``every_secs`` (default 1 s) of the bus's clock.
     """
 
-    def __init__(self, records: RunRecords, since: float, every_secs: float = 1.0) -> None:
-        self.records = records
+    def __init__(self, files: RunFiles, since: float, every_secs: float = 1.0) -> None:
+        self.files = files
         self.since = since
         self.every_secs = every_secs
         self._next = -1.0
         self._seen = False
-        records.clear_before(since)
+        files.clear_before(since)
 
     def poll(self, now: float) -> tuple[str, int] | None:
         """An evaluator's new stop request, ``(reason, step)``, once; else ``None``."""
         if now < self._next or self._seen:
             return None
         self._next = now + self.every_secs
-        found = self.records.stop_requested(self.since)
+        found = self.files.stop_requested(self.since)
         self._seen = found is not None
         return found
