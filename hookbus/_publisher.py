@@ -2,7 +2,8 @@
 
 The TensorFlow hook, the Keras callback and the loop publisher wrap a :class:`PublisherCore`;
 so does :mod:`hookbus.testing`. Planning is the hot path: on a step where no subscriber is due
-:meth:`PublisherCore.plan` compares two numbers and returns ``None``.
+:meth:`PublisherCore.plan` compares two numbers and returns ``None``. Which subscribers can be
+due, their bounds and the fetch-key union are :mod:`hookbus._planner`'s.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from hookbus._planner import Plan, Planner
 from hookbus._subscriber_view import SubscriberView, views
 from hookbus._subscription import Subscriber
 from hookbus._validate import flag, key_items, key_name
@@ -85,26 +87,6 @@ def _unless_only_passive(targets: list[Subscriber]) -> list[Subscriber]:
     return targets if any(not r.passive for r in targets) else []
 
 
-class Plan:
-    """What a publisher must fetch for one due step, handed back to :meth:`PublisherCore.publish_step`.
-
-    Attributes:
-        step: The step it was planned for.
-        keys: The keys to fetch (the union of the due subscribers' keys, in declared order).
-    """
-
-    __slots__ = ("due", "keys", "now", "step")
-
-    def __init__(self, step: int, keys: tuple[str, ...], due: list[Subscriber], now: float) -> None:
-        self.step = step
-        self.keys = keys
-        self.due = due
-        self.now = now
-
-    def __repr__(self) -> str:
-        return f"<Plan step={self.step} keys={self.keys}>"
-
-
 class PublisherCore:
     """What every publisher shares: keys, the step, the lifecycle, planning and publication.
 
@@ -138,13 +120,10 @@ class PublisherCore:
         #: (a graph tensor's shape; ``None`` entries for unknown dimensions). Sinks that need a
         #: scalar check it at begin (their context's ``static_shape``).
         self.shapes: dict[str, tuple[int | None, ...]] = {}
-        self._version = -1
-        self._subs: list[Subscriber] = []
-        self._observers: list[Subscriber] = []  # passive subscribers: see what others are sent
-        self._any_before = False
-        self._next_step = -math.inf
+        self._planner = Planner(self.keys, self.bus_keys)
+        self._version = -1  # the subscribers' version the planner last read
+        self._next_step = -math.inf  # the planner's bounds: on a quiet step, two plain comparisons
         self._next_time = -math.inf
-        self._fetch_cache: dict[frozenset[str], tuple[str, ...]] = {}
         self._last: tuple[int, Mapping[str, Any]] | None = None  # the last values published, and their step
         self.sessions, self._run = 0, 0  # sessions in the bus's run number _run
         self._port.register(self)
@@ -210,10 +189,12 @@ class PublisherCore:
             port.set_step(step)
             port.resume_evaluations(step)
             now = self.bus.clock()
-            self._refresh()
-            for record in self._subs:
+            planner = self._planner
+            self._version = port.version
+            planner.refresh(port.local_subscribers)
+            for record in planner.subs:
                 record.timer.reset(step, now)
-            self._find_next_due()
+            self._next_step, self._next_time = planner.find_next_due()
         port.publish("after_create_session", port.event("after_create_session", step=step, mode=self.mode))
         port.publish(
             "session_created",
@@ -283,70 +264,32 @@ class PublisherCore:
         port.flush_sinks(step)
 
     # -- planning ----------------------------------------------------------------------------
-    def _refresh(self) -> None:
-        self._version = self._port.version
-        self._fetch_cache.clear()
-        self._subs = [
-            r
-            for r in self._port.local_subscribers
-            if ("after_run" in r.handlers or "before_run" in r.handlers) and r.wants(self.bus_keys)
-        ]
-        self._any_before = any("before_run" in r.handlers for r in self._subs)
-        self._observers = [r for r in self._port.local_subscribers if r.passive and "after_run" in r.handlers]
-
-    def _find_next_due(self) -> None:
-        """The earliest step and time any enabled subscriber is due next (what :meth:`plan` compares)."""
-        # Runs after every due step: one plain loop (no intermediate list, no generators).
-        next_step = next_time = math.inf
-        for record in self._subs:
-            if record.disabled:
-                continue
-            timer = record.timer
-            at_step, at_time = timer.next_step(), timer.next_time()
-            if at_step < next_step:
-                next_step = at_step
-            if at_time < next_time:
-                next_time = at_time
-        self._next_step, self._next_time = next_step, next_time
-
     def plan(self, step: int) -> Plan | None:
         """What to fetch for the coming training step ``step``, or ``None`` if nothing is due.
 
         Publishes ``before_run`` to the due subscribers that listen to it.
         """
         if self._version != self._port.version:
-            self._refresh()
-            self._find_next_due()
+            port = self._port
+            self._version = port.version
+            self._planner.refresh(port.local_subscribers)
+            self._next_step, self._next_time = self._planner.find_next_due()
         if step < self._next_step and self._next_time == math.inf:
             return None
         now = self.bus.clock()
         if step < self._next_step and now < self._next_time:
             return None
-        due = [r for r in self._subs if not r.disabled and r.timer.is_due(step, now)]
+        planner = self._planner
+        due = [r for r in planner.subs if not r.disabled and r.timer.is_due(step, now)]
         if not due:
-            self._find_next_due()
+            self._next_step, self._next_time = planner.find_next_due()
             return None
-        if self._any_before:
+        if planner.any_before:
             before = [r for r in due if "before_run" in r.handlers]
             if before:
                 port = self._port
                 port.publish("before_run", port.event("before_run", step=step, mode=self.mode), before)
-        return Plan(step, self._fetch_keys(due), due, now)
-
-    def _fetch_keys(self, due: Iterable[Subscriber]) -> tuple[str, ...]:
-        wanted: set[str] = set()
-        for record in due:
-            if "after_run" not in record.handlers:
-                continue
-            if record.keys is None:
-                return self.keys
-            wanted |= record.keys
-        frozen = frozenset(wanted)
-        cached = self._fetch_cache.get(frozen)
-        if cached is None:
-            # Keep the declared order, so equal due sets always make the same fetch structure.
-            cached = self._fetch_cache[frozen] = tuple(k for k in self.keys if k in frozen)
-        return cached
+        return Plan(step, planner.fetch_keys(due), due, now)
 
     def publish_step(self, plan: Plan, step: int, raw: Mapping[str, Any]) -> None:
         """Publish ``plan``'s ``after_run`` with the fetched ``raw`` values.
@@ -359,7 +302,7 @@ class PublisherCore:
             due = [r for r in due if r.timer.is_due(step, now)]
         for record in due:
             record.timer.fire(step, now)
-        self._find_next_due()
+        self._next_step, self._next_time = self._planner.find_next_due()
         self._port.set_step(step)
         if not due:
             return
@@ -367,12 +310,14 @@ class PublisherCore:
 
     def final_plan(self, step: int) -> Plan | None:
         """What the ``at_end`` subscribers still owed a final event at ``step`` need, or ``None``."""
-        if self._version != self._port.version:
-            self._refresh()
-        due = [r for r in self._subs if not r.disabled and r.timer.is_due_at_end(step)]
+        planner, port = self._planner, self._port
+        if self._version != port.version:
+            self._version = port.version
+            planner.refresh(port.local_subscribers)
+        due = [r for r in planner.subs if not r.disabled and r.timer.is_due_at_end(step)]
         if not due:
             return None
-        return Plan(step, self._fetch_keys(due), due, self.bus.clock())
+        return Plan(step, planner.fetch_keys(due), due, self.bus.clock())
 
     def last_values(self) -> tuple[int, Mapping[str, Any]] | None:
         """The values of the last step this core published, with that step (``None`` before any).
@@ -396,8 +341,9 @@ class PublisherCore:
             self._last = (step, values)
         keyset = frozenset(values)
         targets = [r for r in due if "after_run" in r.handlers and (r.keys is None or not r.keys.isdisjoint(keyset))]
-        if self._observers and targets:  # they see what the due subscribers were sent, in dispatch order
-            targets = sorted([*targets, *self._observers], key=_dispatch_order)
+        observers = self._planner.observers
+        if observers and targets:  # they see what the due subscribers were sent, in dispatch order
+            targets = sorted([*targets, *observers], key=_dispatch_order)
         port = self._port
         event = port.event("after_run", step=step, mode=self.mode, values=MappingProxyType(values), final=final)
         port.publish("after_run", event, targets)
