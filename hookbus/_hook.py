@@ -151,7 +151,6 @@ class EventBusHook:
         self._train_op_arg = train_op
         self._eval = EvalAggregator(check_aggregate(aggregate, self._fetches))
         self.bus = bus
-        self._step = 0
         self._planned: Plan | None = None
         self._training_run = False
         self._step_after: Any = None
@@ -171,6 +170,11 @@ class EventBusHook:
         self._stop_args: Any = None
         # Train mode offers its session to checkpoint sinks (through the core, in begin).
         self.checkpoint_backend = SaverBackend() if self._core.mode == "train" else None
+
+    @property
+    def _step(self) -> int:
+        """The step after the last run (the estimate's: exact when the last read was)."""
+        return self._estimate.step
 
     @property
     def mode(self) -> str:
@@ -240,8 +244,7 @@ class EventBusHook:
         self._core.begin()
 
     def after_create_session(self, session: Any, coord: Any) -> None:
-        self._step = int(session.run(self._global_step)) if self._global_step is not None else 0
-        self._estimate.start(self._step)
+        self._estimate.start(int(session.run(self._global_step)) if self._global_step is not None else 0)
         self._session = session
         self._eval.start()
         # A stop requested before an evaluation began (the training's) must not cut it short.
@@ -307,7 +310,7 @@ class EventBusHook:
         if plan is not None:
             step, values = self._train_fetches.unpack(plan.keys, results, estimate.next())
             exact = self._exact = self._step_after is not None
-            self._step = estimate.ran(step if exact else None)
+            estimate.ran(step if exact else None)
             try:
                 self._core.publish_step(plan, step, values)
             except Exception as error:
@@ -317,8 +320,7 @@ class EventBusHook:
         else:
             # A stop-flag check or the learning read reads the step; quiet runs estimate it.
             exact = self._exact = bool(results) and "step" in results
-            self._step = estimate.ran(int(results["step"]) if exact else None)
-            self._core.advance(self._step)
+            self._core.advance(estimate.ran(int(results["step"]) if exact else None))
         if stop is not None and results:
             stop.observe(results["stop"], self._core.stops)
 
@@ -326,9 +328,9 @@ class EventBusHook:
         """The global step read now (a variable read: no input is consumed); a stop is about to
         be published on a run that read nothing: every step that leaves the publisher is the
         global step read from the graph."""
-        self._step = self._estimate.correct(int(self._session.run(self._global_step)))
-        self._core.advance(self._step)
-        return self._step
+        step = self._estimate.correct(int(self._session.run(self._global_step)))
+        self._core.advance(step)
+        return step
 
     def end(self, session: Any) -> None:
         if self._core.mode == "eval":
@@ -337,8 +339,7 @@ class EventBusHook:
         if self._reads_step:
             # The end event carries the global step read now (a variable read: no input is
             # consumed); in parameter-server training other workers moved it since the last read.
-            self._step = self._estimate.correct(int(session.run(self._global_step)))
-            self._core.advance(self._step)
+            self._core.advance(self._estimate.correct(int(session.run(self._global_step))))
         if self._shared_stop is not None and self.bus.should_stop:
             self._shared_stop.announce(session, self._core.stops)
         final = self._core.final_plan(self._step)
