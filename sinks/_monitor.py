@@ -16,6 +16,13 @@ __all__ = ["MODES", "Monitor", "check_scalar", "resolve_direction"]
 MODES = ("min", "max", "auto")
 
 
+def _checked_mode(mode: object) -> str:
+    """``mode`` if it is one of :data:`MODES`, else a ValueError naming it."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be 'min', 'max' or 'auto' (got {mode!r})")
+    return str(mode)
+
+
 def resolve_direction(monitor: str, mode: object, declared: str | None = None, *, owner: str | None = None) -> str:
     """``"min"`` or ``"max"`` for ``monitor``; ``"auto"`` (the default) by the one direction rule.
 
@@ -30,9 +37,7 @@ def resolve_direction(monitor: str, mode: object, declared: str | None = None, *
         ValueError: for a mode other than the three, or where ``auto`` cannot tell (naming
             ``owner``, the sink, when given).
     """
-    if mode not in MODES:
-        raise ValueError(f"mode must be 'min', 'max' or 'auto' (got {mode!r})")
-    if mode != "auto":
+    if _checked_mode(mode) != "auto":
         return str(mode)
     direction = better_direction(monitor, declared)
     if direction is not None:
@@ -71,8 +76,7 @@ class Monitor:
 
     def __post_init__(self) -> None:
         key_name("monitor", self.key)
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be 'min', 'max' or 'auto' (got {self.mode!r})")
+        _checked_mode(self.mode)
 
     def settled(self, owner: str, declared: Callable[[str], str | None]) -> Monitor:
         """This monitor with ``mode="auto"`` resolved (:func:`resolve_direction`) by what
