@@ -17,6 +17,7 @@ spread between runs.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -87,6 +88,13 @@ def summarize(series: dict[str, Series], base: str) -> dict[str, dict[str, float
     }
 
 
+def share(run: dict[str, dict[str, float]], key: str, theirs: str, ours: str = "hookbus") -> float:
+    """``ours``'s overhead over the base (figure ``key`` of a :func:`summarize` run) as a share of
+    ``theirs``'s: 0.5 when it adds half as much (``nan`` if ``theirs`` costs nothing)."""
+    their_over = run[theirs][key] - 1
+    return (run[ours][key] - 1) / their_over if their_over > 0 else math.nan
+
+
 def spread(per_run: Sequence[dict[str, dict[str, float]]]) -> dict[str, dict[str, dict[str, Any]]]:
     """Each figure of :func:`summarize` across runs: ``median``, ``min``, ``max`` and the ``runs``."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
@@ -129,6 +137,30 @@ def repeat(script: str, argv: Sequence[str], runs: int) -> list[dict[str, Any]]:
             with open(path) as fh:
                 results.append(json.load(fh))
     return results
+
+
+def runs_of(
+    script: str, argv: Sequence[str], runs: int, raw: str | None, measure: Callable[[], list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """Each run's raw result (``{"groups": ...}``): one measured here, or ``runs`` processes (:func:`repeat`).
+
+    With ``raw`` (this process is one of :func:`repeat`'s) the one run measured here is also
+    written there (the caller then prints nothing).
+
+    Args:
+        script: The benchmark's own file, run again for each of several runs.
+        argv: Its arguments, passed on to each run.
+        runs: How many runs (``--runs``).
+        raw: ``--raw``: the path this run's result goes to, or ``None``.
+        measure: Measures one run here: its groups.
+    """
+    if raw is None and runs != 1:
+        return repeat(script, argv, runs)
+    run = {"groups": measure()}
+    if raw is not None:
+        with open(raw, "w") as fh:
+            json.dump(run, fh)
+    return [run]
 
 
 def _without(argv: list[str], options: Sequence[str]) -> list[str]:

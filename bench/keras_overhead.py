@@ -29,7 +29,6 @@ import argparse
 import contextlib
 import datetime
 import json
-import math
 import os
 import platform
 import sys
@@ -41,7 +40,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from _interleave import cell, interleave, repeat, spread, summarize  # noqa: E402
+from _interleave import cell, interleave, runs_of, share, spread, summarize  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 import hookbus  # noqa: E402
@@ -145,18 +144,12 @@ def measure(steps_per_execution: int, rounds: int, epochs: int, steps: int, warm
 def figures(raw_groups: list[dict[str, Any]]) -> dict[str, Any]:
     """One ``steps_per_execution`` across runs: every configuration against ``none``."""
     runs = [summarize(g["series"], "none") for g in raw_groups]
-    shares = [{"share": {k: _share(run, k) for k in ("x_wall", "x_cpu")}} for run in runs]
+    shares = [{"share": {k: share(run, k, "keras") for k in ("x_wall", "x_cpu")}} for run in runs]
     return {
         "steps_per_execution": raw_groups[0]["steps_per_execution"],
         "rows": spread(runs),
         "hookbus_share_of_keras_overhead": spread(shares)["share"],
     }
-
-
-def _share(run: dict[str, dict[str, float]], key: str) -> float:
-    """hookbus's overhead over ``none`` as a share of Keras's set's (``nan`` if that costs nothing)."""
-    keras_over = run["keras"][key] - 1
-    return (run["hookbus"][key] - 1) / keras_over if keras_over > 0 else math.nan
 
 
 def check_targets(group: dict[str, Any]) -> list[tuple[str, bool]]:
@@ -220,15 +213,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.quick:
         args.rounds, args.epochs, args.steps_per_epoch = 1, 1, 32
         args.runs = min(args.runs, 2)
-    if args.raw or args.runs == 1:
-        groups = [measure(spe, args.rounds, args.epochs, args.steps_per_epoch, not args.quick) for spe in (1, 32)]
-        runs = [{"groups": groups}]
-        if args.raw:
-            with open(args.raw, "w") as fh:
-                json.dump(runs[0], fh)
-            return runs[0]
-    else:
-        runs = repeat(os.path.abspath(__file__), argv, args.runs)
+
+    def measure_here() -> list[dict[str, Any]]:
+        return [measure(spe, args.rounds, args.epochs, args.steps_per_epoch, not args.quick) for spe in (1, 32)]
+
+    runs = runs_of(os.path.abspath(__file__), argv, args.runs, args.raw, measure_here)
+    if args.raw:
+        return runs[0]  # one of several runs: its result is in args.raw
     groups = [figures([run["groups"][i] for run in runs]) for i in range(len(runs[0]["groups"]))]
     result: dict[str, Any] = {
         "benchmark": "keras_overhead",

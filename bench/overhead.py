@@ -65,7 +65,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from _interleave import cell, interleave, repeat, spread, summarize  # noqa: E402
+from _interleave import cell, interleave, runs_of, share, spread, summarize  # noqa: E402
 from _tf1_hooks import NEVER, FetchFloor, build, hookbus_hook, native_hooks, tensorflow_logging_to  # noqa: E402
 
 import hookbus  # noqa: E402
@@ -186,15 +186,9 @@ def figures(raw_groups: list[dict[str, Any]]) -> dict[str, Any]:
     group: dict[str, Any] = {"model": raw_groups[0]["model"], "cadence": raw_groups[0]["cadence"], "rows": spread(runs)}
     if "floor" in raw_groups[0]["series"]:
         group["hookbus_x_floor"] = spread([summarize(g["series"], "floor") for g in raw_groups])["hookbus"]
-    shares = [{k: _share(run, k) for k in ("x_wall", "x_cpu")} for run in runs]
+    shares = [{k: share(run, k, "native") for k in ("x_wall", "x_cpu")} for run in runs]
     group["hookbus_share_of_native_overhead"] = spread([{"share": s} for s in shares])["share"]
     return group
-
-
-def _share(run: dict[str, dict[str, float]], key: str) -> float:
-    """hookbus's overhead over bare as a share of native's (``nan`` if native costs nothing)."""
-    native_over = run["native"][key] - 1
-    return (run["hookbus"][key] - 1) / native_over if native_over > 0 else math.nan
 
 
 def check_targets(group: dict[str, Any]) -> list[tuple[str, bool]]:
@@ -273,16 +267,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args.runs = min(args.runs, 2)
     models = ["linear", "mlp"] if args.model == "all" else [args.model]
     cadences = ["realistic", "every"] if args.cadence == "all" else [args.cadence]
-    if args.raw or args.runs == 1:
+
+    def measure_here() -> list[dict[str, Any]]:
         v1.disable_eager_execution()
         np.set_printoptions(suppress=True)
-        runs = [{"groups": [measure(m, c, args.rounds, args.chunk, args.warmup) for m in models for c in cadences]}]
-        if args.raw:
-            with open(args.raw, "w") as fh:
-                json.dump(runs[0], fh)
-            return runs[0]
-    else:
-        runs = repeat(os.path.abspath(__file__), argv, args.runs)
+        return [measure(m, c, args.rounds, args.chunk, args.warmup) for m in models for c in cadences]
+
+    runs = runs_of(os.path.abspath(__file__), argv, args.runs, args.raw, measure_here)
+    if args.raw:
+        return runs[0]  # one of several runs: its result is in args.raw
     groups = [figures([run["groups"][i] for run in runs]) for i in range(len(runs[0]["groups"]))]
     result: dict[str, Any] = {
         "benchmark": "overhead",
