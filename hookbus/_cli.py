@@ -11,7 +11,6 @@ import importlib.util
 import os
 import shlex
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 from hookbus._startup_notices import held_startup_notices
 from hookbus._tf import require_tensorflow
 from hookbus._validate import non_negative_seconds
+from hookbus._writer import make_writable_dir
 
 __all__ = ["main"]
 
@@ -84,8 +84,7 @@ def _command(name: str) -> str:
 def _writable(logdir: Path) -> str | None:
     """Why the demo cannot write in ``logdir`` (made if missing), or ``None`` when it can."""
     try:
-        logdir.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=logdir).close()
+        make_writable_dir(logdir)  # what each writer sink's begin does, once, before TensorFlow loads
     except OSError as error:
         return error.strerror or str(error)
     return None

@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import queue
 import secrets
+import tempfile
 import threading
 import time
 import warnings
@@ -67,6 +68,16 @@ def check_writable_dir(directory: str, what: str) -> None:
         raise ValueError(f"{what} {directory!r} cannot be created: {probe!r} is not a directory")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise PermissionError(f"{what} {directory!r} is not writable: no write permission on {probe!r}")
+
+
+def make_writable_dir(directory: str | os.PathLike[str]) -> None:
+    """Create ``directory`` (and its parents) and check a file can be made in it.
+
+    Raises:
+        OSError: As the file system gave it, where either fails.
+    """
+    os.makedirs(directory, exist_ok=True)
+    tempfile.TemporaryFile(dir=directory).close()
 
 
 def write_atomically(target: str | os.PathLike[str], text: str) -> None:

@@ -48,7 +48,6 @@ A sink writing JSON lines on the kit alone::
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
@@ -58,7 +57,7 @@ from hookbus._lock import OutputLock, lock_path
 from hookbus._own_thread_writer import OwnThreadWriter
 from hookbus._stats import WriterStats
 from hookbus._validate import non_empty_path, positive_int, seconds
-from hookbus._writer import BackgroundWriter, check_writable_dir
+from hookbus._writer import BackgroundWriter, check_writable_dir, make_writable_dir
 
 __all__ = ["WriterKit"]
 
@@ -154,8 +153,7 @@ class WriterKit(Generic[T]):
                 rather than on the writer's thread at the first row.
         """
         try:
-            os.makedirs(directory, exist_ok=True)
-            tempfile.TemporaryFile(dir=directory).close()
+            make_writable_dir(directory)
         except OSError as error:
             raise OSError(
                 f"{self.name} cannot write{' ' + what if what else ''} in {os.fspath(directory)!r}: {error}"
