@@ -16,6 +16,7 @@ the final frame from the caller's thread (the cell's) after the thread has ended
 from __future__ import annotations
 
 import io
+import logging
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,11 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
 __all__ = ["NotebookDisplay"]
+
+logger = logging.getLogger("hookbus")
+
+#: How long ``stop`` waits for a refresh in progress (an ``update`` the kernel does not answer).
+STOP_DEADLINE = 5.0
 
 _PRE = (
     '<pre style="white-space:pre;overflow-x:auto;line-height:normal;'
@@ -95,7 +101,15 @@ class NotebookDisplay:
         self._done.set()
         thread, self._thread = self._thread, None
         if thread is not None:
-            thread.join()
+            thread.join(STOP_DEADLINE)
+            if thread.is_alive():  # stuck in an update, holding the lock: the final frame would wait too
+                logger.warning(
+                    "ConsoleSink: the notebook output did not take a frame within %.0f s; "
+                    "it keeps the last frame drawn",
+                    STOP_DEADLINE,
+                )
+                self._handle = None
+                return
         if self._handle is not None:
             self.refresh()
             self._handle = None

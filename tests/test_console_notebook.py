@@ -126,3 +126,36 @@ def test_in_a_notebook_the_dashboard_updates_one_output_in_place_and_keeps_the_f
     assert running, texts
     assert 0 < min(running) <= 100, [t.splitlines()[1] for t in texts]
     assert texts[-1] == final
+
+
+def test_a_notebook_output_that_stops_answering_does_not_hang_the_close(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A kernel that never takes a frame (``update`` blocks) costs the close its deadline, no more."""
+    import threading
+
+    from rich.text import Text
+
+    from hookbus.sinks import _console_notebook
+
+    release = threading.Event()
+    entered = threading.Event()
+
+    class Stuck:
+        def update(self, bundle: dict[str, str], raw: bool) -> None:
+            entered.set()
+            release.wait()
+
+    monkeypatch.setattr(_console_notebook, "STOP_DEADLINE", 0.2)
+    display = _console_notebook.NotebookDisplay(40, 20.0, lambda: Text("frame"))
+    display._handle = Stuck()
+    display._thread = threading.Thread(target=display._run, daemon=True)
+    display._thread.start()
+    try:
+        assert entered.wait(10)
+        with caplog.at_level("WARNING", logger="hookbus"):
+            display.stop()  # before: joined the refresh thread for ever
+        assert "did not take a frame within" in caplog.text
+        display.stop()  # idempotent
+    finally:
+        release.set()
