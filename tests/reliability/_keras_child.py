@@ -11,7 +11,8 @@ the disk is what the checkpoint barrier and the close flushed.
 
 - ``validation:e``: during that epoch's validation (after its last batch, before its end);
 - ``epoch_end:e:ms``: ``ms`` milliseconds after its ``on_epoch_end`` (0: in it, right after
-  the callback's), from another thread, while the next epoch trains;
+  the callback's), from another thread, while the next epoch trains (at the latest at that
+  epoch's last batch, before its save, should the timer run late);
 - ``saved:e``: in the ``checkpoint_saved`` subscriber of the save at that epoch's last step.
 """
 
@@ -49,6 +50,10 @@ def main() -> None:
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             time.sleep(0.02)  # slow enough for a timer to land in the next epoch
+            if phase == "epoch_end" and self.epoch == kill_epoch + 1 and batch == STEPS - 1:
+                # A timer the loaded machine ran late still kills within the next epoch: here, at
+                # its last batch, before that batch's save (which waits for Keras to move on).
+                die()
 
         def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
             if phase == "validation" and self.epoch == kill_epoch:
