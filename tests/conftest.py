@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Generator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -25,6 +25,9 @@ from hypothesis import HealthCheck, settings
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from hookbus.testing import FakeClock  # noqa: E402 - after the TF log level is set
+
+if TYPE_CHECKING:
+    from _mlflow_server import MlflowServer
 
 # CI must pass on every machine: the same examples everywhere, and no timing checks a slow or loaded
 # machine could fail (per-test @settings still override these).
@@ -95,3 +98,14 @@ def tf_graph() -> Iterator[Any]:
     graph = tf.Graph()
     with graph.as_default():
         yield graph
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """One real ``mlflow server`` (127.0.0.1, a free port, SQLite) shared by the tests that read a run
+    back through it; a test that stops its server starts its own (``tests/_mlflow_server.py``).
+    Skips where MLflow is not installed."""
+    from _mlflow_server import MlflowServer
+
+    with MlflowServer(tmp_path_factory.mktemp("mlflow-server")) as server:
+        yield server
