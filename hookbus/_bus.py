@@ -97,6 +97,7 @@ class EventBus:
     subscriber_error: blinker.NamedSignal
     exception: blinker.NamedSignal
     checkpoint_saved: blinker.NamedSignal
+    learning_rate_changed: blinker.NamedSignal
 
     def __init__(
         self,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from hookbus._checkpoint_seam import Checkpoints
     from hookbus._cluster import Task
+    from hookbus._learning_rate import LearningRate
     from hookbus._schedule import Schedule
     from hookbus._stats import BusStats
     from hookbus._weights import WeightsBackend
@@ -93,6 +94,9 @@ class SinkContext:
             defaults follow Keras's.
         progress: The training publisher's :class:`EpochProgress` while it trains in epochs
             (the Keras callback, from the first epoch's start to the end of ``fit``), else ``None``.
+        learning_rate: The training publisher's :class:`~hookbus.sink_api.LearningRate` (read it,
+            request a new one), ``None`` where no publisher offers one (:func:`require_learning_rate`
+            fails naming what to pass).
     """
 
     clock: Callable[[], float]
@@ -111,3 +115,4 @@ class SinkContext:
     declared_direction: Callable[[str], str | None]
     ends_epochs: Callable[[], bool]
     progress: Callable[[], EpochProgress | None]
+    learning_rate: Callable[[], LearningRate | None]

@@ -23,6 +23,7 @@ SIGNAL_DOCS = {
     "subscriber_error": "A subscriber raised. Payload: event=SubscriberError.",
     "exception": "Training raised; subscribers are closed next. Payload: event=ExceptionRaised.",
     "checkpoint_saved": "A checkpoint became visible. Payload: event=CheckpointSaved.",
+    "learning_rate_changed": "A new learning rate was applied. Payload: event=LearningRateChange.",
 }
 
 

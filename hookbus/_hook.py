@@ -10,6 +10,8 @@ from hookbus._cluster import SharedStop, Task
 from hookbus._elements import op_of, resolve, static_shape
 from hookbus._eval_mean import EvalAggregator, check_aggregate
 from hookbus._fetch import TrainFetches
+from hookbus._learning_rate import LEARNING_RATE_KEY, LearningRate
+from hookbus._learning_rate_tf import GraphRate, check_rate_argument
 from hookbus._publisher import EVAL_PREFIX, Plan, PublisherCore
 from hookbus._steps import StepEstimate
 from hookbus._tf import require_tensorflow, with_framework_base
@@ -91,6 +93,11 @@ class EventBusHook:
             far ahead, so no step schedule fires late even when runs advance unevenly; a run
             that advances less only makes a due check early. Default ``None``: learned from the
             steps the hook reads (the first run fetches for every step rule, once, to learn it).
+        learning_rate: Train mode: the rate the train op trains with, offered to the sinks that
+            read or steer it and published as the key ``learning_rate`` (packed with the other
+            scalars on due steps). A rate variable is set directly; a rate tensor (a schedule)
+            gets a multiplier hookbus builds in ``begin`` (see :mod:`hookbus._learning_rate_tf`).
+            Default ``None``: no rate (a sink that steers one fails at begin, naming this).
 
     Raises:
         ValueError, TypeError: at construction for malformed arguments; in ``begin()``, before
@@ -115,10 +122,17 @@ class EventBusHook:
         final_fetches: Iterable[str] = (),
         batch_size: Any = None,
         steps_per_run: int | None = None,
+        learning_rate: Any = None,
     ) -> None:
         _tensorflow("EventBusHook")
         if fetches is None:
             fetches = {}
+        self._graph_rate = None if check_rate_argument(learning_rate) is None else GraphRate(learning_rate)
+        self._rate: LearningRate | None = None
+        if self._graph_rate is not None and (mode == "eval" or LEARNING_RATE_KEY in fetches):
+            raise ValueError(
+                f"learning_rate takes mode='train' and no fetches key {LEARNING_RATE_KEY!r} (it publishes that key)"
+            )
         if not isinstance(fetches, Mapping):
             raise TypeError(f"fetches must be a mapping of key to tensor or tensor name (got {fetches!r})")
         for key, value in fetches.items():
@@ -126,7 +140,8 @@ class EventBusHook:
                 raise TypeError(
                     f"fetches[{key!r}] must be a tensor, an operation, a variable or a tensor name (got {value!r})"
                 )
-        self._core = PublisherCore(bus, fetches.keys(), mode=mode)
+        keys = [*fetches, LEARNING_RATE_KEY] if self._graph_rate is not None else fetches.keys()
+        self._core = PublisherCore(bus, keys, mode=mode)
         if self._core.mode == "eval" and train_op is not None:
             raise ValueError("an eval EventBusHook takes no train_op: evaluation runs are not training steps")
         if steps_per_run is not None:
@@ -194,6 +209,13 @@ class EventBusHook:
         shapes = {prefix + k: static_shape(e) for k, e in self._elements.items()}
         self._core.shapes = {k: shape for k, shape in shapes.items() if shape is not None}
         self._global_step = tf.compat.v1.train.get_global_step(graph)
+        if self._graph_rate is not None:  # before the due-step fetches are packed: the rate is one of them
+            device = getattr(self._global_step, "device", None) if self.task is not None else None
+            self._elements[LEARNING_RATE_KEY] = self._graph_rate.build(tf, graph, device)
+            self._core.shapes[LEARNING_RATE_KEY] = ()
+            rate = self._rate = self._core.offer_learning_rate(self._graph_rate, publisher="EventBusHook")
+            if rate is not None and self.task is not None and not self.task.is_chief:
+                rate.drop_requests()  # one rate variable on the parameter server: the chief sets it
         self._eval_args = None
         if self._train_op_arg is not None:
             train_op = resolve(graph, "train_op", self._train_op_arg)
@@ -251,6 +273,10 @@ class EventBusHook:
         self._stop_before_eval = self._core.mode == "eval" and self.bus.should_stop
         if self.checkpoint_backend is not None:
             self.checkpoint_backend.attach_session(session)
+        if self._graph_rate is not None:
+            chief = self.task is None or bool(self.task.is_chief)
+            multiplier = self._rate.multiplier if self._rate is not None else 1.0
+            self._graph_rate.attach_session(session, multiplier=multiplier, chief=chief)
         self._core.session_created(self._step)
         if self._shared_stop is not None:
             self._shared_stop.session_created(session, self._core.stops, first=self._core.sessions == 1)
@@ -358,6 +384,8 @@ class EventBusHook:
         self._session = None
         if self.checkpoint_backend is not None:
             self.checkpoint_backend.attach_session(None)  # the session closes after end()
+        if self._graph_rate is not None:
+            self._graph_rate.attach_session(None, multiplier=1.0, chief=False)
 
     # -- evaluation ----------------------------------------------------------------------------
     def _before_eval_run(self) -> Any:

@@ -13,7 +13,9 @@ from hookbus._keras_hold import HeldWork
 from hookbus._keras_logs import EpochKeys, LogChecks, epoch_values, validation_values
 from hookbus._keras_metrics import CompiledDirections
 from hookbus._keras_resume import cut_short, pass_over, restore_train_function, start_epoch
-from hookbus._publisher import PublisherCore
+from hookbus._learning_rate import LEARNING_RATE_KEY
+from hookbus._learning_rate_tf import OptimizerRate
+from hookbus._publisher import PublisherCore, check_fetch_keys
 from hookbus._tf import require_keras, require_tensorflow, with_framework_base
 from hookbus._validate import positive_int
 from hookbus._weights import ModelWeights
@@ -100,6 +102,12 @@ class EventBusCallback:
 
     Stop requests (early stopping, stop-at-step, SIGTERM) set ``model.stop_training``.
 
+    The learning rate: the optimizer's rate is offered to the sinks that read or steer it
+    (``SinkContext.learning_rate``; with a ``LearningRateSchedule``, hookbus's multiplier on top
+    of the schedule instead of Keras's ``TypeError``), and published as the key
+    ``learning_rate`` on due steps when ``keys`` declares it (``keys=["loss", "learning_rate"]``):
+    the rate that trained the step, read from the optimizer, not from the logs.
+
     Multi-worker: when the model was built under a ``MultiWorkerMirroredStrategy`` with two or
     more workers, the bus runs as this worker's :class:`hookbus.Task` (chief-only sinks on the
     chief alone; checkpoints by TensorFlow's rule, see :class:`~hookbus.sinks.CheckpointSink`),
@@ -146,9 +154,12 @@ class EventBusCallback:
         self._collective: CollectiveStop | None = None
         self.restore = check_restore(restore)
         self._checkpoint = check_checkpoint(checkpoint)
-        self._core = PublisherCore(bus, keys)  # registers the keys: checked when training begins
-        self._eval = PublisherCore(bus, self._core.keys, mode="eval")
-        self._core.register(EpochKeys(self._core.keys))  # a publisher's side of the bus
+        declared = check_fetch_keys(keys)
+        logged = tuple(k for k in declared if k != LEARNING_RATE_KEY)  # Keras's log names
+        self._core = PublisherCore(bus, declared)  # registers the keys: checked when training begins
+        self._eval = PublisherCore(bus, logged, mode="eval")
+        self._core.register(EpochKeys(logged))  # a publisher's side of the bus
+        self._rate: OptimizerRate | None = None
         self.bus = bus
         #: Offered to checkpoint sinks (``PublisherCore.offer_checkpoints``) from train begin to train end.
         self.checkpoint_backend = TF2CheckpointBackend(checkpoint)
@@ -162,7 +173,7 @@ class EventBusCallback:
         self._epoch: int | None = None  # the epoch being trained (0-based), from its on_epoch_begin
         self._in_fit = False
         self._set_initial_epoch = False
-        self._checks = LogChecks(self._core.keys)
+        self._checks = LogChecks(logged)
         self._logs: Mapping[str, Any] = {}
         self._iterations: Any = None
 
@@ -203,6 +214,9 @@ class EventBusCallback:
         self._core.offer_epochs(True)
         self._epoch = None
         self._core.offer_progress(self._progress)
+        self._rate = OptimizerRate(optimizer)
+        self._rate.install()  # a schedule times hookbus's multiplier, before the train function is traced
+        offered = self._core.offer_learning_rate(self._rate, publisher="EventBusCallback")
         self._in_fit = True
         self._checks.reset()
         strategy = getattr(model, "distribute_strategy", None)
@@ -210,6 +224,8 @@ class EventBusCallback:
         self._collective = None if task is None else CollectiveStop(strategy, task, self._check_every)
         if task is not None:
             self._core.set_task(task)
+            if offered is not None:
+                offered.local = False  # applied where the workers agree (CollectiveStop)
         self._core.begin()
         if self.restore is not False and not getattr(optimizer, "built", True):
             # As Keras's BackupAndRestore: the optimizer's variables must exist to take their
@@ -230,6 +246,11 @@ class EventBusCallback:
             self._set_initial_epoch = True  # cleared at train end: the next fit starts as told
         if self._resume_batch:
             pass_over(model, self._resume_batch, lambda: setattr(self, "_skipped", True))
+
+    def _values(self, keys: Iterable[str], logs: Mapping[str, Any]) -> dict[str, Any]:
+        """A due step's values: Keras's logs, and the rate that trained the step from the optimizer."""
+        rate = self._rate
+        return {k: rate.used() if k == LEARNING_RATE_KEY and rate is not None else logs[k] for k in keys}
 
     def _stop_if_agreed(self) -> None:
         """Set ``model.stop_training`` once a stop is asked for (agreed, under a collective strategy)."""
@@ -286,7 +307,7 @@ class EventBusCallback:
             # next batch, or past the epoch's end, whose validation and epoch record belong to
             # this step; the save's barrier then covers them.
             self._held.hold()
-            self._core.publish_step(plan, real, {k: logs[k] for k in plan.keys})
+            self._core.publish_step(plan, real, self._values(plan.keys, logs))
         self._logs = logs or self._logs
         self._stop_if_agreed()
 
@@ -314,9 +335,15 @@ class EventBusCallback:
         restore_train_function(self.model)  # type: ignore[attr-defined]
         final = self._core.final_plan(self._step)
         if final is not None:
-            self._core.publish_final(final, {k: self._logs[k] for k in final.keys if k in self._logs})
+            logs = self._logs
+            keys = tuple(k for k in final.keys if k in logs or k == LEARNING_RATE_KEY)
+            self._core.publish_final(final, self._values(keys, logs))
         self._core.end(self._step)
         self.checkpoint_backend.detach()
+        if self._rate is not None:
+            self._rate.uninstall()
+            self._rate = None
+        self._core.offer_learning_rate(None)
         self._core.offer_weights(None)
         self._core.offer_model_config(None)
         self._core.offer_directions(None)

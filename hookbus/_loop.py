@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
 from hookbus._collective import CollectiveStop, task_of_strategy
+from hookbus._learning_rate import LEARNING_RATE_KEY
+from hookbus._learning_rate_tf import OptimizerRate, VariableRate
 from hookbus._publisher import PublisherCore, check_fetch_keys
 from hookbus._replicas import ReplicaValues
 from hookbus._validate import positive_int
@@ -83,6 +85,11 @@ class LoopPublisher:
             multi-worker ``MultiWorkerMirroredStrategy`` also runs the bus as this worker's task.
         check_stop_every_n_steps: Under a multi-worker strategy, agree on stopping each time
             the step crosses a multiple of n (default 10).
+        learning_rate: The ``tf.Variable`` the loop's optimizer reads its rate from (default
+            ``None``), offered to the sinks that read or steer it and published as the key
+            ``learning_rate`` (read on due steps; the values passed to :meth:`step` need not hold it).
+        optimizer: The loop's Keras optimizer (default ``None``), instead of ``learning_rate``:
+            its rate, or its ``LearningRateSchedule`` times hookbus's multiplier.
 
     Raises:
         ValueError, TypeError: at construction for malformed arguments; at begin for
@@ -101,7 +108,15 @@ class LoopPublisher:
         weights: Iterable[Any] | None = None,
         strategy: Any = None,
         check_stop_every_n_steps: int = 10,
+        learning_rate: Any = None,
+        optimizer: Any = None,
     ) -> None:
+        if learning_rate is not None and optimizer is not None:
+            raise ValueError("pass learning_rate= (a tf.Variable) or optimizer=, not both")
+        if optimizer is not None and not hasattr(optimizer, "iterations"):
+            raise TypeError(f"optimizer must be a Keras optimizer (got {optimizer!r})")
+        self._rate_source: Any = VariableRate(learning_rate) if learning_rate is not None else optimizer
+        self._rate: VariableRate | OptimizerRate | None = None
         if step_counter is not None and not callable(getattr(step_counter, "numpy", None)):
             raise TypeError(f"step_counter must be a variable or tensor with .numpy() (got {step_counter!r})")
         self.restore = check_restore(restore)
@@ -114,6 +129,9 @@ class LoopPublisher:
         self._values = ReplicaValues(strategy)
         self._check_every = positive_int("check_stop_every_n_steps", check_stop_every_n_steps)
         self._collective: CollectiveStop | None = None
+        keys = check_fetch_keys(keys)
+        if self._rate_source is not None and LEARNING_RATE_KEY not in keys:
+            keys = (*keys, LEARNING_RATE_KEY)
         self._core = PublisherCore(bus, keys)  # registers the keys: checked when the loop begins
         eval_keys = check_fetch_keys(eval_keys, "eval_keys")
         self._eval = PublisherCore(bus, eval_keys, mode="eval") if eval_keys else None
@@ -161,6 +179,14 @@ class LoopPublisher:
         task = task_of_strategy(self._strategy)
         self._collective = None if task is None else CollectiveStop(self._strategy, task, self._check_every)
         self._values.multi_worker = task is not None
+        source = self._rate_source
+        if source is not None:
+            self._rate = source if isinstance(source, VariableRate) else OptimizerRate(source)
+            if isinstance(self._rate, OptimizerRate):
+                self._rate.install()
+            offered = self._core.offer_learning_rate(self._rate, publisher="LoopPublisher")
+            if offered is not None and task is not None:
+                offered.local = False  # applied where the workers agree (CollectiveStop)
         if task is not None:
             self._core.set_task(task)
         self._core.begin()
@@ -222,13 +248,15 @@ class LoopPublisher:
         return self._stopped
 
     def _pick(self, raw: Mapping[str, Any], keys: Iterable[str], step: int) -> dict[str, Any]:
-        missing = [k for k in keys if k not in raw]
+        rate = self._rate
+        missing = [k for k in keys if k not in raw and (k != LEARNING_RATE_KEY or rate is None)]
         if missing:
             raise KeyError(
                 f"step values at step {step} lack key(s) {missing} that LoopPublisher declared; got {sorted(raw)}"
             )
         convert = self._values.convert
-        return {k: convert(k, raw[k], step) for k in keys}
+        own = LEARNING_RATE_KEY if rate is not None else None  # read from the optimizer, not the values
+        return {k: rate.used() if k == own and rate is not None else convert(k, raw[k], step) for k in keys}
 
     def evaluate(self, values: Mapping[str, Any]) -> None:
         """Publish one evaluation's (already aggregated) ``values`` as ``eval/<key>`` at the current step.
@@ -250,14 +278,18 @@ class LoopPublisher:
         final = self._core.final_plan(self._step)
         if final is not None:
             last = self._last() if callable(self._last) else (self._last or {})
-            convert = self._values.convert
-            self._core.publish_final(final, {k: convert(k, last[k], self._step) for k in final.keys if k in last})
+            keys = tuple(k for k in final.keys if k in last or k == LEARNING_RATE_KEY)
+            self._core.publish_final(final, self._pick(last, keys, self._step))
         self._core.end(self._step)
         if self._eval is not None:
             self._eval.end(self._step)
         if self.checkpoint_backend is not None:
             self.checkpoint_backend.detach()
         self._core.offer_weights(None)
+        if isinstance(self._rate, OptimizerRate):
+            self._rate.uninstall()
+        self._rate = None
+        self._core.offer_learning_rate(None)
 
     def __enter__(self) -> LoopPublisher:
         self.begin()

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from hookbus._checkpoint import CheckpointBackend
     from hookbus._context import EpochProgress
+    from hookbus._learning_rate import LearningRate
     from hookbus._store import CheckpointStore
     from hookbus._weights import WeightsBackend
 
@@ -29,6 +30,7 @@ class Offers:
             the publisher knows (the Keras callback's compiled metrics).
         ends_epochs: Whether the training publisher ends epochs (the Keras callback under fit).
         progress: Returns the epoch the training publisher is in (the Keras callback), or ``None``.
+        learning_rate: The training publisher's learning rate, where it offers one.
     """
 
     checkpoints: tuple[CheckpointBackend, CheckpointStore] | None = None
@@ -38,3 +40,4 @@ class Offers:
     directions: Callable[[str], str | None] | None = None
     ends_epochs: bool = False
     progress: Callable[[], EpochProgress | None] | None = None
+    learning_rate: LearningRate | None = None

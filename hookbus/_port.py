@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from hookbus._context import EpochProgress
     from hookbus._dispatch import Dispatcher
     from hookbus._keys import KeyRegistry, Publisher
+    from hookbus._learning_rate import LearningRate
     from hookbus._offers import Offers
     from hookbus._roster import Roster
     from hookbus._run import RunScope
@@ -138,6 +139,14 @@ class BusPort:
     def offer_progress(self, progress: Callable[[], EpochProgress | None] | None) -> None:
         """How sinks learn the epoch a training publisher is in (``None`` withdraws it)."""
         self._offers.progress = progress
+
+    def offer_learning_rate(self, rate: LearningRate | None) -> None:
+        """The training publisher's learning rate, for the sinks that read or steer it."""
+        self._offers.learning_rate = rate
+
+    def current_name(self) -> str | None:
+        """The subscriber being called, if any (a request's source)."""
+        return self._dispatcher.current_name()
 
     def event(self, signal: str, *, step: int, mode: str = "train", **fields: Any) -> Event:
         """An :class:`Event` stamped with the bus's clocks (and the task, in multi-worker training)."""

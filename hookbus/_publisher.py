@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from hookbus._learning_rate import LEARNING_RATE_KEY, LearningRate
 from hookbus._planner import Plan, Planner
 from hookbus._subscriber_view import SubscriberView, views
 from hookbus._subscription import Subscriber
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from hookbus._cluster import Task
     from hookbus._context import EpochProgress
     from hookbus._keys import Publisher
+    from hookbus._learning_rate import RateBackend, RateRequest
     from hookbus._stops import Stops
     from hookbus._store import CheckpointStore
     from hookbus._weights import WeightsBackend
@@ -126,6 +128,7 @@ class PublisherCore:
         self._next_time = -math.inf
         self._last: tuple[int, Mapping[str, Any]] | None = None  # the last values published, and their step
         self.sessions, self._run = 0, 0  # sessions in the bus's run number _run
+        self._rate: LearningRate | None = None
         self._port.register(self)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -195,11 +198,16 @@ class PublisherCore:
             for record in planner.subs:
                 record.timer.reset(step, now)
             self._next_step, self._next_time = planner.find_next_due()
+        rate = self._rate
+        if rate is not None:
+            rate.refresh()
         port.publish("after_create_session", port.event("after_create_session", step=step, mode=self.mode))
         port.publish(
             "session_created",
             port.event("session_created", step=step, mode=self.mode, restored=bool(restored), rewound=rewound),
         )
+        if rate is not None and rate.pending is not None and rate.local:  # a restored multiplier
+            self.apply_learning_rate(rate.take(), step)
 
     def offer_checkpoints(self, backend: CheckpointBackend | None, store: CheckpointStore | None = None) -> None:
         """Let checkpoint sinks save this publisher's model through ``backend`` into ``store`` (default
@@ -235,12 +243,31 @@ class PublisherCore:
         each epoch end); ``False`` withdraws it."""
         self._port.offer_epochs(bool(flag("ends_epochs", ends_epochs)))
 
+    def offer_learning_rate(
+        self, backend: RateBackend | None, *, publisher: str = "the publisher"
+    ) -> LearningRate | None:
+        """Let sinks read and steer the rate this publisher trains with (before :meth:`begin`;
+        ``None`` withdraws it); returns the sinks' :class:`~hookbus.sink_api.LearningRate`."""
+        rate = None if backend is None else LearningRate(backend, publisher=publisher, who=self._port.current_name)
+        self._rate = rate
+        self._port.offer_learning_rate(rate)
+        return rate
+
+    def apply_learning_rate(self, request: RateRequest, step: int, *, source: str | None = None) -> None:
+        """Apply a rate request now (before the next training step) and publish ``learning_rate_changed``."""
+        assert self._rate is not None
+        self._port.publish("learning_rate_changed", self._rate.apply(request, step, source=source))
+
     def should_stop(self, read_step: Callable[[], object] | None = None) -> bool:
-        """Act on a signal or another thread's stop recorded since the last step; whether to stop.
+        """Act on a signal or another thread's stop recorded since the last step, and on a
+        learning-rate request (applied now, before the next step); whether to stop.
 
         Call it after every step and evaluation; ``read_step`` (read, then :meth:`advance`) runs before a stop.
         """
         self._port.poll(read_step)
+        rate = self._rate
+        if rate is not None and rate.pending is not None and rate.local:
+            self.apply_learning_rate(rate.take(), self.bus.step)
         return self.bus.should_stop
 
     def advance(self, step: int) -> None:
@@ -339,6 +366,8 @@ class PublisherCore:
         values = {k: publishable(k, v, step) for k, v in raw.items()}
         if not final:
             self._last = (step, values)
+            if self._rate is not None and LEARNING_RATE_KEY in values:
+                self._rate.seen(values[LEARNING_RATE_KEY])
         keyset = frozenset(values)
         targets = [r for r in due if "after_run" in r.handlers and (r.keys is None or not r.keys.isdisjoint(keyset))]
         observers = self._planner.observers

@@ -92,6 +92,7 @@ class SinkServices:
             declared_direction=lambda key: offers.directions(key) if offers.directions is not None else None,
             ends_epochs=lambda: offers.ends_epochs,
             progress=lambda: offers.progress() if offers.progress is not None else None,
+            learning_rate=lambda: offers.learning_rate,
         )
 
     def _peer_reports(self, asking: Sink) -> list[PeerReport]:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from hookbus._context import SinkContext
     from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
+    from hookbus._learning_rate import LearningRateChange
     from hookbus._stats import WriterStats
 
 __all__ = [
@@ -42,6 +43,7 @@ SIGNALS: tuple[str, ...] = (
     "subscriber_error",
     "exception",
     "checkpoint_saved",
+    "learning_rate_changed",
 )
 #: Signals that follow the subscribers' schedules; the others are delivered every time.
 STEP_SIGNALS: frozenset[str] = frozenset({"before_run", "after_run"})
@@ -332,6 +334,9 @@ class Sink:
 
     def on_checkpoint_saved(self, event: CheckpointSaved) -> None:
         """A checkpoint became visible."""
+
+    def on_learning_rate_changed(self, event: LearningRateChange) -> None:
+        """A new learning rate was applied (``SinkContext.learning_rate``)."""
 
     def state_dict(self) -> dict[str, Any]:
         """State to save beside a checkpoint (default: none)."""

@@ -6,7 +6,8 @@ each due step. What the publisher offers the sinks goes through the core's ``off
 ``offer_checkpoints`` takes a :class:`CheckpointBackend` (how the model is saved and restored)
 and a :class:`CheckpointStore` (the files that keep it: :class:`FileCheckpointStore` for a layout
 of one's own, TensorFlow's by default); ``offer_weights`` takes a :class:`WeightsBackend` (the
-weights in memory); ``offer_graph`` a :data:`GraphOffer` and ``offer_model_config`` a
+weights in memory); ``offer_learning_rate`` a :class:`RateBackend` (read and set the rate it
+trains with); ``offer_graph`` a :data:`GraphOffer` and ``offer_model_config`` a
 :data:`ModelConfigOffer`; ``offer_progress`` a callable returning an :class:`EpochProgress`.
 Evaluation's keys are published as ``EVAL_PREFIX + key`` and Keras epochs' as
 ``EPOCH_PREFIX + key``; a fetch key may not be one of :data:`RESERVED_KEYS`. Guide and a
@@ -22,6 +23,7 @@ from typing import TypeAlias
 from hookbus._checkpoint import CheckpointBackend
 from hookbus._cluster import RUNS_ON, Task
 from hookbus._context import EpochProgress
+from hookbus._learning_rate import RateBackend
 from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX, RESERVED_KEYS, Plan, PublisherCore
 from hookbus._store import CheckpointStore, FileCheckpointStore
 from hookbus._weights import WeightsBackend
@@ -39,6 +41,7 @@ __all__ = [
     "ModelConfigOffer",
     "Plan",
     "PublisherCore",
+    "RateBackend",
     "Task",
     "WeightsBackend",
 ]
@@ -48,6 +51,7 @@ GraphOffer: TypeAlias = Callable[[], bytes | None]
 #: What ``PublisherCore.offer_model_config`` takes: returns the model's JSON configuration, or ``None``.
 ModelConfigOffer: TypeAlias = Callable[[], str | None]
 
-for _public in (CheckpointBackend, CheckpointStore, FileCheckpointStore, Plan, PublisherCore, WeightsBackend):
+_PUBLIC = (CheckpointBackend, CheckpointStore, FileCheckpointStore, Plan, PublisherCore, RateBackend, WeightsBackend)
+for _public in _PUBLIC:
     _public.__module__ = __name__  # repr and help name the documented home
 del _public

@@ -20,7 +20,7 @@ What it holds:
   :class:`EpochProgress`, :class:`PeerReport` and the checkpoint seam :class:`Checkpoints`),
   :class:`Schedule`, :class:`Priority`;
 - the events: :class:`Event`, :class:`CheckpointSaved`, :class:`ExceptionRaised`,
-  :class:`StopRequest`, :class:`SubscriberError`, and :exc:`UnknownKeyError` for a key no
+  :class:`StopRequest`, :class:`SubscriberError`, :class:`LearningRateChange`, and :exc:`UnknownKeyError` for a key no
   publisher provides (with :func:`did_you_mean` for its message);
 - the writer kit (examples/README.md "One writer per file"): :class:`WriterKit`,
   :class:`BackgroundWriter`, :class:`OwnThreadWriter`, :class:`OutputLock`, :class:`FlushDeadline`,
@@ -29,7 +29,10 @@ What it holds:
   :data:`EVAL_PREFIX` and :data:`EPOCH_PREFIX` (evaluation's and Keras epochs' keys),
   :func:`is_real_dtype` (which values are numbers), :func:`step_of` and :func:`recover`
   (a checkpoint's step, and what a checkpoint directory keeps as a run starts), and the event
-  log's line format :func:`event_log_line`.
+  log's line format :func:`event_log_line`;
+- the learning rate (``SinkContext.learning_rate``): :class:`LearningRate` (read it, request a
+  new one), :func:`require_learning_rate` (fails before step 1 naming what to pass where no
+  publisher offers one), :data:`LEARNING_RATE_KEY`.
 
 The argument checks with hookbus's messages are in :mod:`hookbus.validate`; a bus driven by a
 script, to test a sink, is in :mod:`hookbus.testing`; what publishers offer (the checkpoint store
@@ -49,6 +52,7 @@ from hookbus._direction import better_direction
 from hookbus._event_log import event_log_line
 from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
 from hookbus._keys import UnknownKeyError, did_you_mean
+from hookbus._learning_rate import LEARNING_RATE_KEY, LearningRate, LearningRateChange, require_learning_rate
 from hookbus._lock import OutputInUseError, OutputLock
 from hookbus._own_thread_writer import OwnThreadWriter
 from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX
@@ -79,6 +83,7 @@ __all__ = [
     "DEFAULT_FLUSH_DEADLINE",
     "EPOCH_PREFIX",
     "EVAL_PREFIX",
+    "LEARNING_RATE_KEY",
     "SIGNALS",
     "BackgroundWriter",
     "BusStats",
@@ -90,6 +95,8 @@ __all__ = [
     "ExceptionRaised",
     "FileCheckpointStore",
     "FlushDeadline",
+    "LearningRate",
+    "LearningRateChange",
     "OutputInUseError",
     "OutputLock",
     "OwnThreadWriter",
@@ -113,6 +120,7 @@ __all__ = [
     "event_log_line",
     "is_real_dtype",
     "recover",
+    "require_learning_rate",
     "step_of",
     "write_atomically",
 ]
@@ -141,7 +149,8 @@ def _shown_here(*objects: object) -> None:
 
 _shown_here(
     Checkpoints, EpochProgress, PeerReport, SinkContext, FlushDeadline, CheckpointSaved, Event, ExceptionRaised,
-    StopRequest, SubscriberError, OutputInUseError, OutputLock, OwnThreadWriter, Schedule, WriterStats, Sink,
+    StopRequest, SubscriberError, LearningRate, LearningRateChange, require_learning_rate,
+    OutputInUseError, OutputLock, OwnThreadWriter, Schedule, WriterStats, Sink,
     BackgroundWriter, WriterError, WriterStalled, WriterWarning, WriterKit, better_direction, check_writable_dir,
     did_you_mean, event_log_line, is_real_dtype, recover, step_of, write_atomically,
 )

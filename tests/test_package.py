@@ -237,6 +237,9 @@ def test_the_sink_authors_surface_is_pinned() -> None:
         "ExceptionRaised",
         "FileCheckpointStore",
         "FlushDeadline",
+        "LEARNING_RATE_KEY",
+        "LearningRate",
+        "LearningRateChange",
         "OutputInUseError",
         "OutputLock",
         "OwnThreadWriter",
@@ -261,6 +264,7 @@ def test_the_sink_authors_surface_is_pinned() -> None:
         "event_log_line",
         "is_real_dtype",
         "recover",
+        "require_learning_rate",
         "step_of",
         "write_atomically",
     ]
@@ -290,6 +294,7 @@ def test_the_publisher_authors_surface_is_pinned() -> None:
         "PublisherCore",
         "RESERVED_KEYS",
         "RUNS_ON",
+        "RateBackend",
         "Task",
         "WeightsBackend",
     ]

@@ -1,0 +1,238 @@
+"""TensorFlow's learning-rate backends: a TF1 graph's rate, a Keras optimizer's, a ``tf.Variable``.
+
+- :class:`GraphRate` (``EventBusHook(learning_rate=...)``): a rate *variable* is set with an
+  assign op built in ``begin``. A rate *tensor* (a schedule such as ``exponential_decay``) cannot
+  be set, and the train op, built before ``begin``, already consumes it; so in ``begin`` hookbus
+  builds ``rate × multiplier`` (a hookbus variable, 1.0 at first) and moves every consumer of the
+  rate tensor onto that product (``Operation._update_input``, what TensorFlow's own graph editor
+  did), before the graph is finalized. The published ``learning_rate`` is the product: the rate
+  each step trained with. The multiplier is kept out of checkpoints (a rate sink's state holds it).
+- :class:`OptimizerRate` (``EventBusCallback``, ``LoopPublisher(optimizer=...)``): a Keras
+  optimizer's ``learning_rate``; with a ``LearningRateSchedule``, the schedule times a multiplier
+  (hookbus wraps the schedule for the optimizer's ``fit`` and puts it back at the end), instead of
+  Keras's ``TypeError`` on setting a scheduled rate.
+- :class:`VariableRate` (``LoopPublisher(learning_rate=...)``): a ``tf.Variable`` the loop's
+  optimizer reads.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from hookbus._elements import resolve
+from hookbus._tf import require_keras, require_tensorflow
+
+__all__ = ["GraphRate", "OptimizerRate", "VariableRate", "check_rate_argument"]
+
+
+def check_rate_argument(value: Any) -> Any:
+    """Validate ``EventBusHook(learning_rate=...)``: a variable, a tensor or a tensor's name."""
+    tf = require_tensorflow("EventBusHook")
+    if value is not None and not isinstance(value, str | tf.Tensor | tf.Variable):
+        raise TypeError(
+            f"learning_rate must be the rate variable, the rate tensor the train op uses, or its name (got {value!r})"
+        )
+    return value
+
+
+class GraphRate:
+    """The rate of a TF1 graph (see the module): built in ``begin``, used through the hook's session."""
+
+    def __init__(self, argument: Any) -> None:
+        self._argument = argument
+        self._graph: Any = None
+        self.scheduled = False
+        self.element: Any = None  # what the due steps fetch as ``learning_rate``
+        self._variable: Any = None  # the rate variable, or hookbus's multiplier
+        self._ops: dict[str, Any] = {}
+        self._session: Any = None
+
+    def build(self, tf: Any, graph: Any, device: str | None) -> Any:
+        """Make the element to fetch and the ops to set it (before the graph is finalized); the element.
+
+        ``device``: where hookbus's multiplier lives (the global step's: the parameter server).
+
+        Raises:
+            ValueError: for a rate tensor no operation of the graph uses.
+        """
+        if self._graph is graph:
+            return self.element  # a train/evaluate loop begins again on the same, finalized graph
+        resolved = resolve(graph, "learning_rate", self._argument)
+        variable = _variable_of(tf, graph, resolved)
+        with graph.as_default(), tf.name_scope("hookbus_learning_rate"):
+            if variable is not None:
+                self.scheduled, self.element, self._variable = False, variable, variable
+            else:
+                rate = resolved if isinstance(resolved, tf.Tensor) else None
+                if rate is None or rate.dtype.base_dtype not in (tf.float16, tf.bfloat16, tf.float32, tf.float64):
+                    name = getattr(resolved, "name", resolved)
+                    raise ValueError(f"learning_rate {name!r} must be a float tensor or a variable")
+                consumers = list(rate.consumers())
+                if not consumers:
+                    raise ValueError(
+                        f"learning_rate {rate.name!r} is used by no operation of the graph; pass the rate "
+                        "tensor (or variable) the optimizer was built with"
+                    )
+                with graph.device(device or ""):
+                    self._variable = tf.compat.v1.Variable(
+                        1.0, dtype=rate.dtype.base_dtype, trainable=False, collections=[], name="multiplier"
+                    )
+                self.element = tf.multiply(rate, self._variable.read_value(), name="scaled")
+                for op in consumers:
+                    for index, tensor in enumerate(op.inputs):
+                        if tensor is rate:
+                            op._update_input(index, self.element)  # the train op trains with the product
+                self.scheduled = True
+            value = tf.compat.v1.placeholder(self._variable.dtype.base_dtype, shape=(), name="value")
+            self._ops = {"value": value, "assign": self._variable.assign(value, read_value=False)}
+            if self.scheduled:  # hookbus's own variable: made with each session
+                ready = tf.compat.v1.is_variable_initialized(self._variable)
+                self._ops.update(ready=ready, init=self._variable.initializer)
+        self._graph = graph
+        return self.element
+
+    def attach_session(self, session: Any, *, multiplier: float, chief: bool) -> None:
+        """A session exists: the multiplier is made (a new session starts from 1.0 on one machine;
+        on the parameter server the chief sets it, the others initialise it if nobody did)."""
+        self._session = session
+        if session is not None and self.scheduled:
+            if not session.run(self._ops["ready"]):
+                session.run(self._ops["init"])
+            if chief:
+                self._assign(multiplier)
+
+    def _assign(self, value: float) -> None:
+        self._session.run(self._ops["assign"], feed_dict={self._ops["value"]: value})
+
+    def read(self) -> float:
+        return float(self._session.run(self.element))
+
+    def set_rate(self, rate: float) -> None:
+        self._assign(rate)
+
+    def set_multiplier(self, multiplier: float) -> None:
+        self._assign(multiplier)
+
+
+def _variable_of(tf: Any, graph: Any, element: Any) -> Any:
+    """The variable ``element`` is (a variable, or a variable's handle or value named), else ``None``."""
+    if isinstance(element, tf.Variable):
+        return element
+    for variable in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
+        if element is getattr(variable, "handle", None) or element is getattr(variable, "_variable", None):
+            return variable
+    return None
+
+
+class VariableRate:
+    """A ``tf.Variable`` (or Keras variable) the training reads its rate from."""
+
+    scheduled = False
+
+    def __init__(self, variable: Any) -> None:
+        if not callable(getattr(variable, "assign", None)) or not callable(getattr(variable, "numpy", None)):
+            raise TypeError(f"learning_rate must be a tf.Variable the optimizer reads (got {variable!r})")
+        self.variable = variable
+
+    def read(self) -> float:
+        return float(self.variable.numpy())
+
+    def used(self) -> float:
+        """The rate the last step trained with (the variable is set between steps only)."""
+        return self.read()
+
+    def set_rate(self, rate: float) -> None:
+        self.variable.assign(rate)
+
+    def set_multiplier(self, multiplier: float) -> None:
+        raise ValueError("a learning-rate variable follows no schedule: set its rate")
+
+
+#: One wrapper per optimizer, so that a train function traced in an earlier ``fit`` keeps reading
+#: the same multiplier variable.
+_wrappers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _scaled_schedule(schedule: Any, multiplier: Any) -> Any:
+    keras = require_keras("a scheduled learning rate")
+
+    class ScaledSchedule(keras.optimizers.schedules.LearningRateSchedule):  # type: ignore[misc, name-defined]
+        """The user's schedule times hookbus's multiplier (a variable the train function reads)."""
+
+        def __init__(self) -> None:
+            self.schedule, self.multiplier = schedule, multiplier
+
+        def __call__(self, step: Any) -> Any:
+            value = self.schedule(step)
+            return value * keras.ops.cast(self.multiplier, getattr(value, "dtype", "float32"))
+
+        def get_config(self) -> dict[str, Any]:
+            config: dict[str, Any] = self.schedule.get_config()
+            return config
+
+    return ScaledSchedule()
+
+
+class OptimizerRate:
+    """A Keras optimizer's rate: its ``learning_rate`` variable, or its schedule times a multiplier.
+
+    Call :meth:`install` as training begins (before the train function is traced) and
+    :meth:`uninstall` as it ends (the optimizer serialises with its own schedule again).
+    """
+
+    def __init__(self, optimizer: Any) -> None:
+        keras = require_keras("a Keras optimizer's learning rate")
+        self.optimizer = optimizer
+        current = getattr(optimizer, "_learning_rate", None)
+        known: Any = _wrappers.get(optimizer)
+        if current is known and known is not None:
+            current = known.schedule
+        self._schedule = current if isinstance(current, keras.optimizers.schedules.LearningRateSchedule) else None
+        self.scheduled = self._schedule is not None
+        self._wrapper: Any = None
+
+    def install(self) -> None:
+        if self._schedule is None:
+            return
+        tf = require_tensorflow("a scheduled learning rate")
+        wrapper = _wrappers.get(self.optimizer)
+        if wrapper is None or wrapper.schedule is not self._schedule:
+            multiplier = tf.Variable(1.0, trainable=False, dtype=tf.float32, name="hookbus_lr_multiplier")
+            wrapper = _scaled_schedule(self._schedule, multiplier)
+            _wrappers[self.optimizer] = wrapper
+        wrapper.multiplier.assign(1.0)  # a new run: the plain schedule
+        self.optimizer._learning_rate = wrapper
+        self._wrapper = wrapper
+
+    def uninstall(self) -> None:
+        if self._wrapper is not None:
+            self._wrapper.multiplier.assign(1.0)  # a later fit without hookbus trains the plain schedule
+            self.optimizer._learning_rate = self._schedule
+            self._wrapper = None
+
+    def _value(self, iterations: int) -> float:
+        rate = self._wrapper(iterations) if self._wrapper is not None else self._schedule(iterations)  # type: ignore[misc]
+        return float(rate.numpy() if hasattr(rate, "numpy") else rate)
+
+    def read(self) -> float:
+        """The rate the next step trains with."""
+        if self._schedule is None:
+            return float(self.optimizer.learning_rate.numpy())
+        return self._value(int(self.optimizer.iterations.numpy()))
+
+    def used(self) -> float:
+        """The rate the last step trained with (a schedule's value at the iteration before it)."""
+        if self._schedule is None:
+            return float(self.optimizer.learning_rate.numpy())
+        return self._value(max(int(self.optimizer.iterations.numpy()) - 1, 0))
+
+    def set_rate(self, rate: float) -> None:
+        if self._schedule is not None:
+            raise ValueError("this optimizer's learning rate is a schedule: set its multiplier")
+        self.optimizer.learning_rate.assign(rate)
+
+    def set_multiplier(self, multiplier: float) -> None:
+        if self._wrapper is None:
+            raise ValueError("this optimizer's learning rate follows no schedule (or training has not begun)")
+        self._wrapper.multiplier.assign(multiplier)
