@@ -5,6 +5,7 @@ from .console import ConsoleSink
 from .csv import CSVSink
 from .early_stopping import EarlyStoppingSink
 from .event_log import EventLogSink
+from .mlflow import MLflowSink, mlflow_name
 from .nan_guard import NanGuardSink, NonFiniteError
 from .stop_at_step import StopAtStepSink
 from .tensorboard import TensorBoardSink
@@ -15,8 +16,10 @@ __all__: list[str] = [
     "ConsoleSink",
     "EarlyStoppingSink",
     "EventLogSink",
+    "MLflowSink",
     "NanGuardSink",
     "NonFiniteError",
     "StopAtStepSink",
     "TensorBoardSink",
+    "mlflow_name",
 ]

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from collections.abc import Generator, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -109,3 +111,20 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
 
     with MlflowServer(tmp_path_factory.mktemp("mlflow-server")) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def _mlflow_schema(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An MLflow SQLite store with its tables made (MLflow runs its migrations: seconds), once."""
+    tracking = pytest.importorskip("mlflow.tracking")
+    directory = tmp_path_factory.mktemp("mlflow-schema")
+    tracking.MlflowClient(f"sqlite:///{directory / 'mlflow.db'}").search_experiments()
+    return directory / "mlflow.db"
+
+
+@pytest.fixture
+def mlflow_store(tmp_path: Path, _mlflow_schema: Path) -> Path:
+    """``tmp_path`` holding a fresh real MLflow store, ``mlflow.db`` (a copy of one MLflow made):
+    ``MLflowSink(directory=mlflow_store)``'s default store, ``sqlite:///<mlflow_store>/mlflow.db``."""
+    shutil.copyfile(_mlflow_schema, tmp_path / "mlflow.db")
+    return tmp_path

@@ -57,10 +57,12 @@ def test_sinks_surface_is_pinned() -> None:
         "ConsoleSink",
         "EarlyStoppingSink",
         "EventLogSink",
+        "MLflowSink",
         "NanGuardSink",
         "NonFiniteError",
         "StopAtStepSink",
         "TensorBoardSink",
+        "mlflow_name",
     ]
 
 

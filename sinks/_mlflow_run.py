@@ -1,0 +1,271 @@
+"""The MLflow run as :class:`~hookbus.sinks.MLflowSink`'s background writer drives it.
+
+Everything here runs on the writer's thread (never on the training thread): finding or creating
+the run, shipping points in ``log_batch`` calls within MLflow's limits, and ending the run. The
+exactly-once rule lives here: every batch carries, in the same ``log_batch`` call (one
+transaction in a SQL store, one request to a server), the tags ``hookbus.shipped.<mode>`` with
+the last step of each mode it completes; a run that continues drops every point at or before the
+step its store (or the checkpoint's state) says was shipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mlflow.entities import Metric, Run
+    from mlflow.tracking import MlflowClient
+
+__all__ = ["MAX_METRICS_PER_BATCH", "MAX_TAGS_PER_BATCH", "MODES", "Point", "RunPlan", "TrackedRun"]
+
+#: MLflow's ``log_batch`` limits: 1000 entities a call, at most 100 of them params or tags. A
+#: call with points holds at most 900 metrics, so that 100 tags fit beside them.
+MAX_ENTITIES_PER_BATCH = 1000
+MAX_TAGS_PER_BATCH = 100
+MAX_METRICS_PER_BATCH = MAX_ENTITIES_PER_BATCH - MAX_TAGS_PER_BATCH
+#: The modes of points, each with its own shipped step (an evaluation at S after training at S).
+MODES = ("train", "eval", "epoch")
+SHIPPED_TAG = "hookbus.shipped."
+RUN_KEY_TAG = "hookbus.run_key"
+HOST_TAG = "hookbus.host"
+PID_TAG = "hookbus.pid"
+_RUNNING = "RUNNING"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What the sink decided before step 1 about its run (names mapped, values as strings)."""
+
+    tracking_uri: str
+    experiment: str
+    artifact_location: str | None
+    run_name: str | None
+    run_key: str
+    tags: Mapping[str, str]
+    params: Mapping[str, str]
+
+
+@dataclass
+class Point:
+    """One event's metrics (MLflow names to values), at a step of a mode, with extra run tags."""
+
+    mode: str
+    step: int
+    timestamp_ms: int
+    values: dict[str, float]
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+class TrackedRun:
+    """One MLflow run: resolved at the first session, fed points, ended at close (writer thread).
+
+    Args:
+        plan: The run's settings.
+        report: Logs a message (a changed param, a run taken over).
+    """
+
+    def __init__(self, plan: RunPlan, report: Callable[[str], None]) -> None:
+        self.plan = plan
+        self._report = report
+        self._client: MlflowClient | None = None
+        self.run_id: str | None = None
+        self.resumed = False
+        #: The last step of each mode MLflow holds (acknowledged by a ``log_batch``).
+        self.shipped: dict[str, int] = dict.fromkeys(MODES, -1)
+        self._queued: dict[str, int] = dict.fromkeys(MODES, -1)  # shipped, or waiting in _pending
+        self._pending: list[Point] = []
+        self._waiting = 0  # metrics in _pending
+        self._pending_tags: dict[str, str] = {}
+        #: Events in MLflow (or dropped as already there), for the writer's stats.
+        self.landed = 0
+
+    # -- resolving the run ----------------------------------------------------------------
+    def open(self, state: Mapping[str, Any] | None) -> None:
+        """Find the run to continue (the checkpoint's, else a dead process's RUNNING run of the
+        same run key) or create one; continue it as RUNNING, its params checked."""
+        client = self._client = _client(self.plan.tracking_uri)
+        experiment_id = self._experiment_id(client)
+        run = self._from_state(client, state) or self._orphan(client, experiment_id)
+        identity = {RUN_KEY_TAG: self.plan.run_key, HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+        if run is None:
+            run = client.create_run(experiment_id, run_name=self.plan.run_name, tags=identity)
+            self.resumed = False
+        else:
+            self.resumed = True
+            client.update_run(run.info.run_id, status=_RUNNING)
+            for mode in MODES:
+                stored = run.data.tags.get(SHIPPED_TAG + mode)
+                if stored is not None and stored.lstrip("-").isdigit():
+                    self.shipped[mode] = max(self.shipped[mode], int(stored))
+        self.run_id = run.info.run_id
+        saved = state.get("shipped") if state else None
+        if isinstance(saved, Mapping):
+            for mode in MODES:
+                value = saved.get(mode)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    self.shipped[mode] = max(self.shipped[mode], value)
+        self._queued = dict(self.shipped)
+        tags = {**self.plan.tags, **identity}
+        params = self._new_params(run if self.resumed else None, tags)
+        self._log(params=params, tags=tags)
+
+    def _experiment_id(self, client: MlflowClient) -> str:
+        from mlflow.exceptions import MlflowException
+
+        found = client.get_experiment_by_name(self.plan.experiment)
+        if found is not None:
+            if found.lifecycle_stage == "deleted":
+                client.restore_experiment(found.experiment_id)
+            return str(found.experiment_id)
+        try:
+            return str(client.create_experiment(self.plan.experiment, artifact_location=self.plan.artifact_location))
+        except MlflowException:  # another worker made it between the two calls
+            again = client.get_experiment_by_name(self.plan.experiment)
+            if again is None:
+                raise
+            return str(again.experiment_id)
+
+    def _from_state(self, client: MlflowClient, state: Mapping[str, Any] | None) -> Run | None:
+        run_id = state.get("run_id") if state else None
+        if not isinstance(run_id, str):
+            return None
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = client.get_run(run_id)
+        except MlflowException as error:
+            self._report(f"the checkpoint's MLflow run {run_id} is not in {self.plan.tracking_uri} ({error}): new run")
+            return None
+        if run.info.lifecycle_stage == "deleted":
+            self._report(f"the checkpoint's MLflow run {run_id} was deleted; a new run")
+            return None
+        return run
+
+    def _orphan(self, client: MlflowClient, experiment_id: str) -> Run | None:
+        """The newest RUNNING run of this run key whose process is gone (a kill before the first checkpoint)."""
+        key = self.plan.run_key
+        runs = client.search_runs(
+            [experiment_id],
+            filter_string=f"tags.`{RUN_KEY_TAG}` = '{key}' and attributes.status = '{_RUNNING}'",
+            order_by=["attributes.start_time DESC"],
+            max_results=20,
+        )
+        host = socket.gethostname()
+        for run in runs:
+            tags = run.data.tags
+            pid = tags.get(PID_TAG, "")
+            if tags.get(HOST_TAG) == host and pid.isdigit():
+                if int(pid) == os.getpid():
+                    continue  # an earlier run of this process that did not end: not ours to continue
+                if _alive(int(pid)):
+                    raise RuntimeError(
+                        f"the MLflow run {run.info.run_id} of run_key {key!r} is RUNNING in live process {pid} on "
+                        f"{host}; two trainings would write one run: stop it, or give this one another run_key="
+                    )
+            self._report(f"continuing MLflow run {run.info.run_id} (RUNNING, its process {pid or '?'} is gone)")
+            return run
+        return None
+
+    def _new_params(self, run: Run | None, tags: dict[str, str]) -> dict[str, str]:
+        """The params to log: all on a new run; on a continued one, those it lacks (a changed
+        value keeps the first, as MLflow refuses to change a param, and is tagged)."""
+        if run is None:
+            return dict(self.plan.params)
+        logged = run.data.params
+        new: dict[str, str] = {}
+        for name, value in self.plan.params.items():
+            first = logged.get(name)
+            if first is None:
+                new[name] = value
+            elif first != value:
+                tags[f"hookbus.param_changed.{name}"[:250]] = json.dumps({"first": first, "now": value})[:8000]
+                self._report(f"param {name!r} was {first!r} in this run, now {value!r}: MLflow keeps the first")
+        return new
+
+    # -- points -------------------------------------------------------------------------------
+    def add(self, point: Point) -> None:
+        """Take one event's point (the writer's ``write``); a step MLflow holds already is dropped."""
+        self._pending_tags.update(point.tags)
+        if point.step <= self._queued[point.mode]:
+            self.landed += 1  # re-run after a restore: its first value is in MLflow
+            return
+        self._queued[point.mode] = point.step
+        self._pending.append(point)
+        self._waiting += len(point.values)
+        if self._waiting >= MAX_METRICS_PER_BATCH:
+            self.ship()
+
+    def ship(self) -> None:
+        """Send every waiting point, in ``log_batch`` calls of at most 1000 metrics (the writer's flush)."""
+        from mlflow.entities import Metric
+
+        while self._pending or self._pending_tags:
+            metrics: list[Metric] = []
+            shipped: dict[str, int] = {}
+            whole = 0
+            for point in self._pending:
+                if len(metrics) + len(point.values) > MAX_METRICS_PER_BATCH:
+                    break
+                metrics += [Metric(k, v, point.timestamp_ms, point.step) for k, v in point.values.items()]
+                shipped[point.mode] = point.step
+                whole += 1
+            if whole == 0 and self._pending:  # one step with more than 1000 values: in parts, tagged at its last
+                point = self._pending[0]
+                names = list(point.values)[:MAX_METRICS_PER_BATCH]
+                metrics = [Metric(k, point.values.pop(k), point.timestamp_ms, point.step) for k in names]
+            tags = {**self._pending_tags, **{SHIPPED_TAG + m: str(s) for m, s in shipped.items()}}
+            self._log(metrics=metrics, tags=tags)
+            del self._pending[:whole]
+            self._waiting -= len(metrics)
+            self._pending_tags = {}
+            self.shipped.update(shipped)
+            self.landed += whole
+
+    def finish(self, status: str, tags: Mapping[str, str], end_time_ms: int) -> None:
+        """Ship what waits, tag how the run ended and end it with ``status``."""
+        if self.run_id is None or self._client is None:
+            return
+        self._pending_tags.update(tags)
+        self.ship()
+        self._client.set_terminated(self.run_id, status=status, end_time=end_time_ms)
+
+    def _log(self, *, metrics: list[Metric] | None = None, params: Mapping[str, str] | None = None,
+             tags: Mapping[str, str] | None = None) -> None:  # fmt: skip
+        """``log_batch`` calls within MLflow's limits: params and tags 100 a call, the last tags
+        (the shipped steps, put last) in the call with the metrics, so they land together."""
+        from mlflow.entities import Param, RunTag
+
+        client, run_id = self._client, self.run_id
+        assert client is not None
+        assert run_id is not None
+        param_list = [Param(k, v) for k, v in (params or {}).items()]
+        tag_list = [RunTag(k, v) for k, v in (tags or {}).items()]
+        while len(param_list) > MAX_TAGS_PER_BATCH:
+            chunk, param_list = param_list[:MAX_TAGS_PER_BATCH], param_list[MAX_TAGS_PER_BATCH:]
+            client.log_batch(run_id, params=chunk, synchronous=True)
+        while len(tag_list) > MAX_TAGS_PER_BATCH:
+            tag_chunk, tag_list = tag_list[:MAX_TAGS_PER_BATCH], tag_list[MAX_TAGS_PER_BATCH:]
+            client.log_batch(run_id, tags=tag_chunk, synchronous=True)
+        if metrics or param_list or tag_list:
+            client.log_batch(run_id, metrics=metrics or [], params=param_list, tags=tag_list, synchronous=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def _client(tracking_uri: str) -> MlflowClient:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)

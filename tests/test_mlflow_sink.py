@@ -1,0 +1,343 @@
+"""MLflowSink on a real SQLite store, read back with MLflow's own client (no mocks).
+
+The bus is driven by a script (no TensorFlow); tests/test_mlflow_keras.py trains with Keras.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+mlflow = pytest.importorskip("mlflow")
+
+from mlflow.entities import Run  # noqa: E402 - after the importorskip
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+import hookbus  # noqa: E402
+from hookbus.sinks import MLflowSink, StopAtStepSink  # noqa: E402
+from hookbus.testing import FakeClock, ScriptedPublisher  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def store_uri(directory: Path) -> str:
+    return f"sqlite:///{directory / 'mlflow.db'}"
+
+
+def runs(directory: Path, experiment: str = "hookbus") -> list[Run]:
+    client = MlflowClient(store_uri(directory))
+    found = client.get_experiment_by_name(experiment)
+    assert found is not None, f"no experiment {experiment!r} in {directory}"
+    return list(client.search_runs([found.experiment_id], order_by=["attributes.start_time ASC"]))
+
+
+def history(directory: Path, run: Run, name: str) -> list[tuple[int, float, int]]:
+    points = MlflowClient(store_uri(directory)).get_metric_history(run.info.run_id, name)
+    return sorted((m.step, m.value, m.timestamp) for m in points)
+
+
+def steps(directory: Path, run: Run, name: str) -> list[int]:
+    return [s for s, _, _ in history(directory, run, name)]
+
+
+def bus_with(sink: MLflowSink, *more: Any) -> hookbus.EventBus:
+    bus = hookbus.EventBus(clock=FakeClock(0.0, 0.25), wall_clock=FakeClock(1_700_000_000.0, 1.0))
+    bus.attach(sink)
+    for other in more:
+        bus.attach(other)
+    return bus
+
+
+def test_params_metrics_eval_and_rate_by_step_with_the_events_wall_times(mlflow_store: Path) -> None:
+    sink = MLflowSink(directory=mlflow_store, run_name="r", hparams={"lr": 0.1, "opt": "adam", "layers": 3},
+                      tags={"team": "vision"}, every_n_steps=5, flush_secs=0.1)  # fmt: skip
+    bus = bus_with(sink)
+    train, evaluate = ScriptedPublisher(bus, ["loss", "acc"]), ScriptedPublisher(bus, ["loss"], mode="eval")
+    with bus:
+        train.begin()
+        evaluate.begin()
+        train.session(0)
+        for step in range(1, 21):
+            train.advance({"loss": 1.0 / step, "acc": step / 100})
+            if step % 10 == 0:
+                evaluate.evaluate({"loss": 2.0 * step}, step=step)
+        train.end()
+
+    (run,) = runs(mlflow_store)
+    assert run.info.status == "FINISHED"
+    assert run.info.run_name == "r"
+    assert run.data.params == {"lr": "0.1", "opt": "adam", "layers": "3"}
+    assert run.data.tags["team"] == "vision"
+    assert run.data.tags["hookbus.end"] == "finished"
+    assert run.data.tags["hookbus.final_step"] == "20"
+    loss = history(mlflow_store, run, "loss")
+    assert [(s, v) for s, v, _ in loss] == [(s, 1.0 / s) for s in (5, 10, 15, 20)]
+    assert [(s, v) for s, v, _ in history(mlflow_store, run, "eval/loss")] == [(10, 20.0), (20, 40.0)]
+    assert [s for s, _, _ in history(mlflow_store, run, "acc")] == [5, 10, 15, 20]
+    # Timestamps are the events' own wall times (the bus's wall clock: 1.7e9 s, one second a reading).
+    stamps = [t for _, _, t in loss]
+    assert all(t % 1000 == 0 and 1_700_000_000_000 <= t < 1_700_000_100_000 for t in stamps), stamps
+    assert stamps == sorted(stamps)
+    assert len(set(stamps)) == 4
+    # steps/sec between due train steps, by the bus's clock (0.25 s a reading): a positive rate from the 2nd.
+    rate = history(mlflow_store, run, "steps/sec")
+    assert [s for s, _, _ in rate] == [10, 15, 20]
+    assert all(v > 0 for _, v, _ in rate)
+
+
+def test_names_are_mapped_by_one_rule_and_recorded_as_a_tag(mlflow_store: Path) -> None:
+    keys = ["loss%", "a//b", "ok/name", "x" * 300]
+    bus = bus_with(MLflowSink(directory=mlflow_store, every_n_steps=1, flush_secs=0.1))
+    pub = ScriptedPublisher(bus, keys)
+    with bus:
+        pub.run([dict.fromkeys(keys, 1.5)] * 2)
+    (run,) = runs(mlflow_store)
+    names = json.loads(run.data.tags["hookbus.names"])
+    assert names["loss_"] == "loss%"
+    assert names["a/b"] == "a//b"
+    assert "ok/name" not in names  # unchanged names are not listed
+    (long_name,) = [n for n, k in names.items() if k == "x" * 300]
+    assert len(long_name) == 250
+    for name in ["loss_", "a/b", "ok/name", long_name]:
+        assert steps(mlflow_store, run, name) == [1, 2]
+
+
+def test_a_name_collision_fails_before_step_one_naming_both_keys(mlflow_store: Path) -> None:
+    bus = hookbus.EventBus()
+    bus.attach(MLflowSink(directory=mlflow_store, every_n_steps=1, on_error="raise"))
+    pub = ScriptedPublisher(bus, ["loss%", "loss#"])
+    with pytest.raises(ValueError, match=r"'loss#' and 'loss%' both map to the MLflow name 'loss_'"), bus:
+        pub.begin()
+    assert pub.fetched == []
+
+
+def test_each_step_once_when_a_session_rewinds_keeping_the_first_values(mlflow_store: Path) -> None:
+    """A session restarted at step 5 (a restore, or MonitoredSession's recovery) re-runs 6..10:
+    MLflow already holds them, so the re-run's points are dropped (no API deletes a point)."""
+    bus = bus_with(MLflowSink(directory=mlflow_store, every_n_steps=1, flush_secs=0.1))
+    pub = ScriptedPublisher(bus, ["loss"])
+    evaluate = ScriptedPublisher(bus, ["loss"], mode="eval")
+    with bus:
+        pub.begin()
+        evaluate.begin()
+        pub.session(0)
+        for step in range(1, 11):
+            pub.advance({"loss": float(step)})
+        evaluate.evaluate({"loss": 100.0}, step=10)
+        pub.session(5, restored=True)
+        for step in range(6, 13):
+            pub.advance({"loss": -float(step)})
+        evaluate.evaluate({"loss": 200.0}, step=10)  # the same step evaluated again: the first is kept
+        evaluate.evaluate({"loss": 300.0}, step=12)
+        pub.end()
+    (run,) = runs(mlflow_store)
+    loss = history(mlflow_store, run, "loss")
+    assert [s for s, _, _ in loss] == list(range(1, 13))
+    assert [v for _, v, _ in loss] == [float(s) for s in range(1, 11)] + [-11.0, -12.0]
+    assert [(s, v) for s, v, _ in history(mlflow_store, run, "eval/loss")] == [(10, 100.0), (12, 300.0)]
+    assert run.data.tags["hookbus.shipped.train"] == "12"
+    assert run.data.tags["hookbus.shipped.eval"] == "12"
+
+
+def test_batches_stay_within_mlflows_limits(mlflow_store: Path) -> None:
+    keys = [f"k{i:04d}" for i in range(2500)]  # 2500 metrics a step: three log_batch calls each
+    hparams = {f"p{i:03d}": i for i in range(150)}  # 150 params: two calls
+    bus = bus_with(MLflowSink(directory=mlflow_store, hparams=hparams, every_n_steps=1, flush_secs=0.1))
+    pub = ScriptedPublisher(bus, keys)
+    with bus:
+        pub.run([{k: float(i) for i, k in enumerate(keys)}] * 3)
+    (run,) = runs(mlflow_store)
+    assert run.data.params == {k: str(v) for k, v in hparams.items()}
+    assert len(run.data.metrics) == 2500 + 1  # and steps/sec
+    for key in (keys[0], keys[999], keys[1000], keys[-1]):
+        assert steps(mlflow_store, run, key) == [1, 2, 3], key
+
+
+def test_status_follows_how_the_run_ended(mlflow_store: Path) -> None:
+    # A stop by a sink (stop-at-step, early stopping): FINISHED, with the reason.
+    bus = bus_with(MLflowSink(directory=mlflow_store, run_name="stopped", every_n_steps=1), StopAtStepSink(last_step=7))
+    with bus:
+        ScriptedPublisher(bus, ["loss"]).run([{"loss": 1.0}] * 20)
+    # An exception: FAILED, with the error.
+    bus = bus_with(MLflowSink(directory=mlflow_store, run_name="failed", every_n_steps=1))
+    pub = ScriptedPublisher(bus, ["loss"])
+
+    def diverge() -> None:
+        with bus:
+            pub.begin()
+            pub.session(0)
+            pub.advance({"loss": 1.0})
+            raise RuntimeError("diverged")
+
+    with pytest.raises(RuntimeError, match="diverged"):
+        diverge()
+    # SIGTERM (preemption) under `with bus:`: a graceful stop, KILLED, the signal as the reason.
+    bus = bus_with(MLflowSink(directory=mlflow_store, run_name="preempted", every_n_steps=1))
+    pub = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        pub.begin()
+        pub.session(0)
+        for step in range(1, 50):
+            if step == 4:
+                os.kill(os.getpid(), signal.SIGTERM)
+            if pub.advance({"loss": 1.0}):
+                break
+        pub.end()
+    by_name = {r.info.run_name: r for r in runs(mlflow_store)}
+    stopped, failed, preempted = by_name["stopped"], by_name["failed"], by_name["preempted"]
+    assert (stopped.info.status, stopped.data.tags["hookbus.end"]) == ("FINISHED", "finished")
+    assert "7" in stopped.data.tags["hookbus.stop_reason"]
+    assert steps(mlflow_store, stopped, "loss") == list(range(1, 8))
+    assert (failed.info.status, failed.data.tags["hookbus.end"]) == ("FAILED", "failed")
+    assert failed.data.tags["hookbus.error"] == "RuntimeError: diverged"
+    assert (preempted.info.status, preempted.data.tags["hookbus.end"]) == ("KILLED", "killed")
+    assert preempted.data.tags["hookbus.stop_reason"] == "received SIGTERM"
+
+
+def test_a_failing_store_is_isolated_and_training_goes_on(mlflow_store: Path) -> None:
+    broken = mlflow_store / "broken.db"
+    broken.write_bytes(b"this is not an SQLite database, and MLflow cannot open it" * 100)
+    sink = MLflowSink(f"sqlite:///{broken}", every_n_steps=1, flush_secs=0.1)
+    bus = bus_with(sink)
+    pub = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        last = pub.run([{"loss": 1.0}] * 30)
+    assert last == 30  # every step trained
+    (stats,) = bus.stats().subscribers
+    assert stats.name == "MLflowSink"
+    assert stats.errors >= 1 or stats.disabled, stats
+
+
+def test_a_kill_before_the_first_checkpoint_continues_the_same_run(mlflow_store: Path) -> None:
+    """SIGKILL at step 15, before any checkpoint: the run stays RUNNING; the restart (at step 0,
+    nothing restored) finds it by its run key, its process gone, and continues it: no orphan, each
+    step once, the first value of a changed param kept and the change tagged."""
+    script = textwrap.dedent(f"""
+        import os, signal
+        import hookbus
+        from hookbus.sinks import MLflowSink
+        from hookbus.testing import ScriptedPublisher
+        bus = hookbus.EventBus()
+        sink = bus.attach(MLflowSink(directory={str(mlflow_store)!r}, run_name="job", hparams={{"lr": 0.1}},
+                                     every_n_steps=1))
+        pub = ScriptedPublisher(bus, ["loss"])
+        with bus:
+            pub.begin()
+            pub.session(0)
+            for step in range(1, 31):
+                pub.advance({{"loss": float(step)}})
+                if step == 15:
+                    sink.flush()  # steps 1..15 are in MLflow
+                    os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    killed = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    (first,) = runs(mlflow_store)
+    assert first.info.status == "RUNNING"
+    assert steps(mlflow_store, first, "loss") == list(range(1, 16))
+
+    bus = bus_with(MLflowSink(directory=mlflow_store, run_name="job", hparams={"lr": 0.2}, every_n_steps=1))
+    with bus:
+        ScriptedPublisher(bus, ["loss"]).run([{"loss": -1.0}] * 30)
+    (run,) = runs(mlflow_store)
+    assert run.info.run_id == first.info.run_id
+    assert run.info.status == "FINISHED"
+    loss = history(mlflow_store, run, "loss")
+    assert [s for s, _, _ in loss] == list(range(1, 31))
+    assert [v for _, v, _ in loss] == [float(s) for s in range(1, 16)] + [-1.0] * 15
+    assert run.data.params == {"lr": "0.1"}
+    assert json.loads(run.data.tags["hookbus.param_changed.lr"]) == {"first": "0.1", "now": "0.2"}
+    assert run.data.tags["hookbus.pid"] == str(os.getpid())
+
+
+def test_a_running_run_of_a_live_process_is_not_taken_over(
+    mlflow_store: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = MLflowSink(directory=mlflow_store, run_name="job")
+    client = MlflowClient(store_uri(mlflow_store))
+    experiment = client.create_experiment("hookbus")
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        bus = bus_with(first)
+        pub = ScriptedPublisher(bus, ["loss"])
+        with bus:
+            pub.begin()
+            key = first.run.plan.run_key if first.run is not None else ""
+            client.create_run(experiment, run_name="job", tags={
+                "hookbus.run_key": key, "hookbus.host": socket.gethostname(), "hookbus.pid": str(live.pid),
+            })  # fmt: skip
+            pub.session(0)
+            for _ in range(5):
+                pub.advance({"loss": 1.0})
+            pub.end()
+    finally:
+        live.kill()
+        live.wait()
+    assert f"RUNNING in live process {live.pid}" in caplog.text
+    (stats,) = bus.stats().subscribers
+    assert stats.errors >= 1 or stats.disabled
+    (run,) = runs(mlflow_store)  # only the live process's run: nothing written into it
+    assert run.data.metrics == {}
+
+
+def test_runs_on_each_gives_one_run_per_worker_tagged_with_its_task(mlflow_store: Path) -> None:
+    with pytest.raises(ValueError, match="runs_on='all' would log every worker's points into one MLflow run"):
+        MLflowSink(directory=mlflow_store, runs_on="all")
+    for index in range(2):
+        task = hookbus.Task("worker", index)
+        sink = MLflowSink(directory=mlflow_store, run_name="job", every_n_steps=1, runs_on="each")
+        bus = bus_with(sink)
+        with bus:
+            ScriptedPublisher(bus, ["loss"], task=task).run([{"loss": float(index)}] * 3)
+    found = runs(mlflow_store)
+    assert sorted(r.data.tags.get("hookbus.task", "") for r in found) == ["worker:0", "worker:1"]
+    assert len({r.data.tags["hookbus.run_key"] for r in found}) == 2
+    for run in found:
+        assert steps(mlflow_store, run, "loss") == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"tracking_uri": ""}, re.escape("tracking_uri must be a non-empty MLflow tracking URI or None (got '')")),
+        ({"experiment": " "}, re.escape("experiment must be a non-empty string (got ' ')")),
+        ({"hparams": {"lr": [0.1]}}, r"hparams must map names to bool, int, float or str \(got \{'lr': \[0.1\]\}\)"),
+        ({"hparams": {"a%": 1, "a#": 2}}, "hparams 'a#' and 'a%' both map to the MLflow name 'a_'"),
+        ({"tags": {"bad%tag": "x"}}, r"tag name 'bad%tag' is not a valid MLflow name \(try 'bad_tag'\)"),
+        ({"tags": {"t": 1}}, r"tags must map tag names to strings \(got \{'t': 1\}\)"),
+        ({"run_key": "it's"}, r"run_key must be 1 to 250 characters of .* \(got \"it's\"\)"),
+        ({"flush_secs": 0}, r"flush_secs must be a positive finite number of seconds \(got 0\)"),
+        ({"every_n_steps": 0}, "every_n_steps"),
+    ],
+)
+def test_bad_arguments_fail_at_construction(tmp_path: Path, kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        MLflowSink(**{"directory": tmp_path, **kwargs})
+
+
+def test_import_hookbus_stays_free_of_mlflow_and_a_missing_mlflow_names_the_extra() -> None:
+    script = textwrap.dedent("""
+        import sys
+        import hookbus, hookbus.sinks
+        from hookbus.sinks import MLflowSink
+        assert not [m for m in sys.modules if m == "mlflow" or m.startswith("mlflow.")], "mlflow imported"
+        sys.modules["mlflow"] = None  # as if MLflow were not installed: import mlflow raises ImportError
+        try:
+            MLflowSink()
+        except ImportError as error:
+            print(error)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "MLflowSink needs MLflow" in done.stdout
+    assert "pip install 'hookbus[mlflow]'" in done.stdout
