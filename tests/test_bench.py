@@ -74,7 +74,8 @@ def check_dispatch(result: dict[str, Any]) -> None:
         assert row["blinker_min_us"] > 0
         assert row["quiet_min_us"] > 0
     writers = {row["writer"]: row for row in result["writers"]}
-    assert set(writers) == {"TensorBoardSink", "tf.summary (eager)", "CSVSink", "csv.writer", "EventLogSink"}
+    expected = {"TensorBoardSink", "tf.summary (eager)", "CSVSink", "csv.writer", "EventLogSink", "MLflowSink"}
+    assert set(writers) == expected
     for row in writers.values():
         assert row["train_thread_rows_per_s_max"] > 0
         assert row["end_to_end_rows_per_s_max"] > 0
