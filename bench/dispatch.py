@@ -218,7 +218,8 @@ def mlflow_sink(directory: str) -> hookbus.Sink:
         MlflowClient(f"sqlite:///{schema}").search_experiments()  # MLflow makes its tables
         _MLFLOW_SCHEMA["path"] = schema
     shutil.copyfile(schema, os.path.join(directory, "mlflow.db"))
-    return MLflowSink(directory=directory, every_n_steps=1)
+    sink: hookbus.Sink = MLflowSink(directory=directory, every_n_steps=1)
+    return sink
 
 
 _MLFLOW_SCHEMA: dict[str, str] = {}
