@@ -5,6 +5,7 @@ from .console import ConsoleSink
 from .csv import CSVSink
 from .early_stopping import EarlyStoppingSink
 from .event_log import EventLogSink
+from .learning_rate import LearningRateSchedulerSink, ReduceLROnPlateauSink
 from .mlflow import MLflowSink, mlflow_name
 from .nan_guard import NanGuardSink, NonFiniteError
 from .stop_at_step import StopAtStepSink
@@ -16,9 +17,11 @@ __all__: list[str] = [
     "ConsoleSink",
     "EarlyStoppingSink",
     "EventLogSink",
+    "LearningRateSchedulerSink",
     "MLflowSink",
     "NanGuardSink",
     "NonFiniteError",
+    "ReduceLROnPlateauSink",
     "StopAtStepSink",
     "TensorBoardSink",
     "mlflow_name",

@@ -1,0 +1,133 @@
+"""The learning-rate sinks beside Keras's own callbacks on the same ``fit``: ReduceLROnPlateauSink as
+``ReduceLROnPlateau``, LearningRateSchedulerSink as ``LearningRateScheduler`` and as a
+``LearningRateSchedule`` per step; and the plateau reduction as a multiplier on a schedule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from _keras_data import KERAS_NP_ARRAY, data
+
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+
+import hookbus  # noqa: E402 - after the importorskip
+from hookbus.sinks import LearningRateSchedulerSink, ReduceLROnPlateauSink  # noqa: E402
+
+pytestmark = KERAS_NP_ARRAY  # Keras's callbacks read the rate with np.array(variable)
+
+TRAIN, VAL = data(128, 0), data(64, 1)
+STEPS_PER_EPOCH = 4  # 128 examples in batches of 32
+FIT = {"batch_size": 32, "verbose": 0, "shuffle": False}
+
+
+def model(optimizer: Any) -> Any:
+    keras.utils.set_random_seed(0)
+    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
+    m.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return m
+
+
+class Rates(keras.callbacks.Callback):  # type: ignore[misc,name-defined]
+    """The rate each epoch and each batch trains with, and each batch's loss."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.epochs: list[float] = []
+        self.batches: list[float] = []
+        self.losses: list[float] = []
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self.epochs.append(float(self.model.optimizer.learning_rate))
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        self.batches.append(float(self.model.optimizer.learning_rate))
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self.losses.append(float(logs["loss"]))
+
+    def on_train_end(self, logs: Any = None) -> None:
+        self.epochs.append(float(self.model.optimizer.learning_rate))  # after the last epoch's end
+
+
+def fit(m: Any, callbacks: list[Any], epochs: int = 10) -> Rates:
+    rates = Rates()
+    m.fit(*TRAIN, validation_data=VAL, epochs=epochs, callbacks=[*callbacks, rates], **FIT)
+    return rates
+
+
+def with_bus(m: Any, *sinks: hookbus.Sink, epochs: int = 10) -> tuple[Rates, list[Any], dict[int, float]]:
+    """Fit under a bus with ``sinks``; the rates, the changes published and ``learning_rate`` by step."""
+    bus = hookbus.EventBus()
+    for sink in sinks:
+        bus.attach(sink)
+    changes: list[Any] = []
+    published: dict[int, float] = {}
+    bus.on("learning_rate_changed", changes.append)
+    bus.on("after_run", lambda e: published.__setitem__(e.step, e.values["learning_rate"]), keys="learning_rate")
+    with bus:
+        rates = fit(m, [hookbus.EventBusCallback(bus)], epochs)
+    return rates, changes, published
+
+
+def test_plateau_sink_reduces_at_the_epochs_and_to_the_rates_keras_reduce_lr_on_plateau_does() -> None:
+    settings = {"factor": 0.5, "patience": 1, "min_delta": 0.01, "cooldown": 2, "min_lr": 0.01}
+    theirs = fit(model(keras.optimizers.SGD(0.5)), [keras.callbacks.ReduceLROnPlateau(monitor="val_loss", **settings)])
+    sink = ReduceLROnPlateauSink(monitor="eval/loss", **settings)
+    ours, changes, published = with_bus(model(keras.optimizers.SGD(0.5)), sink)
+
+    reduced = [e for e in range(1, 11) if theirs.epochs[e] != theirs.epochs[e - 1]]
+    assert len(reduced) >= 3  # the plateau fires, more than once, and reaches min_lr
+    assert ours.epochs == theirs.epochs
+    assert ours.batches == theirs.batches
+    assert ours.losses == theirs.losses  # the same training, batch for batch
+    assert [c.step for c in changes] == [e * STEPS_PER_EPOCH for e in reduced]  # applied before the epoch's first step
+    # Each step publishes the rate that trained it.
+    assert [published[s] for s in range(1, 10 * STEPS_PER_EPOCH + 1)] == ours.batches
+    assert sink.status().startswith(f"lr {changes[-1].old:.3g} → {changes[-1].new:.3g} at step {changes[-1].step}: ")
+    assert "eval/loss did not improve for 1 evaluation" in sink.status()
+
+
+def test_scheduler_sink_per_epoch_sets_the_rates_keras_learning_rate_scheduler_does() -> None:
+    def schedule(epoch: int, lr: float) -> float:
+        return lr if epoch < 2 else lr * 0.7
+
+    theirs = fit(model(keras.optimizers.SGD(0.2)), [keras.callbacks.LearningRateScheduler(schedule)], epochs=6)
+    ours, changes, _ = with_bus(model(keras.optimizers.SGD(0.2)), LearningRateSchedulerSink(schedule), epochs=6)
+    assert ours.epochs == theirs.epochs
+    assert ours.losses == theirs.losses
+    assert [c.step for c in changes] == [e * STEPS_PER_EPOCH for e in range(2, 6)]
+
+
+def test_scheduler_sink_per_step_trains_as_a_keras_learning_rate_schedule() -> None:
+    boundaries, values = [5, 13], [0.3, 0.1, 0.02]
+    keras_schedule = keras.optimizers.schedules.PiecewiseConstantDecay(boundaries, values)
+    theirs = fit(model(keras.optimizers.SGD(keras_schedule)), [], epochs=5)
+
+    def schedule(step: int, lr: float) -> float:  # step: the steps completed, as a schedule sees iterations
+        return values[sum(step > b for b in boundaries)]
+
+    sink = LearningRateSchedulerSink(schedule, per="step")
+    ours, changes, published = with_bus(model(keras.optimizers.SGD(0.3)), sink, epochs=5)
+    assert ours.losses == theirs.losses
+    assert [c.step for c in changes] == [b + 1 for b in boundaries]
+    expected = [values[sum(s - 1 > b for b in boundaries)] for s in range(1, 21)]
+    assert [published[s] for s in range(1, 21)] == pytest.approx(expected, rel=1e-7)
+
+
+def test_on_a_learning_rate_schedule_the_plateau_reduction_is_a_multiplier_on_top_of_it() -> None:
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.5, decay_steps=4, decay_rate=0.9)
+    m = model(keras.optimizers.SGD(schedule))
+    with pytest.raises(TypeError):  # Keras's own callback cannot
+        fit(m, [keras.callbacks.ReduceLROnPlateau(monitor="val_loss", factor=0.5, patience=1, min_delta=0.01)], 6)
+
+    sink = ReduceLROnPlateauSink(monitor="eval/loss", factor=0.5, patience=1, min_delta=0.01)
+    _, changes, published = with_bus(model(keras.optimizers.SGD(schedule)), sink, epochs=10)
+    assert len(changes) >= 2, "the plateau fired less than twice"
+    assert [c.multiplier for c in changes] == pytest.approx([0.5 ** (i + 1) for i in range(len(changes))])
+    multiplier, waiting = 1.0, list(changes)
+    for step in range(1, 41):  # each step trains with the schedule's value times the multiplier then
+        while waiting and waiting[0].step < step:
+            multiplier = waiting.pop(0).multiplier
+        assert published[step] == pytest.approx(float(schedule(step - 1)) * multiplier, rel=1e-6)
