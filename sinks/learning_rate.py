@@ -187,7 +187,9 @@ class LearningRateSchedulerSink(Sink):
     :class:`hookbus.EventBusCallback`). ``per="step"``: ``schedule(step, lr)`` with the number of
     completed steps (Keras's ``optimizer.iterations``, what a ``LearningRateSchedule`` is called
     with) sets the rate of the next step, on every publisher; evaluated every step, or every
-    ``every_n_steps`` (the rate then holds in between). A new rate is asked for only where it
+    ``every_n_steps`` (the rate then holds in between). It receives the training events that
+    carry the key ``learning_rate``: under ``fit`` declare it,
+    ``EventBusCallback(bus, keys=["loss", "learning_rate"])``. A new rate is asked for only where it
     differs from the rate in effect, and applied before the next training step (under
     ``MultiWorkerMirroredStrategy`` at one agreed step on every worker). On a rate that follows
     a schedule, the rate it returns is reached through hookbus's multiplier. The last rate it set

@@ -67,7 +67,7 @@ def with_bus(m: Any, *sinks: hookbus.Sink, epochs: int = 10) -> tuple[Rates, lis
     bus.on("learning_rate_changed", changes.append)
     bus.on("after_run", lambda e: published.__setitem__(e.step, e.values["learning_rate"]), keys="learning_rate")
     with bus:
-        rates = fit(m, [hookbus.EventBusCallback(bus)], epochs)
+        rates = fit(m, [hookbus.EventBusCallback(bus, keys=["loss", "learning_rate"])], epochs)
     return rates, changes, published
 
 
