@@ -125,6 +125,7 @@ class EventBus:
             wall_clock=wall_clock,
             who=lambda: self._dispatcher.current_name(),
             deliver=lambda: self._dispatcher.settle(),
+            clock=clock,
         )
         self._keys = keys = KeyRegistry()
         self._dispatcher = dispatcher = Dispatcher(roster, stops, state, self.signals, sender=self)

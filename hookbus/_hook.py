@@ -31,6 +31,9 @@ _ANY_STEP = 1 << 62
 # A tuple, not ``list | tuple | dict``: a union written in the call is rebuilt on every run.
 _STRUCTURES = (list, tuple, dict)
 
+#: What no run fetches: the quiet path's train op before one is known.
+_NO_FETCH = object()
+
 
 def _tensorflow(what: str) -> Any:
     global tf
@@ -168,6 +171,11 @@ class EventBusHook:
         self.bus = bus
         self._planned: Plan | None = None
         self._training_run = False
+        # The quiet-step fast path: the train op a run fetched alone (set once the increment per
+        # run is known, in train mode without a shared stop), and whether the run in progress
+        # took the path. Such a run plans nothing and fetches nothing (DESIGN "Performance rules").
+        self._quiet_fetch: Any = _NO_FETCH
+        self._quiet = False
         self._step_after: Any = None
         self._global_step: Any = None
         self._reads_step = False  # whether the global step can be read (set in begin)
@@ -201,6 +209,7 @@ class EventBusHook:
 
     # -- SessionRunHook ------------------------------------------------------------------------
     def begin(self) -> None:
+        self._quiet_fetch = _NO_FETCH  # the graph's train op is found again on its first run
         graph = tf.compat.v1.get_default_graph()
         self._elements = {k: resolve(graph, "fetch", v) for k, v in self._fetches.items()}
         if self._batch_size_arg is not None:
@@ -294,12 +303,19 @@ class EventBusHook:
         return any(f in self._train_ops for f in tf.nest.flatten(fetches))
 
     def before_run(self, run_context: Any) -> Any:
+        if run_context.original_args.fetches is self._quiet_fetch and self._core.quiet(self._estimate.next()):
+            self._quiet = True  # a training run that is due for nothing
+            return None
+        self._quiet = False
         if self._core.mode == "eval":
             return self._before_eval_run()
         self._planned = None
         self._training_run = self._is_training_run(run_context)
         if not self._training_run:
             return None
+        fetches = run_context.original_args.fetches
+        if self._estimate.known and self._shared_stop is None and not isinstance(fetches, _STRUCTURES):
+            self._quiet_fetch = fetches  # the train op alone (immutable): its next quiet runs skip all this
         estimate = self._estimate
         # Once per graph, while the increment is unknown, the step is read (planned one step per
         # run, a stop step or a save would come up to k times late), and every step rule is
@@ -314,12 +330,22 @@ class EventBusHook:
         return self._train_fetches.args(plan.keys)
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
+        if self._quiet:
+            self._exact = False
+            if self._core.passed(self._estimate.ran(None)):
+                return
+            self._act_on_stops(run_context, self._reads_step)
+            return
         if self._core.mode == "eval":
             if run_values.results:
                 self._eval.add(run_values.results, weighted=self._batch_size_element is not None)
         elif self._training_run:
             self._after_training_run(run_context, run_values.results)
-        estimated = self._training_run and not self._exact and self._reads_step
+        self._act_on_stops(run_context, self._training_run and not self._exact and self._reads_step)
+
+    def _act_on_stops(self, run_context: Any, estimated: bool) -> None:
+        """Act on the stops recorded since the last step (``estimated``: the step after this run
+        was not read, so it is read before a stop is published)."""
         stopping = self._core.should_stop(self._read_step if estimated else None)
         if self._shared_stop is not None and stopping:
             self._shared_stop.announce(run_context.session, self._core.stops)

@@ -122,6 +122,7 @@ class PublisherCore:
         #: (a graph tensor's shape; ``None`` entries for unknown dimensions). Sinks that need a
         #: scalar check it at begin (their context's ``static_shape``).
         self.shapes: dict[str, tuple[int | None, ...]] = {}
+        self._stops = self._port.stops
         self._planner = Planner(self.keys, self.bus_keys)
         self._version = -1  # the subscribers' version the planner last read
         self._next_step = -math.inf  # the planner's bounds: on a quiet step, two plain comparisons
@@ -291,6 +292,21 @@ class PublisherCore:
         port.flush_sinks(step)
 
     # -- planning ----------------------------------------------------------------------------
+    def quiet(self, step: int) -> bool:
+        """Whether no subscriber can be due at the coming training step ``step``: :meth:`plan`'s
+        first test alone (two comparisons and, with a time rule, a clock read), for a publisher's
+        fast path. ``False`` says only that :meth:`plan` must decide."""
+        if step < self._next_step and self._version == self._port.version:
+            next_time = self._next_time
+            return next_time == math.inf or self.bus.clock() < next_time
+        return False
+
+    def passed(self, step: int) -> bool:
+        """A quiet step ended at ``step`` (:meth:`advance`); whether nothing asks to stop now
+        (``False``: call :meth:`should_stop`, which acts on what does)."""
+        self._port.set_step(step)
+        return self._stops.calm()
+
     def plan(self, step: int) -> Plan | None:
         """What to fetch for the coming training step ``step``, or ``None`` if nothing is due.
 

@@ -11,7 +11,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from hookbus._evaluated import EvaluatedSteps
-from hookbus._run_files import EvaluatorLink, RunFiles
+from hookbus._run_files import POLL_SECS, EvaluatorLink, RunFiles
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -80,7 +80,7 @@ class RunScope:
         self._interrupted = False  # a first Ctrl-C asked for a graceful stop
         self._previous_handlers: dict[int, Any] = {}  # the handlers `with bus:` replaced, by signal
         self._evaluator: EvaluatorLink | None = None
-        stops.watch(self._evaluator_stop)
+        stops.watch(self._evaluator_stop, every_secs=POLL_SECS)  # the link reads its files as often
 
     # -- signals (SIGTERM) -------------------------------------------------------------------------
     def _on_sigint(self, signum: int, frame: FrameType | None) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from hookbus._writer import write_atomically
 
-__all__ = ["ENDED", "STOP", "EvaluatorLink", "RunFiles"]
+__all__ = ["ENDED", "POLL_SECS", "STOP", "EvaluatorLink", "RunFiles"]
 
 STOP = "stop.hookbus.json"
 ENDED = "ended.hookbus.json"
@@ -83,6 +83,10 @@ class RunFiles:
         return None if data is None else int(data.get("step", 0))
 
 
+#: How often training reads an evaluator's stop request, in seconds of the bus's clock.
+POLL_SECS = 1.0
+
+
 class EvaluatorLink:
     """Training's side of the run files: stop when an evaluator asks; say when the run ended.
 
@@ -91,7 +95,7 @@ class EvaluatorLink:
     directory at most once per ``every_secs`` (default 1 s) of the bus's clock.
     """
 
-    def __init__(self, files: RunFiles, since: float, every_secs: float = 1.0) -> None:
+    def __init__(self, files: RunFiles, since: float, every_secs: float = POLL_SECS) -> None:
         self.files = files
         self.since = since
         self.every_secs = every_secs

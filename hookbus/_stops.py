@@ -16,8 +16,10 @@ that publishes what is pending once no event is being dispatched.
 
 from __future__ import annotations
 
+import math
 import signal as signal_module
 import threading
+import time
 from collections.abc import Callable
 
 from hookbus._events import StopRequest
@@ -37,6 +39,8 @@ class Stops:
         who: The subscriber being called, if any (a request's default source; ``"user"`` else).
         deliver: Publishes the pending requests when no event is being dispatched (else the
             dispatch in progress does, once it has reached every subscriber).
+        clock: The monotonic clock that paces the watchers (the bus's; default
+            :func:`time.monotonic`).
 
     Attributes:
         requested: Whether a stop was requested in this run (set at once, from any thread).
@@ -51,12 +55,15 @@ class Stops:
         wall_clock: Callable[[], float],
         who: Callable[[], str | None],
         deliver: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._step = step
         self._wall_clock = wall_clock
         self._who = who
         self._deliver = deliver
+        self._clock = clock
         self._watchers: list[Watcher] = []
+        self._watch_every = math.inf  # the shortest pause any watcher asked for between polls
         self.reset()
 
     def reset(self) -> None:
@@ -67,6 +74,7 @@ class Stops:
         self._pending: list[StopRequest] = []
         self._recorded: list[tuple[str, str]] = []  # off the training thread, for its next step
         self._signal: str | None = None
+        self._watch_at = -math.inf if self._watchers else math.inf  # when the watchers are polled next
 
     # -- asking --------------------------------------------------------------------------------
     def request(self, reason: str, *, step: int | None = None, source: str | None = None) -> None:
@@ -104,9 +112,18 @@ class Stops:
         self._signal = name
         self._keep(f"received {name}")
 
-    def watch(self, watcher: Watcher) -> None:
-        """Poll ``watcher`` at every step of every run (an evaluator task's records)."""
+    def watch(self, watcher: Watcher, every_secs: float = 0.0) -> None:
+        """Poll ``watcher`` at the steps of every run, at most once per ``every_secs`` of the clock
+        (default 0: every step); an evaluator task's records are read once a second."""
         self._watchers.append(watcher)
+        self._watch_every = min(self._watch_every, every_secs)
+        self._watch_at = -math.inf
+
+    def calm(self) -> bool:
+        """Whether :meth:`poll` has nothing to act on now: no stop requested in this run (a signal
+        and another thread's request set the flag at once) and no watcher due. What a quiet step
+        checks instead of polling."""
+        return not self.requested and (self._watch_at == math.inf or self._clock() < self._watch_at)
 
     def _keep(self, reason: str) -> None:
         if self.reason is None:
@@ -126,10 +143,14 @@ class Stops:
             found.append((f"received {name}", "signal"))
         while self._recorded:
             found.append(self._recorded.pop(0))
-        for watcher in self._watchers:
-            asked = watcher()
-            if asked is not None:
-                found.append(asked)
+        if self._watchers:
+            now = self._clock()
+            if now >= self._watch_at:
+                self._watch_at = now + self._watch_every
+                for watcher in self._watchers:
+                    asked = watcher()
+                    if asked is not None:
+                        found.append(asked)
         if found and before is not None:
             before()
         for reason, source in found:

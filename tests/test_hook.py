@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 import hookbus
 from hookbus import Event, EventBus, EventBusHook, Sink
 from hookbus._demo import build_linear_regression
+from hookbus._publisher import PublisherCore
 
 tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1
@@ -213,6 +215,41 @@ def test_before_run_fetches_nothing_when_nothing_is_due_and_a_stable_structure_o
     assert packed.op.type == "Pack"
     assert packed.shape.as_list() == [2]
     assert returned[9] is None  # a run without the train op
+
+
+def test_quiet_runs_of_the_train_op_plan_nothing_and_still_act_on_another_threads_stop(
+    tf_graph: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 30, the quiet-step fast path: a run of the train op that no subscriber is due for
+    # is two comparisons on the hook; the planner is not asked, and a stop from another thread
+    # still stops the next run, at the exact step.
+    m = build_linear_regression()
+    bus = EventBus()
+    called: list[int] = []
+    bus.on("after_run", lambda e: called.append(e.step), every_n_steps=5, keys="loss")
+    planned: list[int] = []
+    plan = PublisherCore.plan
+
+    def counted(core: PublisherCore, step: int) -> Any:
+        planned.append(step)
+        return plan(core, step)
+
+    monkeypatch.setattr(PublisherCore, "plan", counted)
+    hook = EventBusHook(bus, {"loss": m.loss}, train_op=m.train_op, steps_per_run=1)
+    with bus, hookbus.monitored_training_session(hooks=[hook]) as sess:
+        for _ in range(12):
+            sess.run(m.train_op)
+        watchdog = threading.Thread(target=bus.request_stop, args=("watchdog: stalled",), name="watchdog")
+        watchdog.start()
+        watchdog.join()
+        runs = 12
+        while not sess.should_stop():
+            sess.run(m.train_op)
+            runs += 1
+    assert called == [5, 10]
+    assert planned == [1, 5, 10]  # the first run finds the train op; then only the due steps plan
+    assert runs == bus.step == 13
+    assert bus.stop_reason == "watchdog: stalled"
 
 
 # -- configuration errors, before step 1 ------------------------------------------------------------
