@@ -127,6 +127,8 @@ class BackgroundWriter(Generic[T]):
     Args:
         name: Shown in warnings and errors (e.g. the sink's name).
         write: Writes one item.
+        write_batch: Writes the items found queued together, in order (default ``None``: ``write``
+            each); one call per batch is one file check and one write for a CSV file.
         flush: Hands what ``write`` wrote to the OS (e.g. ``file.flush``).
         close: Releases the file once the thread stops (default: nothing).
         landed: After a failure, how many items that ``write`` took reached the file (asked once
@@ -147,6 +149,7 @@ class BackgroundWriter(Generic[T]):
         close: Callable[[], None] | None = None,
         *,
         landed: Callable[[], int] | None = None,
+        write_batch: Callable[[list[T]], object] | None = None,
         max_queue_size: int = 1024,
         flush_secs: float = 5.0,
         flush_deadline: float = DEFAULT_FLUSH_DEADLINE,
@@ -157,6 +160,7 @@ class BackgroundWriter(Generic[T]):
         self.deadline = FlushDeadline(name, seconds("flush_deadline", flush_deadline), target)
         self.name = name
         self._write = write
+        self._write_batch = write_batch
         self._flush = flush
         self._close = close
         self._landed = landed
@@ -298,22 +302,31 @@ class BackgroundWriter(Generic[T]):
         dirty = False
         flush_at = 0.0
         failure: BaseException | None = None
+        held: tuple[int, Any] | None = None  # an entry taken while gathering a batch, next in line
         try:
             while not self._abandoned:
-                timeout = max(0.0, flush_at - time.monotonic()) if dirty else None
-                try:
-                    kind, payload = self._queue.get(timeout=timeout)
-                except queue.Empty:
-                    self._flush()
-                    self._on_disk = self._written
-                    dirty = False
-                    continue
+                if held is not None:
+                    (kind, payload), held = held, None
+                else:
+                    timeout = max(0.0, flush_at - time.monotonic()) if dirty else None
+                    try:
+                        kind, payload = self._queue.get(timeout=timeout)
+                    except queue.Empty:
+                        self._flush()
+                        self._on_disk = self._written
+                        dirty = False
+                        continue
                 if self._abandoned:
                     break
                 if kind == _ITEM:
-                    self._write(payload)
-                    self._written += 1
-                    if self._queue.empty():
+                    if self._write_batch is None:
+                        self._write(payload)
+                        self._written += 1
+                    else:
+                        batch, held = self._gather(payload)
+                        self._write_batch(batch)
+                        self._written += len(batch)
+                    if held is None and self._queue.empty():
                         # Let rows gather: a wake-up per batch instead of per row (each one takes
                         # a core from the training step on a small machine). Puts never wait on
                         # this while the queue has room; flush() and close() cut it short.
@@ -346,3 +359,16 @@ class BackgroundWriter(Generic[T]):
                     failure = failure or error
             # Published last: once callers see it, the file is closed and its counts are final.
             self._error = failure
+
+    def _gather(self, first: T) -> tuple[list[T], tuple[int, Any] | None]:
+        """``first`` and the items queued right behind it; the entry that ended the batch, if any."""
+        batch = [first]
+        get = self._queue.get_nowait
+        while True:
+            try:
+                entry = get()
+            except queue.Empty:
+                return batch, None
+            if entry[0] != _ITEM:
+                return batch, entry
+            batch.append(entry[1])

@@ -185,15 +185,16 @@ class WriterKit(Generic[T]):
         close: Callable[[], None] | None = None,
         *,
         landed: Callable[[], int] | None = None,
+        write_batch: Callable[[list[T]], object] | None = None,
         target: str,
     ) -> None:
         """Start this run's writer: a :class:`hookbus.BackgroundWriter` with the kit's options.
 
         ``write``, ``flush`` and ``close`` run on its thread only (see ``BackgroundWriter`` for
-        them and ``landed``); ``target`` names the output in reports (e.g. ``"'/logs/m.csv'"``).
+        them, ``landed`` and ``write_batch``); ``target`` names the output in reports (e.g. ``"'/logs/m.csv'"``).
         """
         self._open(BackgroundWriter(
-            self.name, write, flush, close, landed=landed, max_queue_size=self.max_queue_size,
+            self.name, write, flush, close, landed=landed, write_batch=write_batch, max_queue_size=self.max_queue_size,
             flush_secs=self.flush_secs, flush_deadline=self.flush_deadline, target=target,
         ))  # fmt: skip
 

@@ -5,8 +5,9 @@ only to widen the header or to drop rows after a resume point.
 
 Two things it keeps track of beyond the rows:
 
-- **The file at the path is still the one it writes.** Before each row it compares the path's
-  ``(st_dev, st_ino)`` with the open file's. A file deleted (or moved away) mid-run is started
+- **The file at the path is still the one it writes.** Before each batch of rows (those the
+  writer thread found queued together) it compares the path's ``(st_dev, st_ino)`` with the open
+  file's, and writes the batch in one call. A file deleted (or moved away) mid-run is started
   anew with the header; a file replaced by another CSVSink file (an editor's save, a restored
   copy) is resumed like at a session start: its rows up to the last step written are kept.
   Either way the rows not yet handed to the OS are written again into the file now at the path,
@@ -24,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
-import math
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -37,9 +37,10 @@ FIXED = ("step", "wall_time")
 Row = tuple[int, float, dict[str, float]]
 
 
-def _cell(value: float) -> str:
-    # repr round-trips floats and spells non-finite values nan/inf/-inf, which pandas and float() read.
-    return repr(value) if math.isfinite(value) else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
+# A value's cell: repr round-trips floats and spells non-finite values nan, inf and -inf, which
+# pandas and float() read. Value rows hold only such cells (and empty or ``NA`` ones), which CSV
+# never quotes: they are joined with commas, what csv.writer writes for them.
+_cell = repr
 
 
 def csv_logger_columns(first: Iterable[str]) -> list[str]:
@@ -88,6 +89,7 @@ class CSVFile:
         #: Rows that reached the file (or were dropped on purpose), up to the last flush.
         self.landed = 0
         self._unflushed: list[tuple[int, Row]] = []  # (end offset in the file, row) since the last flush
+        self._lines: list[str] = []  # rows of the batch being written, not given to the handle yet
         self._size = 0  # the file's size once everything written so far reaches it
 
     def read_header(self) -> list[str] | None:
@@ -109,6 +111,7 @@ class CSVFile:
 
     def resume(self, step: int) -> io.TextIOWrapper:
         """Keep complete rows with step <= ``step``, widen the header, rewrite atomically if changed."""
+        self._spill()
         self.close()
         old = self.read_header()
         text = self.path.read_text(encoding="utf-8") if old is not None else ""
@@ -147,9 +150,22 @@ class CSVFile:
         write_atomically(self.path, text)
 
     def write(self, row: Row) -> None:
+        self.write_rows((row,))
+
+    def write_rows(self, rows: Iterable[Row]) -> None:
+        """Write rows queued together: one check that the path still names the open file, one write."""
         if self.handle is not None and self._moved():
             self._restart()
-        self._write(row)
+        for row in rows:
+            self._write(row)
+        self._spill()
+
+    def _spill(self) -> None:
+        """Give the handle the lines formatted since the last spill."""
+        if self._lines and self.handle is not None:
+            text = "".join(self._lines)
+            self._lines = []
+            self.handle.write(text)
 
     def _write(self, row: Row) -> None:
         step, wall_time, values = row
@@ -167,11 +183,12 @@ class CSVFile:
             self.columns += new
             handle = self.resume(self.last_step)
         self.last_step = step
-        cells = [str(step), repr(wall_time)] + [_cell(values[c]) if c in values else self.missing for c in self.columns]
-        line = _line(cells)
-        self._size += len(line.encode("utf-8"))
+        missing = self.missing
+        cells = [_cell(values[c]) if c in values else missing for c in self.columns]
+        line = ",".join([str(step), repr(wall_time), *cells])
+        self._size += len(line) + 1  # ASCII: digits, signs, '.', 'e', nan, inf, NA
         self._unflushed.append((self._size, row))
-        handle.write(line)
+        self._lines.append(line + "\n")
 
     def _moved(self) -> bool:
         """Whether the path no longer names the open file (deleted, moved away or replaced)."""
@@ -184,7 +201,7 @@ class CSVFile:
     def _restart(self) -> None:
         """The file at the path changed under us: go on in the one there now (or a new one)."""
         replay = [row for _, row in self._unflushed]
-        self._unflushed = []
+        self._unflushed, self._lines = [], []  # the lines not given to the old file are replayed too
         handle, self.handle = self.handle, None
         if handle is not None:
             with contextlib.suppress(OSError):  # its unflushed rows go with the old file: replayed below
@@ -215,6 +232,7 @@ class CSVFile:
 
     def flush(self) -> None:
         if self.handle is not None:
+            self._spill()
             self.handle.flush()
             self._settle(self.handle)
 
@@ -223,6 +241,9 @@ class CSVFile:
         if handle is None:
             return
         try:
+            if self._lines:
+                text, self._lines = "".join(self._lines), []
+                handle.write(text)
             handle.flush()
         except BaseException:
             self._settle(handle)

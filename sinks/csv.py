@@ -139,7 +139,7 @@ class CSVSink(Sink):
         self._lock_files(event)
         self.output.start(
             self._write, self._flush_files, self._close_files,
-            landed=lambda: sum(f.landed for f in self._files.values()),
+            landed=lambda: sum(f.landed for f in self._files.values()), write_batch=self._write_batch,
             target=" and ".join(repr(str(f.path)) for f in self._files.values()),
         )  # fmt: skip
 
@@ -200,6 +200,16 @@ class CSVSink(Sink):
 
     def _write(self, item: tuple[str, Row]) -> None:
         self._files[item[0]].write(item[1])
+
+    def _write_batch(self, items: list[tuple[str, Row]]) -> None:
+        # One check and one write per file for the rows the writer found queued together.
+        if all(name == items[0][0] for name, _ in items):
+            self._files[items[0][0]].write_rows([row for _, row in items])
+            return
+        for name, f in self._files.items():
+            rows = [row for which, row in items if which == name]
+            if rows:
+                f.write_rows(rows)
 
     def _flush_files(self) -> None:
         for f in self._files.values():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import importlib
+import io
 import math
 import os
 import random
@@ -359,6 +360,49 @@ def test_sigkill_many_trials(tmp_path: Path, seed: int) -> None:
     _sigkill_trial(tmp_path, seed)
 
 
+
+def test_rows_queued_together_are_one_file_check_and_one_write_of_what_csv_writer_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 30, CSV per row: the writer thread takes the rows it finds queued as one batch,
+    # checks once that the path still names its file and writes them in one call; the text is
+    # what csv.writer writes for the same cells.
+    import threading
+
+    csv_module = importlib.import_module("hookbus.sinks._csv_file")
+    checks: list[int] = []
+    moved = csv_module.CSVFile._moved
+
+    def counted(self: Any) -> bool:
+        checks.append(1)
+        return bool(moved(self))
+
+    monkeypatch.setattr(csv_module.CSVFile, "_moved", counted)
+    path = tmp_path / "m.csv"
+    bus, sink, pub = make(path, ["a", "b"])
+    cells = [math.nan, math.inf, -math.inf, 0.1, 1e-300, -2.5e17, 3.0, 1 / 3]
+    gate = threading.Event()
+    with bus:
+        pub.begin()
+        pub.session(0)
+        sink.output.call(gate.wait)  # the writer thread waits here while the rows queue up
+        for i, value in enumerate(cells):
+            pub.advance({"a": value} if i < 3 else {"a": value, "b": -value})
+        gate.set()
+        sink.flush()
+        assert len(checks) == 1
+        pub.end()
+    text = path.read_text()
+    expected = io.StringIO()
+    writer = csv.writer(expected, lineterminator="\n")
+    writer.writerow(["step", "wall_time", "a", "b"])
+    for row in csv.reader(text.splitlines()[1:]):
+        writer.writerow(row)
+    assert text == expected.getvalue()
+    rows = read(path)
+    assert [r["a"] for r in rows] == [repr(v) for v in cells]
+    assert [r["b"] for r in rows] == ["", "", ""] + [repr(-v) for v in cells[3:]]
+
 # -- a slow disk -----------------------------------------------------------------------------
 
 
@@ -368,11 +412,13 @@ def test_slow_disk_blocks_training_only_when_the_queue_is_full(tmp_path: Path) -
     csv_module = importlib.import_module("hookbus.sinks._csv_file")
 
     gate = threading.Event()
-    original = csv_module.CSVFile.write
+    original = csv_module.CSVFile.write_rows
+    stalled: list[int] = []  # rows in each stalled write: the writer takes what it finds queued
 
-    def slow_write(self: Any, row: Any) -> None:
+    def slow_write(self: Any, rows: Any) -> None:
+        stalled.append(len(rows))
         gate.wait()
-        original(self, row)
+        original(self, rows)
 
     path = tmp_path / "m.csv"
     bus, sink, pub = make(path, ["x"], max_queue_size=3)
@@ -388,7 +434,7 @@ def test_slow_disk_blocks_training_only_when_the_queue_is_full(tmp_path: Path) -
                 published += 1
             pub.end()
 
-    csv_module.CSVFile.write = slow_write
+    csv_module.CSVFile.write_rows = slow_write
     try:
         trainer = threading.Thread(target=train, daemon=True)
         trainer.start()
@@ -396,11 +442,12 @@ def test_slow_disk_blocks_training_only_when_the_queue_is_full(tmp_path: Path) -
         while published < 4 and time.monotonic() < end:
             time.sleep(0.01)
         time.sleep(0.2)
-        assert published == 4  # one row in the stalled write, three queued, the fifth step blocks
+        # the rows in the stalled write, three queued, and the next step blocks
+        assert published == stalled[0] + 3 < 10
         gate.set()
         trainer.join(10)
     finally:
-        csv_module.CSVFile.write = original
+        csv_module.CSVFile.write_rows = original
     assert [r["step"] for r in read(path)] == [str(s) for s in range(1, 11)]
 
 
@@ -412,14 +459,14 @@ def test_hung_writer_close_warns_with_sink_name_and_count(tmp_path: Path) -> Non
     csv_module = importlib.import_module("hookbus.sinks._csv_file")
 
     gate = threading.Event()
-    original = csv_module.CSVFile.write
+    original = csv_module.CSVFile.write_rows
 
-    def hung_write(self: Any, row: Any) -> None:
+    def hung_write(self: Any, rows: Any) -> None:
         gate.wait()
-        original(self, row)
+        original(self, rows)
 
     bus, sink, pub = make(tmp_path / "m.csv", ["x"], close_deadline=0.2, name="metrics")
-    csv_module.CSVFile.write = hung_write
+    csv_module.CSVFile.write_rows = hung_write
     try:
         pub.begin()
         pub.session(0)
@@ -429,4 +476,4 @@ def test_hung_writer_close_warns_with_sink_name_and_count(tmp_path: Path) -> Non
             sink.close()
     finally:
         gate.set()
-        csv_module.CSVFile.write = original
+        csv_module.CSVFile.write_rows = original
