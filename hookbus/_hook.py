@@ -173,7 +173,7 @@ class EventBusHook:
         self._training_run = False
         # The quiet-step fast path: the train op a run fetched alone (set once the increment per
         # run is known, in train mode without a shared stop), and whether the run in progress
-        # took the path. Such a run plans nothing and fetches nothing (DESIGN "Performance rules").
+        # took the path. Such a run plans nothing and fetches nothing (no fetch on a quiet step).
         self._quiet_fetch: Any = _NO_FETCH
         self._quiet = False
         self._step_after: Any = None

@@ -302,10 +302,11 @@ class PublisherCore:
         return False
 
     def passed(self, step: int) -> bool:
-        """A quiet step ended at ``step`` (:meth:`advance`); whether nothing asks to stop now
-        (``False``: call :meth:`should_stop`, which acts on what does)."""
+        """A quiet step ended at ``step`` (:meth:`advance`); whether nothing waits to be acted on
+        now: no stop and no learning-rate request (``False``: call :meth:`should_stop`, which acts)."""
         self._port.set_step(step)
-        return self._stops.calm()
+        rate = self._rate
+        return self._stops.calm() and (rate is None or rate.pending is None)
 
     def plan(self, step: int) -> Plan | None:
         """What to fetch for the coming training step ``step``, or ``None`` if nothing is due.

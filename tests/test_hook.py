@@ -15,6 +15,7 @@ import hookbus
 from hookbus import Event, EventBus, EventBusHook, Sink
 from hookbus._demo import build_linear_regression
 from hookbus._publisher import PublisherCore
+from hookbus.sink_api import require_learning_rate
 
 tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1
@@ -250,6 +251,42 @@ def test_quiet_runs_of_the_train_op_plan_nothing_and_still_act_on_another_thread
     assert planned == [1, 5, 10]  # the first run finds the train op; then only the due steps plan
     assert runs == bus.step == 13
     assert bus.stop_reason == "watchdog: stalled"
+
+
+class _KeepsRate(Sink):
+    """Never due; keeps its context's learning rate, for a request made between steps."""
+
+    def __init__(self) -> None:
+        super().__init__(every_n_steps=10**6)
+        self.rate: Any = None
+        self.changes: list[Any] = []
+
+    def setup(self, context: Any) -> None:
+        super().setup(context)
+        self.rate = require_learning_rate(context, "_KeepsRate")
+
+    def on_learning_rate_changed(self, event: Any) -> None:
+        self.changes.append(event)
+
+
+def test_a_learning_rate_request_between_quiet_steps_is_applied_after_the_next_run(tf_graph: Any) -> None:
+    # Issue 30: the quiet-step fast path checks for a pending rate request as it checks for a stop.
+    step = v1.train.get_or_create_global_step()
+    w = v1.Variable(1.0)
+    rate = v1.Variable(0.1, trainable=False)
+    train_op = v1.train.GradientDescentOptimizer(rate).minimize(w * w, global_step=step)
+    bus = EventBus()
+    sink = bus.attach(_KeepsRate())
+    hook = EventBusHook(bus, {"loss": w * w}, train_op=train_op, learning_rate=rate, steps_per_run=1)
+    with bus, hookbus.monitored_training_session(hooks=[hook]) as sess:
+        for _ in range(3):
+            sess.run(train_op)
+        sink.rate.request(rate=0.05, reason="between steps")
+        sess.run(train_op)
+        applied = float(sess.run(rate))
+    assert applied == pytest.approx(0.05)
+    [change] = sink.changes
+    assert (change.step, change.reason, change.source) == (4, "between steps", "user")
 
 
 # -- configuration errors, before step 1 ------------------------------------------------------------
