@@ -7,6 +7,8 @@ StopAtStepSink, and appends what the test compares to ``DIR/log.jsonl``.
 ``HOOKBUS_TEST_KILL=phase:n`` makes the process SIGKILL itself:
 
 - ``step:n``: on the training thread, once step n reached every subscriber;
+- ``shipped:n``: on the training thread at step n, once MLflowSink's run holds a point
+  (``HOOKBUS_TEST_MLFLOW``);
 - ``timer:ms``: from another thread, ms milliseconds after the session starts (anywhere);
 - ``checkpoint:n``: inside the checkpoint barrier of the first save at step >= n, after the
   sinks' state file is written and before the model is saved;
@@ -14,6 +16,9 @@ StopAtStepSink, and appends what the test compares to ``DIR/log.jsonl``.
 - ``tb_flush:n``: inside the TensorBoard sink's flush at the first barrier from step n;
 - ``prune:n``: at the first save from step n that prunes, after the pointer names the new
   checkpoint and before the one beyond ``keep`` is deleted.
+
+``HOOKBUS_TEST_MLFLOW="URI EXPERIMENT"`` adds an MLflowSink logging every step there
+(``test_mlflow_kill.py``).
 
 ``MODE`` ``signal`` (for the SIGINT/SIGTERM/exception tests) adds a ConsoleSink, prints
 ``marker`` at step 30 and keeps training slowly; ``exception`` raises ``ValueError`` at step 30.
@@ -75,6 +80,12 @@ def main() -> None:
             from hookbus.sinks import EventLogSink
 
             sinks.append(EventLogSink(os.path.join(directory, "events.jsonl"), flush_secs=0.05))
+        if os.environ.get("HOOKBUS_TEST_MLFLOW"):  # the MLflow kill test (test_mlflow_kill.py): URI, experiment
+            from hookbus.sinks import MLflowSink
+
+            uri, experiment = os.environ["HOOKBUS_TEST_MLFLOW"].split(" ", 1)
+            tracker = MLflowSink(uri, experiment=experiment, every_n_steps=1, flush_secs=0.05)
+            sinks.append(tracker)
         for sink in sinks:
             bus.attach(sink)
             real_close = sink.close
@@ -92,6 +103,17 @@ def main() -> None:
 
         if phase == "step":
             bus.on("after_run", lambda e: die() if e.step >= at_step else None)
+        elif phase == "shipped":  # HOOKBUS_TEST_MLFLOW only
+
+            def die_once_shipped(event: hookbus.Event) -> None:
+                if event.step < at_step:
+                    return
+                until = time.monotonic() + 60
+                while (tracker.run is None or tracker.run.shipped["train"] < 1) and time.monotonic() < until:
+                    time.sleep(0.01)  # the training thread waits: no step, no checkpoint, meanwhile
+                die()
+
+            bus.on("after_run", die_once_shipped)
         elif phase == "timer":
             timer = threading.Timer(at_step / 1000, die)
             timer.daemon = True

@@ -1,0 +1,106 @@
+"""MLflowSink across SIGKILL, SIGTERM and resume (issue 26), against a real ``mlflow server``.
+
+A child trains with CSVSink, CheckpointSink and MLflowSink (and TensorBoard, early stopping,
+stop-at-step: ``_train_child.py``) and is, in turn: killed before its first checkpoint, stopped
+by SIGTERM, killed at a step after a checkpoint, killed inside a checkpoint's barrier (after the
+sinks' states are written, before the model is saved) and killed at a random moment; each time
+a new child restarts from the directory, and the last one finishes. Then, read back through
+``MlflowClient``: one MLflow run (the kill before any checkpoint left no orphan beside it), each
+step once in every metric's history with the CSV's value, and the status each end gives: RUNNING
+after a kill, KILLED after SIGTERM, RUNNING again on the resume after that, FINISHED at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _mlflow_server import MlflowServer, metric_history
+
+from ._helpers import CHILD, csv_column, latest_checkpoint_step, run_child
+
+pytestmark = [pytest.mark.reliability, pytest.mark.subprocess]
+
+LAST = 120
+EXPERIMENT = "kill-and-resume"
+
+
+def _sigterm_child(directory: Path, gen: int) -> subprocess.CompletedProcess[str]:
+    """A child in ``signal`` mode (slow steps from step 30), sent SIGTERM once it prints its marker."""
+    env = {**os.environ, "HOOKBUS_TEST_KILL": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    argv = [sys.executable, str(CHILD), str(directory), str(10**6), str(gen), "signal"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if "marker" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def _runs(client: Any) -> list[Any]:
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    return [] if experiment is None else list(client.search_runs([experiment.experiment_id]))
+
+
+def test_each_step_is_in_mlflow_once_with_the_csvs_values_and_the_status_of_each_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_server: MlflowServer
+) -> None:
+    monkeypatch.setenv("HOOKBUS_TEST_MLFLOW", f"{mlflow_server.uri} {EXPERIMENT}")
+    client = mlflow_server.client()
+    kills = ["shipped:10", "sigterm", "step:60", "checkpoint:100", f"timer:{random.Random(26).randrange(100, 400)}"]
+    seen: list[dict[str, Any]] = []
+    for gen, kill in enumerate(kills):
+        began = time.monotonic()
+        if kill == "sigterm":
+            result = _sigterm_child(tmp_path, gen)
+            assert result.returncode == 0, result.stderr[-3000:]
+        else:
+            result = run_child(tmp_path, LAST, gen, kill)
+            if not kill.startswith("timer") or result.returncode != 0:  # a late timer may find the run done
+                assert result.returncode == -signal.SIGKILL, (kill, result.stderr[-3000:])
+        runs = _runs(client)
+        assert len(runs) == 1, (kill, [(r.info.run_id, r.info.status) for r in runs])  # never a second run
+        seen.append({
+            "kill": kill, "seconds": round(time.monotonic() - began, 1), "run_id": runs[0].info.run_id,
+            "status": runs[0].info.status, "checkpoint": latest_checkpoint_step(tmp_path / "ckpt"),
+            "tags": dict(runs[0].data.tags),
+        })  # fmt: skip
+    final = run_child(tmp_path, LAST, len(kills))
+    assert final.returncode == 0, final.stderr[-3000:]
+
+    (run,) = _runs(client)
+    context = [{k: v for k, v in s.items() if k != "tags"} for s in seen]
+    assert {s["run_id"] for s in seen} == {run.info.run_id}, context  # one MLflow run, from the first kill on
+    assert seen[0]["checkpoint"] is None, context  # killed before any checkpoint
+    assert seen[0]["status"] == "RUNNING", context
+    assert seen[1]["status"] == "KILLED", context  # SIGTERM: a graceful stop by signal
+    assert seen[1]["tags"].get("hookbus.stop_reason") == "received SIGTERM", context
+    assert [s["status"] for s in seen[2:4]] == ["RUNNING", "RUNNING"], context  # resumed after KILLED, then killed
+    assert seen[2]["checkpoint"] == 50, context  # killed at step 60: 50 restores
+    assert seen[3]["checkpoint"] == 75, context  # killed inside the save at 100: 75 restores
+    assert run.info.status == "FINISHED"
+
+    csv_loss = csv_column(tmp_path / "metrics.csv", "loss")
+    csv_accuracy = csv_column(tmp_path / "metrics.csv", "accuracy")
+    steps = sorted(csv_loss)
+    assert steps == list(range(1, LAST + 1))
+    for key, want in (("loss", csv_loss), ("accuracy", csv_accuracy)):
+        history = metric_history(client, run.info.run_id, key)
+        shipped = [step for step, _, _ in history]
+        assert sorted(shipped) == steps, (key, context)  # each step once, none missing
+        assert {step: value for step, value, _ in history} == want, (key, context)  # the CSV's values
+    print("mlflow kill trials:", context)
