@@ -65,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
         "--delay", type=_non_negative_float, default=0.004, help="sleep per step, to watch it (default 0.004 s)"
     )
     _add_replay(commands)
+    from hookbus._watch_command import add_watch  # it wires the console sink: loaded with the command
+
+    add_watch(commands)
     return parser
 
 
@@ -170,6 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "replay":
         return replay_command(args)
+    if args.command == "watch":
+        from hookbus._watch_command import watch_command
+
+        return watch_command(args)
     if args.command == "demo":
         logdir = args.logdir or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
         try:

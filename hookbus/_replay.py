@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX, PublisherCore
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
 
-__all__ = ["ReplayResult", "replay"]
+__all__ = ["FollowedReplay", "ReplayResult", "replay"]
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,8 @@ class _RecordedClock:
 
 
 @contextmanager
-def _recorded_time(bus: EventBus) -> Iterator[_RecordedClock]:
-    clock = _RecordedClock()
+def _recorded_time(bus: EventBus, clock: _RecordedClock | None = None) -> Iterator[_RecordedClock]:
+    clock = clock or _RecordedClock()
     saved = bus.clock, bus.wall_clock
     bus.clock = bus.wall_clock = clock
     try:
@@ -98,41 +98,59 @@ class _Replayer:
             self.eval.shapes = {k: s for k, s in shapes.items() if k.startswith(EVAL_PREFIX)}
         # Epoch keys are known to the bus through a core of their own; it only publishes epochs.
         self.epoch = PublisherCore(bus, epoch) if epoch else None
+        self.begun = False
         self.in_session = False
         self.final: tuple[int, Mapping[str, Any]] | None = None
         self.steps = 0
 
     def run(self, clock: _RecordedClock) -> bool:
         """Replay every record until the log ends or the bus stops; whether it stopped."""
-        begun = False
         for record in self.records:
-            clock.now = float(record.get("wall_time") or clock.now)
-            kind, mode, step = record["record"], record.get("mode", "train"), record.get("step")
-            if kind == "begin" or (not begun and kind in ("session_created", "step")):
-                begun = True
-                if kind == "begin" and mode == "eval" and self.eval is not None:
-                    self.eval.begin()
-                elif mode != "eval":
-                    self.train.begin()
-                if kind == "begin":
-                    continue
-            if kind == "session_created" and isinstance(step, int):
-                if mode == "train":
-                    self.train.session_created(step, bool(record.get("restored")))
-                    self.in_session = True
-                    if self.train.should_stop():
-                        return self._stop()
-                elif self.eval is not None:
-                    self.eval.session_created(step, bool(record.get("restored")))
-            elif kind == "step" and isinstance(step, int) and self._step(record, mode, step):
-                return self._stop()
-            elif kind == "end" and isinstance(step, int):
-                if mode == "train" and self.in_session:
-                    self._end(step)
-                elif mode == "eval" and self.eval is not None:
-                    self.eval.end(step)
-        if self.in_session:  # a log cut short (a kill, a log still being written)
+            if self.feed(record, clock):
+                return True
+        self.cut_short()
+        return False
+
+    def cut_short(self) -> None:
+        """End a session the log leaves open (a kill, a log still being written)."""
+        if self.in_session:
             self._end(self.bus.step)
+
+    def knows(self, record: dict[str, Any]) -> bool:
+        """Whether the keys this replayer declared cover ``record``'s values."""
+        if record["record"] != "step" or record.get("final"):
+            return True
+        mode = record.get("mode", "train")
+        core = self.eval if mode == "eval" else self.epoch if mode == "epoch" else self.train
+        return core is not None and all(key in core.bus_keys for key in record["values"])
+
+    def feed(self, record: dict[str, Any], clock: _RecordedClock) -> bool:
+        """Publish one record (its time on the recorded clock); whether the bus asked to stop."""
+        clock.now = float(record.get("wall_time") or clock.now)
+        kind, mode, step = record["record"], record.get("mode", "train"), record.get("step")
+        if kind == "begin" or (not self.begun and kind in ("session_created", "step")):
+            self.begun = True
+            if kind == "begin" and mode == "eval" and self.eval is not None:
+                self.eval.begin()
+            elif mode != "eval":
+                self.train.begin()
+            if kind == "begin":
+                return False
+        if kind == "session_created" and isinstance(step, int):
+            if mode == "train":
+                self.train.session_created(step, bool(record.get("restored")))
+                self.in_session = True
+                if self.train.should_stop():
+                    return self._stop()
+            elif self.eval is not None:
+                self.eval.session_created(step, bool(record.get("restored")))
+        elif kind == "step" and isinstance(step, int) and self._step(record, mode, step):
+            return self._stop()
+        elif kind == "end" and isinstance(step, int):
+            if mode == "train" and self.in_session:
+                self._end(step)
+            elif mode == "eval" and self.eval is not None:
+                self.eval.end(step)
         return False
 
     def _step(self, record: dict[str, Any], mode: str, step: int) -> bool:
@@ -207,3 +225,44 @@ def replay(path: str | os.PathLike[str], bus: EventBus) -> ReplayResult:
         stop_step=bus.step if stopped else None,
         stop_reason=bus.stop_reason if stopped else None,
     )
+
+
+class FollowedReplay:
+    """A replay publisher in follow mode: records are published as they are handed to it.
+
+    Made from the records known so far (they declare the keys); :meth:`feed` publishes each new
+    one on ``bus``, inside a run opened by :meth:`start`, with the bus's clocks reading the
+    recorded times; :meth:`knows` says whether a record's keys were declared (if not, make a new
+    one from all the records). :meth:`close` ends an open session and the run.
+
+    Args:
+        bus: The bus (its sinks attached), not running.
+        records: The records so far (decoded, as :func:`hookbus.read_event_log` gives them).
+        clock: The recorded clock to use (the one :attr:`clock` returns); default a new one.
+    """
+
+    def __init__(self, bus: EventBus, records: list[dict[str, Any]], clock: _RecordedClock | None = None) -> None:
+        self._replayer = _Replayer(bus, records)
+        self.clock = clock or _RecordedClock()
+        self._bus = bus
+        self._stack = ExitStack()
+
+    def start(self) -> None:
+        """Open the bus's run, its clocks on the recorded time."""
+        self._stack.enter_context(_recorded_time(self._bus, self.clock))
+        self._stack.enter_context(self._bus)
+
+    def knows(self, record: dict[str, Any]) -> bool:
+        """Whether the keys declared at construction cover ``record``'s values."""
+        return self._replayer.knows(record)
+
+    def feed(self, record: dict[str, Any]) -> None:
+        """Publish one record as the live publisher published it."""
+        self._replayer.feed(record, self.clock)
+
+    def close(self) -> None:
+        """End an open session at the step reached, and the run (its sinks close); idempotent."""
+        try:
+            self._replayer.cut_short()
+        finally:
+            self._stack.close()

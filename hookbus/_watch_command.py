@@ -1,0 +1,125 @@
+"""``hookbus watch PATH``: the command, wiring the watcher to the console sink's rendering.
+
+Part of the ``hookbus`` command (an application of the library, like the demo), so it may wire
+sinks: the dashboard is :class:`~hookbus.sinks.ConsoleSink`'s own, fed through a replay publisher
+in follow mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import cast
+
+from rich.console import Console, RenderableType
+
+from hookbus._sink import Sink
+from hookbus._validate import non_negative_seconds
+from hookbus._watch import Rendering, Watch
+from hookbus._watch_run import EXIT_STATUS, WorkerStatus
+from hookbus._watch_view import NotAnEventLogError
+from hookbus.sinks import ConsoleSink
+from hookbus.sinks._console_cluster import watch_frame, watch_snapshot
+from hookbus.sinks._console_render import Snapshot, plain_line
+from hookbus.sinks._console_terminal import wants_live
+
+__all__ = ["STATUS_HELP", "add_watch", "watch_command"]
+
+#: The exit statuses, as ``hookbus watch --help`` lists them.
+STATUS_HELP = ", ".join(f"{status} {state}" for state, status in sorted(EXIT_STATUS.items(), key=lambda kv: kv[1]))
+
+
+def _seconds(name: str) -> Callable[[str], float]:
+    def convert(text: str) -> float:
+        try:
+            value = non_negative_seconds(name, float(text))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0 (got {text})") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be more than 0 seconds (got {text})")
+        return value
+
+    return convert
+
+
+def add_watch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``watch`` subcommand to ``hookbus``'s parser."""
+    watch = commands.add_parser(
+        "watch",
+        help="the live dashboard of a run recorded by EventLogSink, from its log (or a cluster's logs)",
+        description="Show ConsoleSink's dashboard for a run that runs elsewhere, from its event log "
+        "(EventLogSink's file) or a directory of them (events.jsonl, events.worker-<i>.jsonl: one row per "
+        "worker under the chief's dashboard). Reads what is there, then follows it (polling; no inotify, "
+        "which misses writes from other NFS clients), and says whether each log is live, stale, presumed "
+        "dead, finished, stopped or crashed. Exits when the run has ended, unless --follow.",
+        epilog=f"Exit statuses (--once, or when the run ends): {STATUS_HELP}; 2 a file that is not an event "
+        "log or a bad option; 130 interrupted.",
+    )
+    watch.add_argument("path", type=Path, help="an event log, or a directory of them (need not exist yet)")
+    watch.add_argument("--once", action="store_true", help="print one plain snapshot and exit with the run's status")
+    watch.add_argument("--follow", action="store_true", help="after the run ends, wait for a next run in PATH")
+    watch.add_argument(
+        "--stale-after", type=_seconds("--stale-after"), default=None, metavar="SECS",
+        help="no record for this long: stale (default: 3 expected intervals, at least 3 flush intervals)",
+    )  # fmt: skip
+    watch.add_argument(
+        "--dead-after", type=_seconds("--dead-after"), default=120.0, metavar="SECS",
+        help="no record for this long (and no close): presumed dead (default 120)",
+    )  # fmt: skip
+    watch.add_argument(
+        "--interval", type=_seconds("--interval"), default=0.5, metavar="SECS",
+        help="seconds between polls (default 0.5)",
+    )  # fmt: skip
+
+
+def _make_sink(console: Console, clock: Callable[[], float], name: str) -> Sink:
+    # Every recorded step reaches the dashboard; its clock reads the records' times.
+    sink: Sink = ConsoleSink(console, live=False, run_name=name, clock=clock, every_n_steps=1, plain_every_n_secs=10.0)
+    return sink
+
+
+def _snapshot(sink: Sink | None) -> Snapshot | None:
+    if sink is None:
+        return None
+    # The watching bus's own costs are not the run's health: the recorded errors show in the footer.
+    shown: Snapshot = cast(ConsoleSink, sink).snapshot
+    return replace(shown, health=None)
+
+
+def _frame(sink: Sink | None, statuses: tuple[WorkerStatus, ...], cluster: bool) -> RenderableType:
+    snapshot = _snapshot(sink)
+    frame: RenderableType = watch_frame(snapshot, statuses, cluster, snapshot.taken_at if snapshot is not None else 0.0)
+    return frame
+
+
+def _plain_line(sink: Sink) -> str:
+    snapshot = _snapshot(sink)
+    line: str = "" if snapshot is None else plain_line(snapshot)
+    return line
+
+
+def _once(sink: Sink | None, statuses: tuple[WorkerStatus, ...], cluster: bool) -> list[str]:
+    lines: list[str] = watch_snapshot(_snapshot(sink), statuses, cluster)
+    return lines
+
+
+RENDERING = Rendering(make_sink=_make_sink, frame=_frame, plain_line=_plain_line, snapshot=_once)
+
+
+def watch_command(args: argparse.Namespace) -> int:
+    """``hookbus watch``: returns the process exit status."""
+    console = Console(file=sys.stdout, highlight=False)
+    watch = Watch(
+        args.path, RENDERING, live=not args.once and wants_live(console), console=console,
+        stale_after=args.stale_after, dead_after=args.dead_after, interval=args.interval, follow=args.follow,
+    )  # fmt: skip
+    try:
+        return watch.once() if args.once else watch.run()
+    except NotAnEventLogError as error:
+        print(f"hookbus watch: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,237 @@
+"""One watched log as the dashboard shows it: a follower, the run's records, and a replay that
+feeds the console sink's own state through a bus.
+
+Each poll reads the complete lines the log gained. New records are published through a
+:class:`~hookbus._replay.FollowedReplay` in follow mode (train steps, evaluations, sessions,
+ends) or handed to the sink as the payloads the live bus sent (checkpoints, stops, errors, an
+exception). A cut (a resume behind the steps shown, a next run in the log, a replaced or shrunk
+file) or a key the replay did not declare rebuilds the view from the run's records, on a new
+bus and sink, quietly, so the dashboard shows each step once.
+"""
+
+from __future__ import annotations
+
+import builtins
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from rich.console import Console
+
+from hookbus._bus import EventBus
+from hookbus._event_log import decode_line
+from hookbus._events import CheckpointSaved, ExceptionRaised, StopRequest, SubscriberError
+from hookbus._replay import FollowedReplay
+from hookbus._sink import Sink
+from hookbus._watch_follow import LogFollower
+from hookbus._watch_run import RunLog, WorkerStatus
+
+__all__ = ["Gate", "LogView", "MakeSink", "NotAnEventLogError"]
+
+#: Makes the dashboard's sink: (console for its plain lines, the recorded clock, a run name).
+MakeSink = Callable[[Console, Callable[[], float], str], Sink]
+_PUBLISHED = frozenset({"begin", "session_created", "step", "end"})
+
+
+class NotAnEventLogError(ValueError):
+    """A watched file holds a line that is not an event-log record."""
+
+
+class Gate:
+    """A text stream that passes writes on to ``target`` while :attr:`open` (a rebuild is quiet)."""
+
+    def __init__(self, target: IO[str], open_: bool = True) -> None:
+        self.target = target
+        self.open = open_
+
+    def write(self, text: str) -> int:
+        if self.open:
+            self.target.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.open:
+            self.target.flush()
+
+
+def recorded_error(text: str) -> BaseException:
+    """An exception whose type name and message read as the recorded ``"Type: message"``."""
+    name, _, message = str(text).partition(": ")
+    known = getattr(builtins, name, None)
+    if isinstance(known, type) and issubclass(known, BaseException):
+        error: BaseException = known(message) if message else known()
+        return error
+    kind: type[Exception] = type(name if name.isidentifier() else "Error", (Exception,), {})
+    return kind(message)
+
+
+class _RecordedTotal(Sink):
+    """The last step the run's sinks knew (its ``begin`` record): the dashboard's total and ETA."""
+
+    def __init__(self, total: int) -> None:
+        super().__init__(name="recorded total")
+        self._total = total
+
+    @property
+    def total_steps(self) -> int | None:
+        return self._total
+
+
+@dataclass
+class _Shown:
+    """The dashboard's state for the current run: its bus, sink and replay."""
+
+    sink: Sink
+    replay: FollowedReplay
+    closed: bool = False
+
+
+class LogView:
+    """One log, followed and shown through the console sink.
+
+    Args:
+        path: The log (it need not exist yet).
+        name: How the watcher names it (``worker 1``).
+        make_sink: Makes the dashboard's sink (see :data:`MakeSink`).
+        out: Where its plain lines go (a :class:`Gate`; closed for a quiet log).
+        clock: The watcher's monotonic clock, for the age of the newest record.
+        wall_clock: The watcher's wall clock, compared with the file's mtime only when a log
+            is first read (how old its newest record is: the one comparison with another host's
+            clock, and only until the file grows).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        name: str,
+        make_sink: MakeSink,
+        out: Gate,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = path
+        self.name = name
+        self.run = RunLog()
+        self.exists = False
+        self._follower = LogFollower(path)
+        self._make_sink = make_sink
+        self._out = out
+        self._loud = out.open
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._shown: _Shown | None = None
+        self._seen_at: float | None = None  # watcher's clock when the newest record arrived
+        self._lines = 0  # complete lines read from the current file, for error messages
+
+    @property
+    def sink(self) -> Sink | None:
+        """The dashboard's sink for the run shown (``None`` before its first record)."""
+        return None if self._shown is None else self._shown.sink
+
+    def poll(self) -> tuple[bool, bool]:
+        """Read what the log gained; (whether it gained records, whether the view was rebuilt)."""
+        polled = self._follower.poll()
+        self.exists = polled.exists
+        rebuild = polled.reset
+        if polled.reset:
+            self.run.clear()
+            self._lines = 0
+        for line in polled.lines:
+            self._lines += 1
+            try:
+                record = decode_line(line, f"{self.path} line {self._lines}")
+            except ValueError as error:
+                raise NotAnEventLogError(str(error)) from None
+            if self.run.add(record):
+                rebuild = True
+            elif not rebuild:
+                if self._shown is None or self._shown.closed or not self._shown.replay.knows(record):
+                    rebuild = True
+                else:
+                    self._apply(self._shown, record)
+        if polled.lines:
+            now = self._clock()
+            first = self._seen_at is None or polled.reset
+            lag = max(0.0, self._wall_clock() - polled.mtime) if first and polled.mtime is not None else 0.0
+            self._seen_at = now - lag
+        if rebuild:
+            self._rebuild()
+        return bool(polled.lines), rebuild
+
+    def age(self) -> float | None:
+        """Seconds since the newest record reached the watcher (``None`` before one)."""
+        return None if self._seen_at is None else max(0.0, self._clock() - self._seen_at)
+
+    def status(self, stale_after: float | None, dead_after: float) -> WorkerStatus:
+        """This log's state now (``stale_after=None``: a few of its expected intervals)."""
+        age = self.age()
+        threshold = self.run.stale_after() if stale_after is None else stale_after
+        return WorkerStatus(
+            name=self.name,
+            state=self.run.state(age, threshold, dead_after),
+            step=self.run.step,
+            rate=self.run.rate,
+            age=age,
+            stop=self.run.stop,
+            error=self.run.error,
+        )
+
+    def close(self, *, quiet: bool = False) -> None:
+        """End the dashboard's run: its sink closes and shows the run's end (plain mode prints its
+        summary unless ``quiet``); the sink stays readable. Idempotent."""
+        shown = self._shown
+        if shown is None or shown.closed:
+            return
+        shown.closed = True
+        self._out.open = self._loud and not quiet
+        try:
+            shown.replay.close()
+        finally:
+            self._out.open = self._loud
+
+    def _rebuild(self) -> None:
+        self.close(quiet=True)
+        self._shown = None
+        records = self.run.records
+        if not any(r["record"] in _PUBLISHED for r in records):
+            return
+        bus = EventBus()
+        replay = FollowedReplay(bus, records)
+        replay.clock.now = float(records[0].get("wall_time") or 0.0)
+        console = Console(file=self._out, highlight=False, color_system=None)  # type: ignore[arg-type]
+        shown = _Shown(bus.attach(self._make_sink(console, replay.clock, self.name)), replay)
+        total = next((r.get("total_steps") for r in records if r["record"] == "begin"), None)
+        if isinstance(total, int) and total > 0:
+            bus.attach(_RecordedTotal(total))
+        self._out.open = False
+        try:
+            shown.replay.start()
+            self._shown = shown
+            for record in records:
+                self._apply(shown, record)
+        finally:
+            self._out.open = self._loud
+
+    def _apply(self, shown: _Shown, record: dict[str, Any]) -> None:
+        """Publish ``record`` through the replay, or hand it to the sink as its live payload."""
+        kind, step = record["record"], int(record.get("step") or 0)
+        if kind in _PUBLISHED:
+            shown.replay.feed(record)
+            return
+        clock = shown.replay.clock
+        clock.now = float(record.get("wall_time") or clock.now)
+        if kind == "checkpoint_saved":
+            shown.sink.on_checkpoint_saved(CheckpointSaved(str(record.get("path")), step, record.get("value")))
+        elif kind == "stop_requested":
+            reason, source = str(record.get("reason")), str(record.get("source"))
+            shown.sink.on_stop_requested(StopRequest(reason, source, step, clock.now))
+        elif kind == "subscriber_error":
+            shown.sink.on_subscriber_error(SubscriberError(
+                str(record.get("subscriber")), str(record.get("signal")), step,
+                recorded_error(str(record.get("error"))), int(record.get("count") or 1), str(record.get("policy")),
+            ))  # fmt: skip
+        elif kind == "exception":
+            shown.sink.on_exception(ExceptionRaised(recorded_error(str(record.get("error"))), step))

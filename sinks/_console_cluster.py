@@ -1,0 +1,152 @@
+"""What ``hookbus watch`` draws under the console dashboard: each log's liveness, and a cluster's
+workers (global step, each one's rate, its lag behind the furthest, who is stale, who asked to
+stop and why, each one's last error).
+
+Pure functions of the watcher's statuses (anything with the attributes of :class:`Worker`),
+drawn with the dashboard's own formatting (:mod:`._console_render`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from ._console_render import Dashboard, Snapshot, format_rate, plain_line, plain_summary
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+__all__ = ["Worker", "cluster_lines", "watch_frame", "watch_snapshot"]
+
+_STYLES = {
+    "live": "green", "stale": "bold yellow", "presumed dead": "bold red", "crashed": "bold red",
+    "stopped": "yellow", "finished": "cyan", "waiting": "dim",
+}  # fmt: skip
+
+
+class Worker(Protocol):
+    """One watched log's status (``hookbus watch`` makes them)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def step(self) -> int | None: ...
+    @property
+    def rate(self) -> float | None: ...
+    @property
+    def lag(self) -> int | None: ...
+    @property
+    def age(self) -> float | None: ...
+    @property
+    def stop(self) -> str | None: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def straggler(self) -> bool: ...
+
+
+def format_age(seconds: float | None) -> str:
+    """``0.4s``, ``12s``, ``3m05s``, ``2h07m``; ``-`` for none."""
+    if seconds is None:
+        return "-"
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole}s" if whole < 60 else f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def _state(worker: Worker) -> str:
+    return worker.state + (", straggler" if worker.straggler else "")
+
+
+def _note(worker: Worker) -> str:
+    parts = [f"stop: {worker.stop}"] if worker.stop else []
+    if worker.error:
+        parts.append(f"error: {worker.error}")
+    return "; ".join(parts)
+
+
+def _liveness(worker: Worker) -> Text:
+    """``live · newest record 0.4s ago`` (and its stop or error) for a single log."""
+    line = Text(_state(worker), style=_STYLES.get(worker.state, ""))
+    line.append(f" · newest record {format_age(worker.age)} ago")
+    note = _note(worker)
+    if note:
+        line.append(f" · {note}")
+    return line
+
+
+def _table(workers: Sequence[Worker]) -> Table:
+    table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, header_style="bold")
+    table.add_column("worker", no_wrap=True)
+    table.add_column("state", no_wrap=True)
+    for heading in ("step", "steps/s", "lag", "newest"):
+        table.add_column(heading, justify="right", no_wrap=True)
+    table.add_column("stop / last error", overflow="ellipsis", no_wrap=True, ratio=1)
+    for w in workers:
+        table.add_row(
+            Text(w.name),
+            Text(_state(w), style=_STYLES.get(w.state, "")),
+            "-" if w.step is None else f"{w.step:,}",
+            format_rate(w.rate),
+            "-" if w.lag is None else f"{w.lag:,}",
+            format_age(w.age),
+            Text(_note(w)),
+        )
+    return table
+
+
+def _global(workers: Sequence[Worker]) -> str:
+    steps = [w.step for w in workers if w.step is not None]
+    return f"cluster: global step {max(steps):,}" if steps else "cluster: no step yet"
+
+
+def watch_frame(snapshot: Snapshot | None, workers: Sequence[Worker], cluster: bool, now: float) -> RenderableType:
+    """The dashboard of ``snapshot`` (the chief's), then the liveness line or the workers' table."""
+    parts: list[RenderableType] = []
+    if snapshot is not None:
+        parts.append(Dashboard(snapshot, now))
+    if cluster:
+        parts += [Text(_global(workers), style="bold"), _table(workers)]
+    elif workers:
+        parts.append(_liveness(workers[0]))
+    else:
+        parts.append(Text("waiting for an event log", style="dim"))
+    return Group(*parts)
+
+
+def cluster_lines(workers: Sequence[Worker]) -> list[str]:
+    """One plain line per worker: ``worker 1: live | step 1,200 | 31.0 steps/s | lag 3 | newest 0.4s``."""
+    lines = []
+    for w in workers:
+        step = "-" if w.step is None else str(w.step)
+        parts = [f"{w.name}: {_state(w)}", f"step {step}", f"{format_rate(w.rate)} steps/s"]
+        if w.lag is not None:
+            parts.append(f"lag {w.lag}")
+        parts.append(f"newest record {format_age(w.age)} ago")
+        note = _note(w)
+        if note:
+            parts.append(note)
+        lines.append(" | ".join(parts))
+    return lines
+
+
+def watch_snapshot(snapshot: Snapshot | None, workers: Sequence[Worker], cluster: bool) -> list[str]:
+    """The plain snapshot ``hookbus watch --once`` prints: the dashboard's line and summary, then
+    each log's state."""
+    lines: list[str] = []
+    if snapshot is not None:
+        lines.append(plain_line(snapshot))
+        lines.extend(plain_summary(snapshot))
+    if cluster:
+        lines.append(_global(workers))
+    lines.extend(cluster_lines(workers))
+    return lines
