@@ -1,0 +1,242 @@
+"""Issue 29: ``hookbus watch`` without TensorFlow: following a file, cuts, liveness, ``--once``.
+
+The logs are written by the real EventLogSink, driven by a scripted publisher; the watcher's
+pieces read them as ``hookbus watch`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import hookbus
+from hookbus._cli import main
+from hookbus._watch_command import RENDERING
+from hookbus._watch_follow import LogFollower
+from hookbus._watch_run import CRASHED, DEAD, FINISHED, LIVE, STALE, STOPPED, WAITING, RunLog
+from hookbus._watch_view import Gate, LogView
+from hookbus.sinks import EventLogSink, StopAtStepSink
+from hookbus.testing import ScriptedPublisher
+
+
+def _bus(log: Path) -> hookbus.EventBus:
+    """A bus recording every step in ``log`` (the sink is passive: a subscriber due every step)."""
+    bus = hookbus.EventBus()
+    bus.attach(EventLogSink(log, flush_secs=0.1))
+    bus.on("after_run", every_n_steps=1)(lambda event: None)
+    return bus
+
+
+def _record(log: Path, steps: int = 5, *, stop_at: int | None = None, fail_at: int | None = None) -> None:
+    """A run of ``steps`` steps (loss 1/step) recorded by EventLogSink in ``log``."""
+    bus = _bus(log)
+    if stop_at is not None:
+        bus.attach(StopAtStepSink(last_step=stop_at))
+    publisher = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        publisher.begin()
+        publisher.session()
+        for step in range(1, steps + 1):
+            if step == fail_at:
+                raise RuntimeError(f"boom at {step}")
+            if publisher.advance({"loss": 1.0 / step}):
+                break
+        publisher.end()
+
+
+def _lines(log: Path) -> list[str]:
+    return log.read_text().splitlines(keepends=True)
+
+
+# -- following a file ---------------------------------------------------------------------------
+def test_a_torn_last_line_is_not_data_until_its_newline(tmp_path: Path) -> None:
+    log = tmp_path / "events.jsonl"
+    follower = LogFollower(log)
+    assert not follower.poll().exists
+    log.write_text('{"v":1,"record":"begin"}\n{"v":1,"rec')
+    assert follower.poll().lines == ['{"v":1,"record":"begin"}']
+    assert follower.poll().lines == []  # the torn line is still not a line
+    with log.open("a") as f:
+        f.write('ord":"close"}\n')
+    polled = follower.poll()
+    assert polled.lines == ['{"v":1,"record":"close"}']
+    assert not polled.reset
+
+
+def test_a_replaced_file_is_read_again_from_the_start(tmp_path: Path) -> None:
+    """A resume's cut replaces the log atomically (a new inode): everything is read anew."""
+    log = tmp_path / "events.jsonl"
+    log.write_text("a\nb\nc\n")
+    follower = LogFollower(log)
+    assert follower.poll().lines == ["a", "b", "c"]
+    replacement = tmp_path / "new"
+    replacement.write_text("a\nb\nc\nd\n")  # longer than before: only the inode says it is new
+    os.replace(replacement, log)
+    polled = follower.poll()
+    assert polled.reset
+    assert polled.lines == ["a", "b", "c", "d"]
+
+
+def test_a_shrunk_file_is_read_again_from_the_start(tmp_path: Path) -> None:
+    """A copy-truncate tool keeps the inode: a file shorter than what was read is new."""
+    log = tmp_path / "events.jsonl"
+    log.write_text("a\nb\nc\n")
+    follower = LogFollower(log)
+    follower.poll()
+    with log.open("r+") as f:
+        f.truncate(0)
+        f.write("x\n")
+    polled = follower.poll()
+    assert polled.reset
+    assert polled.lines == ["x"]
+
+
+def test_a_file_truncated_and_written_past_the_read_position_is_read_again(tmp_path: Path) -> None:
+    """Truncated and regrown between two polls (same inode, larger): the byte before the read
+    position is no longer a line's end, so it is not taken for an append."""
+    log = tmp_path / "events.jsonl"
+    log.write_text("aa\nbb\n")
+    follower = LogFollower(log)
+    follower.poll()
+    with log.open("r+") as f:
+        f.truncate(0)
+        f.write("xxxxxxx\nyy\n")
+    polled = follower.poll()
+    assert polled.reset
+    assert polled.lines == ["xxxxxxx", "yy"]
+
+
+# -- cuts ---------------------------------------------------------------------------------------
+def _step(step: int, loss: float, wall_time: float | None = None) -> dict[str, Any]:
+    when = wall_time or float(step)
+    return {"record": "step", "step": step, "mode": "train", "wall_time": when, "values": {"loss": loss}}
+
+
+def test_a_resumed_session_cuts_the_shown_history_back_to_its_step() -> None:
+    run = RunLog()
+    assert not run.add({"record": "begin", "step": 0, "wall_time": 0.0})
+    run.add({"record": "session_created", "step": 0, "mode": "train", "wall_time": 0.0})
+    for step in range(1, 8):
+        assert not run.add(_step(step, 1.0))
+    assert run.add({"record": "session_created", "step": 4, "mode": "train", "restored": True, "wall_time": 9.0})
+    assert [r["step"] for r in run.records if r["record"] == "step"] == [1, 2, 3, 4]
+    assert run.step == 4
+    assert not run.add(_step(5, 0.5, 10.0))
+    assert [r["step"] for r in run.records if r["record"] == "step"] == [1, 2, 3, 4, 5]
+
+
+def test_the_dashboard_shows_each_step_once_across_a_cut_of_the_real_log(tmp_path: Path) -> None:
+    """The real EventLogSink's cut at a resume (a replaced file) followed by a view: the
+    dashboard's history is each step's value once, in order."""
+    log = tmp_path / "events.jsonl"
+    _record(log, steps=8)
+    view = LogView(log, "events.jsonl", RENDERING.make_sink, Gate(open(os.devnull, "w"), False))  # noqa: SIM115
+    view.poll()
+    # A second run resumed from step 5 (as from a checkpoint at 5): the sink cuts the log there.
+    bus = _bus(log)
+    publisher = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        publisher.begin()
+        publisher.session(step=5, restored=True)
+        for step in range(6, 10):
+            publisher.advance({"loss": 10.0 + step})
+        publisher.end()
+    _, rebuilt = view.poll()
+    assert rebuilt
+    sink: Any = view.sink
+    history = sink.snapshot.train[0].history
+    assert history == (1.0, 1 / 2, 1 / 3, 1 / 4, 1 / 5, 16.0, 17.0, 18.0, 19.0)
+    assert [r["step"] for r in view.run.records if r["record"] == "step"] == list(range(1, 10))
+
+
+# -- liveness and --once ------------------------------------------------------------------------
+def _once(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    status = main(["watch", "--once", *args])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_once_exit_status_for_a_finished_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "events.jsonl"
+    _record(log, steps=5)
+    status, out, _ = _once(capsys, str(log))
+    assert status == 0
+    assert "events.jsonl: finished | step 5" in out
+    assert "loss: last 0.2" in out  # the dashboard's own summary: the last value recorded
+
+
+def test_once_exit_status_for_a_stopped_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "events.jsonl"
+    _record(log, steps=10, stop_at=3)
+    status, out, _ = _once(capsys, str(log))
+    assert status == 3
+    assert "events.jsonl: stopped | step 3" in out
+    assert "reached step 3" in out
+
+
+def test_once_exit_status_for_a_crashed_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "events.jsonl"
+    with pytest.raises(RuntimeError):
+        _record(log, steps=10, fail_at=4)
+    status, out, _ = _once(capsys, str(log))
+    assert status == 1
+    assert "events.jsonl: crashed" in out
+    assert "RuntimeError: boom at 4" in out
+
+
+def _unclosed(log: Path, age: float) -> None:
+    """A run still going (no ``close`` yet) whose newest record is ``age`` seconds old."""
+    _record(log, steps=5)
+    kept = [line for line in _lines(log) if json.loads(line)["record"] not in ("end", "close")]
+    log.write_text("".join(kept))
+    then = time.time() - age
+    os.utime(log, (then, then))
+
+
+@pytest.mark.parametrize(("age", "status", "state"), [(0.0, 4, LIVE), (30.0, 5, STALE), (7200.0, 6, DEAD)])
+def test_once_exit_status_for_a_live_stale_and_presumed_dead_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], age: float, status: int, state: str
+) -> None:
+    log = tmp_path / "events.jsonl"
+    _unclosed(log, age)
+    got, out, _ = _once(capsys, str(log), "--stale-after", "20", "--dead-after", "3600")
+    assert got == status
+    assert out.splitlines()[-1].startswith(f"events.jsonl: {state} | step 5")
+
+
+def test_once_on_a_log_that_does_not_exist_yet_says_waiting(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = _once(capsys, str(tmp_path / "later" / "events.jsonl"))
+    assert status == 7
+    assert f"events.jsonl: {WAITING}" in out
+
+
+def test_a_file_that_is_not_an_event_log_fails_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "metrics.csv"
+    path.write_text("step,loss\n1,0.5\n")
+    status, _, err = _once(capsys, str(path))
+    assert status == 2
+    assert f"{path} line 1 is not an event log record" in err
+
+
+def test_the_states_follow_the_records() -> None:
+    run = RunLog()
+    assert run.state(None, 1.0, 2.0) == WAITING
+    run.add({"record": "begin", "step": 0, "wall_time": 0.0})
+    assert [run.state(age, 1.0, 2.0) for age in (0.5, 1.5, 2.5)] == [LIVE, STALE, DEAD]
+    run.add({"record": "stop_requested", "step": 3, "reason": "enough", "source": "me", "wall_time": 1.0})
+    assert run.state(0.0, 1.0, 2.0) == LIVE  # asked to stop, still writing
+    run.add({"record": "close", "step": 3, "wall_time": 2.0})
+    assert run.state(100.0, 1.0, 2.0) == STOPPED
+    assert run.stop == "enough (me, step 3)"
+    finished = RunLog()
+    for record in ({"record": "begin", "step": 0}, {"record": "close", "step": 3}):
+        finished.add(record)
+    assert finished.state(100.0, 1.0, 2.0) == FINISHED
+    finished.add({"record": "exception", "step": 3, "error": "ValueError: x"})
+    assert finished.state(0.0, 1.0, 2.0) == CRASHED
+    assert finished.error == "ValueError: x"
