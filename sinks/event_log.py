@@ -40,7 +40,8 @@ class EventLogSink(Sink):
     Passive (:attr:`hookbus.Sink.passive`): it receives every step event published for the other
     subscribers, with the values fetched for them, and never makes a publisher fetch anything:
     recording costs no ``session.run`` work. Records: ``begin`` (keys, shapes, total steps when a
-    sink knows them, ``hparams``), ``session_created``, ``step`` (train, eval, epoch and at-end
+    sink knows them, ``hparams``, ``flush_secs``: how long ``hookbus watch`` may see nothing new from a
+    healthy run), ``session_created``, ``step`` (train, eval, epoch and at-end
     events: step, wall time, mode, task, scalar values; arrays summarised, bytes skipped),
     ``checkpoint_saved``, ``stop_requested``, ``subscriber_error``, ``exception``, ``status``
     (the other sinks' status lines when they change, at evaluations, checkpoints, stops and
@@ -119,7 +120,7 @@ class EventLogSink(Sink):
         shapes = {k: (None if (s := context.static_shape(k)) is None else list(s)) for k in sorted(context.known_keys)}
         task = None if context.task is None else f"{context.task.type}:{context.task.index}"
         self._put(event, keys=sorted(context.known_keys), shapes=shapes, total_steps=min(totals, default=None),
-                  hparams=self.hparams, task=task)  # fmt: skip
+                  hparams=self.hparams, task=task, flush_secs=self.output.flush_secs)  # fmt: skip
 
     def _open(self) -> None:
         self.output.prepare(self.path.parent)  # fail now, with the path, rather than on the writer's thread

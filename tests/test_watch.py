@@ -240,3 +240,15 @@ def test_the_states_follow_the_records() -> None:
     finished.add({"record": "exception", "step": 3, "error": "ValueError: x"})
     assert finished.state(0.0, 1.0, 2.0) == CRASHED
     assert finished.error == "ValueError: x"
+
+
+def test_a_log_is_stale_by_default_after_three_of_its_writers_flush_intervals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The begin record says the writer's flush interval (0.1 s here): nothing new for 2 s is
+    stale without any option (EventLogSink's default 5 s would have said live until 15 s)."""
+    log = tmp_path / "events.jsonl"
+    _unclosed(log, 2.0)
+    status, out, _ = _once(capsys, str(log))
+    assert status == 5
+    assert out.splitlines()[-1].startswith("events.jsonl: stale | step 5")
