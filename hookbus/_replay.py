@@ -244,13 +244,13 @@ class FollowedReplay:
     def __init__(self, bus: EventBus, records: list[dict[str, Any]], clock: _RecordedClock | None = None) -> None:
         self._replayer = _Replayer(bus, records)
         self.clock = clock or _RecordedClock()
-        self._bus = bus
         self._stack = ExitStack()
 
     def start(self) -> None:
         """Open the bus's run, its clocks on the recorded time."""
-        self._stack.enter_context(_recorded_time(self._bus, self.clock))
-        self._stack.enter_context(self._bus)
+        bus = self._replayer.bus  # the publisher's, as a live publisher's core holds it
+        self._stack.enter_context(_recorded_time(bus, self.clock))
+        self._stack.enter_context(bus)
 
     def knows(self, record: dict[str, Any]) -> bool:
         """Whether the keys declared at construction cover ``record``'s values."""
