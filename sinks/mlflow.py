@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from hookbus.sink_api import (
     DEFAULT_FLUSH_DEADLINE,
@@ -144,6 +145,11 @@ class MLflowSink(Sink):
         )  # fmt: skip
         if tracking_uri is not None and (not isinstance(tracking_uri, str) or not tracking_uri):
             raise ValueError(f"tracking_uri must be a non-empty MLflow tracking URI or None (got {tracking_uri!r})")
+        if tracking_uri is not None and urlsplit(tracking_uri).scheme in ("", "file"):
+            raise ValueError(
+                f"tracking_uri {tracking_uri!r} names MLflow's file store, which MLflow refuses since 3.13: use a "
+                "database (sqlite:///path/mlflow.db), a server (http://host:5000), or None (SQLite under directory)"
+            )
         self.tracking_uri = tracking_uri
         if tracking_uri is None:
             directory = WriterKit.directory_path("directory", directory)

@@ -193,8 +193,27 @@ def test_status_follows_how_the_run_ended(mlflow_store: Path) -> None:
             if pub.advance({"loss": 1.0}):
                 break
         pub.end()
+    # The first Ctrl-C: a graceful stop, then KeyboardInterrupt: KILLED too.
+    bus = bus_with(MLflowSink(directory=mlflow_store, run_name="interrupted", every_n_steps=1))
+    pub = ScriptedPublisher(bus, ["loss"])
+
+    def interrupt() -> None:
+        with bus:
+            pub.begin()
+            pub.session(0)
+            for step in range(1, 50):
+                if step == 3:
+                    os.kill(os.getpid(), signal.SIGINT)
+                if pub.advance({"loss": 1.0}):
+                    break
+            pub.end()
+
+    with pytest.raises(KeyboardInterrupt):
+        interrupt()
     by_name = {r.info.run_name: r for r in runs(mlflow_store)}
     stopped, failed, preempted = by_name["stopped"], by_name["failed"], by_name["preempted"]
+    interrupted = by_name["interrupted"]
+    assert (interrupted.info.status, interrupted.data.tags["hookbus.stop_reason"]) == ("KILLED", "received SIGINT")
     assert (stopped.info.status, stopped.data.tags["hookbus.end"]) == ("FINISHED", "finished")
     assert "7" in stopped.data.tags["hookbus.stop_reason"]
     assert steps(mlflow_store, stopped, "loss") == list(range(1, 8))
@@ -310,6 +329,8 @@ def test_runs_on_each_gives_one_run_per_worker_tagged_with_its_task(mlflow_store
     ("kwargs", "message"),
     [
         ({"tracking_uri": ""}, re.escape("tracking_uri must be a non-empty MLflow tracking URI or None (got '')")),
+        ({"tracking_uri": "./mlruns"}, r"tracking_uri './mlruns' names MLflow's file store, which MLflow refuses"),
+        ({"tracking_uri": "file:///tmp/x"}, r"tracking_uri 'file:///tmp/x' names MLflow's file store"),
         ({"experiment": " "}, re.escape("experiment must be a non-empty string (got ' ')")),
         ({"hparams": {"lr": [0.1]}}, r"hparams must map names to bool, int, float or str \(got \{'lr': \[0.1\]\}\)"),
         ({"hparams": {"a%": 1, "a#": 2}}, "hparams 'a#' and 'a%' both map to the MLflow name 'a_'"),
