@@ -6,6 +6,7 @@ pieces read them as ``hookbus watch`` does.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import time
@@ -20,6 +21,7 @@ from hookbus._watch_command import RENDERING
 from hookbus._watch_follow import LogFollower
 from hookbus._watch_run import CRASHED, DEAD, FINISHED, LIVE, STALE, STOPPED, WAITING, RunLog
 from hookbus._watch_view import Gate, LogView
+from hookbus.sink_api import CheckpointSaved
 from hookbus.sinks import EventLogSink, StopAtStepSink
 from hookbus.testing import ScriptedPublisher
 
@@ -135,7 +137,7 @@ def test_the_dashboard_shows_each_step_once_across_a_cut_of_the_real_log(tmp_pat
     dashboard's history is each step's value once, in order."""
     log = tmp_path / "events.jsonl"
     _record(log, steps=8)
-    view = LogView(log, "events.jsonl", RENDERING.make_sink, Gate(open(os.devnull, "w"), False))  # noqa: SIM115
+    view = LogView(log, "events.jsonl", RENDERING.make_sink, Gate(io.StringIO(), False))
     view.poll()
     # A second run resumed from step 5 (as from a checkpoint at 5): the sink cuts the log there.
     bus = _bus(log)
@@ -252,3 +254,89 @@ def test_a_log_is_stale_by_default_after_three_of_its_writers_flush_intervals(
     status, out, _ = _once(capsys, str(log))
     assert status == 5
     assert out.splitlines()[-1].startswith("events.jsonl: stale | step 5")
+
+
+# -- a cluster, evaluations, plain output -------------------------------------------------------
+def _worker_log(path: Path, *, rate: float, steps: int, closed: bool, start: float) -> None:
+    """A worker's log as EventLogSink(runs_on="each") writes it: global steps, local steps, times."""
+    index = int(path.name.split("worker-")[1].split(".")[0])
+    records: list[dict[str, Any]] = [
+        {"v": 1, "record": "begin", "step": 0, "wall_time": start, "mode": "train", "keys": ["loss"],
+         "task": f"worker:{index}", "flush_secs": 0.1},
+        {"v": 1, "record": "session_created", "step": 0, "wall_time": start, "mode": "train", "restored": False},
+    ]  # fmt: skip
+    for local in range(1, steps + 1):
+        step = local * 2 + index  # the other worker advances the global step too
+        records.append({"v": 1, "record": "step", "step": step, "wall_time": start + local / rate, "mode": "train",
+                        "task": f"worker:{index}", "local_step": local, "loss": 1.0 / local})  # fmt: skip
+    if closed:
+        records.append({"v": 1, "record": "close", "step": records[-1]["step"], "wall_time": start + steps / rate})
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_a_cluster_directory_shows_each_worker_its_rate_lag_and_a_straggler(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Per-worker logs watched as one: each worker's own rate (its records' wall times), its lag
+    behind the furthest step, the straggler told (live, under half the fastest rate), and the
+    cluster's state the first of crashed, dead, stale, live... among them."""
+    _worker_log(tmp_path / "events.worker-0.jsonl", rate=20.0, steps=40, closed=False, start=1000.0)
+    _worker_log(tmp_path / "events.worker-1.jsonl", rate=5.0, steps=10, closed=False, start=1000.0)
+    status, out, _ = _once(capsys, str(tmp_path), "--stale-after", "60")
+    assert status == 4  # live
+    lines = {line.split(":")[0]: line for line in out.splitlines() if line.startswith("worker ")}
+    assert lines["worker 0"].startswith("worker 0: live | step 80 | 20.0 steps/s | lag 0 |")
+    assert lines["worker 1"].startswith("worker 1: live, straggler | step 21 | 5.0 steps/s | lag 59 |")
+    assert "cluster: global step 80" in out
+    _worker_log(tmp_path / "events.worker-1.jsonl", rate=5.0, steps=10, closed=True, start=1000.0)
+    status, out, _ = _once(capsys, str(tmp_path), "--stale-after", "60")
+    assert status == 4  # one worker finished alone, the other live: the cluster runs
+    assert "worker 1: finished | step 21" in out
+
+
+def test_the_chiefs_evaluations_and_checkpoints_are_on_its_dashboard(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "events.jsonl"
+    bus = _bus(log)
+    publisher = ScriptedPublisher(bus, ["loss"])
+    evaluator = ScriptedPublisher(bus, ["loss"], mode="eval")
+    with bus:
+        publisher.begin()
+        evaluator.begin()
+        publisher.session()
+        for step in range(1, 5):
+            publisher.advance({"loss": 1.0 / step})
+        evaluator.evaluate({"loss": 0.125}, step=4)
+        publisher.publish("checkpoint_saved", CheckpointSaved("ckpt/model.ckpt-4", 4))
+        publisher.end()
+    status, out, _ = _once(capsys, str(log))
+    assert status == 0
+    assert "eval/loss: last 0.125, best (min) 0.125 at step 4" in out
+    assert "checkpoint step 4" in out
+
+
+def test_off_a_terminal_it_follows_with_plain_lines_until_the_run_closes(tmp_path: Path) -> None:
+    """stdout a pipe: plain lines as ConsoleSink prints them, each change of state, the summary;
+    started before the log exists, it waits, follows, and exits 0 when the run closes."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "events.jsonl"
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "hookbus._cli", "watch", str(log), "--interval", "0.05"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        assert watcher.stdout is not None
+        assert watcher.stdout.readline().startswith(f"waiting for {log}")
+        _record(log, steps=6, stop_at=None)
+        out, _ = watcher.communicate(timeout=60)
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+    assert watcher.returncode == 0
+    assert "events.jsonl: finished" in out
+    assert "events.jsonl: finished at step 6" in out  # ConsoleSink's own closing summary
+    assert "\x1b[" not in out  # plain: no cursor movement, no colour

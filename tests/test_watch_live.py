@@ -10,6 +10,7 @@ two-worker parameter-server cluster watched as one. Every wait has a deadline; n
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import re
@@ -82,7 +83,7 @@ def _until(condition: Callable[[], bool], deadline: float = 60.0) -> None:
 def test_watch_follows_a_trainer_killed_and_resumed_from_its_checkpoint(tmp_path: Path) -> None:
     log, table = tmp_path / "events.jsonl", tmp_path / "metrics.csv"
     watcher = _watch(str(log), "--stale-after", "1.5", "--dead-after", "4")
-    beside = LogView(log, "beside", RENDERING.make_sink, Gate(open(os.devnull, "w"), False))  # noqa: SIM115
+    beside = LogView(log, "beside", RENDERING.make_sink, Gate(io.StringIO(), False))
     lags: list[float] = []  # seconds from a step's record to the screen showing it
     behind: list[int] = []  # records the log held past the step on the screen, at that moment
     seen: set[int] = set()
