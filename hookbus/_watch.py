@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from rich.console import Console, RenderableType
-from rich.live import Live
 
 from hookbus._sink import Sink
 from hookbus._watch_run import CRASHED, DEAD, EXIT_STATUS, FINISHED, LIVE, STOPPED, WorkerStatus, overall
@@ -31,6 +30,13 @@ _DONE = frozenset({FINISHED, STOPPED, CRASHED})
 Statuses = tuple[WorkerStatus, ...]
 
 
+class Display(Protocol):
+    """A live display drawing a renderable over and over (the console sink's terminal display)."""
+
+    def start(self, on_exit: Callable[[], None]) -> None: ...
+    def stop(self, summary: Iterable[str]) -> None: ...
+
+
 @dataclass(frozen=True)
 class Rendering:
     """How the watcher draws: the console sink's parts, handed in by the ``hookbus`` command.
@@ -40,12 +46,14 @@ class Rendering:
         frame: The live frame: (the chief's sink or ``None``, every log's status, cluster view?).
         plain_line: A sink's one-line progress (plain mode).
         snapshot: The plain snapshot (``--once``): (the chief's sink, statuses, cluster view?).
+        display: The live display on ``console`` drawing ``get_renderable()`` (a terminal).
     """
 
     make_sink: MakeSink
     frame: Callable[[Sink | None, Statuses, bool], RenderableType]
     plain_line: Callable[[Sink], str]
     snapshot: Callable[[Sink | None, Statuses, bool], list[str]]
+    display: Callable[[Console, Callable[[], RenderableType]], Display]
 
 
 def log_name(path: Path) -> tuple[int, str]:
@@ -168,22 +176,23 @@ class Watch:
         """Watch until the run ends (not with ``follow``); the exit status of its last state."""
         if not self.live:
             return self._run_plain()
-        with Live(get_renderable=lambda: self._frame, console=self.console, refresh_per_second=4) as live:
-            try:
-                while True:
-                    self.poll()
-                    ended = self._ended()
-                    if ended:
-                        self._close_ended()
-                    chief = self.chief
-                    self._frame = self.rendering.frame(chief.sink if chief else None, self.statuses, self.cluster)
-                    if ended:
-                        live.refresh()
-                        break
-                    time.sleep(self.interval)
-            finally:
-                for view in self.views:
-                    view.close(quiet=True)
+        display = self.rendering.display(self.console, lambda: self._frame)
+        display.start(on_exit=lambda: display.stop(()))
+        try:
+            while True:
+                self.poll()
+                ended = self._ended()
+                if ended:
+                    self._close_ended()
+                chief = self.chief
+                self._frame = self.rendering.frame(chief.sink if chief else None, self.statuses, self.cluster)
+                if ended:
+                    break
+                time.sleep(self.interval)
+        finally:
+            for view in self.views:
+                view.close(quiet=True)
+            display.stop(())  # draws the last frame, gives the terminal back
         return EXIT_STATUS[self.state]
 
     def _ended(self) -> bool:

@@ -24,7 +24,7 @@ from hookbus._watch_view import NotAnEventLogError
 from hookbus.sinks import ConsoleSink
 from hookbus.sinks._console_cluster import watch_frame, watch_snapshot
 from hookbus.sinks._console_render import Snapshot, plain_line
-from hookbus.sinks._console_terminal import wants_live
+from hookbus.sinks._console_terminal import TerminalDisplay, wants_live
 
 __all__ = ["STATUS_HELP", "add_watch", "watch_command"]
 
@@ -106,7 +106,13 @@ def _once(sink: Sink | None, statuses: tuple[WorkerStatus, ...], cluster: bool) 
     return lines
 
 
-RENDERING = Rendering(make_sink=_make_sink, frame=_frame, plain_line=_plain_line, snapshot=_once)
+def _display(console: Console, get_renderable: Callable[[], RenderableType]) -> TerminalDisplay:
+    # ConsoleSink's own terminal display: typed input not echoed, logging routed, cursor restored.
+    display: TerminalDisplay = TerminalDisplay(console, True, 4.0, get_renderable)
+    return display
+
+
+RENDERING = Rendering(make_sink=_make_sink, frame=_frame, plain_line=_plain_line, snapshot=_once, display=_display)
 
 
 def watch_command(args: argparse.Namespace) -> int:
