@@ -217,6 +217,15 @@ def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default=None,
         help='EarlyStoppingSink arguments, e.g. "monitor=eval/loss,patience=5,min_delta=0.001"',
     )
+    replay.add_argument(
+        "--mlflow",
+        metavar="URI",
+        default=None,
+        help="upload the run to this MLflow tracking URI (http://host:5000, sqlite:///mlflow.db) with its "
+        "names, steps and wall times; a second upload of the same log continues the same run and adds nothing",
+    )
+    replay.add_argument("--mlflow-experiment", default="hookbus", help="its MLflow experiment (default hookbus)")
+    replay.add_argument("--mlflow-run-name", default=None, help="its MLflow run name (default: MLflow picks one)")
 
 
 def _spec(text: str) -> dict[str, Any]:
@@ -250,7 +259,8 @@ def _nothing_to_do(log: Path, records: list[dict[str, Any]]) -> str:
         f"hookbus replay: nothing asked for; {log} holds {held}. Give one or more of:\n"
         "  --csv FILE             rebuild CSVSink's files (FILE and its .eval.csv)\n"
         "  --tensorboard DIR      rebuild TensorBoardSink's event files in DIR\n"
-        '  --early-stopping SPEC  say where a stop rule would have stopped it, e.g. "monitor=eval/loss,patience=5"'
+        '  --early-stopping SPEC  say where a stop rule would have stopped it, e.g. "monitor=eval/loss,patience=5"\n'
+        "  --mlflow URI           upload it to an MLflow tracking server or store (once, however often run)"
     )
 
 
@@ -265,24 +275,35 @@ def replay_command(args: argparse.Namespace) -> int:
         from hookbus.sinks import CSVSink, EarlyStoppingSink, TensorBoardSink
     try:
         records = hookbus.read_event_log(args.log)
-        if args.csv is None and args.tensorboard is None and args.early_stopping is None:
+        if args.csv is None and args.tensorboard is None and args.early_stopping is None and args.mlflow is None:
             print(_nothing_to_do(args.log, records), file=sys.stderr)
             return 2
-        begins = [r for r in records if r["record"] == "begin"]
+        hparams = next((r["hparams"] for r in records if r["record"] == "begin" and r.get("hparams")), None)
         bus = hookbus.EventBus()
         if args.csv is not None:
             bus.attach(CSVSink(args.csv, every_n_steps=args.csv_every_n_steps))
         if args.tensorboard is not None:
-            hparams = next((r["hparams"] for r in begins if r.get("hparams")), None)
             bus.attach(TensorBoardSink(args.tensorboard, every_n_steps=args.tensorboard_every_n_steps, hparams=hparams))
+        tracker = None
+        if args.mlflow is not None:
+            from hookbus._replay import recorded_run_key
+            from hookbus.sinks import MLflowSink
+
+            tracker = bus.attach(MLflowSink(
+                args.mlflow, experiment=args.mlflow_experiment, run_name=args.mlflow_run_name, hparams=hparams,
+                every_n_steps=1, run_key=recorded_run_key(records), continue_ended=True,
+            ))  # fmt: skip
         early = None
         if args.early_stopping is not None:
             early = bus.attach(EarlyStoppingSink(**_spec(args.early_stopping)))
         result = hookbus.replay(args.log, bus)
-    except (OSError, ValueError, TypeError) as error:
+    except (OSError, ValueError, TypeError, ImportError) as error:
         print(f"hookbus replay: {error}", file=sys.stderr)
         return 2
     print(f"replayed {result.steps} step records of {args.log} (last step {result.last_step})")
+    if tracker is not None:
+        run_id = tracker.run.run_id if tracker.run is not None else None
+        print(f"MLflow run {run_id} in experiment {args.mlflow_experiment!r} at {args.mlflow}")
     if early is not None:
         if result.stopped:
             print(f"{early.name} would have stopped at step {result.stop_step}: {result.stop_reason}")

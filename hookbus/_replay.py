@@ -9,6 +9,8 @@ it replays, so events carry the recorded wall times and time schedules count rec
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
@@ -21,7 +23,7 @@ from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX, PublisherCore
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
 
-__all__ = ["FollowedReplay", "ReplayResult", "replay"]
+__all__ = ["FollowedReplay", "ReplayResult", "recorded_run_key", "replay"]
 
 
 @dataclass(frozen=True)
@@ -266,3 +268,14 @@ class FollowedReplay:
             self._replayer.cut_short()
         finally:
             self._stack.close()
+
+
+def recorded_run_key(records: list[dict[str, Any]]) -> str:
+    """The identity of the run a log recorded, for a tracker's run key (``hookbus replay --mlflow``).
+
+    A digest of the log's first record (its first ``begin``, with its wall time): the same for
+    every upload of the same log, also once the log has grown or a resume cut it back (the first
+    record stays), and new for a run that started afresh in a new log.
+    """
+    first = json.dumps(records[0] if records else {}, sort_keys=True)
+    return "replay/" + hashlib.sha256(first.encode()).hexdigest()[:32]

@@ -48,6 +48,7 @@ class RunPlan:
     run_key: str
     tags: Mapping[str, str]
     params: Mapping[str, str]
+    continue_ended: bool = False  # an ended run of the run key is continued too (replay uploads)
 
 
 @dataclass
@@ -147,16 +148,21 @@ class TrackedRun:
         return run
 
     def _orphan(self, client: MlflowClient, experiment_id: str) -> Run | None:
-        """The newest RUNNING run of this run key whose process is gone (a kill before the first checkpoint)."""
+        """The newest RUNNING run of this run key whose process is gone (a kill before the first
+        checkpoint), or with ``continue_ended`` the newest ended one, if that is newer."""
         key = self.plan.run_key
+        running = "" if self.plan.continue_ended else f" and attributes.status = '{_RUNNING}'"
         runs = client.search_runs(
             [experiment_id],
-            filter_string=f"tags.`{RUN_KEY_TAG}` = '{key}' and attributes.status = '{_RUNNING}'",
+            filter_string=f"tags.`{RUN_KEY_TAG}` = '{key}'{running}",
             order_by=["attributes.start_time DESC"],
             max_results=20,
         )
         host = socket.gethostname()
         for run in runs:
+            if run.info.status != _RUNNING:  # continue_ended: its process ended it
+                self._report(f"continuing MLflow run {run.info.run_id} ({run.info.status}) of run_key {key!r}")
+                return run
             tags = run.data.tags
             pid = tags.get(PID_TAG, "")
             if tags.get(HOST_TAG) == host and pid.isdigit():

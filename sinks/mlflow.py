@@ -31,6 +31,7 @@ from hookbus.sink_api import (
     WriterKit,
     WriterStats,
 )
+from hookbus.validate import flag
 
 from ._mlflow_names import check_names, mlflow_name, names_tags
 from ._mlflow_run import MODES, Point, RunPlan, TrackedRun
@@ -94,6 +95,10 @@ class MLflowSink(Sink):
         run_key: The run's identity, to continue a RUNNING run left by a killed process (default:
             a digest of ``experiment``, ``run_name`` and the worker under ``runs_on="each"``).
             Characters ``[\\w.\\-:/]``, at most 250.
+        continue_ended: Also continue an ended run (FINISHED, KILLED, FAILED) of the same
+            ``run_key``, adding only the steps it lacks (default ``False``: a second training is
+            a new run). For uploads of one recorded run: ``hookbus replay --mlflow`` run twice
+            adds nothing the first upload shipped.
         every_n_secs: Also (or instead) log every t seconds (default ``None``).
         flush_secs: Longest time points wait before they ship (default 5.0).
         max_queue_size: Events that may wait before training blocks (default 1024).
@@ -123,6 +128,7 @@ class MLflowSink(Sink):
         *,
         directory: str | os.PathLike[str] = "mlruns",
         run_key: str | None = None,
+        continue_ended: bool = False,
         every_n_secs: float | None = None,
         flush_secs: float = 5.0,
         max_queue_size: int = 1024,
@@ -172,6 +178,7 @@ class MLflowSink(Sink):
         if run_key is not None and (not isinstance(run_key, str) or not _RUN_KEY.match(run_key)):
             raise ValueError(f"run_key must be 1 to 250 characters of [\\w.\\-:/] (got {run_key!r})")
         self.run_key = run_key
+        self.continue_ended = bool(flag("continue_ended", continue_ended))
         #: Options and the background writer: :class:`hookbus.WriterKit`.
         self.output: WriterKit[Point] = WriterKit(
             self.name, flush_secs=flush_secs, max_queue_size=max_queue_size,
@@ -239,7 +246,10 @@ class MLflowSink(Sink):
             identity = json.dumps([self.experiment, self.run_name, self._suffix])
             key = hashlib.sha256(identity.encode()).hexdigest()[:32]
         location = None if self.tracking_uri is not None else (self.directory / "artifacts").absolute().as_uri()
-        return RunPlan(self.resolved_tracking_uri, self.experiment, location, run_name, key, tags, self._params)
+        return RunPlan(
+            self.resolved_tracking_uri, self.experiment, location, run_name, key, tags, self._params,
+            continue_ended=self.continue_ended,
+        )  # fmt: skip
 
     def on_session_created(self, event: Event) -> None:
         if event.mode == "train":

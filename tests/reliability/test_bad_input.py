@@ -344,6 +344,14 @@ def _adopted_kit() -> hookbus.WriterKit[None]:
     return kit
 
 
+def _mlflow_sink(tmp: Path, **arguments: Any) -> Any:
+    """An ``MLflowSink`` on a store in ``tmp`` (skips where MLflow, an extra, is not installed)."""
+    pytest.importorskip("mlflow", reason="needs MLflow: pip install 'hookbus[mlflow]'")
+    from hookbus.sinks import MLflowSink
+
+    return MLflowSink(directory=tmp, **arguments)
+
+
 def _evaluate(**time: Any) -> Any:
     return hookbus.evaluate_checkpoints(
         hookbus.EventBus(), eval_fetches=None, checkpoint_dir="unused", eval_hooks=[], **time
@@ -366,6 +374,10 @@ TIME_ARGUMENTS: list[tuple[str, str, Callable[[Path, float], Any], str]] = [
     ("EventLogSink", "flush_secs", lambda t, v: EventLogSink(t / "e.jsonl", flush_secs=v), SECONDS),
     ("EventLogSink", "close_deadline", lambda t, v: EventLogSink(t / "e.jsonl", close_deadline=v), SECONDS),
     ("EventLogSink", "flush_deadline", lambda t, v: EventLogSink(t / "e.jsonl", flush_deadline=v), SECONDS),
+    ("MLflowSink", "every_n_secs", lambda t, v: _mlflow_sink(t, every_n_secs=v), SECONDS),
+    ("MLflowSink", "flush_secs", lambda t, v: _mlflow_sink(t, flush_secs=v), SECONDS),
+    ("MLflowSink", "close_deadline", lambda t, v: _mlflow_sink(t, close_deadline=v), SECONDS),
+    ("MLflowSink", "flush_deadline", lambda t, v: _mlflow_sink(t, flush_deadline=v), SECONDS),
     ("BackgroundWriter", "flush_secs", lambda t, v: hookbus.BackgroundWriter("w", _fn, _flush, flush_secs=v), SECONDS),
     ("FlushDeadline", "deadline", lambda t, v: hookbus.FlushDeadline("w", v, "its output"), SECONDS),
     ("BackgroundWriter", "flush_deadline", lambda t, v: hookbus.BackgroundWriter("w", _fn, _flush, flush_deadline=v),
@@ -516,6 +528,7 @@ FLAG_ARGUMENTS: list[tuple[str, str, Callable[[Path, Any], Any], str]] = [
     ("ConsoleSink", "live", lambda t, v: ConsoleSink(live=v), FLAG_OR_NONE),
     ("ConsoleSink", "at_end", lambda t, v: ConsoleSink(at_end=v), FLAG),
     ("CSVSink", "epochs", lambda t, v: CSVSink(t / "m.csv", epochs=v), FLAG),
+    ("MLflowSink", "continue_ended", lambda t, v: _mlflow_sink(t, continue_ended=v), FLAG),
     ("OwnThreadWriter.add", "row", lambda t, v: _own_thread_writer().add(lambda: None, row=v), FLAG),
     ("WriterKit.add", "row", lambda t, v: _adopted_kit().add(lambda: None, row=v), FLAG),
     ("EarlyStoppingSink", "stop_on_nonfinite", lambda t, v: EarlyStoppingSink("loss", stop_on_nonfinite=v), FLAG),
