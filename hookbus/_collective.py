@@ -9,7 +9,10 @@ step crosses a multiple of ``check_every_n_steps``, the same steps on every work
 begin and at the end of each epoch / evaluation), and every worker stops at that step when
 any of them asked. A planned last step (a :class:`~hookbus.sinks.StopAtStepSink` on every
 worker, ``total_steps``) is agreed at begin: when every worker plans the same one, they also
-agree at that step, so the run ends exactly there.
+agree at that step, so the run ends exactly there. A learning-rate request (a sink's
+``LearningRate.request``) is agreed the same way, in the same rounds: the first proposing
+worker's (the chief's when it asks) is applied by every worker at the round's step, before the
+next training step, so no two workers ever train with different rates.
 
 The publishers (:class:`hookbus.EventBusCallback`, :class:`hookbus.LoopPublisher`) find the
 strategy (the model's ``distribute_strategy`` or ``strategy=``) and make the task with
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from hookbus._agreement import AgreedDecision, agree
 from hookbus._cluster import STOP_SOURCE, Task
+from hookbus._learning_rate import RateRequest
 from hookbus._tf import require_tensorflow
 from hookbus._validate import positive_int
 
@@ -106,6 +110,9 @@ class CollectiveStop:
         self._stop = AgreedDecision("stop", combine=lambda flags: 1.0)
         # Every worker proposes its planned last step (0: none); agreed when all plan the same.
         self._plan = AgreedDecision("last_step", combine=lambda steps: _same(steps, count))
+        # A new rate, or a new multiplier on a schedule: the first proposer's (slot order).
+        self._rate = AgreedDecision("learning_rate")
+        self._multiplier = AgreedDecision("learning_rate_multiplier")
         #: Whether the workers agreed to stop: the publisher stops only then.
         self.agreed = False
 
@@ -134,7 +141,9 @@ class CollectiveStop:
             self._reduce = tf.function(reduce)  # eager collectives are slow and warn; trace once
             self._tf = tf
         result = self._reduce(self._tf.constant(flags, dtype=self._tf.float64))  # exact steps to 2**53
-        return [round(float(v), 3) for v in result.numpy()]  # the shares add up to the value
+        # The local shares add up to the value, to a rounding error that 12 significant digits drop:
+        # steps stay exact, and a learning rate keeps its digits (it is no multiple of 0.001).
+        return [float(f"{float(v):.12g}") for v in result.numpy()]
 
     def agree(self, core: PublisherCore, step: int, *, plan: bool = False) -> bool:
         """One agreement round (every worker calls it at the same point); returns :attr:`agreed`.
@@ -154,12 +163,25 @@ class CollectiveStop:
             planned = min((t for s in sinks if (t := s.total_steps) is not None), default=0)
             self._plan.propose(float(planned), reason="planned last step", source=self.task.suffix, step=step)
             self._planned = None
+        rate = core.learning_rate
+        asked = rate.take() if rate is not None and rate.pending is not None else None
+        if asked is not None:
+            kind = self._rate if asked.rate is not None else self._multiplier
+            kind.propose(asked.rate or asked.multiplier or 0.0, reason=asked.reason, source=asked.source, step=step)
         self.agreed = False
-        # Both kinds in every round: the all-reduce keeps one shape (traced once).
-        decisions = (self._stop, self._plan)
+        # Every kind in every round: the all-reduce keeps one shape (traced once).
+        decisions = (self._stop, self._plan, self._rate, self._multiplier)
         for decided in agree(decisions, self._exchange, slot=self._slot, names=self._names, step=step):
             if decided.kind == "last_step":
                 self._planned = round(decided.value) if decided.value > step else None
+            elif decided.kind.startswith("learning_rate"):
+                mine = asked is not None and self.task.suffix in decided.by
+                reason = asked.reason if asked is not None and mine else f"{', '.join(decided.by)} asked"
+                source = asked.source if asked is not None and mine else STOP_SOURCE
+                by_rate = decided.kind == "learning_rate"
+                value = decided.value
+                request = RateRequest(value if by_rate else None, None if by_rate else value, reason, source)
+                core.apply_learning_rate(request, step)
             else:
                 self.agreed = True
                 if not stops.requested:

@@ -254,6 +254,11 @@ class PublisherCore:
         self._port.offer_learning_rate(rate)
         return rate
 
+    @property
+    def learning_rate(self) -> LearningRate | None:
+        """The rate this publisher offers (:meth:`offer_learning_rate`), or ``None``."""
+        return self._rate
+
     def apply_learning_rate(self, request: RateRequest, step: int, *, source: str | None = None) -> None:
         """Apply a rate request now (before the next training step) and publish ``learning_rate_changed``."""
         assert self._rate is not None

@@ -2,9 +2,10 @@
 
 Usage: ``python tests/_mwms_child.py '<json>'`` with ``cluster`` (``{"worker": [...]}``),
 ``index``, ``scenario`` (``loop``, ``keras`` or ``one-worker``), ``out`` (the shared output
-directory) and ``stop_at`` (the step at which worker 1 alone asks to stop). The worker trains a
-small regression until hookbus stops it and prints one JSON line (``REPORT {...}``) saying how
-it ended.
+directory), ``stop_at`` (the step at which worker 1 alone asks to stop) and ``rate_at`` (the step
+at which worker 1 alone asks for a tenth of the learning rate). The worker trains a small
+regression until hookbus stops it and prints one JSON line (``REPORT {...}``) saying how it
+ended, with the learning rate it published at every step.
 
 ``one-worker`` runs Keras's ``fit`` under a real one-worker strategy (its all-reduces are real)
 with the callback's task forced to a collective one, since a two-worker ``fit`` fails inside
@@ -52,6 +53,7 @@ def main(config: dict[str, Any]) -> None:
     bus.attach(CheckpointSink(out / "ckpt", every_n_steps=10, every_n_secs=None, keep=2))
     bus.attach(CSVSink(out / "each.csv", every_n_steps=5, runs_on="each"))
     seen: dict[str, Any] = {"steps": []}
+    steer = bus.attach(_steer(index, int(config.get("rate_at", 0))))
 
     @bus.on("after_run")  # type: ignore[untyped-decorator]
     def record(event: Any) -> None:
@@ -76,7 +78,37 @@ def main(config: dict[str, Any]) -> None:
         error = f"{type(caught).__name__}: {caught}"[:2000]
         step = None
     report = {"index": index, "step": step, "stop_reason": bus.stop_reason, "error": error, "saved": saved, **seen}
+    weights = [np.asarray(w).tolist() for w in model.get_weights()]
+    report.update(rates=steer.seen, changes=steer.changes, weights=weights)
     print("REPORT " + json.dumps(report), flush=True)
+
+
+def _steer(index: int, at: int) -> Any:
+    """A sink recording the published rate at every step; on worker 1 alone, at step ``at``, it
+    asks for a tenth of it."""
+    from hookbus.sink_api import Schedule, Sink, require_learning_rate
+
+    class Steer(Sink):
+        default_schedule = Schedule(every_n_steps=1)
+
+        def __init__(self) -> None:
+            super().__init__(keys=["learning_rate"], on_error="raise")
+            self.seen: list[list[float]] = []
+            self.changes: list[list[Any]] = []
+
+        def setup(self, context: Any) -> None:
+            super().setup(context)
+            self.rate = require_learning_rate(context, "Steer")
+
+        def on_after_run(self, event: Any) -> None:
+            self.seen.append([event.step, event.values["learning_rate"]])
+            if index == 1 and event.step == at:
+                self.rate.request(rate=self.rate.rate / 10, reason=f"worker 1 at step {at}")
+
+        def on_learning_rate_changed(self, event: Any) -> None:
+            self.changes.append([event.step, event.old, event.new, event.source, event.reason])
+
+    return Steer()
 
 
 def _one_worker(tf: Any, keras: Any, strategy: Any, out: Path, stop_at: int) -> None:
@@ -148,7 +180,7 @@ def _loop(tf: Any, strategy: Any, model: Any, optimizer: Any, x: Any, y: Any, bu
         return {"loss": strategy.reduce("SUM", strategy.run(step, args=next(iterator)), axis=None)}
 
     loop = hookbus.LoopPublisher(
-        bus, ["loss"], step_counter=optimizer.iterations, strategy=strategy,
+        bus, ["loss"], step_counter=optimizer.iterations, strategy=strategy, learning_rate=optimizer.learning_rate,
         checkpoint=tf.train.Checkpoint(model=model, optimizer=optimizer), restore=True,
     )  # fmt: skip
     assert loop.checkpoint_backend is not None
@@ -167,7 +199,7 @@ def _keras(
 
     with strategy.scope():
         model.compile(optimizer=optimizer, loss="mse")
-    callback = hookbus.EventBusCallback(bus, ["loss"])
+    callback = hookbus.EventBusCallback(bus, ["loss", "learning_rate"])
     _recording(callback.checkpoint_backend, saved)
     with bus:
         model.fit(x, y, batch_size=16, epochs=20, verbose=0, callbacks=[callback])

@@ -25,6 +25,7 @@ from hookbus.testing import ScriptedPublisher
 CHILD = Path(__file__).with_name("_mwms_child.py")
 SCENARIOS = ("loop", "keras")
 STOP_AT = 23  # worker 1 alone asks to stop here; the workers agree at the next multiple of 10
+RATE_AT = 13  # worker 1 alone asks for a tenth of the learning rate here; agreed at step 20
 DEADLINE = 90  # hard limit for a whole cluster run, in seconds (a hang fails, it does not block)
 #: Keras 3.15's fit fails under a multi-worker MultiWorkerMirroredStrategy (keras-team/keras#20585).
 KERAS_UPSTREAM = ("Invalid reduction dimension 0 for input with 0 dimensions", "to a Tensor")
@@ -133,7 +134,7 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
         for scenario in SCENARIOS:
             out = tmp_path_factory.mktemp(f"mwms-{scenario}")
             cluster = {"worker": [f"127.0.0.1:{next(ports)}" for _ in range(2)]}
-            base = {"cluster": cluster, "scenario": scenario, "out": str(out), "stop_at": STOP_AT}
+            base = {"cluster": cluster, "scenario": scenario, "out": str(out), "stop_at": STOP_AT, "rate_at": RATE_AT}
             workers = [start(CHILD, {**base, "index": i}) for i in (0, 1)]
             procs += workers
             runs[scenario] = {"out": out, "workers": workers}
@@ -184,6 +185,26 @@ def test_a_keras_fit_cluster_stops_together_and_only_the_chief_writes(clusters: 
         first = errors[0].splitlines()[0][:160]
         pytest.xfail(f"Keras's own fit fails under a multi-worker strategy (keras-team/keras#20585): {first}")
     _check_cluster_run(clusters, "keras")
+
+
+@pytest.mark.subprocess
+@pytest.mark.distributed
+@pytest.mark.timeout(150)
+def test_a_learning_rate_one_worker_asks_for_is_applied_by_every_worker_at_one_step(clusters: dict[str, Any]) -> None:
+    """Issue 27: worker 1 alone asks for a tenth of the rate at step 13; both workers apply it at
+    the agreement step 20 (before step 21 trains), so every worker's rate is the same at every
+    step, and the weights, updated by all-reduced gradients times each worker's rate, stay equal."""
+    chief, other = reports(clusters, "loop")
+    assert (chief["error"], other["error"]) == (None, None), (chief, other)
+    assert chief["rates"] == other["rates"]
+    assert [int(s) for s, _ in chief["rates"]] == list(range(1, 31))
+    assert {s: r for s, r in chief["rates"]} == {s: pytest.approx(0.01 if s <= 20 else 0.001) for s in range(1, 31)}
+    [(step, old, new, source, reason)] = chief["changes"]
+    assert (step, source, reason) == (20, "cluster", "worker-1 asked")
+    assert (old, new) == (pytest.approx(0.01), pytest.approx(0.001))
+    assert [c[:3] for c in other["changes"]] == [[20, old, new]]
+    assert other["changes"][0][3:] == ["Steer", f"worker 1 at step {RATE_AT}"]
+    assert chief["weights"] == other["weights"]
 
 
 def _run_example(directory: Path, steps: int) -> str:
