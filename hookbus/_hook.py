@@ -220,7 +220,8 @@ class EventBusHook:
         self._global_step = tf.compat.v1.train.get_global_step(graph)
         if self._graph_rate is not None:  # before the due-step fetches are packed: the rate is one of them
             device = getattr(self._global_step, "device", None) if self.task is not None else None
-            self._elements[LEARNING_RATE_KEY] = self._graph_rate.build(tf, graph, device)
+            shared = self._global_step if self.task is not None else None  # others move it meanwhile
+            self._elements[LEARNING_RATE_KEY] = self._graph_rate.build(tf, graph, device, shared)
             self._core.shapes[LEARNING_RATE_KEY] = ()
             rate = self._rate = self._core.offer_learning_rate(self._graph_rate, publisher="EventBusHook")
             if rate is not None and self.task is not None and not self.task.is_chief:

@@ -89,12 +89,13 @@ class RateBackend(Protocol):
         """The rate the next training step uses (a schedule's value times the multiplier)."""
         ...
 
-    def set_rate(self, rate: float) -> None:
-        """Set the rate (a backend that is not ``scheduled``)."""
+    def set_rate(self, rate: float) -> int | None:
+        """Set the rate (a backend that is not ``scheduled``); the global step it took effect at,
+        where other workers move it meanwhile (parameter-server training), else ``None``."""
         ...
 
-    def set_multiplier(self, multiplier: float) -> None:
-        """Set the multiplier on the schedule (a ``scheduled`` backend)."""
+    def set_multiplier(self, multiplier: float) -> int | None:
+        """Set the multiplier on the schedule (a ``scheduled`` backend); returns as :meth:`set_rate`."""
         ...
 
 
@@ -207,15 +208,16 @@ class LearningRate:
         old = self.refresh()
         if self.scheduled:
             self.multiplier = self.multiplier_for(request)
-            self._backend.set_multiplier(self.multiplier)
+            moved = self._backend.set_multiplier(self.multiplier)
         else:
             assert request.rate is not None
-            self._backend.set_rate(request.rate)
+            moved = self._backend.set_rate(request.rate)
         new = self.refresh()
+        step = step if moved is None else moved
         return LearningRateChange(old, new, self.multiplier, step, request.reason, source or request.source)
 
     def set_multiplier(self, multiplier: float) -> None:
-        """Put ``multiplier`` in effect without a request (a new session of the same run keeps it)."""
+        """Put ``multiplier`` in effect without a request."""
         if self.scheduled:
             self._backend.set_multiplier(multiplier)
             self.multiplier = multiplier

@@ -48,10 +48,12 @@ class GraphRate:
         self._ops: dict[str, Any] = {}
         self._session: Any = None
 
-    def build(self, tf: Any, graph: Any, device: str | None) -> Any:
+    def build(self, tf: Any, graph: Any, device: str | None, global_step: Any = None) -> Any:
         """Make the element to fetch and the ops to set it (before the graph is finalized); the element.
 
         ``device``: where hookbus's multiplier lives (the global step's: the parameter server).
+        ``global_step``: in parameter-server training, read right after each assign (the step
+        the change took effect at, which the other workers move meanwhile); else ``None``.
 
         Raises:
             ValueError: for a rate tensor no operation of the graph uses.
@@ -85,7 +87,11 @@ class GraphRate:
                             op._update_input(index, self.element)  # the train op trains with the product
                 self.scheduled = True
             value = tf.compat.v1.placeholder(self._variable.dtype.base_dtype, shape=(), name="value")
-            self._ops = {"value": value, "assign": self._variable.assign(value, read_value=False)}
+            assign = self._variable.assign(value, read_value=False)
+            self._ops = {"value": value, "assign": assign}
+            if global_step is not None:
+                with tf.control_dependencies([assign]):
+                    self._ops["assign"] = [assign, tf.identity(global_step.read_value(), name="applied_at")]
             if self.scheduled:  # hookbus's own variable: made with each session
                 ready = tf.compat.v1.is_variable_initialized(self._variable)
                 self._ops.update(ready=ready, init=self._variable.initializer)
@@ -102,17 +108,18 @@ class GraphRate:
             if chief:
                 self._assign(multiplier)
 
-    def _assign(self, value: float) -> None:
-        self._session.run(self._ops["assign"], feed_dict={self._ops["value"]: value})
+    def _assign(self, value: float) -> int | None:
+        done = self._session.run(self._ops["assign"], feed_dict={self._ops["value"]: value})
+        return int(done[1]) if isinstance(done, list) else None
 
     def read(self) -> float:
         return float(self._session.run(self.element))
 
-    def set_rate(self, rate: float) -> None:
-        self._assign(rate)
+    def set_rate(self, rate: float) -> int | None:
+        return self._assign(rate)
 
-    def set_multiplier(self, multiplier: float) -> None:
-        self._assign(multiplier)
+    def set_multiplier(self, multiplier: float) -> int | None:
+        return self._assign(multiplier)
 
 
 def _variable_of(tf: Any, graph: Any, element: Any) -> Any:

@@ -3,7 +3,9 @@
 Usage: ``python tests/_cluster_child.py '<json>'`` with ``cluster`` (the cluster spec), ``type``
 (``ps`` or ``worker``), ``index``, ``scenario`` (``files``, ``nan`` or ``early``) and ``out`` (a
 directory). A parameter server serves until it is killed; a worker trains until hookbus stops it
-and prints one JSON line (``REPORT {...}``) saying how it ended.
+and prints one JSON line (``REPORT {...}``) saying how it ended. In ``files`` the rate is a
+variable on the parameter server: the chief asks for a tenth of it at step 20, worker 1 for 0.5
+at step 10 (dropped: only the chief sets the rate), and each reports the rate of every step.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def main(config: dict[str, Any]) -> None:
         # Added to the reported loss only, so a NaN on one worker does not reach the shared weights.
         poison = tf.compat.v1.placeholder_with_default(0.0, [], name="poison")
         flat = tf.identity(1.0 + 0.0 * w, name="flat")  # never improves: early stopping's monitor
-        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=global_step)
+        rate = tf.compat.v1.get_variable("rate", initializer=0.01, trainable=False)
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(rate).minimize(loss, global_step=global_step)
 
     own = out / f"w{index}"
     bus = hookbus.EventBus()
@@ -60,8 +63,10 @@ def main(config: dict[str, Any]) -> None:
     bus.attach(TensorBoardSink(own / "tb", every_n_steps=5))
     bus.attach(CheckpointSink(own / "ckpt", every_n_steps=20, every_n_secs=None))
     bus.attach(CSVSink(out / "each.csv", every_n_steps=5, runs_on="each"))
+    steer = None
     if scenario == "files":
         bus.attach(StopAtStepSink(last_step=60)).runs_on = "chief"  # attribute: sinks without the argument
+        steer = bus.attach(_steer(index))
     if scenario == "early":
         early = bus.attach(EarlyStoppingSink("flat", mode="min", patience=2, every_n_steps=5))
         early.runs_on = "chief"
@@ -82,7 +87,7 @@ def main(config: dict[str, Any]) -> None:
         seen.setdefault("stop_source", request.source)
         seen.setdefault("stop_local_step", bus.local_step)
 
-    hook = hookbus.EventBusHook(bus, {"loss": loss + poison, "flat": flat}, train_op=train_op)
+    hook = hookbus.EventBusHook(bus, {"loss": loss + poison, "flat": flat}, train_op=train_op, learning_rate=rate)
     session_config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{index}"])
     ready = out / "chief-ready"
     if not is_chief:
@@ -116,7 +121,51 @@ def main(config: dict[str, Any]) -> None:
     report = {
         "index": index, "local": local, "stop_reason": bus.stop_reason, "error": error, "end_step": bus.step, **seen,
     }  # fmt: skip
+    if steer is not None:
+        report.update(rates=steer.seen, changes=steer.changes, dropped=steer.dropped)
     print("REPORT " + json.dumps(report), flush=True)
+
+
+def _steer(index: int) -> Any:
+    """Records the published rate at every step; the chief asks for a tenth of it at its first step
+    from 20 on, worker 1 for 0.5 at its first step from 10 on (dropped, with a warning)."""
+    import logging
+
+    from hookbus.sink_api import Schedule, Sink, require_learning_rate
+
+    class Steer(Sink):
+        default_schedule = Schedule(every_n_steps=1)
+
+        def __init__(self) -> None:
+            super().__init__(keys=["learning_rate"], on_error="raise")
+            self.seen: list[list[float]] = []
+            self.changes: list[list[Any]] = []
+            self.dropped: list[str] = []
+            self.asked = False
+            parent = self
+
+            class Dropped(logging.Handler):
+                def emit(self, record: logging.LogRecord) -> None:
+                    if "is dropped" in record.getMessage():
+                        parent.dropped.append(record.getMessage())
+
+            logging.getLogger("hookbus").addHandler(Dropped())
+
+        def setup(self, context: Any) -> None:
+            super().setup(context)
+            self.rate = require_learning_rate(context, "Steer")
+
+        def on_after_run(self, event: Any) -> None:
+            self.seen.append([event.step, event.values["learning_rate"]])
+            if not self.asked and event.step >= (20 if index == 0 else 10):
+                self.asked = True
+                new = self.rate.rate / 10 if index == 0 else 0.5
+                self.rate.request(rate=new, reason=f"worker {index} at step {event.step}")
+
+        def on_learning_rate_changed(self, event: Any) -> None:
+            self.changes.append([event.step, event.old, event.new, event.source])
+
+    return Steer()
 
 
 def evaluate(tf: Any, out: Path) -> None:

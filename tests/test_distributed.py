@@ -158,6 +158,35 @@ def test_only_the_chief_writes_and_stop_at_step_on_the_chief_stops_both(clusters
 
 @pytest.mark.subprocess
 @pytest.mark.distributed
+@pytest.mark.timeout(240)
+def test_the_chief_sets_the_one_learning_rate_every_worker_trains_with(clusters: dict[str, Any]) -> None:
+    """Issue 27, parameter-server training: the rate variable lives on the parameter server, so
+    the chief's change is every worker's from the step it applied it at; worker 1's own request
+    is dropped (with a warning): no worker ever trains with it."""
+    chief, other = reports(clusters, "files")
+    assert (chief["error"], other["error"]) == (None, None), (chief, other)
+    [(applied, old, new, source)] = chief["changes"]
+    assert applied >= 20
+    assert (old, new, source) == (pytest.approx(0.01), pytest.approx(0.001), "Steer")
+    assert other["changes"] == []
+    assert len(other["dropped"]) == 1, other
+    # The chief changed it between its own steps: every step it ran before used the old rate, after the new.
+    assert all(r == pytest.approx(0.01 if s <= applied else 0.001) for s, r in chief["rates"]), chief["rates"]
+    # Worker 1 trains with the one shared rate, never its own 0.5: the old one, then the new one
+    # for good. The step applied is the global step read right after the assign (in the same run on
+    # the parameter server): worker 1's runs that ended before the assign have steps up to it, those
+    # that began after the read steps past it; only a run in flight at the assign, or one ending in
+    # the moment between the assign and that read, can be either (two at most).
+    rates = [r for _, r in other["rates"]]
+    assert all(r == pytest.approx(0.01) or r == pytest.approx(0.001) for r in rates), rates
+    switch = next((i for i, r in enumerate(rates) if r == pytest.approx(0.001)), len(rates))
+    assert all(r == pytest.approx(0.001) for r in rates[switch:]), other["rates"]
+    off = [(s, r) for s, r in other["rates"] if (r == pytest.approx(0.001)) != (s > applied)]
+    assert len(off) <= 2, (applied, other["rates"])
+
+
+@pytest.mark.subprocess
+@pytest.mark.distributed
 @pytest.mark.timeout(120)
 def test_a_nan_on_one_worker_stops_every_worker(clusters: dict[str, Any]) -> None:
     chief, other = reports(clusters, "nan")
