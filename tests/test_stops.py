@@ -12,6 +12,7 @@ import pytest
 from hookbus import StopRequest, Task
 from hookbus._agreement import AgreedDecision, Decided, agree
 from hookbus._collective import CollectiveStop
+from hookbus._learning_rate import LearningRate, LearningRateChange, RateRequest
 from hookbus._stops import Stops
 
 
@@ -221,13 +222,62 @@ class Strategy:
 
 
 class Core:
-    """What :class:`CollectiveStop` reads of a publisher's core: the stops and the sinks here."""
+    """What :class:`CollectiveStop` reads of a publisher's core: the stops, the sinks here, the rate."""
 
-    def __init__(self, stops: Stops) -> None:
+    def __init__(self, stops: Stops, rate: LearningRate | None = None) -> None:
         self.stops = stops
+        self.learning_rate = rate
+        self.changes: list[LearningRateChange] = []
 
     def local_subscribers(self) -> list[Any]:
         return []
+
+    def apply_learning_rate(self, request: RateRequest, step: int) -> None:
+        assert self.learning_rate is not None
+        self.changes.append(self.learning_rate.apply(request, step))
+
+
+class Rate:
+    """A settable rate (a :class:`hookbus.publisher_api.RateBackend` without TensorFlow)."""
+
+    scheduled = False
+
+    def __init__(self) -> None:
+        self.value = 0.1
+
+    def read(self) -> float:
+        return self.value
+
+    def set_rate(self, rate: float) -> None:
+        self.value = rate
+
+    def set_multiplier(self, multiplier: float) -> None:
+        raise AssertionError("not scheduled")
+
+
+def test_a_rate_one_worker_asks_for_is_applied_by_every_worker_at_the_agreement_step() -> None:
+    """Issue 27: worker 2 alone asks (its plateau sink, at step 13); the round at step 20 applies
+    it on every worker, before step 21; a worker's own request keeps its reason and source."""
+    workers = Workers(3)
+    backends = [Rate() for _ in range(3)]
+    rates = [LearningRate(b, publisher="LoopPublisher", who=lambda: "Plateau") for b in backends]
+    for rate in rates:
+        rate.local = False  # the agreement applies it
+    cores = [Core(Recorder().stops, rate) for rate in rates]
+    stops = [
+        CollectiveStop(Strategy(), Task("worker", i, collective=True), 10, exchange=workers.exchange(i))
+        for i in range(3)
+    ]
+    for stop in stops:
+        stop.reset(0)
+    rates[2].request(rate=0.01, reason="eval/loss did not improve")
+    workers.each(lambda slot: stops[slot].agree(cores[slot], 20))  # type: ignore[arg-type]
+    assert [b.value for b in backends] == [0.01] * 3
+    assert [c.changes for c in cores[:2]] == [[LearningRateChange(0.1, 0.01, 1.0, 20, "worker-2 asked", "cluster")]] * 2
+    assert cores[2].changes == [LearningRateChange(0.1, 0.01, 1.0, 20, "eval/loss did not improve", "Plateau")]
+    assert [r.pending for r in rates] == [None] * 3
+    workers.each(lambda slot: stops[slot].agree(cores[slot], 30))  # type: ignore[arg-type]
+    assert [len(c.changes) for c in cores] == [1, 1, 1]  # spent: each round is a fresh vote
 
 
 def test_a_stop_on_one_worker_is_agreed_by_every_worker_at_the_same_step() -> None:
