@@ -139,7 +139,6 @@ class MLflowSink(Sink):
         name: str | None = None,
         runs_on: str | None = None,
     ) -> None:
-        _require_mlflow()
         if runs_on == "all":
             raise ValueError(
                 "runs_on='all' would log every worker's points into one MLflow run; use 'chief' (default) "
@@ -186,6 +185,7 @@ class MLflowSink(Sink):
         )  # fmt: skip
         self._suffix: str | None = None
         self._start_clean()
+        _require_mlflow()  # after the arguments' checks, which need no MLflow
 
     def _start_clean(self) -> None:
         self.run: TrackedRun | None = None

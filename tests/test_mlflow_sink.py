@@ -279,6 +279,25 @@ def test_a_kill_before_the_first_checkpoint_continues_the_same_run(mlflow_store:
     assert run.data.tags["hookbus.pid"] == str(os.getpid())
 
 
+def test_continue_ended_continues_a_finished_run_of_the_run_key(mlflow_store: Path) -> None:
+    """With continue_ended (as ``hookbus replay`` uploads), a second run of the same run_key
+    continues the first, FINISHED, each step once; without it a second training is a new run."""
+    for last, value in ((10, 1.0), (15, 2.0)):
+        sink = MLflowSink(directory=mlflow_store, run_key="replay/0123abcd", continue_ended=True, every_n_steps=1)
+        bus = bus_with(sink)
+        with bus:
+            ScriptedPublisher(bus, ["loss"]).run([{"loss": value}] * last)
+    (run,) = runs(mlflow_store)
+    assert run.info.status == "FINISHED"
+    expected = [(s, 1.0 if s <= 10 else 2.0) for s in range(1, 16)]
+    assert [(s, v) for s, v, _ in history(mlflow_store, run, "loss")] == expected
+    for _ in range(2):
+        bus = bus_with(MLflowSink(directory=mlflow_store, run_name="default", every_n_steps=1))
+        with bus:
+            ScriptedPublisher(bus, ["loss"]).run([{"loss": 1.0}] * 3)
+    assert [r.info.run_name for r in runs(mlflow_store)].count("default") == 2
+
+
 def test_a_running_run_of_a_live_process_is_not_taken_over(
     mlflow_store: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
