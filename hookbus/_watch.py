@@ -182,8 +182,7 @@ class Watch:
             while True:
                 self.poll()
                 ended = self._ended()
-                if ended:
-                    self._close_ended()
+                self._close_ended()  # an ended run's dashboard says how it ended (a next one is shown anew)
                 chief = self.chief
                 self._frame = self.rendering.frame(chief.sink if chief else None, self.statuses, self.cluster)
                 if ended:
@@ -222,6 +221,7 @@ class Watch:
                     if said.get(view.name) != text:  # each change of state, once
                         self._say(f"{view.name}: {text}")
                     said[view.name] = text
+                self._close_ended(quiet=False)  # the chief's summary, as ConsoleSink prints it at a close
                 if self._ended():
                     break
                 time.sleep(self.interval)

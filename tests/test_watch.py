@@ -340,3 +340,44 @@ def test_off_a_terminal_it_follows_with_plain_lines_until_the_run_closes(tmp_pat
     assert "events.jsonl: finished" in out
     assert "events.jsonl: finished at step 6" in out  # ConsoleSink's own closing summary
     assert "\x1b[" not in out  # plain: no cursor movement, no colour
+
+
+def test_follow_waits_for_a_next_run_in_the_same_place(tmp_path: Path) -> None:
+    """``--follow``: a finished run's summary, then a next run (a fresh start replaces the log)
+    is shown anew, its own summary printed at its close; Ctrl-C (SIGINT) ends the watcher, 130."""
+    import select
+    import signal
+    import subprocess
+    import sys
+
+    log = tmp_path / "events.jsonl"
+    _record(log, steps=3)
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "hookbus._cli", "watch", str(log), "--follow", "--interval", "0.05"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    seen = b""
+
+    def read_until(text: str) -> None:
+        nonlocal seen
+        until = time.monotonic() + 60
+        assert watcher.stdout is not None
+        while text.encode() not in seen:
+            assert time.monotonic() < until, seen.decode()
+            ready, _, _ = select.select([watcher.stdout], [], [], 0.1)
+            if ready:
+                seen += os.read(watcher.stdout.fileno(), 65536)
+
+    try:
+        read_until("events.jsonl: finished at step 3")
+        _record(log, steps=7)  # a fresh start: the sink starts the log anew (a new file)
+        read_until("events.jsonl: finished at step 7")
+        watcher.send_signal(signal.SIGINT)
+        assert watcher.wait(timeout=60) == 130
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+        if watcher.stdout is not None:
+            watcher.stdout.close()
+    assert seen.decode().count("events.jsonl: finished at step") == 2
