@@ -63,6 +63,13 @@ def _states(screen: str) -> dict[str, str]:
     return {m[1]: m[2] for m in rows}
 
 
+def _step_of(screen: str, worker: str) -> int:
+    """A worker's newest step in the cluster table (``-1`` before its row shows one)."""
+    states = "live|stale|presumed dead|finished|stopped|crashed"
+    row = re.search(rf"^worker {worker} +(?:{states})\D*?([\d,]+) ", screen, re.MULTILINE)
+    return int(row[1].replace(",", "")) if row else -1
+
+
 def _csv(path: Path) -> dict[int, float]:
     try:
         with path.open() as f:
@@ -152,7 +159,9 @@ def test_a_parameter_server_cluster_watched_as_one(tmp_path: Path) -> None:
     ]
     watcher = _watch(str(tmp_path), "--stale-after", "1.5", "--dead-after", "4")
     try:
-        both = watcher.wait_for(lambda text: _states(text) == {"0": "live", "1": "live"}, deadline=150)
+        both = watcher.wait_for(
+            lambda text: _states(text) == {"0": "live", "1": "live"} and _step_of(text, "1") >= 60, deadline=150
+        )
         assert "cluster: global step" in both
         assert re.search(r"worker +state +step +steps/s +lag +newest", both)
         tasks[2].send_signal(signal.SIGKILL)
