@@ -60,6 +60,6 @@ def test_a_plateau_steered_fit_killed_and_resumed_trains_every_step_with_the_uni
     assert sorted(expected) == list(range(1, STEPS * EPOCHS + 1))
     assert changes(straight_out) == [12, 20, 28]  # reduced at the ends of epochs 2, 4 and 6 (cooldown 2)
     assert resumed_from == [12, 20]  # each kill came after a reduction was decided, before it trained
+    assert csv_column(killed / "steps.csv", "learning_rate") == expected
     # Each resume first puts back the rate decided at its checkpoint (which holds the old one).
     assert printed == [[12], [12, 20], [20, 28]]
-    assert csv_column(killed / "steps.csv", "learning_rate") == expected
