@@ -47,6 +47,7 @@ class Rendering:
         plain_line: A sink's one-line progress (plain mode).
         snapshot: The plain snapshot (``--once``): (the chief's sink, statuses, cluster view?).
         display: The live display on ``console`` drawing ``get_renderable()`` (a terminal).
+        summary: A closed sink's summary lines (plain mode).
     """
 
     make_sink: MakeSink
@@ -54,6 +55,7 @@ class Rendering:
     plain_line: Callable[[Sink], str]
     snapshot: Callable[[Sink | None, Statuses, bool], list[str]]
     display: Callable[[Console, Callable[[], RenderableType]], Display]
+    summary: Callable[[Sink], list[str]]
 
 
 def log_name(path: Path) -> tuple[int, str]:
@@ -124,12 +126,11 @@ class Watch:
         known = {view.path for view in self.views}
         for path in found:
             if path not in known:
-                # In plain mode, only the chief prints the console sink's lines; the others are told by state.
-                loud = not self.live and (not self.views or log_name(path)[0] < log_name(self.views[0].path)[0])
-                name = log_name(path)[1]
-                gate = Gate(self._stream, loud)
-                self.views.append(LogView(path, name, self.rendering.make_sink, gate, clock=self.clock))
+                self.views.append(LogView(path, log_name(path)[1], self.rendering.make_sink, Gate(self._stream, False),
+                                          clock=self.clock))  # fmt: skip
         self.views.sort(key=lambda view: (log_name(view.path)[0], view.path.name))
+        for view in self.views:  # off a terminal, only the chief prints the console sink's lines
+            view.loud = not self.live and view is self.views[0]
 
     def poll(self) -> Statuses:
         """Read every log once; the statuses now (raises NotAnEventLogError for a foreign file)."""
@@ -163,14 +164,20 @@ class Watch:
         for line in self.rendering.snapshot(chief.sink if chief else None, self.statuses, self.cluster):
             self._stream.write(line + "\n")
         for view in self.views:
-            view.close(quiet=True)
+            view.close()
         return EXIT_STATUS[self.state]
 
-    def _close_ended(self, *, quiet: bool = True) -> None:
-        """Close the dashboards of the logs whose run has ended: they show how it ended."""
-        for view, status in zip(self.views, self.statuses, strict=True):
-            if status.state in _DONE:
-                view.close(quiet=quiet)
+    def _close_ended(self) -> list[LogView]:
+        """Close the dashboards of the logs whose run has ended (they show how it ended); those
+        closed now."""
+        return [v for v, s in zip(self.views, self.statuses, strict=True) if s.state in _DONE and v.close()]
+
+    def _summaries(self, views: list[LogView]) -> None:
+        """Off a terminal: the summary of each closed view that prints (the chief), as ConsoleSink's."""
+        for view in views:
+            if view.loud and view.sink is not None:
+                for line in self.rendering.summary(view.sink):
+                    self._say(line)
 
     def run(self) -> int:
         """Watch until the run ends (not with ``follow``); the exit status of its last state."""
@@ -190,7 +197,7 @@ class Watch:
                 time.sleep(self.interval)
         finally:
             for view in self.views:
-                view.close(quiet=True)
+                view.close()
             display.stop(())  # draws the last frame, gives the terminal back
         return EXIT_STATUS[self.state]
 
@@ -221,12 +228,11 @@ class Watch:
                     if said.get(view.name) != text:  # each change of state, once
                         self._say(f"{view.name}: {text}")
                     said[view.name] = text
-                self._close_ended(quiet=False)  # the chief's summary, as ConsoleSink prints it at a close
+                self._summaries(self._close_ended())  # the chief's summary, as ConsoleSink prints it at a close
                 if self._ended():
                     break
                 time.sleep(self.interval)
         finally:
-            for view in self.views:
-                view.close()
+            self._summaries([view for view in self.views if view.close()])
         return EXIT_STATUS[self.state]
 

@@ -23,7 +23,7 @@ from hookbus._watch_run import EXIT_STATUS, WorkerStatus
 from hookbus._watch_view import NotAnEventLogError
 from hookbus.sinks import ConsoleSink
 from hookbus.sinks._console_cluster import watch_frame, watch_snapshot
-from hookbus.sinks._console_render import Snapshot, plain_line
+from hookbus.sinks._console_render import Snapshot, plain_line, plain_summary
 from hookbus.sinks._console_terminal import TerminalDisplay, wants_live
 
 __all__ = ["STATUS_HELP", "add_watch", "watch_command"]
@@ -112,7 +112,15 @@ def _display(console: Console, get_renderable: Callable[[], RenderableType]) -> 
     return display
 
 
-RENDERING = Rendering(make_sink=_make_sink, frame=_frame, plain_line=_plain_line, snapshot=_once, display=_display)
+def _summary(sink: Sink) -> list[str]:
+    snapshot = _snapshot(sink)
+    lines: list[str] = [] if snapshot is None else plain_summary(snapshot)
+    return lines
+
+
+RENDERING = Rendering(
+    make_sink=_make_sink, frame=_frame, plain_line=_plain_line, snapshot=_once, display=_display, summary=_summary
+)
 
 
 def watch_command(args: argparse.Namespace) -> int:

@@ -119,12 +119,20 @@ class LogView:
         self._follower = LogFollower(path)
         self._make_sink = make_sink
         self._out = out
-        self._loud = out.open
         self._clock = clock
         self._wall_clock = wall_clock
         self._shown: _Shown | None = None
         self._seen_at: float | None = None  # watcher's clock when the newest record arrived
         self._lines = 0  # complete lines read from the current file, for error messages
+
+    @property
+    def loud(self) -> bool:
+        """Whether the sink's plain lines reach the output (a rebuild is quiet all the same)."""
+        return self._out.open
+
+    @loud.setter
+    def loud(self, value: bool) -> None:
+        self._out.open = value
 
     @property
     def sink(self) -> Sink | None:
@@ -179,21 +187,22 @@ class LogView:
             error=self.run.error,
         )
 
-    def close(self, *, quiet: bool = False) -> None:
-        """End the dashboard's run: its sink closes and shows the run's end (plain mode prints its
-        summary unless ``quiet``); the sink stays readable. Idempotent."""
+    def close(self) -> bool:
+        """End the dashboard's run, quietly: its sink closes and shows how the run ended, and
+        stays readable; whether it was open. Idempotent."""
         shown = self._shown
         if shown is None or shown.closed:
-            return
+            return False
         shown.closed = True
-        self._out.open = self._loud and not quiet
+        loud, self._out.open = self._out.open, False  # its summary would name the watcher's own bus's health
         try:
             shown.replay.close()
         finally:
-            self._out.open = self._loud
+            self._out.open = loud
+        return True
 
     def _rebuild(self) -> None:
-        self.close(quiet=True)
+        self.close()
         self._shown = None
         records = self.run.records
         if not any(r["record"] in _PUBLISHED for r in records):
@@ -206,14 +215,14 @@ class LogView:
         total = next((r.get("total_steps") for r in records if r["record"] == "begin"), None)
         if isinstance(total, int) and total > 0:
             bus.attach(_RecordedTotal(total))
-        self._out.open = False
+        loud, self._out.open = self._out.open, False
         try:
             shown.replay.start()
             self._shown = shown
             for record in records:
                 self._apply(shown, record)
         finally:
-            self._out.open = self._loud
+            self._out.open = loud
 
     def _apply(self, shown: _Shown, record: dict[str, Any]) -> None:
         """Publish ``record`` through the replay, or hand it to the sink as its live payload."""

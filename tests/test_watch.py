@@ -381,3 +381,24 @@ def test_follow_waits_for_a_next_run_in_the_same_place(tmp_path: Path) -> None:
         if watcher.stdout is not None:
             watcher.stdout.close()
     assert seen.decode().count("events.jsonl: finished at step") == 2
+
+
+def test_off_a_terminal_only_the_chief_prints_its_dashboards_lines(tmp_path: Path) -> None:
+    """Worker 1's log appears first, the chief's (worker 0) later: the chief's summary is printed,
+    the other worker is told by its state line only."""
+    from rich.console import Console
+
+    from hookbus._watch import Watch
+
+    _worker_log(tmp_path / "events.worker-1.jsonl", rate=5.0, steps=10, closed=True, start=1000.0)
+    out = io.StringIO()
+    watch = Watch(tmp_path, RENDERING, live=False, console=Console(file=out), stale_after=60.0, dead_after=120.0,
+                  interval=0.01)  # fmt: skip
+    watch.poll()
+    _worker_log(tmp_path / "events.worker-0.jsonl", rate=20.0, steps=40, closed=True, start=1000.0)
+    assert watch.run() == 0
+    text = out.getvalue()
+    assert "worker 0: finished at step 80" in text
+    assert "worker 1: finished" in text
+    assert "worker 1: finished at step" not in text
+    assert "per due step" not in text  # the watching bus's own costs are not the run's health
