@@ -15,7 +15,8 @@ from hookbus._cluster import RUNS_ON, Task
 from hookbus._context import EpochProgress, PeerReport, SinkContext
 from hookbus._evaluator import evaluate_checkpoints
 from hookbus._event_log import event_log_line, read_event_log
-from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
+from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError, WaitForStep
+from hookbus._gate import staggered_start
 from hookbus._hook import EventBusHook
 from hookbus._keras import EventBusCallback
 from hookbus._lock import OutputInUseError, OutputLock
@@ -102,6 +103,7 @@ __all__ = [
     "WriterKit",
     "WriterStalled",
     "WriterStats",
+    "WaitForStep",
     "WriterWarning",
     "__version__",
     "check_writable_dir",
@@ -110,6 +112,7 @@ __all__ = [
     "monitored_training_session",
     "read_event_log",
     "replay",
+    "staggered_start",
     "train_and_evaluate",
     "write_atomically",
 ]

@@ -90,6 +90,7 @@ class EventBus:
     begin: blinker.NamedSignal
     after_create_session: blinker.NamedSignal
     session_created: blinker.NamedSignal
+    waiting_for_step: blinker.NamedSignal
     before_run: blinker.NamedSignal
     after_run: blinker.NamedSignal
     end: blinker.NamedSignal

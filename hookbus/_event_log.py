@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
+from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError, WaitForStep
 
 __all__ = ["EVENT_LOG_VERSION", "RECORDS", "event_log_line", "read_event_log"]
 
@@ -32,6 +32,7 @@ EVENT_LOG_VERSION = 1
 RECORDS = (
     "begin",
     "session_created",
+    "waiting_for_step",
     "step",
     "checkpoint_saved",
     "stop_requested",
@@ -46,7 +47,7 @@ _STEP_FIELDS = frozenset(
     {"v", "record", "step", "wall_time", "elapsed", "mode", "final", "task", "local_step"}
     | {"arrays", "skipped", "values"}
 )
-Payload = Event | CheckpointSaved | StopRequest | SubscriberError | ExceptionRaised
+Payload = Event | CheckpointSaved | StopRequest | SubscriberError | ExceptionRaised | WaitForStep
 
 
 def _summary(array: np.ndarray[Any, Any]) -> dict[str, Any]:
@@ -111,6 +112,12 @@ def _record(payload: Payload | str, fields: Mapping[str, Any]) -> dict[str, Any]
             record="subscriber_error", step=payload.step, subscriber=payload.subscriber, signal=payload.signal,
             error=f"{type(payload.error).__name__}: {payload.error}", count=payload.count, policy=payload.policy,
         )  # fmt: skip
+    elif isinstance(payload, WaitForStep):
+        head.update(
+            record="waiting_for_step", step=payload.step, wall_time=payload.wall_time, state=payload.state,
+            until_step=payload.until_step, waited_secs=payload.waited_secs, timeout_secs=payload.timeout_secs,
+            starts=payload.starts,
+        )  # fmt: skip
     elif isinstance(payload, ExceptionRaised):
         head.update(record="exception", step=payload.step, error=f"{type(payload.error).__name__}: {payload.error}")
     else:
@@ -124,8 +131,8 @@ def event_log_line(payload: Payload | str, **fields: Any) -> str:
     Args:
         payload: An :class:`Event` (``after_run`` becomes a ``step`` record; ``begin``,
             ``session_created`` and ``end`` keep their signal's name), a
-            :class:`CheckpointSaved`, :class:`StopRequest`, :class:`SubscriberError` or
-            :class:`ExceptionRaised`; or a record kind (``"status"``, ``"close"``) given with
+            :class:`CheckpointSaved`, :class:`StopRequest`, :class:`SubscriberError`,
+            :class:`ExceptionRaised` or :class:`WaitForStep`; or a record kind (``"status"``, ``"close"``) given with
             all its ``fields``.
         **fields: More fields for the record (``begin``: keys, shapes, ...; ``wall_time`` for
             payloads that have none).

@@ -7,7 +7,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["SIGNAL_DOCS", "CheckpointSaved", "Event", "ExceptionRaised", "StopRequest", "SubscriberError"]
+__all__ = [
+    "SIGNAL_DOCS",
+    "WAIT_STATES",
+    "CheckpointSaved",
+    "Event",
+    "ExceptionRaised",
+    "StopRequest",
+    "SubscriberError",
+    "WaitForStep",
+]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -16,6 +25,7 @@ SIGNAL_DOCS = {
     "begin": "A publisher began (graph built, before any session). Payload: event=Event.",
     "after_create_session": "A session was created. Payload: event=Event(step).",
     "session_created": "A (re)created session is a resume point. Payload: event=Event(step, restored).",
+    "waiting_for_step": "A worker waits for a global step before training (start gate). Payload: event=WaitForStep.",
     "before_run": "A due training step is about to run. Payload: event=Event(step=expected step).",
     "after_run": "A due step ran, or an evaluation finished. Payload: event=Event(step, mode, values).",
     "end": "A publisher ended cleanly. Payload: event=Event(step).",
@@ -137,3 +147,35 @@ class CheckpointSaved:
     path: str
     step: int
     value: float | None = None
+
+
+#: What a :class:`WaitForStep` says, in the order a wait goes through them.
+WAIT_STATES = ("waiting", "reached", "timed_out", "stopped")
+
+
+@dataclass(frozen=True)
+class WaitForStep:
+    """Payload of ``waiting_for_step``: a worker's start gate (``EventBusHook(wait_for_step=N)``).
+
+    Published as the wait begins and every few seconds while it lasts (``state="waiting"``),
+    then once with how it ended; a worker that finds the step already reached publishes nothing.
+
+    Attributes:
+        state: ``"waiting"``; ``"reached"`` (the global step got to ``until_step``);
+            ``"timed_out"`` (``timeout_secs`` passed first); ``"stopped"`` (a stop came first:
+            the cluster's stop flag, a signal, another thread).
+        until_step: The global step the worker waits for.
+        step: The global step read last.
+        waited_secs: Seconds waited so far.
+        timeout_secs: The longest wait, or ``None`` (as long as it takes).
+        starts: Whether training starts now: reached, or timed out with ``on_timeout="start"``.
+        wall_time: ``time.time()`` when it was published.
+    """
+
+    state: str
+    until_step: int
+    step: int
+    waited_secs: float
+    timeout_secs: float | None
+    starts: bool
+    wall_time: float

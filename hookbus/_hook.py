@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from hookbus._checkpoint import SaverBackend
@@ -10,6 +10,7 @@ from hookbus._cluster import SharedStop, Task
 from hookbus._elements import op_of, resolve, static_shape
 from hookbus._eval_mean import EvalAggregator, check_aggregate
 from hookbus._fetch import TrainFetches
+from hookbus._gate import start_gate
 from hookbus._learning_rate import LEARNING_RATE_KEY, LearningRate
 from hookbus._learning_rate_tf import GraphRate, check_rate_argument
 from hookbus._publisher import EVAL_PREFIX, Plan, PublisherCore
@@ -101,6 +102,12 @@ class EventBusHook:
             scalars on due steps). A rate variable is set directly; a rate tensor (a schedule)
             gets a multiplier hookbus builds in ``begin`` (see :mod:`hookbus._learning_rate_tf`).
             Default ``None``: no rate (a sink that steers one fails at begin, naming this).
+        wait_for_step: A non-chief parameter-server worker waits for this global step before its
+            first step, or for what a function of its :class:`hookbus.Task` returns
+            (:func:`hookbus.staggered_start`); a stop ends the wait (see :mod:`hookbus._gate`).
+            Default ``None``: no wait. The chief and one machine never wait.
+        wait_timeout_secs: The longest wait (default ``None``: as long as it takes).
+        on_timeout: Past it, ``"raise"`` (default, :exc:`TimeoutError`) or ``"start"`` (train anyway).
 
     Raises:
         ValueError, TypeError: at construction for malformed arguments; in ``begin()``, before
@@ -126,6 +133,9 @@ class EventBusHook:
         batch_size: Any = None,
         steps_per_run: int | None = None,
         learning_rate: Any = None,
+        wait_for_step: int | Callable[[Task], int] | None = None,
+        wait_timeout_secs: float | None = None,
+        on_timeout: str = "raise",
     ) -> None:
         _tensorflow("EventBusHook")
         if fetches is None:
@@ -191,6 +201,8 @@ class EventBusHook:
         self.task = task
         self._shared_stop = SharedStop(task, check_stop_every_n_steps) if task and self.mode == "train" else None
         self._stop_args: Any = None
+        self._gate = start_gate(wait_for_step, timeout_secs=wait_timeout_secs, on_timeout=on_timeout,
+                                task=task, mode=self.mode)  # fmt: skip
         # Train mode offers its session to checkpoint sinks (through the core, in begin).
         self.checkpoint_backend = SaverBackend() if self._core.mode == "train" else None
 
@@ -250,6 +262,8 @@ class EventBusHook:
             # made on quiet steps is corrected at least every check_stop_every_n_steps.
             step_read = self._step_after if self._step_after is not None else self._global_step
             self._stop_args = tf.compat.v1.train.SessionRunArgs({"stop": self._shared_stop.read, "step": step_read})
+            if self._gate is not None:  # it polls the same flag, and the step alone (not the train op)
+                self._gate.build(self._shared_stop.read, self._global_step)
         # A read ordered after the train op, or the shared stop's global step (which build() requires):
         # a stop made on a quiet run and the end event carry the global step read from the graph.
         self._reads_step = self._step_after is not None or self._shared_stop is not None
@@ -290,6 +304,12 @@ class EventBusHook:
         self._core.session_created(self._step)
         if self._shared_stop is not None:
             self._shared_stop.session_created(session, self._core.stops, first=self._core.sessions == 1)
+        if self._gate is not None and self._shared_stop is not None:
+            shared, stops = self._shared_stop, self._core.stops
+            step = self._gate.wait_in(session, lambda flag: shared.observe(flag, stops),
+                                      lambda: stops.requested, self._core.publish_waiting)  # fmt: skip
+            self._core.advance(self._estimate.correct(step))
+            self._core.should_stop()  # a signal that ended the wait is published now, at the step read
         if self._core.mode == "train" and self.bus.should_stop:
             # Stopped as the session began (a resume at or past StopAtStepSink's step): run no
             # step at all. StopAtStepHook ran one more, which put a step past the target on disk.

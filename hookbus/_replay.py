@@ -146,6 +146,12 @@ class _Replayer:
                     return self._stop()
             elif self.eval is not None:
                 self.eval.session_created(step, bool(record.get("restored")))
+        elif kind == "waiting_for_step" and isinstance(step, int) and self.in_session:
+            self.train.publish_waiting(
+                record["state"], until_step=int(record["until_step"]), step=step,
+                waited_secs=float(record["waited_secs"]), timeout_secs=record.get("timeout_secs"),
+                starts=bool(record.get("starts")),
+            )  # fmt: skip
         elif kind == "step" and isinstance(step, int) and self._step(record, mode, step):
             return self._stop()
         elif kind == "end" and isinstance(step, int):
@@ -199,7 +205,8 @@ class _Replayer:
 def replay(path: str | os.PathLike[str], bus: EventBus) -> ReplayResult:
     """Drive ``bus`` from a run recorded by ``EventLogSink``, with the same schedules and keys as live.
 
-    Runs one run of ``bus`` (``with bus:``): ``begin``, ``session_created``, the train steps the
+    Runs one run of ``bus`` (``with bus:``): ``begin``, ``session_created``, a worker's start
+    gate (``waiting_for_step``, as recorded), the train steps the
     log holds (planned against each subscriber's schedule and keys, as live), evaluations,
     epoch events, the at-end values and ``end`` — until the log ends or a subscriber asks to
     stop (then the run ends there, as live training would). The bus's clocks read the recorded

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from hookbus._context import SinkContext
-    from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
+    from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError, WaitForStep
     from hookbus._learning_rate import LearningRateChange
     from hookbus._stats import WriterStats
 
@@ -36,6 +36,7 @@ SIGNALS: tuple[str, ...] = (
     "begin",
     "after_create_session",
     "session_created",
+    "waiting_for_step",
     "before_run",
     "after_run",
     "end",
@@ -313,6 +314,9 @@ class Sink:
 
     def on_session_created(self, event: Event) -> None:
         """A (re)created session is a resume point at ``event.step`` (``event.restored``)."""
+
+    def on_waiting_for_step(self, event: WaitForStep) -> None:
+        """A worker waits for a global step before it trains (``event.state``; its start gate)."""
 
     def on_before_run(self, event: Event) -> None:
         """A due training step is about to run (scheduled)."""

@@ -20,8 +20,8 @@ What it holds:
   :class:`EpochProgress`, :class:`PeerReport` and the checkpoint seam :class:`Checkpoints`),
   :class:`Schedule`, :class:`Priority`;
 - the events: :class:`Event`, :class:`CheckpointSaved`, :class:`ExceptionRaised`,
-  :class:`StopRequest`, :class:`SubscriberError`, :class:`LearningRateChange`, and :exc:`UnknownKeyError` for a key no
-  publisher provides (with :func:`did_you_mean` for its message);
+  :class:`StopRequest`, :class:`SubscriberError`, :class:`LearningRateChange`, :class:`WaitForStep`,
+  and :exc:`UnknownKeyError` for a key no publisher provides (with :func:`did_you_mean` for its message);
 - the writer kit (examples/README.md "One writer per file"): :class:`WriterKit`,
   :class:`BackgroundWriter`, :class:`OwnThreadWriter`, :class:`OutputLock`, :class:`FlushDeadline`,
   :func:`write_atomically`, :func:`check_writable_dir` and their errors and stats;
@@ -50,7 +50,7 @@ from hookbus._context import EpochProgress, PeerReport, SinkContext
 from hookbus._deadline import DEFAULT_FLUSH_DEADLINE, FlushDeadline
 from hookbus._direction import better_direction
 from hookbus._event_log import event_log_line
-from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError
+from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError, WaitForStep
 from hookbus._keys import UnknownKeyError, did_you_mean
 from hookbus._learning_rate import LEARNING_RATE_KEY, LearningRate, LearningRateChange, require_learning_rate
 from hookbus._lock import OutputInUseError, OutputLock
@@ -109,6 +109,7 @@ __all__ = [
     "SubscriberError",
     "SubscriberStats",
     "UnknownKeyError",
+    "WaitForStep",
     "WriterError",
     "WriterKit",
     "WriterStalled",
@@ -149,7 +150,7 @@ def _shown_here(*objects: object) -> None:
 
 _shown_here(
     Checkpoints, EpochProgress, PeerReport, SinkContext, FlushDeadline, CheckpointSaved, Event, ExceptionRaised,
-    StopRequest, SubscriberError, LearningRate, LearningRateChange, require_learning_rate,
+    StopRequest, SubscriberError, LearningRate, LearningRateChange, require_learning_rate, WaitForStep,
     OutputInUseError, OutputLock, OwnThreadWriter, Schedule, WriterStats, Sink,
     BackgroundWriter, WriterError, WriterStalled, WriterWarning, WriterKit, better_direction, check_writable_dir,
     did_you_mean, event_log_line, is_real_dtype, recover, step_of, write_atomically,

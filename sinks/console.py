@@ -20,9 +20,11 @@ from hookbus.sink_api import (
     Sink,
     StopRequest,
     SubscriberError,
+    WaitForStep,
 )
 from hookbus.validate import flag, key_name, non_negative_seconds, positive_int, positive_number
 
+from ._console_gate import gate_line
 from ._console_render import (
     Dashboard,
     MetricTracker,
@@ -281,6 +283,15 @@ class ConsoleSink(Sink):
             self._resumed = f"resumed from step {event.step:,}"
             self._plain(self._resumed)
         self._step = event.step
+        self._publish()
+
+    def on_waiting_for_step(self, event: WaitForStep) -> None:
+        # A worker's start gate: a status line while it waits, a line as it begins and ends.
+        line = gate_line(event)
+        self._activity = line if event.state == "waiting" else None
+        if event.state != "waiting" or event.waited_secs == 0:
+            self._plain(line)
+        self._step = max(self._step, event.step)
         self._publish()
 
     def on_after_run(self, event: Event) -> None:

@@ -20,6 +20,7 @@ from hookbus.sink_api import (
     Sink,
     StopRequest,
     SubscriberError,
+    WaitForStep,
     WriterKit,
     WriterStats,
     event_log_line,
@@ -41,7 +42,8 @@ class EventLogSink(Sink):
     subscribers, with the values fetched for them, and never makes a publisher fetch anything:
     recording costs no ``session.run`` work. Records: ``begin`` (keys, shapes, total steps when a
     sink knows them, ``hparams``, ``flush_secs``: how long ``hookbus watch`` may see nothing new from a
-    healthy run), ``session_created``, ``step`` (train, eval, epoch and at-end
+    healthy run), ``session_created``, ``waiting_for_step`` (a worker's start gate: state, the step
+    waited for and the step read, seconds waited), ``step`` (train, eval, epoch and at-end
     events: step, wall time, mode, task, scalar values; arrays summarised, bytes skipped),
     ``checkpoint_saved``, ``stop_requested``, ``subscriber_error``, ``exception``, ``status``
     (the other sinks' status lines when they change, at evaluations, checkpoints, stops and
@@ -170,6 +172,9 @@ class EventLogSink(Sink):
         elif not self._started:  # an evaluation-only run (an evaluator task): add to the log
             self.output.call(functools.partial(file.start_session, "append", event.step, None))
             self._started = True
+        self._put(event)
+
+    def on_waiting_for_step(self, event: WaitForStep) -> None:
         self._put(event)
 
     def on_after_run(self, event: Event) -> None:

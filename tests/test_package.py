@@ -137,6 +137,7 @@ def test_public_surface_is_pinned() -> None:
         "Subscription",
         "Task",
         "UnknownKeyError",
+        "WaitForStep",
         "WriterError",
         "WriterKit",
         "WriterStalled",
@@ -149,6 +150,7 @@ def test_public_surface_is_pinned() -> None:
         "monitored_training_session",
         "read_event_log",
         "replay",
+        "staggered_start",
         "train_and_evaluate",
         "write_atomically",
     ]
@@ -257,6 +259,7 @@ def test_the_sink_authors_surface_is_pinned() -> None:
         "SubscriberError",
         "SubscriberStats",
         "UnknownKeyError",
+        "WaitForStep",
         "WriterError",
         "WriterKit",
         "WriterStalled",

@@ -1,0 +1,132 @@
+"""One task of a local parameter-server cluster, for tests/test_gate_cluster.py (the start gate).
+
+Usage: ``python tests/_gate_child.py '<json>'`` with ``cluster``, ``type`` (``ps`` or ``worker``),
+``index``, ``scenario`` and ``out``. A parameter server serves until it is killed; a worker
+prints one ``REPORT {...}`` line. Worker 0 is the chief. It trains to step 5, waits there until
+every other worker is at its gate (a file each, written by its ``waiting_for_step`` subscriber or,
+for TensorFlow's hook, at session creation), then:
+
+- ``start``: trains on to step 80 (``StopAtStepSink``), which stops the cluster. Worker 1 waits
+  with ``wait_for_step=40``; worker 2 with TensorFlow's own ``GlobalStepWaiterHook(40)``; worker 3
+  for a step that never comes (the cluster's stop ends its wait).
+- ``timeout``: kills itself (SIGKILL: the chief is gone). Workers 1 and 2 wait for a step that
+  never comes with a 2 s timeout, ``on_timeout="raise"`` and ``"start"``; worker 3 without a
+  timeout, until the test sends it SIGTERM (once worker 2 trains), which stops worker 2 too.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+NEVER = 10**9
+GATES: dict[str, dict[int, dict[str, Any]]] = {
+    "start": {1: {"wait_for_step": 40}, 3: {"wait_for_step": NEVER}},
+    "timeout": {
+        1: {"wait_for_step": NEVER, "wait_timeout_secs": 2.0, "on_timeout": "raise"},
+        2: {"wait_for_step": NEVER, "wait_timeout_secs": 2.0, "on_timeout": "start"},
+        3: {"wait_for_step": NEVER},
+    },
+}
+
+
+def main(config: dict[str, Any]) -> None:
+    faulthandler.dump_traceback_later(float(config.get("dump_after", 120)), exit=False)
+    kind, index, scenario = config["type"], int(config["index"]), config["scenario"]
+    out = Path(config["out"])
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": config["cluster"], "task": {"type": kind, "index": index}})
+    import tensorflow as tf
+
+    tf.compat.v1.disable_eager_execution()
+    spec = tf.train.ClusterSpec(config["cluster"])
+    server = tf.distribute.Server(spec, job_name=kind, task_index=index, start=True)
+    if kind == "ps":
+        server.join()
+        return
+
+    from rich.console import Console
+
+    import hookbus
+    from hookbus.sinks import ConsoleSink, EventLogSink, StopAtStepSink
+
+    setter = tf.compat.v1.train.replica_device_setter(worker_device=f"/job:worker/task:{index}", cluster=spec)
+    with tf.compat.v1.device(setter):
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        w = tf.compat.v1.get_variable("w", initializer=5.0)
+        loss = tf.square(w - 1.0)
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=global_step)
+
+    bus = hookbus.EventBus()
+    if index == 0:
+        bus.attach(StopAtStepSink(last_step=80 if scenario == "start" else NEVER)).runs_on = "chief"
+    if scenario == "timeout" and index == 2:  # it trains after its timeout: a cap, should the SIGTERM not stop it
+        bus.attach(StopAtStepSink(last_step=5000))
+    console_file = (out / f"w{index}-console.txt").open("w")
+    bus.attach(ConsoleSink(Console(file=console_file, width=200), live=False, plain_every_n_secs=0)).runs_on = "all"
+    bus.attach(EventLogSink(out / "events.jsonl", runs_on="each"))
+    seen: dict[str, Any] = {"gate": [], "first_step": None}
+
+    @bus.on("waiting_for_step")  # type: ignore[untyped-decorator]
+    def gate(event: Any) -> None:
+        seen["gate"].append([event.state, event.until_step, event.step, event.starts])
+        (out / f"w{index}-at-gate").touch()
+
+    @bus.on("after_run")  # type: ignore[untyped-decorator]
+    def record(event: Any) -> None:
+        if seen["first_step"] is None:
+            seen["first_step"] = event.step  # the global step after this worker's first run
+            (out / f"w{index}-trained").touch()
+
+    @bus.on("stop_requested")  # type: ignore[untyped-decorator]
+    def stopped(request: Any) -> None:
+        seen.setdefault("stop_source", request.source)
+
+    hooks: list[Any] = [hookbus.EventBusHook(bus, {"loss": loss}, train_op=train_op, **GATES[scenario].get(index, {}))]
+    if scenario == "start" and index == 2:
+        hooks.insert(0, tf.compat.v1.train.GlobalStepWaiterHook(40))  # TensorFlow's, beside ours without a gate
+
+        @bus.on("session_created")  # type: ignore[untyped-decorator]
+        def joined(event: Any) -> None:
+            (out / "w2-at-gate").touch()  # TensorFlow's hook waits in the first before_run, next
+
+    session_config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{index}"])
+    ready = out / "chief-ready"
+    if index != 0:
+        while not ready.exists():  # a non-chief that finds the model uninitialised sleeps 30 s
+            time.sleep(0.05)
+    local, error = 0, None
+    try:
+        with bus, hookbus.monitored_training_session(
+            master=server.target, is_chief=index == 0, hooks=hooks, config=session_config,
+        ) as sess:  # fmt: skip
+            if index == 0:
+                ready.touch()
+            while not sess.should_stop():
+                sess.run(train_op)
+                local += 1
+                if index == 0 and local == 5:
+                    until = time.monotonic() + 60
+                    others = [out / f"w{i}-at-gate" for i in (1, 2, 3)]
+                    while not all(p.exists() for p in others) and time.monotonic() < until:
+                        time.sleep(0.01)
+                    if scenario == "timeout":
+                        os.kill(os.getpid(), signal.SIGKILL)
+                time.sleep(0.005)
+    except Exception as caught:
+        error = f"{type(caught).__name__}: {caught}"
+    console_file.close()
+    report = {"index": index, "local": local, "stop_reason": bus.stop_reason, "error": error, "end_step": bus.step,
+              **seen}  # fmt: skip
+    print("REPORT " + json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))
