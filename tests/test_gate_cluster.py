@@ -25,7 +25,7 @@ import hookbus
 CHILD = Path(__file__).with_name("_gate_child.py")
 SCENARIOS = ("start", "timeout")
 WORKERS = 4
-DEADLINE = 150  # ten processes import TensorFlow at once on a shared machine (see test_distributed.py)
+DEADLINE = 200  # ten processes import TensorFlow at once: measured 105-120 s to the first step on a shared, loaded machine
 NEVER = 10**9
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.distributed]
@@ -68,7 +68,7 @@ def worker(clusters: dict[str, Any], scenario: str, index: int) -> dict[str, Any
     return dict(report)
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_a_worker_starts_at_the_step_as_tensorflows_global_step_waiter_hook_does(clusters: dict[str, Any]) -> None:
     chief, ours, theirs = (worker(clusters, "start", i) for i in range(3))
     assert (chief["error"], ours["error"], theirs["error"]) == (None, None, None)
@@ -86,7 +86,7 @@ def test_a_worker_starts_at_the_step_as_tensorflows_global_step_waiter_hook_does
     assert chief["stop_reason"].startswith("reached step 80")
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_a_waiting_worker_stops_with_the_cluster_and_trains_nothing(clusters: dict[str, Any]) -> None:
     waiting = worker(clusters, "start", 3)
     assert waiting["error"] is None
@@ -97,7 +97,7 @@ def test_a_waiting_worker_stops_with_the_cluster_and_trains_nothing(clusters: di
     assert waiting["stop_reason"].startswith("worker-0: reached step 80")
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_the_wait_is_on_the_workers_dashboard_and_in_its_event_log(clusters: dict[str, Any]) -> None:
     out: Path = clusters["start"]["out"]
     shown = (out / "w1-console.txt").read_text()
@@ -115,7 +115,7 @@ def test_the_wait_is_on_the_workers_dashboard_and_in_its_event_log(clusters: dic
     assert replayed == [(r["state"], r["step"]) for r in records]
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_when_the_chief_is_gone_the_wait_times_out_and_raises_or_starts(clusters: dict[str, Any]) -> None:
     raised, started = worker(clusters, "timeout", 1), worker(clusters, "timeout", 2)
     assert clusters["timeout"]["reports"][0] is None  # the chief was killed
@@ -132,7 +132,7 @@ def test_when_the_chief_is_gone_the_wait_times_out_and_raises_or_starts(clusters
 
 
 @pytest.mark.reliability
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_sigterm_while_waiting_stops_the_worker_and_through_the_flag_the_cluster(clusters: dict[str, Any]) -> None:
     assert clusters["timeout"]["signalled"], clusters["timeout"]["logs"]
     waiting, started = worker(clusters, "timeout", 3), worker(clusters, "timeout", 2)
