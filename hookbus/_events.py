@@ -179,3 +179,7 @@ class WaitForStep:
     timeout_secs: float | None
     starts: bool
     wall_time: float
+
+    def __post_init__(self) -> None:
+        if self.state not in WAIT_STATES:
+            raise ValueError(f"state must be one of {', '.join(map(repr, WAIT_STATES))} (got {self.state!r})")

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from hookbus._events import WAIT_STATES, WaitForStep
+from hookbus._events import WaitForStep
 from hookbus._learning_rate import LEARNING_RATE_KEY, LearningRate
 from hookbus._planner import Plan, Planner
 from hookbus._subscriber_view import SubscriberView, views
@@ -214,14 +214,10 @@ class PublisherCore:
     def publish_waiting(
         self, state: str, *, until_step: int, step: int, waited_secs: float, timeout_secs: float | None, starts: bool
     ) -> None:
-        """Publish ``waiting_for_step`` (:class:`hookbus.WaitForStep`, stamped with the bus's wall
-        clock): where this worker's start gate is (:mod:`hookbus._gate`; a replay, as recorded)."""
-        if state not in WAIT_STATES:
-            raise ValueError(f"state must be one of {', '.join(map(repr, WAIT_STATES))} (got {state!r})")
-        payload = WaitForStep(
-            state, until_step, step, float(waited_secs), timeout_secs, bool(starts), self.bus.wall_clock()
-        )
-        self._port.publish("waiting_for_step", payload)
+        """Publish ``waiting_for_step``: this worker's start gate (:mod:`hookbus._gate`; a replay, as recorded)."""
+        now = self.bus.wall_clock()
+        wait = WaitForStep(state, until_step, step, float(waited_secs), timeout_secs, bool(starts), now)
+        self._port.publish("waiting_for_step", wait)
 
     def offer_checkpoints(self, backend: CheckpointBackend | None, store: CheckpointStore | None = None) -> None:
         """Let checkpoint sinks save this publisher's model through ``backend`` into ``store`` (default

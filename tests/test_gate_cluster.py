@@ -25,7 +25,8 @@ import hookbus
 CHILD = Path(__file__).with_name("_gate_child.py")
 SCENARIOS = ("start", "timeout")
 WORKERS = 4
-DEADLINE = 200  # ten processes import TensorFlow at once: measured 105-120 s to the first step on a shared, loaded machine
+# Ten processes import TensorFlow at once: 105-120 s to the first step measured on a shared, loaded machine.
+DEADLINE = 200
 NEVER = 10**9
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.distributed]
