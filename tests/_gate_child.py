@@ -6,7 +6,9 @@ prints one ``REPORT {...}`` line. Worker 0 is the chief. It trains to step 5, wa
 every other worker is at its gate (a file each, written by its ``waiting_for_step`` subscriber or,
 for TensorFlow's hook, at session creation), then:
 
-- ``start``: trains on to step 80 (``StopAtStepSink``), which stops the cluster. Worker 1 waits
+- ``start``: trains on, holds again at its 50th step until workers 1 and 2 trained (so a loaded
+  machine cannot end the run within one of their polls), then to step 80 (``StopAtStepSink``),
+  which stops the cluster. Worker 1 waits
   with ``wait_for_step=40``; worker 2 with TensorFlow's own ``GlobalStepWaiterHook(40)``; worker 3
   for a step that never comes (the cluster's stop ends its wait).
 - ``timeout``: kills itself (SIGKILL: the chief is gone). Workers 1 and 2 wait for a step that
@@ -36,6 +38,13 @@ GATES: dict[str, dict[int, dict[str, Any]]] = {
         3: {"wait_for_step": NEVER},
     },
 }
+
+
+def hold(files: list[Path], limit: float = 60.0) -> None:
+    """Wait until every file exists (at most ``limit`` seconds): the chief waits for the others."""
+    until = time.monotonic() + limit
+    while not all(p.exists() for p in files) and time.monotonic() < until:
+        time.sleep(0.01)
 
 
 def main(config: dict[str, Any]) -> None:
@@ -113,12 +122,11 @@ def main(config: dict[str, Any]) -> None:
                 sess.run(train_op)
                 local += 1
                 if index == 0 and local == 5:
-                    until = time.monotonic() + 60
-                    others = [out / f"w{i}-at-gate" for i in (1, 2, 3)]
-                    while not all(p.exists() for p in others) and time.monotonic() < until:
-                        time.sleep(0.01)
+                    hold([out / f"w{i}-at-gate" for i in (1, 2, 3)])
                     if scenario == "timeout":
                         os.kill(os.getpid(), signal.SIGKILL)
+                if index == 0 and local == 50:  # past 40: let the gated workers train before the run ends
+                    hold([out / f"w{i}-trained" for i in (1, 2)])
                 time.sleep(0.005)
     except Exception as caught:
         error = f"{type(caught).__name__}: {caught}"

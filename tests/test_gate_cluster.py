@@ -10,6 +10,7 @@ per module; every process is killed at the end.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -25,8 +26,9 @@ import hookbus
 CHILD = Path(__file__).with_name("_gate_child.py")
 SCENARIOS = ("start", "timeout")
 WORKERS = 4
-# Ten processes import TensorFlow at once: 105-120 s to the first step measured on a shared, loaded machine.
-DEADLINE = 200
+# Ten processes import TensorFlow at once: 105-150 s to the first session measured on a shared machine
+# under load 15-20 (a dedicated CI machine: about test_distributed.py's time); a hang still fails.
+DEADLINE = 240
 NEVER = 10**9
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.distributed]
@@ -69,7 +71,7 @@ def worker(clusters: dict[str, Any], scenario: str, index: int) -> dict[str, Any
     return dict(report)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(360)
 def test_a_worker_starts_at_the_step_as_tensorflows_global_step_waiter_hook_does(clusters: dict[str, Any]) -> None:
     chief, ours, theirs = (worker(clusters, "start", i) for i in range(3))
     assert (chief["error"], ours["error"], theirs["error"]) == (None, None, None)
@@ -87,7 +89,7 @@ def test_a_worker_starts_at_the_step_as_tensorflows_global_step_waiter_hook_does
     assert chief["stop_reason"].startswith("reached step 80")
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(360)
 def test_a_waiting_worker_stops_with_the_cluster_and_trains_nothing(clusters: dict[str, Any]) -> None:
     waiting = worker(clusters, "start", 3)
     assert waiting["error"] is None
@@ -98,7 +100,7 @@ def test_a_waiting_worker_stops_with_the_cluster_and_trains_nothing(clusters: di
     assert waiting["stop_reason"].startswith("worker-0: reached step 80")
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(360)
 def test_the_wait_is_on_the_workers_dashboard_and_in_its_event_log(clusters: dict[str, Any]) -> None:
     out: Path = clusters["start"]["out"]
     shown = (out / "w1-console.txt").read_text()
@@ -116,12 +118,12 @@ def test_the_wait_is_on_the_workers_dashboard_and_in_its_event_log(clusters: dic
     assert replayed == [(r["state"], r["step"]) for r in records]
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(360)
 def test_when_the_chief_is_gone_the_wait_times_out_and_raises_or_starts(clusters: dict[str, Any]) -> None:
     raised, started = worker(clusters, "timeout", 1), worker(clusters, "timeout", 2)
     assert clusters["timeout"]["reports"][0] is None  # the chief was killed
-    assert str(raised["error"]).startswith(f"TimeoutError: worker-1 waited 2.0 s for global step {NEVER}"), raised
-    assert "is the chief training?" in raised["error"]
+    assert re.match(rf"TimeoutError: worker-1 waited \d+\.\d s for global step {NEVER} and the global step is still "
+                    r"\d+: is the chief training\? \(wait_timeout_secs=2, on_timeout='raise'", raised["error"]), raised
     assert [state for state, *_ in raised["gate"]] == ["waiting", "timed_out"]
     assert raised["local"] == 0
     assert raised["gate"][-1][3] is False
@@ -133,7 +135,7 @@ def test_when_the_chief_is_gone_the_wait_times_out_and_raises_or_starts(clusters
 
 
 @pytest.mark.reliability
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(360)
 def test_sigterm_while_waiting_stops_the_worker_and_through_the_flag_the_cluster(clusters: dict[str, Any]) -> None:
     assert clusters["timeout"]["signalled"], clusters["timeout"]["logs"]
     waiting, started = worker(clusters, "timeout", 3), worker(clusters, "timeout", 2)
