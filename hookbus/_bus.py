@@ -25,6 +25,7 @@ from hookbus._events import SIGNAL_DOCS
 from hookbus._keys import KeyRegistry, Publisher, UnknownKeyError
 from hookbus._offers import Offers
 from hookbus._port import BusPort
+from hookbus._profiling import Profiling
 from hookbus._roster import Roster
 from hookbus._run import RunScope
 from hookbus._schedule import Schedule
@@ -131,10 +132,11 @@ class EventBus:
         self._keys = keys = KeyRegistry()
         self._dispatcher = dispatcher = Dispatcher(roster, stops, state, self.signals, sender=self)
         offers = Offers()
+        profiling = Profiling()
         barrier = Barrier(roster, dispatcher.announce_error)
         services = SinkServices(
             roster=roster, keys=keys, state=state, dispatcher=dispatcher, barrier=barrier, offers=offers,
-            clock=clock, stats=self.stats,
+            clock=clock, stats=self.stats, profiling=profiling,
         )  # fmt: skip
         self._scope = scope = RunScope(
             state=state, roster=roster, stops=stops, dispatcher=dispatcher, keys=keys,
@@ -143,6 +145,7 @@ class EventBus:
         self._port = BusPort(
             roster=roster, keys=keys, state=state, stops=stops, dispatcher=dispatcher, barrier=barrier,
             scope=scope, offers=offers, clock=clock, wall_clock=wall_clock, set_task=self._set_task,
+            profiling=profiling,
         )  # fmt: skip
         self.task: Task | None = None
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from hookbus._checkpoint_seam import Checkpoints
     from hookbus._cluster import Task
     from hookbus._learning_rate import LearningRate
+    from hookbus._profiling import Profiler
     from hookbus._schedule import Schedule
     from hookbus._stats import BusStats
     from hookbus._weights import WeightsBackend
@@ -97,6 +98,9 @@ class SinkContext:
         learning_rate: The training publisher's :class:`~hookbus.sink_api.LearningRate` (read it,
             request a new one), ``None`` where no publisher offers one (:func:`require_learning_rate`
             fails naming what to pass).
+        profiler: Profiling (:class:`hookbus.sink_api.Profiler`): windows of global steps traced
+            by the training publisher's profiler, each step with its step marker, for
+            :class:`~hookbus.sinks.ProfilerSink`.
     """
 
     clock: Callable[[], float]
@@ -116,3 +120,4 @@ class SinkContext:
     ends_epochs: Callable[[], bool]
     progress: Callable[[], EpochProgress | None]
     learning_rate: Callable[[], LearningRate | None]
+    profiler: Profiler

@@ -13,6 +13,7 @@ from hookbus._fetch import TrainFetches
 from hookbus._gate import start_gate
 from hookbus._learning_rate import LEARNING_RATE_KEY, LearningRate
 from hookbus._learning_rate_tf import GraphRate, check_rate_argument
+from hookbus._profiler_tf import TFProfiler
 from hookbus._publisher import EVAL_PREFIX, Plan, PublisherCore
 from hookbus._steps import StepEstimate
 from hookbus._tf import require_tensorflow, with_framework_base
@@ -205,6 +206,7 @@ class EventBusHook:
                                 task=task, mode=self.mode)  # fmt: skip
         # Train mode offers its session to checkpoint sinks (through the core, in begin).
         self.checkpoint_backend = SaverBackend() if self._core.mode == "train" else None
+        self._profiling = self._core.profiling  # steps in a profile window carry a step marker
 
     @property
     def _step(self) -> int:
@@ -273,6 +275,7 @@ class EventBusHook:
             # names each checkpoint after the global step it really holds.
             self.checkpoint_backend.step_variable = self._global_step if self._shared_stop is not None else None
             self._core.offer_checkpoints(self.checkpoint_backend)
+            self._core.offer_profiler(TFProfiler())
             # The graph TensorBoard shows, as SummarySaverHook and CheckpointSaverHook wrote it;
             # serialized only when a sink asks (the graph is finalized by then).
             self._core.offer_graph(lambda: graph.as_graph_def(add_shapes=True).SerializeToString())
@@ -342,7 +345,10 @@ class EventBusHook:
         # run, a stop step or a save would come up to k times late), and every step rule is
         # planned as if due: the step read after the run decides who is.
         learn = not estimate.known and self._step_after is not None
-        plan = self._core.plan(_ANY_STEP if learn else estimate.next())
+        coming = estimate.next()
+        if coming >= self._profiling.first:  # in a profile window only (examples/README.md "Profiling")
+            self._profiling.step_begins(coming)
+        plan = self._core.plan(_ANY_STEP if learn else coming)
         if plan is None:
             if self._shared_stop is not None and self._shared_stop.due():
                 return self._stop_args
@@ -384,6 +390,8 @@ class EventBusHook:
             step, values = self._train_fetches.unpack(plan.keys, results, estimate.next())
             exact = self._exact = self._step_after is not None
             estimate.ran(step if exact else None)
+            if self._profiling.marking:
+                self._profiling.step_ended(step)
             try:
                 self._core.publish_step(plan, step, values)
             except Exception as error:
@@ -393,7 +401,10 @@ class EventBusHook:
         else:
             # A stop-flag check or the learning read reads the step; quiet runs estimate it.
             exact = self._exact = bool(results) and "step" in results
-            self._core.advance(estimate.ran(int(results["step"]) if exact else None))
+            step = estimate.ran(int(results["step"]) if exact else None)
+            if self._profiling.marking:
+                self._profiling.step_ended(step)
+            self._core.advance(step)
         if stop is not None and results:
             stop.observe(results["stop"], self._core.stops)
 
@@ -431,6 +442,7 @@ class EventBusHook:
         self._session = None
         if self.checkpoint_backend is not None:
             self.checkpoint_backend.attach_session(None)  # the session closes after end()
+            self._core.offer_profiler(None)
         if self._graph_rate is not None:
             self._graph_rate.attach_session(None, multiplier=1.0, chief=False)
 

@@ -15,6 +15,7 @@ from hookbus._keras_metrics import CompiledDirections
 from hookbus._keras_resume import cut_short, pass_over, restore_train_function, start_epoch
 from hookbus._learning_rate import LEARNING_RATE_KEY
 from hookbus._learning_rate_tf import OptimizerRate
+from hookbus._profiler_tf import TFProfiler
 from hookbus._publisher import PublisherCore, check_fetch_keys
 from hookbus._tf import require_keras, require_tensorflow, with_framework_base
 from hookbus._validate import positive_int
@@ -176,6 +177,8 @@ class EventBusCallback:
         self._checks = LogChecks(logged)
         self._logs: Mapping[str, Any] = {}
         self._iterations: Any = None
+        self._profiling = self._core.profiling  # batches in a profile window carry a step marker
+        self._per_execution = 1  # steps one batch call trains (compile's steps_per_execution)
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -208,6 +211,9 @@ class EventBusCallback:
         checkpoint = self._checkpoint or tf.train.Checkpoint(model=model, optimizer=optimizer)
         self.checkpoint_backend.attach(checkpoint)
         self._core.offer_checkpoints(self.checkpoint_backend)
+        self._core.offer_profiler(TFProfiler())
+        per_execution = getattr(model, "steps_per_execution", 1)
+        self._per_execution = per_execution if isinstance(per_execution, int) and per_execution > 0 else 1
         self._core.offer_weights(ModelWeights(model))
         self._core.offer_model_config(lambda: _model_config(model))
         self._core.offer_directions(CompiledDirections(model))
@@ -279,6 +285,9 @@ class EventBusCallback:
 
     def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         self._held.release()  # Keras moved on: the last batch's save (if any) runs, before this one trains
+        coming = self._epoch_start + batch + self._per_execution
+        if coming >= self._profiling.first:  # in a profile window only (examples/README.md "Profiling")
+            self._profiling.step_begins(coming)
 
     def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         self._batches = batch + 1
@@ -290,6 +299,8 @@ class EventBusCallback:
             if logs is not None:
                 self._checks.check_keys(logs, "batch")
         step = self._epoch_start + batch + 1  # batch: the last batch of this execution, 0-based
+        if self._profiling.marking:
+            self._profiling.step_ended(step)
         plan = self._core.plan(step)
         bus = self.bus
         self._core.count_local_step(bus.local_step + step - self._step)
@@ -344,6 +355,7 @@ class EventBusCallback:
             self._rate.uninstall()
             self._rate = None
         self._core.offer_learning_rate(None)
+        self._core.offer_profiler(None)
         self._core.offer_weights(None)
         self._core.offer_model_config(None)
         self._core.offer_directions(None)

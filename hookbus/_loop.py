@@ -9,6 +9,7 @@ from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpo
 from hookbus._collective import CollectiveStop, task_of_strategy
 from hookbus._learning_rate import LEARNING_RATE_KEY
 from hookbus._learning_rate_tf import OptimizerRate, VariableRate
+from hookbus._profiler_tf import TFProfiler
 from hookbus._publisher import PublisherCore, check_fetch_keys
 from hookbus._replicas import ReplicaValues
 from hookbus._validate import positive_int
@@ -145,6 +146,8 @@ class LoopPublisher:
         self._step = 0
         self._last: StepValues | None = None
         self._stopped = False  # whether the loop was told it stops: no step may be counted after
+        self._profiling = self._core.profiling  # steps in a profile window carry a step marker
+        self._increment = 1  # steps the last call advanced: the next call's marker is for step + this
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -176,6 +179,7 @@ class LoopPublisher:
             self._core.offer_checkpoints(backend)
         if self._weights is not None:
             self._core.offer_weights(self._weights)
+        self._core.offer_profiler(TFProfiler())
         task = task_of_strategy(self._strategy)
         self._collective = None if task is None else CollectiveStop(self._strategy, task, self._check_every)
         self._values.multi_worker = task is not None
@@ -229,6 +233,10 @@ class LoopPublisher:
             )
         counted = self._read_counter()  # several optimizer steps per call: the counter knows
         step = self._step + 1 if counted is None else counted
+        profiling = self._profiling
+        if profiling.marking:  # the step ran between the last call and this one
+            profiling.step_ended(step)
+        self._increment = max(step - self._step, 1)
         plan = self._core.plan(step)
         bus = self.bus
         self._core.count_local_step(bus.local_step + 1)
@@ -245,6 +253,9 @@ class LoopPublisher:
         if collective is not None and collective.due(self._step):
             collective.agree(self._core, self._step)
         self._stopped = stopping if collective is None else collective.agreed
+        coming = self._step + self._increment
+        if coming >= profiling.first and not self._stopped:  # in a profile window only (examples/README.md "Profiling")
+            profiling.step_begins(coming)  # the next step runs until the next call
         return self._stopped
 
     def _pick(self, raw: Mapping[str, Any], keys: Iterable[str], step: int) -> dict[str, Any]:
@@ -285,6 +296,7 @@ class LoopPublisher:
             self._eval.end(self._step)
         if self.checkpoint_backend is not None:
             self.checkpoint_backend.detach()
+        self._core.offer_profiler(None)
         self._core.offer_weights(None)
         if isinstance(self._rate, OptimizerRate):
             self._rate.uninstall()

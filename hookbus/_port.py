@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from hookbus._keys import KeyRegistry, Publisher
     from hookbus._learning_rate import LearningRate
     from hookbus._offers import Offers
+    from hookbus._profiling import ProfilerBackend, Profiling
     from hookbus._roster import Roster
     from hookbus._run import RunScope
     from hookbus._state import RunState
@@ -40,6 +41,7 @@ class BusPort:
         roster, keys, state, stops, dispatcher, barrier, scope, offers: The bus's parts.
         clock, wall_clock: The bus's clocks.
         set_task: Runs the bus as a task (the roster, and the bus's ``task`` attribute).
+        profiling: The profiling seam: a train publisher offers its profiler and marks its steps there.
     """
 
     def __init__(
@@ -56,6 +58,7 @@ class BusPort:
         clock: Callable[[], float],
         wall_clock: Callable[[], float],
         set_task: Callable[[Task | None], None],
+        profiling: Profiling,
     ) -> None:
         self._roster = roster
         self._keys = keys
@@ -68,6 +71,7 @@ class BusPort:
         self._clock = clock
         self._wall_clock = wall_clock
         self._set_task = set_task
+        self.profiling = profiling
 
     @property
     def version(self) -> int:
@@ -119,6 +123,10 @@ class BusPort:
         if store is not None and not isinstance(store, CheckpointStore):
             raise TypeError(f"store must be a hookbus.CheckpointStore or None (got {store!r})")
         self._offers.checkpoints = None if backend is None else (backend, store if store is not None else TENSORFLOW)
+
+    def offer_profiler(self, backend: ProfilerBackend | None) -> None:
+        """Profile through ``backend`` when a sink asks for a window (``None`` withdraws it)."""
+        self.profiling.offer(backend)
 
     def offer_weights(self, weights: WeightsBackend | None) -> None:
         self._offers.weights = weights

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from hookbus._context import EpochProgress
     from hookbus._keys import Publisher
     from hookbus._learning_rate import RateBackend, RateRequest
+    from hookbus._profiling import ProfilerBackend, Profiling
     from hookbus._stops import Stops
     from hookbus._store import CheckpointStore
     from hookbus._weights import WeightsBackend
@@ -115,6 +116,7 @@ class PublisherCore:
             raise TypeError(f"bus must be a hookbus.EventBus (got {bus!r})")
         self.bus = bus
         self._port = bus._port
+        self._profiling = bus._port.profiling  # a step in a profile window is never quiet
         self.mode = check_mode(mode)
         self.keys = check_fetch_keys(keys)
         prefix = EVAL_PREFIX if self.mode == "eval" else ""
@@ -224,6 +226,18 @@ class PublisherCore:
         TensorFlow's layout; e.g. :class:`hookbus.FileCheckpointStore` without TensorFlow), before :meth:`begin`."""
         self._port.offer_checkpoints(backend, store)
 
+    def offer_profiler(self, backend: ProfilerBackend | None) -> None:
+        """Let a profiler sink trace windows of steps through ``backend`` (a train publisher, before
+        :meth:`begin`; ``None`` withdraws it); the publisher marks its steps through :attr:`profiling`."""
+        self._port.offer_profiler(backend)
+
+    @property
+    def profiling(self) -> Profiling:
+        """The bus's profiling seam. Around each training step: ``if coming_step >= profiling.first:
+        profiling.step_begins(coming_step)`` before it runs, ``if profiling.marking:
+        profiling.step_ended(step)`` after (a comparison, and a flag, outside windows)."""
+        return self._profiling
+
     def offer_weights(self, weights: WeightsBackend | None) -> None:
         """Let sinks take and put back the live model's weights in memory (a train publisher
         calls it before :meth:`begin`; ``None`` withdraws it): what
@@ -309,8 +323,9 @@ class PublisherCore:
     def quiet(self, step: int) -> bool:
         """Whether no subscriber can be due at the coming training step ``step``: :meth:`plan`'s
         first test alone (two comparisons and, with a time rule, a clock read), for a publisher's
-        fast path. ``False`` says only that :meth:`plan` must decide."""
-        if step < self._next_step and self._version == self._port.version:
+        fast path; a step in a profile window is not quiet (its marker is set on the full path).
+        ``False`` says only that :meth:`plan` must decide."""
+        if step < self._next_step and step < self._profiling.first and self._version == self._port.version:
             next_time = self._next_time
             return next_time == math.inf or self.bus.clock() < next_time
         return False

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from hookbus._events import CheckpointSaved
     from hookbus._keys import KeyRegistry
     from hookbus._offers import Offers
+    from hookbus._profiling import Profiling
     from hookbus._roster import Roster
     from hookbus._state import RunState
     from hookbus._stats import BusStats
@@ -43,6 +44,7 @@ class SinkServices:
             model config, metric directions, epochs).
         clock: The bus's monotonic clock.
         stats: Every subscriber's health (``bus.stats``).
+        profiling: The bus's profiling seam (windows asked for, the publisher's profiler).
     """
 
     def __init__(
@@ -56,6 +58,7 @@ class SinkServices:
         offers: Offers,
         clock: Callable[[], float],
         stats: Callable[[], BusStats],
+        profiling: Profiling,
     ) -> None:
         self._roster = roster
         self._keys = keys
@@ -64,6 +67,7 @@ class SinkServices:
         self._offers = offers
         self._clock = clock
         self._stats = stats
+        self._profiling = profiling
         self._checkpoints = BusCheckpoints(
             barrier,
             offer=lambda: offers.checkpoints,
@@ -93,6 +97,7 @@ class SinkServices:
             ends_epochs=lambda: offers.ends_epochs,
             progress=lambda: offers.progress() if offers.progress is not None else None,
             learning_rate=lambda: offers.learning_rate,
+            profiler=self._profiling,
         )
 
     def _peer_reports(self, asking: Sink) -> list[PeerReport]:

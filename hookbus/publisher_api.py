@@ -8,7 +8,9 @@ and a :class:`CheckpointStore` (the files that keep it: :class:`FileCheckpointSt
 of one's own, TensorFlow's by default); ``offer_weights`` takes a :class:`WeightsBackend` (the
 weights in memory); ``offer_learning_rate`` a :class:`RateBackend` (read and set the rate it
 trains with); ``offer_graph`` a :data:`GraphOffer` and ``offer_model_config`` a
-:data:`ModelConfigOffer`; ``offer_progress`` a callable returning an :class:`EpochProgress`.
+:data:`ModelConfigOffer`; ``offer_progress`` a callable returning an :class:`EpochProgress`;
+``offer_profiler`` a :class:`ProfilerBackend` (raising :exc:`ProfilerBusy` when another profiler
+runs), whose step markers the publisher sets through ``PublisherCore.profiling``.
 Evaluation's keys are published as ``EVAL_PREFIX + key`` and Keras epochs' as
 ``EPOCH_PREFIX + key``; a fetch key may not be one of :data:`RESERVED_KEYS`. Guide and a
 NumPy example without TensorFlow: examples/README.md "Writing a publisher",
@@ -24,6 +26,7 @@ from hookbus._checkpoint import CheckpointBackend
 from hookbus._cluster import RUNS_ON, Task
 from hookbus._context import EpochProgress
 from hookbus._learning_rate import RateBackend
+from hookbus._profiling import ProfileOptions, ProfilerBackend, ProfilerBusy
 from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX, RESERVED_KEYS, Plan, PublisherCore
 from hookbus._store import CheckpointStore, FileCheckpointStore
 from hookbus._weights import WeightsBackend
@@ -40,6 +43,9 @@ __all__ = [
     "GraphOffer",
     "ModelConfigOffer",
     "Plan",
+    "ProfileOptions",
+    "ProfilerBackend",
+    "ProfilerBusy",
     "PublisherCore",
     "RateBackend",
     "Task",
@@ -52,6 +58,6 @@ GraphOffer: TypeAlias = Callable[[], bytes | None]
 ModelConfigOffer: TypeAlias = Callable[[], str | None]
 
 _PUBLIC = (CheckpointBackend, CheckpointStore, FileCheckpointStore, Plan, PublisherCore, RateBackend, WeightsBackend)
-for _public in _PUBLIC:
+for _public in (*_PUBLIC, ProfilerBackend, ProfilerBusy):
     _public.__module__ = __name__  # repr and help name the documented home
 del _public

@@ -17,7 +17,9 @@ Example (a sink that prints the loss every 100 steps; ``help(Sink)`` is the refe
 What it holds:
 
 - the interface: :class:`Sink`, the :class:`SinkContext` its ``begin`` receives (with
-  :class:`EpochProgress`, :class:`PeerReport` and the checkpoint seam :class:`Checkpoints`),
+  :class:`EpochProgress`, :class:`PeerReport`, the checkpoint seam :class:`Checkpoints` and the
+  profiling seam :class:`Profiler` with its :class:`ProfileWindow`, :class:`ProfileOptions`,
+  :class:`ProfileResult`),
   :class:`Schedule`, :class:`Priority`;
 - the events: :class:`Event`, :class:`CheckpointSaved`, :class:`ExceptionRaised`,
   :class:`StopRequest`, :class:`SubscriberError`, :class:`LearningRateChange`, :class:`WaitForStep`,
@@ -55,6 +57,7 @@ from hookbus._keys import UnknownKeyError, did_you_mean
 from hookbus._learning_rate import LEARNING_RATE_KEY, LearningRate, LearningRateChange, require_learning_rate
 from hookbus._lock import OutputInUseError, OutputLock
 from hookbus._own_thread_writer import OwnThreadWriter
+from hookbus._profiling import ProfileOptions, Profiler, ProfileResult, ProfileWindow
 from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX
 from hookbus._schedule import Schedule
 from hookbus._sink import (
@@ -102,6 +105,10 @@ __all__ = [
     "OwnThreadWriter",
     "PeerReport",
     "Priority",
+    "ProfileOptions",
+    "ProfileResult",
+    "ProfileWindow",
+    "Profiler",
     "Schedule",
     "Sink",
     "SinkContext",
@@ -148,6 +155,7 @@ def _shown_here(*objects: object) -> None:
         obj.__module__ = __name__
 
 
+_shown_here(Profiler, ProfileOptions, ProfileResult, ProfileWindow)
 _shown_here(
     Checkpoints, EpochProgress, PeerReport, SinkContext, FlushDeadline, CheckpointSaved, Event, ExceptionRaised,
     StopRequest, SubscriberError, LearningRate, LearningRateChange, require_learning_rate, WaitForStep,

@@ -8,6 +8,7 @@ from .event_log import EventLogSink
 from .learning_rate import LearningRateSchedulerSink, ReduceLROnPlateauSink
 from .mlflow import MLflowSink, mlflow_name
 from .nan_guard import NanGuardSink, NonFiniteError
+from .profiler import ProfilerSink
 from .stop_at_step import StopAtStepSink
 from .tensorboard import TensorBoardSink
 
@@ -21,6 +22,7 @@ __all__: list[str] = [
     "MLflowSink",
     "NanGuardSink",
     "NonFiniteError",
+    "ProfilerSink",
     "ReduceLROnPlateauSink",
     "StopAtStepSink",
     "TensorBoardSink",

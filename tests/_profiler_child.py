@@ -1,0 +1,64 @@
+"""One worker of a local two-worker MultiWorkerMirroredStrategy cluster that profiles, for tests/test_profiler.py.
+
+Usage: ``python tests/_profiler_child.py '<json>'`` with ``cluster``, ``index`` and ``out``. Both
+workers train the same steps in lockstep (so their windows fall in the same second) on one host,
+with a ``ProfilerSink`` writing into the same logdir, and print one ``REPORT {...}`` line with the
+traces saved.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def main(config: dict[str, Any]) -> None:
+    index, out = int(config["index"]), Path(config["out"])
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": config["cluster"], "task": {"type": "worker", "index": index}})
+    import keras  # type: ignore[import-untyped]
+    import numpy as np
+    import tensorflow as tf
+
+    import hookbus
+    from hookbus.sinks import ProfilerSink
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        optimizer = keras.optimizers.SGD(0.01)
+        optimizer.build(model.trainable_variables)
+    x = np.ones((64, 4), "float32")
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    data = tf.data.Dataset.from_tensor_slices((x, x.sum(axis=1, keepdims=True))).repeat().batch(8)
+    batches = iter(strategy.experimental_distribute_dataset(data.with_options(options)))
+
+    @tf.function  # type: ignore[untyped-decorator]
+    def train_step(iterator: Any) -> Any:
+        def step(xb: Any, yb: Any) -> Any:
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean((model(xb) - yb) ** 2) / strategy.num_replicas_in_sync
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            return loss
+
+        return {"loss": strategy.reduce("SUM", strategy.run(step, args=next(iterator)), axis=None)}
+
+    bus = hookbus.EventBus()
+    sink = bus.attach(ProfilerSink(out / "tb", start_step=3, num_steps=3))
+    loop = hookbus.LoopPublisher(bus, ["loss"], step_counter=optimizer.iterations, strategy=strategy)
+    with bus, loop:
+        for _ in range(8):
+            loop.step(train_step(batches))
+    saved, skipped = list(sink.report.saved), list(sink.report.skipped)
+    report = {"index": index, "step": loop.global_step, "saved": saved, "skipped": skipped}
+    print("REPORT " + json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))
