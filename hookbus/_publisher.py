@@ -116,7 +116,7 @@ class PublisherCore:
             raise TypeError(f"bus must be a hookbus.EventBus (got {bus!r})")
         self.bus = bus
         self._port = bus._port
-        self._profiling = bus._port.profiling  # a step in a profile window is never quiet
+        self._profiling = self._port.profiling  # a step in a profile window is never quiet
         self.mode = check_mode(mode)
         self.keys = check_fetch_keys(keys)
         prefix = EVAL_PREFIX if self.mode == "eval" else ""
