@@ -6,6 +6,7 @@ The bus is driven by a script (no TensorFlow); tests/test_mlflow_keras.py trains
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -147,6 +148,19 @@ def test_each_step_once_when_a_session_rewinds_keeping_the_first_values(mlflow_s
     assert [(s, v) for s, v, _ in history(mlflow_store, run, "eval/loss")] == [(10, 100.0), (12, 300.0)]
     assert run.data.tags["hookbus.shipped.train"] == "12"
     assert run.data.tags["hookbus.shipped.eval"] == "12"
+
+
+def test_non_finite_values_ship_and_the_steps_after_them_too(mlflow_store: Path) -> None:
+    bus = bus_with(MLflowSink(directory=mlflow_store, every_n_steps=1))
+    with bus:
+        ScriptedPublisher(bus, ["loss"]).run([{"loss": v} for v in (1.0, math.nan, math.inf, -math.inf, 2.0)])
+    (run,) = runs(mlflow_store)
+    loss = history(mlflow_store, run, "loss")
+    assert [s for s, _, _ in loss] == [1, 2, 3, 4, 5]
+    assert math.isnan(loss[1][1])
+    # MLflow's SQL store keeps infinities as the largest finite doubles (its rule, not ours).
+    assert [v for _, v, _ in loss[2:]] == [sys.float_info.max, -sys.float_info.max, 2.0]
+    assert bus.stats().subscribers[0].errors == 0
 
 
 def test_batches_stay_within_mlflows_limits(mlflow_store: Path) -> None:
