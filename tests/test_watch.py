@@ -402,3 +402,15 @@ def test_off_a_terminal_only_the_chief_prints_its_dashboards_lines(tmp_path: Pat
     assert "worker 1: finished" in text
     assert "worker 1: finished at step" not in text
     assert "per due step" not in text  # the watching bus's own costs are not the run's health
+
+
+@pytest.mark.parametrize(("option", "value"), [("--dead-after", "0"), ("--stale-after", "nan"), ("--interval", "-1")])
+def test_a_bad_option_fails_naming_it_and_its_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["watch", str(tmp_path), option, value])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: must be" in err
+    assert f"(got {value})" in err
