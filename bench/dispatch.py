@@ -1,6 +1,6 @@
 """Training-thread cost of hookbus's publish path, and of its writers, against the bare alternatives.
 
-Two parts, each run in interleaved rounds (min and median reported):
+Three parts, each run in interleaved rounds (min and median reported):
 
 1. Dispatch: microseconds per due step on the training thread, through the real publish path
    (``PublisherCore.plan`` + ``publish_step``: planning, conversion of numpy scalars, the event,
@@ -18,6 +18,10 @@ Two parts, each run in interleaved rounds (min and median reported):
    four and its ``steps/sec``) to a SQLite store with ``log_batch`` from its background writer;
    every round gets a copy of one store whose tables MLflow made once (MLflow's migrations take
    seconds and are no per-row cost). Without MLflow installed its row is left out.
+3. Learning-rate sinks (``bench/_rate_sinks.py``): microseconds per due step on the training thread of
+   ``ReduceLROnPlateauSink`` deciding on a training key every step (a plateau: no reduction) and
+   ``LearningRateSchedulerSink(per="step")`` calling a constant schedule every step, through the
+   same publish path with a rate offered, against one no-op function due every step.
 
     python bench/dispatch.py [--rounds 10] [--steps 20000] [--rows 2000] [--quick] [--json out.json]
 """
@@ -41,6 +45,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import blinker  # noqa: E402
 import numpy as np  # noqa: E402
+from _rate_sinks import measure_rate_sinks  # noqa: E402
 
 import hookbus  # noqa: E402
 from hookbus._publisher import PublisherCore  # noqa: E402
@@ -277,6 +282,13 @@ def print_tables(result: dict[str, Any]) -> None:
         print(f"{row['subscribers']:>11} {row['hookbus_min_us']:>15.2f} {row['hookbus_median_us']:>7.2f} "
               f"{row['blinker_min_us']:>16.2f} {row['blinker_median_us']:>7.2f} "
               f"{row['quiet_min_us']:>14.2f} {row['quiet_median_us']:>7.2f}")
+    print(f"\nLearning-rate sinks: training-thread µs per due step, every step ({result['rounds']} rounds x "
+          f"{result['steps']} steps)")
+    header = f"{'subscriber':<26} {'due step min':>12} {'median':>7}"
+    print(header)
+    print("-" * len(header))
+    for row in result["steering"]:
+        print(f"{row['subscriber']:<26} {row['due_min_us']:>12.2f} {row['due_median_us']:>7.2f}")
     print(f"\nWriters: rows of {len(KEYS)} scalars per second ({result['rounds']} rounds x {result['rows']} rows; "
           "best and median)")
     header = (f"{'writer':<20} {'training thread best':>20} {'median':>9} {'µs/row':>7} "
@@ -312,6 +324,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "steps": args.steps,
         "rows": args.rows,
         "dispatch": measure_dispatch(args.rounds, args.steps),
+        "steering": measure_rate_sinks(args.rounds, args.steps, _raw(1)),
         "writers": measure_writers(args.rounds, args.rows),
     }
     print_tables(result)

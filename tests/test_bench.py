@@ -73,6 +73,9 @@ def check_dispatch(result: dict[str, Any]) -> None:
         assert row["hookbus_min_us"] > 0
         assert row["blinker_min_us"] > 0
         assert row["quiet_min_us"] > 0
+    steering = {row["subscriber"]: row for row in result["steering"]}
+    assert set(steering) == {"no-op function", "ReduceLROnPlateauSink", "LearningRateSchedulerSink"}
+    assert all(row["due_min_us"] > 0 for row in steering.values())
     writers = {row["writer"]: row for row in result["writers"]}
     expected = {"TensorBoardSink", "tf.summary (eager)", "CSVSink", "csv.writer", "EventLogSink", "MLflowSink"}
     assert set(writers) == expected
