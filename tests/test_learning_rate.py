@@ -250,3 +250,20 @@ def test_a_request_is_checked_when_made() -> None:
     with pytest.raises(ValueError, match="reason must be a non-empty string"):
         rate.request(rate=0.5, reason="")
     assert rate.pending is None
+
+
+def test_a_parameter_server_worker_that_is_not_the_chief_drops_its_requests(caplog: pytest.LogCaptureFixture) -> None:
+    """Under parameter servers the chief alone sets the one rate every worker reads: a worker's
+    request is dropped, with one warning naming ``runs_on='chief'``, and never applied."""
+    from hookbus._learning_rate_tf import VariableRate
+
+    variable = tf.Variable(0.1)
+    rate = LearningRate(VariableRate(variable), publisher="EventBusHook")
+    rate.drop_requests()
+    with caplog.at_level("WARNING", logger="hookbus"):
+        rate.request(rate=0.5, reason="worker 1's plateau")
+        rate.request(rate=0.25, reason="again")
+    assert rate.pending is None
+    assert not rate.local
+    assert [r.getMessage().count("runs_on='chief'") for r in caplog.records] == [1]
+    assert float(variable.numpy()) == pytest.approx(0.1)
