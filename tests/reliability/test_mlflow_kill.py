@@ -8,6 +8,8 @@ a new child restarts from the directory, and the last one finishes. Then, read b
 ``MlflowClient``: one MLflow run (the kill before any checkpoint left no orphan beside it), each
 step once in every metric's history with the CSV's value, and the status each end gives: RUNNING
 after a kill, KILLED after SIGTERM, RUNNING again on the resume after that, FINISHED at the end.
+The children's event log, uploaded afterwards with ``hookbus replay --mlflow``, gives the same
+points.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ def test_each_step_is_in_mlflow_once_with_the_csvs_values_and_the_status_of_each
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_server: MlflowServer
 ) -> None:
     monkeypatch.setenv("HOOKBUS_TEST_MLFLOW", f"{mlflow_server.uri} {EXPERIMENT}")
+    monkeypatch.setenv("HOOKBUS_TEST_EVENT_LOG", "1")  # and the event log, uploaded at the end
     client = mlflow_server.client()
     rng = random.Random(26)
     kills = ["shipped:10", "sigterm", "step:60", "checkpoint:100", f"timer:{rng.randrange(100, 400)}"]
@@ -108,4 +111,17 @@ def test_each_step_is_in_mlflow_once_with_the_csvs_values_and_the_status_of_each
         shipped = [step for step, _, _ in history]
         assert sorted(shipped) == steps, (key, context)  # each step once, none missing
         assert {step: value for step, value, _ in history} == want, (key, context)  # the CSV's values
+    # The event log the children kept beside it (each step once), uploaded afterwards by hookbus
+    # replay: a run of its own holding the same points.
+    from hookbus._cli import main
+
+    log = tmp_path / "events.jsonl"
+    assert main(["replay", str(log), "--mlflow", mlflow_server.uri, "--mlflow-experiment", "kill-replayed"]) == 0
+    experiment = client.get_experiment_by_name("kill-replayed")
+    assert experiment is not None
+    (replayed,) = client.search_runs([experiment.experiment_id])
+    for key, want in (("loss", csv_loss), ("accuracy", csv_accuracy)):
+        history = metric_history(client, replayed.info.run_id, key)
+        assert sorted(step for step, _, _ in history) == steps, key
+        assert {step: value for step, value, _ in history} == want, key
     print("mlflow kill trials:", context)
