@@ -25,6 +25,7 @@ from hookbus.sinks import (
     EarlyStoppingSink,
     EventLogSink,
     NanGuardSink,
+    ReduceLROnPlateauSink,
     StopAtStepSink,
     TensorBoardSink,
 )
@@ -393,6 +394,9 @@ TIME_ARGUMENTS: list[tuple[str, str, Callable[[Path, float], Any], str]] = [
     ("ConsoleSink", "refresh_per_second", lambda t, v: ConsoleSink(refresh_per_second=v), RATE),
     ("EarlyStoppingSink", "every_n_secs", lambda t, v: EarlyStoppingSink("loss", every_n_secs=v), SECONDS),
     ("CheckpointSink", "every_n_secs", lambda t, v: CheckpointSink(t / "c", every_n_secs=v), SECONDS),
+    ("ReduceLROnPlateauSink", "every_n_secs", lambda t, v: ReduceLROnPlateauSink(every_n_secs=v), SECONDS),
+    ("EventBusHook", "wait_timeout_secs",
+     lambda t, v: hookbus.EventBusHook(hookbus.EventBus(), {}, wait_for_step=5, wait_timeout_secs=v), SECONDS),
     ("StopAtStepSink", "max_seconds", lambda t, v: StopAtStepSink(last_step=5, max_seconds=v), SECONDS),
     ("evaluate_checkpoints", "poll_secs", lambda t, v: _evaluate(poll_secs=v), SECONDS),
     ("evaluate_checkpoints", "timeout_secs", lambda t, v: _evaluate(timeout_secs=v), SECONDS),
@@ -405,14 +409,18 @@ TIME_ARGUMENTS: list[tuple[str, str, Callable[[Path, float], Any], str]] = [
 ]  # fmt: skip
 
 _TIME_NAME = re.compile(r"secs|deadline|timeout|delay|interval|seconds|per_second|period")
-#: Names the pattern finds that are not arguments: a flag, and measurements the bus reports.
-_NOT_DURATIONS = {"secs_from_session_start"}
-_REPORTS = {"BusStats", "SubscriberStats", "WriterStats"}
+#: Names the pattern finds that are not durations: a flag, and a choice of what a timeout does.
+_NOT_DURATIONS = {"secs_from_session_start", "on_timeout"}
+#: What the bus reports, not what a user passes: its stats, and the start gate's wait (the event,
+#: and the publisher's call that publishes it, with the measured wait).
+_START_GATE_REPORTS = {"WaitForStep", "PublisherCore.publish_waiting"}
+_REPORTS = {"BusStats", "SubscriberStats", "WriterStats"} | _START_GATE_REPORTS
 
 
 def _public_parameters(skip: set[str]) -> Iterator[tuple[str, inspect.Parameter]]:
     """(owner, parameter) for every function and public method of ``hookbus`` and ``hookbus.sinks``
-    (owners in ``skip`` left out); ``owner`` is ``Class`` for ``__init__`` and ``Class.method`` else."""
+    (owners in ``skip``, names or ``Class.method``, left out); ``owner`` is ``Class`` for ``__init__``
+    and ``Class.method`` else."""
     import hookbus.sinks
 
     for module in (hookbus, hookbus.sinks):
@@ -423,7 +431,7 @@ def _public_parameters(skip: set[str]) -> Iterator[tuple[str, inspect.Parameter]
                 for member in dir(obj) if member == "__init__" or not member.startswith("_")
             ]  # fmt: skip
             for owner, function in members:
-                if not callable(function):
+                if owner in skip or not callable(function):
                     continue
                 try:
                     parameters = inspect.signature(function).parameters.values()
@@ -549,7 +557,7 @@ FLAG_ARGUMENTS: list[tuple[str, str, Callable[[Path, Any], Any], str]] = [
 ]  # fmt: skip
 
 #: Parameters typed bool that are not arguments a user gives: records hookbus builds and reports.
-_RECORDS = {"Event", "ReplayResult", "SubscriberStats", "BusStats", "WriterStats"}
+_RECORDS = {"Event", "ReplayResult", "SubscriberStats", "BusStats", "WriterStats"} | _START_GATE_REPORTS
 
 
 def _public_flag_arguments() -> set[tuple[str, str]]:
