@@ -37,7 +37,7 @@ def main(config: dict[str, Any]) -> None:
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     if scenario == "one-worker":
-        _one_worker(tf, keras, strategy, out, config["stop_at"])
+        _one_worker(tf, keras, strategy, out, config["stop_at"], int(config.get("rate_at", 0)))
         return
     with strategy.scope():
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
@@ -53,7 +53,7 @@ def main(config: dict[str, Any]) -> None:
     bus.attach(CheckpointSink(out / "ckpt", every_n_steps=10, every_n_secs=None, keep=2))
     bus.attach(CSVSink(out / "each.csv", every_n_steps=5, runs_on="each"))
     seen: dict[str, Any] = {"steps": []}
-    steer = bus.attach(_steer(index, int(config.get("rate_at", 0))))
+    steer = bus.attach(_steer(index == 1, int(config.get("rate_at", 0))))
 
     @bus.on("after_run")  # type: ignore[untyped-decorator]
     def record(event: Any) -> None:
@@ -83,9 +83,9 @@ def main(config: dict[str, Any]) -> None:
     print("REPORT " + json.dumps(report), flush=True)
 
 
-def _steer(index: int, at: int) -> Any:
-    """A sink recording the published rate at every step; on worker 1 alone, at step ``at``, it
-    asks for a tenth of it."""
+def _steer(asks: bool, at: int) -> Any:
+    """A sink recording the published rate at every step; where it ``asks`` (worker 1 alone), at
+    step ``at``, it asks for a tenth of it."""
     from hookbus.sink_api import Schedule, Sink, require_learning_rate
 
     class Steer(Sink):
@@ -102,7 +102,7 @@ def _steer(index: int, at: int) -> Any:
 
         def on_after_run(self, event: Any) -> None:
             self.seen.append([event.step, event.values["learning_rate"]])
-            if index == 1 and event.step == at:
+            if asks and event.step == at:
                 self.rate.request(rate=self.rate.rate / 10, reason=f"worker 1 at step {at}")
 
         def on_learning_rate_changed(self, event: Any) -> None:
@@ -111,7 +111,7 @@ def _steer(index: int, at: int) -> Any:
     return Steer()
 
 
-def _one_worker(tf: Any, keras: Any, strategy: Any, out: Path, stop_at: int) -> None:
+def _one_worker(tf: Any, keras: Any, strategy: Any, out: Path, stop_at: int, rate_at: int) -> None:
     import numpy as np
 
     import hookbus
@@ -126,6 +126,7 @@ def _one_worker(tf: Any, keras: Any, strategy: Any, out: Path, stop_at: int) -> 
         model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
     bus = hookbus.EventBus()
     bus.attach(CheckpointSink(out / "ckpt", every_n_steps=10, every_n_secs=None))
+    steer = bus.attach(_steer(True, rate_at))
     asked: list[int] = []
 
     @bus.on("after_run")  # type: ignore[untyped-decorator]
@@ -135,7 +136,7 @@ def _one_worker(tf: Any, keras: Any, strategy: Any, out: Path, stop_at: int) -> 
             event.request_stop(f"asked at {stop_at}")
 
     x = np.ones((16 * 8, 4), "float32")
-    callback = hookbus.EventBusCallback(bus, ["loss"], check_stop_every_n_steps=5)
+    callback = hookbus.EventBusCallback(bus, ["loss", "learning_rate"], check_stop_every_n_steps=5)
     with bus:
         model.fit(x, x.sum(axis=1), batch_size=16, epochs=20, verbose=0, callbacks=[callback])
     report = {
@@ -143,6 +144,8 @@ def _one_worker(tf: Any, keras: Any, strategy: Any, out: Path, stop_at: int) -> 
         "asked": asked,
         "step": int(model.optimizer.iterations.numpy()),
         "saved": sorted(p.name for p in (out / "ckpt").glob("*.index")),
+        "rates": steer.seen,
+        "changes": steer.changes,
     }
     print("REPORT " + json.dumps(report), flush=True)
 

@@ -235,7 +235,8 @@ def test_the_keras_callback_agrees_on_stops_under_a_real_one_worker_strategy(tmp
     """Keras's fit under a real one-worker MultiWorkerMirroredStrategy (real all-reduces), the
     callback's task forced to a collective one (a two-worker fit fails inside Keras)."""
     proc = start(CHILD, {"cluster": {"worker": [f"127.0.0.1:{free_ports(1)[0]}"]}, "index": 0,
-                         "scenario": "one-worker", "out": str(tmp_path), "stop_at": STOP_AT})  # fmt: skip
+                         "scenario": "one-worker", "out": str(tmp_path), "stop_at": STOP_AT,
+                         "rate_at": RATE_AT})  # fmt: skip
     try:
         proc.wait(timeout=120)
     finally:
@@ -251,3 +252,6 @@ def test_the_keras_callback_agrees_on_stops_under_a_real_one_worker_strategy(tmp
     # Asked at 23 (check every 5 steps: 25 would agree), agreed at the end of epoch 3 (step 24).
     assert report["step"] == 24
     assert report["saved"] == ["model.ckpt-10.index", "model.ckpt-20.index", "model.ckpt-24.index"]
+    # Issue 27: a rate asked for at 13 goes through the same real all-reduce, applied at the round of step 15.
+    assert [c[0] for c in report["changes"]] == [15]
+    assert {s: r for s, r in report["rates"]} == {s: pytest.approx(0.01 if s <= 15 else 0.001) for s in range(1, 25)}
