@@ -1,11 +1,12 @@
 """A real ``mlflow server`` stopped in the middle of a real ``MonitoredTrainingSession`` run (issue 26):
-training goes on to its last step with its checkpoints and CSV rows, ``bus.stats()`` names the
-MLflow sink and what it could not ship, and what reached the store before the stop is there once
-(read from the server's SQLite store, with the server down). The server's whole process group
-is gone after its stop (the test's own fixture, tests/_mlflow_server.py)."""
+training goes on to its last step with its checkpoints and CSV rows, ``bus.stats()`` and the
+dashboard name the MLflow sink and what it could not ship, and what reached the store before the
+stop is there once (read from the server's SQLite store, with the server down). The server's
+whole process group is gone after its stop (the test's own fixture, tests/_mlflow_server.py)."""
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -14,8 +15,10 @@ from _mlflow_server import MlflowServer, metric_history, require_mlflow
 
 require_mlflow()
 
+from rich.console import Console  # noqa: E402
+
 import hookbus  # noqa: E402 - after the skip without MLflow
-from hookbus.sinks import CheckpointSink, CSVSink, MLflowSink, StopAtStepSink  # noqa: E402
+from hookbus.sinks import CheckpointSink, ConsoleSink, CSVSink, MLflowSink, StopAtStepSink  # noqa: E402
 
 LAST = 100
 CHECKPOINT_EVERY = 20
@@ -38,6 +41,8 @@ def test_a_server_stopped_mid_run_lets_training_finish_and_is_reported(tmp_path:
             MLflowSink(server.uri, experiment="server-down", every_n_steps=1, flush_deadline=2.0, close_deadline=2.0)
         )
         bus.attach(StopAtStepSink(last_step=LAST))
+        screen = io.StringIO()
+        bus.attach(ConsoleSink(Console(file=screen, width=1000), live=False, plain_every_n_secs=3600))
         assert server.process is not None
         group = server.process.pid  # the server's process group: mlflow, uvicorn and any worker
         bus.on("after_run", lambda e: server.stop() if e.step == DOWN_AT else None, every_n_steps=1)
@@ -63,6 +68,12 @@ def test_a_server_stopped_mid_run_lets_training_finish_and_is_reported(tmp_path:
     assert stats.writer.stalled is not None
     assert stats.writer.stalled.startswith(f"{tracker.name}: "), stats.writer.stalled
     assert server.uri in stats.writer.stalled, stats.writer.stalled
+    # And on the dashboard: its closing health line names the sink, disabled, and the server.
+    health = [line for line in screen.getvalue().splitlines() if line.startswith("  sinks: ")]
+    assert health, screen.getvalue()
+    assert tracker.name in health[-1], health
+    assert "disabled, stalled: a flush of" in health[-1], health
+    assert server.uri in health[-1], health
     # What was shipped before the server went down is in the store once: at least everything the
     # checkpoint at step 20 covered (its barrier flushed it), nothing past the stop.
     store = MlflowClient(tracking_uri=server.store_uri)
