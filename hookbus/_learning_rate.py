@@ -137,6 +137,11 @@ class LearningRate:
         self._dropping = False  # a parameter-server worker that is not the chief
         self._warned = False
 
+    @property
+    def backend(self) -> RateBackend:
+        """The publisher's backend behind it."""
+        return self._backend
+
     def drop_requests(self) -> None:
         """A parameter-server worker that is not the chief: its requests are dropped (the chief's
         set the one rate every worker reads)."""

@@ -271,8 +271,17 @@ class PublisherCore:
         self, backend: RateBackend | None, *, publisher: str = "the publisher"
     ) -> LearningRate | None:
         """Let sinks read and steer the rate this publisher trains with (before :meth:`begin`;
-        ``None`` withdraws it); returns the sinks' :class:`~hookbus.sink_api.LearningRate`."""
-        rate = None if backend is None else LearningRate(backend, publisher=publisher, who=self._port.current_name)
+        ``None`` withdraws it); returns the sinks' :class:`~hookbus.sink_api.LearningRate`.
+
+        The same ``backend`` offered again (a hook beginning again, as ``train_and_evaluate``'s
+        rounds do) keeps its :class:`LearningRate`: a request made in between, and the multiplier
+        in effect, carry over."""
+        if backend is None:
+            rate = None
+        elif self._rate is not None and self._rate.backend is backend:
+            rate = self._rate
+        else:
+            rate = LearningRate(backend, publisher=publisher, who=self._port.current_name)
         self._rate = rate
         self._port.offer_learning_rate(rate)
         return rate

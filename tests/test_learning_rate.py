@@ -29,7 +29,7 @@ class Steer(Sink):
 
     default_schedule = Schedule(every_n_steps=1)
 
-    def __init__(self, *, by_rate: bool = False, keys: str = "learning_rate") -> None:
+    def __init__(self, *, by_rate: bool = False, keys: str | list[str] = "learning_rate") -> None:
         super().__init__(keys=keys, on_error="raise")
         self.by_rate = by_rate
         self.seen: list[tuple[int, float]] = []
@@ -267,3 +267,54 @@ def test_a_parameter_server_worker_that_is_not_the_chief_drops_its_requests(capl
     assert not rate.local
     assert [r.getMessage().count("runs_on='chief'") for r in caplog.records] == [1]
     assert float(variable.numpy()) == pytest.approx(0.1)
+
+
+class _AfterEvaluation(Steer):
+    """Asks for a tenth of the rate after the first evaluation (between two training sessions)."""
+
+    def __init__(self) -> None:
+        super().__init__(keys=["learning_rate", "eval/loss"])
+
+    def on_after_run(self, event: hookbus.Event) -> None:
+        if event.mode == "eval":
+            if not self.changes and self.rate is not None and self.rate.pending is None:
+                if self.rate.scheduled:
+                    self.rate.request(multiplier=FACTOR, reason="after the first evaluation")
+                else:
+                    self.rate.request(rate=0.1 * FACTOR, reason="after the first evaluation")
+            return
+        self.seen.append((event.step, event.values["learning_rate"]))
+
+
+@pytest.mark.parametrize("scheduled", [True, False], ids=["schedule-tensor", "rate-variable"])
+def test_a_rate_asked_for_at_an_evaluation_trains_the_next_rounds_of_train_and_evaluate(
+    tmp_path: Any, scheduled: bool
+) -> None:
+    """``train_and_evaluate``: a request made at the evaluation between two training sessions (the
+    hook begins again on the same graph) applies before the next round's first step, and a
+    multiplier stays in effect in the rounds after (each a new session restored from a checkpoint)."""
+    from hookbus.sinks import CheckpointSink
+
+    graph = tf.Graph()
+    with graph.as_default():
+        step = v1.train.get_or_create_global_step()
+        w = v1.Variable(1.0)
+        rate: Any = (
+            v1.train.exponential_decay(0.1, step, 10**6, 0.5) if scheduled else v1.Variable(0.1, trainable=False)
+        )
+        train_op = v1.train.GradientDescentOptimizer(rate).minimize(w * w, global_step=step)
+        bus = hookbus.EventBus()
+        steer = bus.attach(_AfterEvaluation())
+        bus.attach(CheckpointSink(tmp_path, every_n_secs=None, every_n_steps=10**6))
+        train = hookbus.EventBusHook(bus, {"loss": w * w}, train_op=train_op, learning_rate=rate)
+        evaluate = hookbus.EventBusHook(bus, {"loss": w * w}, mode="eval")
+        with bus:
+            hookbus.train_and_evaluate(
+                bus, train_op=train_op, eval_fetches=w * w, checkpoint_dir=str(tmp_path), steps_per_round=3,
+                train_hooks=[train], eval_hooks=[evaluate], eval_steps=1, max_rounds=3,
+            )  # fmt: skip
+    rates = dict(steer.seen)
+    assert sorted(rates) == list(range(1, 10))
+    expected = {s: pytest.approx(0.1 * (FACTOR if s > 3 else 1.0), rel=1e-5) for s in rates}
+    assert rates == expected
+    assert [c.step for c in steer.changes] == [3]
