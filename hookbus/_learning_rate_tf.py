@@ -70,6 +70,11 @@ class GraphRate:
                 if rate is None or rate.dtype.base_dtype not in (tf.float16, tf.bfloat16, tf.float32, tf.float64):
                     name = getattr(resolved, "name", resolved)
                     raise ValueError(f"learning_rate {name!r} must be a float tensor or a variable")
+                if rate.op.type in ("Placeholder", "PlaceholderWithDefault"):
+                    raise ValueError(
+                        f"learning_rate {rate.name!r} is fed (a placeholder): hookbus reads and sets the rate "
+                        "between steps, without your feed; pass a rate variable (tf.compat.v1.Variable) instead"
+                    )
                 consumers = list(rate.consumers())
                 if not consumers:
                     raise ValueError(

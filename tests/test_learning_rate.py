@@ -232,6 +232,11 @@ def test_bad_rate_arguments_fail_naming_the_value() -> None:
         hook = hookbus.EventBusHook(hookbus.EventBus(), train_op=train_op, learning_rate=unused)
         with pytest.raises(ValueError, match="is used by no operation of the graph"):
             hook.begin()
+        fed = v1.placeholder(tf.float32, shape=(), name="fed_rate")
+        v1.train.GradientDescentOptimizer(fed).minimize(w * w)
+        hook = hookbus.EventBusHook(hookbus.EventBus(), train_op=train_op, learning_rate=fed)
+        with pytest.raises(ValueError, match="'fed_rate:0' is fed .*pass a rate variable"):
+            hook.begin()
     with pytest.raises(ValueError, match="not both"):
         hookbus.LoopPublisher(hookbus.EventBus(), keys="loss", learning_rate=tf.Variable(0.1), optimizer=object())
 
