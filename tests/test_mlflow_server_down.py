@@ -38,7 +38,7 @@ def test_a_server_stopped_mid_run_lets_training_finish_and_is_reported(tmp_path:
         bus.attach(CheckpointSink(tmp_path / "ckpt", every_n_steps=CHECKPOINT_EVERY, every_n_secs=None))
         bus.attach(CSVSink(tmp_path / "metrics.csv", every_n_steps=1))
         tracker = bus.attach(
-            MLflowSink(server.uri, experiment="server-down", every_n_steps=1, flush_deadline=2.0, close_deadline=2.0)
+            MLflowSink(server.uri, experiment="server-down", every_n_steps=1, flush_deadline=10.0, close_deadline=2.0)
         )
         bus.attach(StopAtStepSink(last_step=LAST))
         screen = io.StringIO()

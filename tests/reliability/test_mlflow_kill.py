@@ -97,8 +97,9 @@ def test_each_step_is_in_mlflow_once_with_the_csvs_values_and_the_status_of_each
     assert seen[1]["status"] == "KILLED", context  # SIGTERM: a graceful stop by signal
     assert seen[1]["tags"].get("hookbus.stop_reason") == "received SIGTERM", context
     assert [s["status"] for s in seen[2:4]] == ["RUNNING", "RUNNING"], context  # resumed after KILLED, then killed
-    assert seen[2]["checkpoint"] == 50, context  # killed at step 60: 50 restores
-    assert seen[3]["checkpoint"] == 75, context  # killed inside the save at 100: 75 restores
+    stopped = seen[1]["checkpoint"]  # SIGTERM's final checkpoint, a few steps after 30 (later on a loaded machine)
+    assert seen[2]["checkpoint"] == max(50, stopped), context  # killed at step 60: 50 restores
+    assert seen[3]["checkpoint"] == max(75, stopped), context  # killed inside the save at 100: 75 restores
     assert all(s["status"] in ("RUNNING", "FINISHED") for s in seen[4:]), context  # a late timer finds it done
     assert run.info.status == "FINISHED"
 
