@@ -62,6 +62,14 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--eval-every", type=_positive_int, default=200, help="steps between evaluations (default 200)")
     demo.add_argument("--patience", type=int, default=3, help="early-stopping patience on eval/loss (default 3)")
     demo.add_argument(
+        "--reduce-lr",
+        type=int,
+        default=0,
+        metavar="PATIENCE",
+        help="halve the learning rate after PATIENCE evaluations without improvement (ReduceLROnPlateauSink; "
+        "default 0: off)",
+    )
+    demo.add_argument(
         "--delay", type=_non_negative_float, default=0.004, help="sleep per step, to watch it (default 0.004 s)"
     )
     _add_replay(commands)
@@ -93,7 +101,7 @@ def _writable(logdir: Path) -> str | None:
     return None
 
 
-def demo(logdir: Path, *, steps: int, eval_every: int, patience: int, delay: float) -> int:
+def demo(logdir: Path, *, steps: int, eval_every: int, patience: int, delay: float, reduce_lr: int = 0) -> int:
     """Run the demo; returns the process exit status."""
     problem = _writable(logdir)
     if problem is not None:  # one line, before TensorFlow loads and every sink fails on its own
@@ -114,6 +122,7 @@ def demo(logdir: Path, *, steps: int, eval_every: int, patience: int, delay: flo
         EarlyStoppingSink,
         EventLogSink,
         NanGuardSink,
+        ReduceLROnPlateauSink,
         StopAtStepSink,
         TensorBoardSink,
     )
@@ -123,7 +132,7 @@ def demo(logdir: Path, *, steps: int, eval_every: int, patience: int, delay: flo
     tf.get_logger().setLevel("ERROR")
     ckpt = str(logdir / "ckpt")
     with tf.Graph().as_default():
-        model = build_demo_regression()
+        model = build_demo_regression(rate_variable=reduce_lr > 0)
         bus = hookbus.EventBus()
         bus.attach(ConsoleSink(run_name=f"demo · {logdir}"))
         bus.attach(TensorBoardSink(str(logdir / "tb"), every_n_steps=50))
@@ -131,11 +140,16 @@ def demo(logdir: Path, *, steps: int, eval_every: int, patience: int, delay: flo
         bus.attach(CheckpointSink(ckpt, every_n_steps=eval_every, keep=3))
         # The evaluation loss flattens near 0.02 (the label noise): improvements under 0.001 are noise.
         bus.attach(EarlyStoppingSink(monitor="eval/loss", patience=patience, min_delta=1e-3))
+        if reduce_lr > 0:
+            bus.attach(ReduceLROnPlateauSink(monitor="eval/loss", factor=0.5, patience=reduce_lr, min_delta=1e-3))
         bus.attach(NanGuardSink("loss"))
         bus.attach(StopAtStepSink(last_step=steps))
         bus.attach(EventLogSink(str(logdir / "events.jsonl")))  # what `hookbus replay` reads
         train = hookbus.EventBusHook(
-            bus, fetches={"loss": model.loss, "accuracy": "accuracy:0"}, train_op=model.train_op
+            bus,
+            fetches={"loss": model.loss, "accuracy": "accuracy:0"},
+            train_op=model.train_op,
+            learning_rate=model.learning_rate,
         )
         evaluate = hookbus.EventBusHook(
             bus, fetches={"loss": model.eval_loss, "accuracy": model.eval_accuracy}, mode="eval"
@@ -180,7 +194,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         logdir = args.logdir or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
         try:
-            return demo(logdir, steps=args.steps, eval_every=args.eval_every, patience=args.patience, delay=args.delay)
+            return demo(
+                logdir, steps=args.steps, eval_every=args.eval_every, patience=args.patience, delay=args.delay,
+                reduce_lr=args.reduce_lr,
+            )  # fmt: skip
         except KeyboardInterrupt:
             print(
                 f"interrupted; the files and the last checkpoint are in {logdir}. Resume with: "

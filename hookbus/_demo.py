@@ -31,6 +31,7 @@ class LinearRegression:
     eval_accuracy: Any
     weights: Any
     bias: Any
+    learning_rate: Any = None  #: the rate variable, when built with ``rate_variable=True``
 
 
 def build_linear_regression(
@@ -42,6 +43,7 @@ def build_linear_regression(
     seed: int = 0,
     scales: Sequence[float] | None = None,
     noisy_eval: bool = False,
+    rate_variable: bool = False,
 ) -> LinearRegression:
     """Build the seed's model, fixed: y = x·w + b on synthetic data, squared loss, SGD.
 
@@ -52,7 +54,8 @@ def build_linear_regression(
     ``scales`` (one per feature, default all 1) multiplies each feature, and the true weights
     are divided by it, so every direction weighs alike in the loss but gradient descent learns
     the small ones slowly. ``noisy_eval`` adds the same label noise to the held-out set (its
-    loss then flattens at ``noise ** 2`` instead of falling towards 0).
+    loss then flattens at ``noise ** 2`` instead of falling towards 0). ``rate_variable`` trains
+    with the rate in a variable (``learning_rate``), for sinks that steer it.
     """
     import numpy as np
     tf = require_tensorflow("the demo model")
@@ -83,16 +86,22 @@ def build_linear_regression(
 
     x, y = batch(batch_size)
     loss, accuracy = metrics(x, y, "")
-    train_op = v1.train.GradientDescentOptimizer(learning_rate).minimize(loss, global_step=global_step)
+    rate = (
+        v1.get_variable("learning_rate", initializer=np.float32(learning_rate), trainable=False)
+        if rate_variable
+        else None
+    )
+    optimizer = v1.train.GradientDescentOptimizer(learning_rate if rate is None else rate)
+    train_op = optimizer.minimize(loss, global_step=global_step)
     held_x = tf.constant((rng.normal(size=(256, features)) * scale).astype("float32"))
     held_y = tf.matmul(held_x, true_w) + true_b
     if noisy_eval:
         held_y += tf.constant((noise * rng.normal(size=(256, 1))).astype("float32"))
     eval_loss, eval_accuracy = metrics(held_x, held_y, "_eval")
-    return LinearRegression(global_step, loss, accuracy, train_op, eval_loss, eval_accuracy, weights, bias)
+    return LinearRegression(global_step, loss, accuracy, train_op, eval_loss, eval_accuracy, weights, bias, rate)
 
 
-def build_demo_regression(*, seed: int = 0) -> LinearRegression:
+def build_demo_regression(*, seed: int = 0, rate_variable: bool = False) -> LinearRegression:
     """The demo's problem: the seed's regression, ill-conditioned so learning shows for the whole run.
 
     Six features on scales from 1 down to 0.05 (log-spaced), label noise 0.15 (an evaluation
@@ -109,4 +118,5 @@ def build_demo_regression(*, seed: int = 0) -> LinearRegression:
         seed=seed,
         scales=[float(s) for s in np.logspace(0.0, -1.3, 6)],
         noisy_eval=True,
+        rate_variable=rate_variable,
     )
