@@ -58,8 +58,9 @@ class ReduceLROnPlateauSink(Sink):
             nothing is ever reduced: a warning says so, once a run.
         every_n_steps, every_n_secs: The schedule for a training key (default every step).
         name: Name in reports and in checkpoint state (default the class name).
-        runs_on: Where it runs in multi-worker training (default ``"all"``: every worker decides
-            on the same values, and the chief's decision is the one applied).
+        runs_on: Where it runs in multi-worker training (default ``"chief"``: the chief decides,
+            and its decision is applied on every worker at one agreed step; parameter-server
+            workers share the chief's rate variable).
 
     Raises:
         ValueError: at construction for invalid settings; at ``begin`` when no publisher
@@ -69,6 +70,7 @@ class ReduceLROnPlateauSink(Sink):
 
     priority = Priority.EARLY_STOPPING
     controls_training: ClassVar[bool] = True
+    default_runs_on: ClassVar[str] = "chief"  # one decision, applied on every worker
     on_error = "raise"
 
     def __init__(
@@ -201,7 +203,8 @@ class LearningRateSchedulerSink(Sink):
         per: ``"epoch"`` (default, as Keras's) or ``"step"``.
         every_n_steps: With ``per="step"``, evaluate it every n steps (default every step).
         name: Name in reports and in checkpoint state (default the class name).
-        runs_on: Where it runs in multi-worker training (default ``"all"``).
+        runs_on: Where it runs in multi-worker training (default ``"chief"``, as
+            :class:`ReduceLROnPlateauSink`).
 
     Raises:
         ValueError: at construction for a ``schedule`` that cannot take ``(epoch, lr)``, an
@@ -213,6 +216,7 @@ class LearningRateSchedulerSink(Sink):
 
     priority = Priority.EARLY_STOPPING
     controls_training: ClassVar[bool] = True
+    default_runs_on: ClassVar[str] = "chief"  # one decision, applied on every worker
     on_error = "raise"
 
     def __init__(

@@ -182,6 +182,20 @@ def test_mode_auto_that_cannot_tell_fails_before_step_1() -> None:
         pub.begin()
 
 
+def test_in_a_cluster_only_the_chief_decides_by_default() -> None:
+    for index, expected in ((0, [2, 3, 4, 5, 6]), (1, [])):
+        bus = hookbus.EventBus()
+        bus.attach(ReduceLROnPlateauSink(monitor="loss", factor=0.5, patience=1))
+        changes: list[Any] = []
+        train = ScriptedPublisher(bus, KEYS, task=hookbus.Task("worker", index))
+        train.core.offer_learning_rate(Rate())
+        bus.on("learning_rate_changed", changes.append)
+        train.run({"loss": 1.0, "learning_rate": 0.1} for _ in range(6))
+        # Worker 1's bus runs no plateau sink: the chief's decision reaches it through the rate
+        # variable the workers share (parameter servers) or the agreement (a collective strategy).
+        assert [c.step for c in changes] == expected
+
+
 # -- LearningRateSchedulerSink ------------------------------------------------------------------
 def test_a_step_schedule_sets_the_rate_of_the_next_step_from_the_steps_completed() -> None:
     calls: list[tuple[int, float]] = []
