@@ -52,6 +52,7 @@ class Model:
     accuracy: Any
     train_op: Any
     summary: Any
+    learning_rate: Any
 
 
 def _dense(x: Any, units: int, name: str, activation: Any = None) -> Any:
@@ -63,9 +64,14 @@ def _dense(x: Any, units: int, name: str, activation: Any = None) -> Any:
 
 
 def build(kind: str) -> Model:
-    """The seed's linear regression, or a wider MLP (about a millisecond per step on 2 cores)."""
+    """The seed's linear regression, or a wider MLP (about a millisecond per step on 2 cores).
+
+    Both train with their rate in a non-trainable variable, what a run whose rate a sink steers
+    has (every configuration trains the same graph; ``hookbus-quiet-lr`` offers it to its sinks).
+    """
     if kind == "linear":
-        m = build_linear_regression()
+        rate: Any = v1.Variable(0.05, trainable=False, name="learning_rate")
+        m = build_linear_regression(learning_rate=rate)
         loss, accuracy, train_op = m.loss, m.accuracy, m.train_op
     else:
         global_step = v1.train.get_or_create_global_step()
@@ -77,10 +83,11 @@ def build(kind: str) -> Model:
         prediction = _dense(h, 1, "out")
         loss = tf.reduce_mean(tf.square(prediction - y), name="loss")
         accuracy = tf.reduce_mean(tf.cast(tf.abs(prediction - y) < 0.5, tf.float32), name="accuracy")
-        train_op = v1.train.AdamOptimizer(1e-4).minimize(loss, global_step=global_step)
+        rate = v1.Variable(1e-4, trainable=False, name="learning_rate")
+        train_op = v1.train.AdamOptimizer(rate).minimize(loss, global_step=global_step)
     v1.summary.scalar("loss", loss)
     v1.summary.scalar("accuracy", accuracy)
-    return Model(loss, accuracy, train_op, v1.summary.merge_all())
+    return Model(loss, accuracy, train_op, v1.summary.merge_all(), rate)
 
 
 def native_hooks(model: Model, directory: str, cadence: dict[str, float]) -> list[Any]:
@@ -101,9 +108,10 @@ def native_hooks(model: Model, directory: str, cadence: dict[str, float]) -> lis
 
 
 def hookbus_hook(
-    model: Model, directory: str, cadence: dict[str, float], quiet: bool, sink_file: Any
+    model: Model, directory: str, cadence: dict[str, float], quiet: bool, sink_file: Any, *, rate: bool = False
 ) -> tuple[hookbus.EventBus, hookbus.EventBusHook]:
-    """One EventBusHook and the sinks equivalent to :func:`native_hooks` (never due if ``quiet``)."""
+    """One EventBusHook and the sinks equivalent to :func:`native_hooks` (never due if ``quiet``);
+    ``rate``: the hook offers the model's learning rate too (issue 27's key, packed on due steps)."""
 
     def steps(n: float) -> int:
         return NEVER if quiet else int(n)
@@ -126,7 +134,10 @@ def hookbus_hook(
     bus.attach(NanGuardSink("loss", every_n_steps=steps(cadence["nan"])))
     bus.attach(EarlyStoppingSink(monitor="loss", patience=NEVER, every_n_steps=steps(cadence["es"])))
     hook = hookbus.EventBusHook(
-        bus, fetches={"loss": model.loss, "accuracy": model.accuracy}, train_op=model.train_op
+        bus,
+        fetches={"loss": model.loss, "accuracy": model.accuracy},
+        train_op=model.train_op,
+        learning_rate=model.learning_rate if rate else None,
     )
     return bus, hook
 

@@ -22,6 +22,9 @@ Configurations (every one also has the StopAtStepHook that ``bare`` has):
     hookbus        one EventBusHook with the equivalent sinks: ConsoleSink in plain mode to
                    /dev/null printing a line whenever it is due, TensorBoardSink, CSVSink,
                    CheckpointSink, NanGuardSink, EarlyStoppingSink (on the training loss).
+    hookbus-quiet-lr  (realistic cadence) hookbus-quiet with this round's features on the hook:
+                   the learning rate offered to the sinks (issue 27); quiet steps must cost what
+                   hookbus-quiet's do.
     hookbus-quiet  the same sinks attached, on schedules that never come due while measured (the
                    console keeps its time rule, so the clock is still read every step).
     fetch-floor    a reference, not a target: one minimal SessionRunHook that only fetches loss and
@@ -42,7 +45,7 @@ Cadences:
 Keep ``--chunk`` a multiple of 1000: every chunk then holds the same number of checkpoints.
 
 Targets, judged on the median of the runs of the ratio of totals, in wall and in CPU time: issue 30:
-hookbus <= 1.00 x floor, hookbus-quiet <= 1.01 x bare; issue 6: realistic hookbus <= 1.05 x
+hookbus <= 1.00 x floor, hookbus-quiet and hookbus-quiet-lr <= 1.01 x bare; issue 6: realistic hookbus <= 1.05 x
 bare and at most a quarter of native's overhead; every step: hookbus no slower than native.
 """
 
@@ -76,7 +79,7 @@ CADENCES: dict[str, dict[str, float]] = {
     "every": {"console_secs": 0.0, "csv": 1, "nan": 1, "tb": 1, "es": 1, "ckpt": 1000},
 }
 CONFIGS = {
-    "realistic": ["bare", "native", "floor", "hookbus", "hookbus-quiet", "fetch-floor"],
+    "realistic": ["bare", "native", "floor", "hookbus", "hookbus-quiet", "hookbus-quiet-lr", "fetch-floor"],
     "every": ["bare", "native", "hookbus", "fetch-floor"],
 }
 
@@ -153,7 +156,8 @@ def open_config(
         elif name == "fetch-floor":
             hooks.append(FetchFloor({"loss": model.loss, "accuracy": model.accuracy}, int(cadence["csv"])))
         elif name.startswith("hookbus"):
-            bus, hook = hookbus_hook(model, directory, cadence, name == "hookbus-quiet", sink_file)
+            quiet = name.startswith("hookbus-quiet")
+            bus, hook = hookbus_hook(model, directory, cadence, quiet, sink_file, rate=name == "hookbus-quiet-lr")
             stack.enter_context(bus)
             hooks.append(hook)
         session = stack.enter_context(hookbus.monitored_training_session(hooks=hooks))
@@ -214,6 +218,7 @@ def check_targets(group: dict[str, Any]) -> list[tuple[str, bool]]:
     return [
         judged("hookbus x floor (issue 30)", group["hookbus_x_floor"], 1.00, 1.00),
         judged("hookbus-quiet x bare (issue 30)", rows["hookbus-quiet"], 1.01, 1.01),
+        judged("hookbus-quiet-lr x bare (issue 30, this round's features)", rows["hookbus-quiet-lr"], 1.01, 1.01),
         judged("hookbus x bare (issue 6)", rows["hookbus"], 1.05, 1.05),
         judged("hookbus overhead / native overhead (issue 6)", group["hookbus_share_of_native_overhead"], 0.25, 0.25),
     ]
@@ -229,7 +234,7 @@ def print_table(result: dict[str, Any]) -> None:
           f"{result['rounds']} rounds x {result['chunk']} steps; load {result['load']}")
     print("each figure: median of the runs [min–max]; x: ratio of totals over the rounds, 'med': of the median round")
     width = 20 if runs > 1 else 9
-    header = f"{'model':<7} {'cadence':<10} {'config':<14} {'µs/step':>8} {'CPU µs':>8} " + " ".join(
+    header = f"{'model':<7} {'cadence':<10} {'config':<16} {'µs/step':>8} {'CPU µs':>8} " + " ".join(
         f"{title:>{width}}" for _, title in COLUMNS)
     print(header)
     print("-" * len(header))
@@ -239,10 +244,10 @@ def print_table(result: dict[str, Any]) -> None:
             named.append(("hookbus/floor", group["hookbus_x_floor"]))
         for name, row in named:
             us = "" if name == "hookbus/floor" else f"{row['wall_us']['median']:>8.1f} {row['cpu_us']['median']:>8.1f}"
-            print(f"{group['model']:<7} {group['cadence']:<10} {name:<14} {us:>17} "
+            print(f"{group['model']:<7} {group['cadence']:<10} {name:<16} {us:>17} "
                   + " ".join(f"{cell(row[key]):>{width}}" for key, _ in COLUMNS))
         share = group["hookbus_share_of_native_overhead"]
-        print(f"{'':<33}hookbus overhead / native overhead: wall {cell(share['x_wall'], 2)}, "
+        print(f"{'':<35}hookbus overhead / native overhead: wall {cell(share['x_wall'], 2)}, "
               f"CPU {cell(share['x_cpu'], 2)}")
     print("targets (median of the runs, ratio of totals; met when met in wall and in CPU time):")
     for text, ok in result["targets"]:
