@@ -17,7 +17,7 @@ from typing import cast
 from rich.console import Console, RenderableType
 
 from hookbus._sink import Sink
-from hookbus._validate import non_negative_seconds
+from hookbus._validate import seconds
 from hookbus._watch import Rendering, Watch
 from hookbus._watch_run import EXIT_STATUS, WorkerStatus
 from hookbus._watch_view import NotAnEventLogError
@@ -33,14 +33,13 @@ STATUS_HELP = ", ".join(f"{status} {state}" for state, status in sorted(EXIT_STA
 
 
 def _seconds(name: str) -> Callable[[str], float]:
+    """The ``type=`` of a seconds option: :func:`hookbus._validate.seconds` (finite, above 0) on its text."""
+
     def convert(text: str) -> float:
         try:
-            value = non_negative_seconds(name, float(text))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0 (got {text})") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be more than 0 seconds (got {text})")
-        return value
+            return seconds(name, float(text))
+        except ValueError:  # argparse names the option; the message gives the text as typed
+            raise argparse.ArgumentTypeError(f"must be a positive finite number of seconds (got {text})") from None
 
     return convert
 
