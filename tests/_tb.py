@@ -8,6 +8,7 @@ Shared by the TensorBoard sink tests and the reliability suite::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,15 +20,31 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
-__all__ = ["EventRecords", "check_served", "read_event_records", "rust_data_server_or_skip", "serve_and_read"]
+__all__ = [
+    "EventRecords",
+    "check_served",
+    "read_event_records",
+    "rust_data_server_or_skip",
+    "serve_and_read",
+    "tensorboard",
+]
 
 Want = dict[tuple[str, str], dict[int, float]]
+
+
+class Server(NamedTuple):
+    """A running tensorboard: its port, its process and its log file."""
+
+    port: int
+    proc: subprocess.Popen[bytes]
+    log: Path
 
 
 def _free_port() -> int:
@@ -42,34 +59,18 @@ def _get(port: int, path: str, **params: str) -> Any:
         return json.load(response)
 
 
-def serve_and_read(logdir: Path, flags: list[str], want: Want, *, timeout: float = 90.0) -> Any:
-    """Start tensorboard on a free port, poll the scalars API until it shows ``want`` or ``timeout`` passes.
-
-    Returns ``(got, log)``: what the server showed last per ``(run, tag)`` (``None`` if it exited)
-    and its log.
-    """
+@contextlib.contextmanager
+def tensorboard(logdir: Path, flags: list[str]) -> Iterator[Server]:
+    """A tensorboard server on ``logdir`` (a free port, its own process group), stopped on exit
+    (SIGTERM to its group, SIGKILL after 10 s)."""
     port = _free_port()
     cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1"]
-    cmd += ["--port", str(port), "--reload_interval", "1", *flags]
+    cmd += ["--port", str(port), *flags]
     log = logdir.parent / f"tensorboard-{port}.log"
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    got: dict[tuple[str, str], Any] = {}
     try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                return None, log.read_text()
-            try:
-                for run, tag in want:
-                    rows = _get(port, "/data/plugin/scalars/scalars", run=run, tag=tag)
-                    got[run, tag] = [(step, value) for _, step, value in rows]
-            except (urllib.error.URLError, ConnectionError, OSError):
-                got = {}
-            if got and all(got[k] == sorted(v.items()) for k, v in want.items()):
-                break
-            time.sleep(0.5)
-        return got, log.read_text()
+        yield Server(port, proc, log)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -77,6 +78,30 @@ def serve_and_read(logdir: Path, flags: list[str], want: Want, *, timeout: float
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def serve_and_read(logdir: Path, flags: list[str], want: Want, *, timeout: float = 90.0) -> Any:
+    """Start tensorboard on a free port, poll the scalars API until it shows ``want`` or ``timeout`` passes.
+
+    Returns ``(got, log)``: what the server showed last per ``(run, tag)`` (``None`` if it exited)
+    and its log.
+    """
+    got: dict[tuple[str, str], Any] = {}
+    with tensorboard(logdir, ["--reload_interval", "1", *flags]) as server:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if server.proc.poll() is not None:
+                return None, server.log.read_text()
+            try:
+                for run, tag in want:
+                    rows = _get(server.port, "/data/plugin/scalars/scalars", run=run, tag=tag)
+                    got[run, tag] = [(step, value) for _, step, value in rows]
+            except (urllib.error.URLError, ConnectionError, OSError):
+                got = {}
+            if got and all(got[k] == sorted(v.items()) for k, v in want.items()):
+                break
+            time.sleep(0.5)
+        return got, server.log.read_text()
 
 
 def check_served(got: Any, want: Want, log: str) -> None:

@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -23,6 +19,7 @@ from typing import Any
 
 import pytest
 from _clusters import collect, free_ports, reports, start, stop
+from _tb import tensorboard
 from _xplane import marked_steps, traces
 
 import hookbus
@@ -267,21 +264,16 @@ def test_tensorboard_profile_plugin_lists_the_runs_and_their_steps(tmp_path: Pat
     runs = sorted(_run_steps(str(t.parent)) for t in traces(tmp_path))
     assert runs == [(2, 4), (5, 7)]
 
-    port = free_ports(1)[0]
-    cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", str(tmp_path), "--host", "127.0.0.1"]
-    log = tmp_path.parent / f"tensorboard-{port}.log"
-    with log.open("w") as out:
-        cmd += ["--port", str(port)]
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
+    with tensorboard(tmp_path, []) as server:
+        port = server.port
         listed: list[str] = []
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and len(listed) < 2 and proc.poll() is None:
+        while time.monotonic() < deadline and len(listed) < 2 and server.proc.poll() is None:
             try:
                 listed = _get(port, "/data/plugin/profile/runs")
             except (urllib.error.URLError, ConnectionError, OSError):
                 time.sleep(0.5)
-        assert sorted(_run_steps(r) for r in listed) == runs, log.read_text()[-3000:]
+        assert sorted(_run_steps(r) for r in listed) == runs, server.log.read_text()[-3000:]
         steps = {}
         for run in listed:
             host = _get(port, f"/data/plugin/profile/hosts?run={run}&tag=overview_page")[0]["hostname"]
@@ -290,10 +282,3 @@ def test_tensorboard_profile_plugin_lists_the_runs_and_their_steps(tmp_path: Pat
             steps[_run_steps(run)] = [row["c"][0]["v"] for row in step_table["rows"]]
         # The overview page's step-time graph, from the step markers ("No step marker observed" otherwise).
         assert steps == {(2, 4): ["train 2", "train 3", "train 4"], (5, 7): ["train 5", "train 6", "train 7"]}
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
