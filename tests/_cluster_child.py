@@ -53,7 +53,10 @@ def main(config: dict[str, Any]) -> None:
         # Added to the reported loss only, so a NaN on one worker does not reach the shared weights.
         poison = tf.compat.v1.placeholder_with_default(0.0, [], name="poison")
         flat = tf.identity(1.0 + 0.0 * w, name="flat")  # never improves: early stopping's monitor
-        rate = tf.compat.v1.get_variable("rate", initializer=0.01, trainable=False)
+        if scenario == "early":  # a rate tensor (a schedule): hookbus's multiplier on the parameter server
+            rate: Any = tf.compat.v1.train.exponential_decay(0.01, global_step, 10**6, 0.5)
+        else:
+            rate = tf.compat.v1.get_variable("rate", initializer=0.01, trainable=False)
         train_op = tf.compat.v1.train.GradientDescentOptimizer(rate).minimize(loss, global_step=global_step)
 
     own = out / f"w{index}"
@@ -63,13 +66,14 @@ def main(config: dict[str, Any]) -> None:
     bus.attach(TensorBoardSink(own / "tb", every_n_steps=5))
     bus.attach(CheckpointSink(own / "ckpt", every_n_steps=20, every_n_secs=None))
     bus.attach(CSVSink(out / "each.csv", every_n_steps=5, runs_on="each"))
-    steer = None
+    steer: Any = None
     if scenario == "files":
         bus.attach(StopAtStepSink(last_step=60)).runs_on = "chief"  # attribute: sinks without the argument
         steer = bus.attach(_steer(index))
     if scenario == "early":
         early = bus.attach(EarlyStoppingSink("flat", mode="min", patience=2, every_n_steps=5))
         early.runs_on = "chief"
+        steer = bus.attach(_steer(index, chief_at=5, multiplier=True))
     if scenario == "evaluator":  # only a cap: the evaluator's early stopping ends the run
         bus.attach(StopAtStepSink(last_step=20000)).runs_on = "chief"
     seen: dict[str, Any] = {}
@@ -126,9 +130,10 @@ def main(config: dict[str, Any]) -> None:
     print("REPORT " + json.dumps(report), flush=True)
 
 
-def _steer(index: int) -> Any:
+def _steer(index: int, chief_at: int = 20, multiplier: bool = False) -> Any:
     """Records the published rate at every step; the chief asks for a tenth of it at its first step
-    from 20 on, worker 1 for 0.5 at its first step from 10 on (dropped, with a warning)."""
+    from ``chief_at`` on (``multiplier``: as a multiplier of 0.1 on the schedule), worker 1 for
+    0.5 at its first step from 10 on (dropped, with a warning)."""
     import logging
 
     from hookbus.sink_api import Schedule, Sink, require_learning_rate
@@ -157,10 +162,13 @@ def _steer(index: int) -> Any:
 
         def on_after_run(self, event: Any) -> None:
             self.seen.append([event.step, event.values["learning_rate"]])
-            if not self.asked and event.step >= (20 if index == 0 else 10):
+            if not self.asked and event.step >= (chief_at if index == 0 else 10):
                 self.asked = True
-                new = self.rate.rate / 10 if index == 0 else 0.5
-                self.rate.request(rate=new, reason=f"worker {index} at step {event.step}")
+                why = f"worker {index} at step {event.step}"
+                if index == 0 and multiplier:
+                    self.rate.request(multiplier=0.1, reason=why)
+                else:
+                    self.rate.request(rate=self.rate.rate / 10 if index == 0 else 0.5, reason=why)
 
         def on_learning_rate_changed(self, event: Any) -> None:
             self.changes.append([event.step, event.old, event.new, event.source])

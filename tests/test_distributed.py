@@ -207,6 +207,14 @@ def test_an_early_stop_on_the_chief_stops_both_workers(clusters: dict[str, Any])
     assert other["stop_source"] == "cluster"
     assert other["stop_reason"].startswith("worker-0: ")
     assert other["stop_reason"][len("worker-0: ") :] == chief["stop_reason"]
+    # Issue 27: the rate is a schedule here: hookbus's multiplier lives on the parameter server, made
+    # by whichever worker starts first; the chief's multiplier of 0.1 reaches worker 1's steps.
+    [(applied, old, new, source)] = chief["changes"]
+    assert (new / old, source) == (pytest.approx(0.1, rel=1e-4), "Steer")
+    assert all(r == pytest.approx(0.01 if s <= applied else 0.001, rel=1e-4) for s, r in chief["rates"])
+    off = [(s, r) for s, r in other["rates"] if (r == pytest.approx(0.001, rel=1e-4)) != (s > applied)]
+    assert len(off) <= 2, (applied, other["rates"])
+    assert other["changes"] == []
 
 
 @pytest.mark.subprocess
