@@ -203,6 +203,7 @@ class OptimizerRate:
         self._schedule = current if isinstance(current, keras.optimizers.schedules.LearningRateSchedule) else None
         self.scheduled = self._schedule is not None
         self._wrapper: Any = None
+        self._before: tuple[int, float] | None = None  # (iterations, the rate that trained the last step) at a change
 
     def install(self) -> None:
         if self._schedule is None:
@@ -234,17 +235,29 @@ class OptimizerRate:
         return self._value(int(self.optimizer.iterations.numpy()))
 
     def used(self) -> float:
-        """The rate the last step trained with (a schedule's value at the iteration before it)."""
+        """The rate the last step trained with (a schedule's value at the iteration before it); after
+        a change, until a step trains, the rate before it (a reduction at the last epoch's end did not
+        train the last step)."""
+        iterations = int(self.optimizer.iterations.numpy())
+        if self._before is not None and self._before[0] == iterations:
+            return self._before[1]
         if self._schedule is None:
             return float(self.optimizer.learning_rate.numpy())
-        return self._value(max(int(self.optimizer.iterations.numpy()) - 1, 0))
+        return self._value(max(iterations - 1, 0))
+
+    def _changing(self) -> None:
+        """Keep the rate that trained the last step, for :meth:`used` until the next step trains (a
+        second change before it keeps the first's)."""
+        self._before = (int(self.optimizer.iterations.numpy()), self.used())
 
     def set_rate(self, rate: float) -> None:
         if self._schedule is not None:
             raise ValueError("this optimizer's learning rate is a schedule: set its multiplier")
+        self._changing()
         self.optimizer.learning_rate.assign(rate)
 
     def set_multiplier(self, multiplier: float) -> None:
         if self._wrapper is None:
             raise ValueError("this optimizer's learning rate follows no schedule (or training has not begun)")
+        self._changing()
         self._wrapper.multiplier.assign(multiplier)

@@ -131,3 +131,26 @@ def test_on_a_learning_rate_schedule_the_plateau_reduction_is_a_multiplier_on_to
         while waiting and waiting[0].step < step:
             multiplier = waiting.pop(0).multiplier
         assert published[step] == pytest.approx(float(schedule(step - 1)) * multiplier, rel=1e-6)
+
+
+def test_the_final_event_publishes_the_rate_that_trained_the_last_step_not_a_reduction_decided_after_it() -> None:
+    # min_delta so large that only the first evaluation improves: patience=1 reduces at epoch 2's
+    # end, after the last step trained; the at-end event of that step must still carry its rate.
+    sink = ReduceLROnPlateauSink(monitor="eval/loss", factor=0.5, patience=1, min_delta=1e9)
+    bus = hookbus.EventBus()
+    bus.attach(sink)
+    changes: list[Any] = []
+    final: list[tuple[int, float]] = []
+    bus.on("learning_rate_changed", changes.append)
+
+    def at_end(event: Any) -> None:
+        if event.final:
+            final.append((event.step, event.values["learning_rate"]))
+
+    bus.on("after_run", at_end, keys="learning_rate", every_n_steps=1000, at_end=True)
+    callback = hookbus.EventBusCallback(bus, keys=["loss", "learning_rate"])
+    with bus:
+        rates = fit(model(keras.optimizers.SGD(0.5)), [callback], epochs=2)
+    assert [(c.step, c.old, c.new) for c in changes] == [(2 * STEPS_PER_EPOCH, 0.5, 0.25)]
+    assert rates.batches[-1] == 0.5
+    assert final == [(2 * STEPS_PER_EPOCH, 0.5)]  # step 8 trained with 0.5; 0.25 trains from a next fit's first step
