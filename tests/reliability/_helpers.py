@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,26 @@ def run_child(
     env = {**os.environ, "HOOKBUS_TEST_KILL": kill, "TF_CPP_MIN_LOG_LEVEL": "2"}
     argv = [sys.executable, str(CHILD), str(directory), str(last_step), str(gen), mode]
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def sigterm_child(directory: Path, gen: int, *, last_step: int = 10**6) -> subprocess.CompletedProcess[str]:
+    """Run the training child in ``signal`` mode (slow steps from step 30) and send it SIGTERM once
+    it prints its marker; its output and exit status, as :func:`run_child` returns them."""
+    env = {**os.environ, "HOOKBUS_TEST_KILL": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    argv = [sys.executable, str(CHILD), str(directory), str(last_step), str(gen), "signal"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if "marker" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def csv_rows(path: Path) -> tuple[list[str], list[list[str]]]:

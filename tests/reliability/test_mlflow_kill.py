@@ -14,11 +14,8 @@ points.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,31 +23,12 @@ from typing import Any
 import pytest
 from _mlflow_server import MlflowServer, metric_history
 
-from ._helpers import CHILD, LONG, csv_column, latest_checkpoint_step, run_child
+from ._helpers import LONG, csv_column, latest_checkpoint_step, run_child, sigterm_child
 
 pytestmark = [pytest.mark.reliability, pytest.mark.subprocess]
 
 LAST = 120
 EXPERIMENT = "kill-and-resume"
-
-
-def _sigterm_child(directory: Path, gen: int) -> subprocess.CompletedProcess[str]:
-    """A child in ``signal`` mode (slow steps from step 30), sent SIGTERM once it prints its marker."""
-    env = {**os.environ, "HOOKBUS_TEST_KILL": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    argv = [sys.executable, str(CHILD), str(directory), str(10**6), str(gen), "signal"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if "marker" in line:
-                break
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def _runs(client: Any) -> list[Any]:
@@ -73,7 +51,7 @@ def test_each_step_is_in_mlflow_once_with_the_csvs_values_and_the_status_of_each
     for gen, kill in enumerate(kills):
         began = time.monotonic()
         if kill == "sigterm":
-            result = _sigterm_child(tmp_path, gen)
+            result = sigterm_child(tmp_path, gen)
             assert result.returncode == 0, result.stderr[-3000:]
         else:
             result = run_child(tmp_path, LAST, gen, kill)

@@ -7,9 +7,7 @@ SIGTERM ends with a final checkpoint and exit code 0.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ import pyte
 import pytest
 from _pty import PtyResult, run_in_pty
 
-from ._helpers import CHILD, csv_rows, latest_checkpoint_step, read_log, scalars
+from ._helpers import CHILD, csv_rows, latest_checkpoint_step, read_log, scalars, sigterm_child
 
 pytestmark = [pytest.mark.reliability, pytest.mark.subprocess]
 
@@ -91,20 +89,8 @@ def test_an_exception_from_the_training_code_surfaces_unchanged_and_closes_every
 
 
 def test_sigterm_during_a_step_stops_cleanly_with_a_final_checkpoint(tmp_path: Path) -> None:
-    env = {**os.environ, "HOOKBUS_TEST_KILL": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    pipe = subprocess.PIPE
-    proc = subprocess.Popen(_argv(tmp_path, "signal"), stdout=pipe, stderr=pipe, text=True, env=env)
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if "marker" in line:
-                break
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    proc = sigterm_child(tmp_path, 0, last_step=FOREVER)
+    out, err = proc.stdout, proc.stderr
     assert proc.returncode == 0, err[-3000:]
     log = read_log(tmp_path)
     (done,) = [e for e in log if e["event"] == "done"]
