@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from hookbus._validate import positive_number
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -99,12 +101,6 @@ class RateBackend(Protocol):
         ...
 
 
-def _positive(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0 (got {value!r})")
-    return float(value)
-
-
 class LearningRate:
     """The learning rate of the run's training publisher, as sinks see it (``SinkContext.learning_rate``).
 
@@ -171,8 +167,8 @@ class LearningRate:
                 f"{self.publisher}'s learning rate follows no schedule: ask for rate=<new rate> "
                 f"(got multiplier={multiplier!r})"
             )
-        checked_rate = None if rate is None else _positive("rate", rate)
-        checked_multiplier = None if multiplier is None else _positive("multiplier", multiplier)
+        checked_rate = None if rate is None else positive_number("rate", rate)
+        checked_multiplier = None if multiplier is None else positive_number("multiplier", multiplier)
         if self._dropping:
             if not self._warned:
                 self._warned = True

@@ -248,7 +248,7 @@ def test_a_request_is_checked_when_made() -> None:
     rate = LearningRate(VariableRate(tf.Variable(0.1)), publisher="LoopPublisher")
     with pytest.raises(ValueError, match="exactly one of rate= and multiplier="):
         rate.request(reason="r")
-    with pytest.raises(ValueError, match=r"rate must be a finite number > 0 \(got nan\)"):
+    with pytest.raises(ValueError, match=r"rate must be a positive finite number \(got nan\)"):
         rate.request(rate=float("nan"), reason="r")
     with pytest.raises(ValueError, match="follows no schedule: ask for rate="):
         rate.request(multiplier=0.5, reason="r")
