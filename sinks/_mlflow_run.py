@@ -207,7 +207,7 @@ class TrackedRun:
             self.ship()
 
     def ship(self) -> None:
-        """Send every waiting point, in ``log_batch`` calls of at most 1000 metrics (the writer's flush)."""
+        """Send every waiting point, in ``log_batch`` calls of at most 900 metrics (the writer's flush)."""
         from mlflow.entities import Metric
 
         while self._pending or self._pending_tags:
@@ -220,7 +220,7 @@ class TrackedRun:
                 metrics += [Metric(k, v, point.timestamp_ms, point.step) for k, v in point.values.items()]
                 shipped[point.mode] = point.step
                 whole += 1
-            if whole == 0 and self._pending:  # one step with more than 1000 values: in parts, tagged at its last
+            if whole == 0 and self._pending:  # a step with more than 900 values: in parts, tagged at its last
                 point = self._pending[0]
                 names = list(point.values)[:MAX_METRICS_PER_BATCH]
                 metrics = [Metric(k, point.values.pop(k), point.timestamp_ms, point.step) for k in names]
