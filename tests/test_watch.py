@@ -256,6 +256,17 @@ def test_a_log_is_stale_by_default_after_three_of_its_writers_flush_intervals(
     assert out.splitlines()[-1].startswith("events.jsonl: stale | step 5")
 
 
+def test_stale_after_is_three_of_the_longer_of_the_flush_interval_and_the_records_spacing() -> None:
+    """A writer flushing every 0.1 s that records a step every 10 s (slow steps) is stale after
+    30 s without a record, not 0.3 s; one flushing every 5 s with a record every 0.1 s, after 15 s."""
+    for flush, spacing, stale in ((0.1, 10.0, 30.0), (5.0, 0.1, 15.0)):
+        run = RunLog()
+        run.add({"record": "begin", "step": 0, "flush_secs": flush, "wall_time": 0.0})
+        for step in range(1, 6):
+            run.add({"record": "step", "step": step, "wall_time": spacing * step})
+        assert run.stale_after() == pytest.approx(stale)
+
+
 # -- a cluster, evaluations, plain output -------------------------------------------------------
 def _worker_log(path: Path, *, rate: float, steps: int, closed: bool, start: float) -> None:
     """A worker's log as EventLogSink(runs_on="each") writes it: global steps, local steps, times."""
