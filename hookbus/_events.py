@@ -37,7 +37,7 @@ SIGNAL_DOCS = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Event:
     """A lifecycle or step event.
 
@@ -82,6 +82,44 @@ class Event:
     task_index: int | None = None
     local_step: int | None = None
     _stop: Callable[[str, int], None] | None = field(default=None, repr=False, compare=False)
+
+    def __init__(
+        self,
+        signal: str,
+        step: int,
+        mode: str = "train",
+        values: Mapping[str, Any] = _EMPTY,
+        wall_time: float = 0.0,
+        elapsed: float = 0.0,
+        restored: bool = False,
+        rewound: bool = False,
+        final: bool = False,
+        task_type: str | None = None,
+        task_index: int | None = None,
+        local_step: int | None = None,
+        _stop: Callable[[str, int], None] | None = None,
+    ) -> None:
+        # One per due step: the fields in one write, where a frozen dataclass's own __init__ makes
+        # one object.__setattr__ call per field (2.4 of a due step's ~5 us). Still frozen after it.
+        object.__setattr__(
+            self,
+            "__dict__",
+            {
+                "signal": signal,
+                "step": step,
+                "mode": mode,
+                "values": values,
+                "wall_time": wall_time,
+                "elapsed": elapsed,
+                "restored": restored,
+                "rewound": rewound,
+                "final": final,
+                "task_type": task_type,
+                "task_index": task_index,
+                "local_step": local_step,
+                "_stop": _stop,
+            },
+        )
 
     def request_stop(self, reason: str) -> None:
         """Ask the publisher to stop training at the end of this step.

@@ -1,0 +1,65 @@
+"""Event's hand-written constructor keeps the frozen dataclass's contract (issue 30, due-step cost)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import pytest
+
+from hookbus._events import Event
+
+
+def _generated_signature() -> inspect.Signature:
+    """The signature a plain frozen dataclass of Event's fields would have."""
+    specs = [
+        (f.name, f.type, dataclasses.field(default=f.default, default_factory=f.default_factory))
+        for f in dataclasses.fields(Event)
+    ]
+    reference = dataclasses.make_dataclass("Reference", specs, frozen=True)
+    return inspect.signature(reference)
+
+
+def test_the_constructor_takes_every_field_in_order_with_the_dataclass_defaults() -> None:
+    ours = inspect.signature(Event).parameters
+    generated = _generated_signature().parameters
+    assert list(ours) == list(generated)
+    for name, parameter in generated.items():
+        field = next(f for f in dataclasses.fields(Event) if f.name == name)
+        expected = field.default_factory() if field.default_factory is not dataclasses.MISSING else parameter.default
+        assert ours[name].default == expected, name
+        assert ours[name].kind is parameter.kind, name
+
+
+def test_an_event_is_frozen_compares_by_its_fields_and_replace_keeps_the_rest() -> None:
+    def stop(reason: str, step: int) -> None:
+        return None
+
+    event = Event(
+        "after_run", 7, values={"loss": 0.5}, wall_time=1.0, elapsed=2.0, final=True, local_step=3, _stop=stop
+    )
+    assert [getattr(event, f.name) for f in dataclasses.fields(Event)] == [
+        "after_run",
+        7,
+        "train",
+        {"loss": 0.5},
+        1.0,
+        2.0,
+        False,
+        False,
+        True,
+        None,
+        None,
+        3,
+        stop,
+    ]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        event.step = 8  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del event.mode
+    twin = Event("after_run", 7, values={"loss": 0.5}, wall_time=1.0, elapsed=2.0, final=True, local_step=3)
+    assert twin == event  # _stop is not compared
+    assert "_stop" not in repr(event)
+    moved = dataclasses.replace(event, step=9)
+    assert (moved.step, moved.values, moved.local_step, moved._stop) == (9, {"loss": 0.5}, 3, stop)
+    assert Event("begin", 0).values == {}
