@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hookbus._validate import flag, positive_int
+from hookbus._validate import flag, one_of, positive_int
 
 if TYPE_CHECKING:
     from hookbus._stops import Stops
@@ -36,9 +36,7 @@ STOP_SOURCE = "cluster"
 
 def check_runs_on(value: object) -> str:
     """Validate a ``runs_on`` value."""
-    if value not in RUNS_ON:
-        raise ValueError(f"runs_on must be one of {', '.join(map(repr, RUNS_ON))} (got {value!r})")
-    return str(value)
+    return one_of("runs_on", value, RUNS_ON)
 
 
 @dataclass(frozen=True)

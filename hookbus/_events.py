@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from hookbus._validate import one_of
+
 __all__ = [
     "SIGNAL_DOCS",
     "WAIT_STATES",
@@ -219,5 +221,4 @@ class WaitForStep:
     wall_time: float
 
     def __post_init__(self) -> None:
-        if self.state not in WAIT_STATES:
-            raise ValueError(f"state must be one of {', '.join(map(repr, WAIT_STATES))} (got {self.state!r})")
+        one_of("state", self.state, WAIT_STATES)

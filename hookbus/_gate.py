@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from hookbus._validate import non_negative_int, optional_seconds, positive_number
+from hookbus._validate import non_negative_int, one_of, optional_seconds, positive_number
 
 if TYPE_CHECKING:
     from hookbus._cluster import Task
@@ -87,8 +87,7 @@ def start_gate(
             not a positive number of seconds, gate options without ``wait_for_step``, an eval
             hook, or a task of a collective (lockstep) strategy.
     """
-    if on_timeout not in ON_TIMEOUT:
-        raise ValueError(f"on_timeout must be one of {', '.join(map(repr, ON_TIMEOUT))} (got {on_timeout!r})")
+    one_of("on_timeout", on_timeout, ON_TIMEOUT)
     timeout = optional_seconds("wait_timeout_secs", timeout_secs)
     if wait_for_step is None:
         if timeout is not None or on_timeout != "raise":

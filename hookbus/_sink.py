@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from hookbus._cluster import check_runs_on
 from hookbus._schedule import Schedule
-from hookbus._validate import key_items, key_name
+from hookbus._validate import key_items, key_name, one_of
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -59,9 +59,7 @@ PRIORITY_DEFAULT = 100
 
 
 def check_on_error(value: object) -> str:
-    if value not in ON_ERROR_POLICIES:
-        raise ValueError(f"on_error must be one of {', '.join(map(repr, ON_ERROR_POLICIES))} (got {value!r})")
-    return str(value)
+    return one_of("on_error", value, ON_ERROR_POLICIES)
 
 
 def check_priority(value: object) -> int:

@@ -24,6 +24,7 @@ __all__ = [
     "non_empty_path",
     "non_negative_int",
     "non_negative_seconds",
+    "one_of",
     "optional_positive_int",
     "optional_seconds",
     "positive_int",
@@ -82,6 +83,14 @@ def non_negative_seconds(name: str, value: object) -> float:
     if not _is_real(value) or not math.isfinite(value) or value < 0:  # type: ignore[arg-type,operator]
         raise ValueError(f"{name} must be a finite number of seconds >= 0 (got {value!r})")
     return float(value)  # type: ignore[arg-type]
+
+
+def one_of(name: str, value: object, allowed: tuple[str, ...]) -> str:
+    """``value`` if it is one of the strings ``allowed`` (a policy, a mode, a state); else
+    ``ValueError`` listing them: ``on_error must be one of 'raise', 'disable', 'log' (got 'x')``."""
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))} (got {value!r})")
+    return value
 
 
 def optional_seconds(name: str, value: object) -> float | None:
