@@ -405,7 +405,7 @@ class EventBusHook:
             if self._profiling.marking:
                 self._profiling.step_ended(step)
             self._core.advance(step)
-        if stop is not None and results:
+        if stop is not None and results and "stop" in results:  # a read of the step alone has no flag
             stop.observe(results["stop"], self._core.stops)
 
     def _read_step(self) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -327,3 +328,44 @@ def test_an_evaluator_task_stops_the_cluster_and_ends_with_it(tmp_path: Path) ->
     last = _checkpoints(tmp_path / "w0" / "ckpt")[-1]
     assert evaluator_report["evaluated"][-1] == step_of_prefix(last)
     assert evaluator_report["rounds"] == len(evaluator_report["evaluated"]) >= 3
+
+
+LONE_WORKER = """
+import sys, tensorflow as tf, hookbus
+from hookbus.sinks import CSVSink
+tf.compat.v1.disable_eager_execution()
+ps, w0, w1 = sys.argv[1:4]
+spec = tf.train.ClusterSpec({"ps": [ps], "worker": [w0, w1]})
+tf.distribute.Server(spec, job_name="ps", task_index=0)
+worker = tf.distribute.Server(spec, job_name="worker", task_index=1)
+with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(worker_device="/job:worker/task:1", cluster=spec)):
+    step = tf.compat.v1.train.get_or_create_global_step()
+    w = tf.compat.v1.get_variable("w", initializer=1.0)
+    train_op = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(tf.square(w), global_step=step)
+bus = hookbus.EventBus()
+bus.attach(CSVSink(sys.argv[4]))  # chief only: nothing of the bus runs on worker 1
+hook = hookbus.EventBusHook(bus, {"loss": tf.square(w)}, train_op=train_op, task=hookbus.Task("worker", 1))
+config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", "/job:worker/task:1"])
+local = 0
+with bus, hookbus.monitored_training_session(master=worker.target, is_chief=True, hooks=[hook], config=config) as s:
+    while local < 25 and not s.should_stop():
+        s.run(train_op)
+        local += 1
+print("trained", local, bus.step)
+"""
+
+
+@pytest.mark.subprocess
+def test_a_worker_with_no_subscriber_of_its_own_trains_while_the_hook_learns_the_step_increment(
+    tmp_path: Path,
+) -> None:
+    # Found by trying the start gate as a user: worker 1 with only chief-only sinks raised
+    # KeyError: 'stop' at its first run (the run read the step alone, then the stop flag was looked up).
+    pytest.importorskip("tensorflow")
+    ps, w0, w1 = (f"127.0.0.1:{port}" for port in free_ports(3))
+    done = subprocess.run(
+        [sys.executable, "-c", LONE_WORKER, ps, w0, w1, str(tmp_path / "metrics.csv")],
+        capture_output=True, text=True, timeout=DEADLINE,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-3:] == ["trained", "25", "25"]
