@@ -172,6 +172,43 @@ def test_a_stop_and_an_exception_save_the_trace_in_progress(tmp_path: Path, tf_g
 
 
 @pytest.mark.tf
+def test_a_new_session_saves_the_trace_in_progress_and_its_first_step_is_not_traced(
+    tmp_path: Path, tf_graph: Any
+) -> None:
+    """MonitoredSession re-creates its session after an AbortedError at step 6 (restored from the
+    checkpoint at 6, no window left to ask for): the trace of window 3-7 in progress is saved
+    with steps 3-6, and the new session's first step, 7, is not traced into it."""
+    tf = pytest.importorskip("tensorflow")
+    from hookbus._demo import build_linear_regression
+
+    m = build_linear_regression()
+
+    class AbortOnce(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc,name-defined]
+        raised = False
+
+        def after_run(self, run_context: Any, run_values: Any) -> None:
+            step = int(run_context.session.run(tf.compat.v1.train.get_global_step()))
+            if step == 6 and not self.raised:
+                self.raised = True
+                raise tf.errors.AbortedError(None, None, "preempted (test)")
+
+    bus = EventBus()
+    sink = bus.attach(ProfilerSink(tmp_path / "tb", start_step=3, num_steps=5))
+    bus.attach(CheckpointSink(tmp_path / "ckpt", every_n_steps=6, every_n_secs=None))
+    bus.attach(StopAtStepSink(last_step=9))
+    restored: list[int] = []
+    bus.on("session_created", lambda e: restored.append(e.step) if e.restored else None)
+    hook = hookbus.EventBusHook(bus, fetches={"loss": m.loss}, train_op=m.train_op)
+    hooks = [hook, AbortOnce()]
+    with bus, hookbus.monitored_training_session(hooks=hooks, checkpoint_dir=str(tmp_path / "ckpt")) as sess:
+        while not sess.should_stop():
+            sess.run(m.train_op)
+    assert restored == [6]
+    assert _by_window(tmp_path / "tb") == {(3, 6): [3, 4, 5, 6]}
+    assert sink.report.skipped == ()
+
+
+@pytest.mark.tf
 def test_a_running_profiler_is_reported_and_the_window_skipped(
     tmp_path: Path, tf_graph: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
