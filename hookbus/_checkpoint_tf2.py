@@ -14,6 +14,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from hookbus import _checkpoint as files
+from hookbus._checkpoint_write import CompiledWrite
 from hookbus._validate import flag_or_directory
 
 if TYPE_CHECKING:
@@ -43,9 +44,10 @@ class TF2CheckpointBackend:
     """A :class:`~hookbus._checkpoint.CheckpointBackend` over a ``tf.train.Checkpoint``.
 
     ``save`` is ``checkpoint.write`` (no ``save_counter``, no state file: the sink records and
-    prunes), ``restore`` is ``checkpoint.read`` and asserts that every object of the live
-    checkpoint found its value. The publisher attaches the checkpoint when training begins and
-    detaches it at the end; it is ``ready`` in between.
+    prunes), traced once while the checkpoint's objects stay the same
+    (:class:`~hookbus._checkpoint_write.CompiledWrite`); ``restore`` is ``checkpoint.read`` and
+    asserts that every object of the live checkpoint found its value. The publisher attaches
+    the checkpoint when training begins and detaches it at the end; it is ``ready`` in between.
 
     Args:
         checkpoint: The ``tf.train.Checkpoint`` to use (default ``None``: attached later).
@@ -53,6 +55,7 @@ class TF2CheckpointBackend:
 
     def __init__(self, checkpoint: Any = None) -> None:
         self._checkpoint = check_checkpoint(checkpoint)
+        self._write: CompiledWrite | None = None  # the checkpoint's write, kept across attaches
         self._live = False
 
     def attach(self, checkpoint: Any = None) -> None:
@@ -75,7 +78,10 @@ class TF2CheckpointBackend:
         return self._checkpoint
 
     def save(self, path: str) -> str:
-        return str(self._check().write(path))
+        checkpoint = self._check()
+        if self._write is None or self._write.checkpoint is not checkpoint:
+            self._write = CompiledWrite(checkpoint)
+        return self._write(path)
 
     def restore(self, path: str) -> None:
         self._check().read(path).assert_existing_objects_matched()

@@ -125,7 +125,8 @@ class EventBusCallback:
         every_n_epochs: Publish an epoch event every n epochs (default 1).
         restore: ``False`` (default), ``True`` (the CheckpointSink's directory) or a directory.
         checkpoint: The ``tf.train.Checkpoint`` to save and restore (default ``None``:
-            ``tf.train.Checkpoint(model=model, optimizer=model.optimizer)``, made at train begin).
+            ``tf.train.Checkpoint(model=model, optimizer=model.optimizer)``, made at train begin, and
+            kept for later fits of the same model and optimizer).
         check_stop_every_n_steps: Under a multi-worker strategy, agree on stopping each time the
             step crosses a multiple of n (default 10).
 
@@ -155,6 +156,7 @@ class EventBusCallback:
         self._collective: CollectiveStop | None = None
         self.restore = check_restore(restore)
         self._checkpoint = check_checkpoint(checkpoint)
+        self._made: tuple[Any, Any, Any] | None = None  # the default checkpoint's model, optimizer, checkpoint
         declared = check_fetch_keys(keys)
         logged = tuple(k for k in declared if k != LEARNING_RATE_KEY)  # Keras's log names
         self._core = PublisherCore(bus, declared)  # registers the keys: checked when training begins
@@ -208,7 +210,7 @@ class EventBusCallback:
         self._held.release()  # a hold an earlier fit left when it raised
         self._skipped = False
         self._iterations = optimizer.iterations
-        checkpoint = self._checkpoint or tf.train.Checkpoint(model=model, optimizer=optimizer)
+        checkpoint = self._checkpoint or self._default_checkpoint(tf, model, optimizer)
         self.checkpoint_backend.attach(checkpoint)
         self._core.offer_checkpoints(self.checkpoint_backend)
         self._core.offer_profiler(TFProfiler())
@@ -252,6 +254,14 @@ class EventBusCallback:
             self._set_initial_epoch = True  # cleared at train end: the next fit starts as told
         if self._resume_batch:
             pass_over(model, self._resume_batch, lambda: setattr(self, "_skipped", True))
+
+    def _default_checkpoint(self, tf: Any, model: Any, optimizer: Any) -> Any:
+        """``tf.train.Checkpoint(model=model, optimizer=optimizer)``: the same one while they are the same
+        (its traced write is kept, :class:`~hookbus._checkpoint_write.CompiledWrite`)."""
+        made = self._made
+        if made is None or made[0] is not model or made[1] is not optimizer:
+            made = self._made = (model, optimizer, tf.train.Checkpoint(model=model, optimizer=optimizer))
+        return made[2]
 
     def _values(self, keys: Iterable[str], logs: Mapping[str, Any]) -> dict[str, Any]:
         """A due step's values: Keras's logs, and the rate that trained the step from the optimizer."""
