@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from hookbus._deadline import DEFAULT_FLUSH_DEADLINE, FlushDeadline, WriterError, WriterStalled
+from hookbus._handoff import Handoff
 from hookbus._stats import WriterStats
 from hookbus._validate import positive_int, seconds
 
@@ -166,7 +167,7 @@ class BackgroundWriter(Generic[T]):
         self._landed = landed
         self._given = 0  # every item offered to put(), written or not
         self._flush_secs = float(flush_secs)
-        self._queue: queue.Queue[tuple[int, Any]] = queue.Queue(max_queue_size)
+        self._queue: Handoff[tuple[int, Any]] = Handoff(max_queue_size)
         self._enqueued = 0
         self._written = 0
         self._on_disk = 0  # items written as of the last flush that returned (the rest may be in a buffer)
