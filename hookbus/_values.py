@@ -12,6 +12,8 @@ __all__ = ["is_real_dtype", "publishable", "to_value"]
 # A tuple, not ``bool | int | ...``: a union written in the call is rebuilt on every call.
 _NUMBERS = (np.number, np.bool_, bool, int)
 _PASSED = (float, bytes)
+# What a session returns for a scalar fetch, by exact type: one set lookup per value on a due step.
+_SCALARS: frozenset[type] = frozenset({np.float32, np.float16, np.int64, np.int32, np.bool_, int, bool})
 
 
 def is_real_dtype(dtype: np.dtype[Any]) -> bool:
@@ -59,6 +61,8 @@ def publishable(key: str, value: Any, step: int) -> Any:
     """
     if isinstance(value, float):
         return value
+    if type(value) in _SCALARS:  # to_value's first case, without its checks
+        return float(value)
     converted = to_value(value)
     if isinstance(converted, _PASSED):
         return converted

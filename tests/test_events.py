@@ -1,4 +1,4 @@
-"""Event's hand-written constructor keeps the frozen dataclass's contract (issue 30, due-step cost)."""
+"""Due-step shortcuts keep their contracts: Event's constructor, the scalar conversion (issue 30)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import inspect
 import pytest
 
 from hookbus._events import Event
+from hookbus._values import _SCALARS, publishable, to_value
 
 
 def _generated_signature() -> inspect.Signature:
@@ -63,3 +64,12 @@ def test_an_event_is_frozen_compares_by_its_fields_and_replace_keeps_the_rest() 
     moved = dataclasses.replace(event, step=9)
     assert (moved.step, moved.values, moved.local_step, moved._stop) == (9, {"loss": 0.5}, 3, stop)
     assert Event("begin", 0).values == {}
+
+
+@pytest.mark.parametrize("kind", sorted(_SCALARS, key=str))
+def test_the_exact_type_shortcut_converts_as_to_value_does(kind: type) -> None:
+    for raw in (0, 1, 3):
+        value = kind(raw)
+        converted = publishable("loss", value, 1)
+        assert type(converted) is float
+        assert converted == to_value(value)
