@@ -28,6 +28,7 @@ __all__ = [
     "LearningRateChange",
     "RateBackend",
     "RateRequest",
+    "offered_rate",
     "require_learning_rate",
 ]
 
@@ -222,6 +223,19 @@ class LearningRate:
         if self.scheduled:
             self._backend.set_multiplier(multiplier)
             self.multiplier = multiplier
+
+
+def offered_rate(
+    current: LearningRate | None, backend: RateBackend | None, *, publisher: str, who: Callable[[], str | None]
+) -> LearningRate | None:
+    """The :class:`LearningRate` a publisher offers for ``backend`` (``None``: none), given the one
+    it offered before: the same backend offered again keeps ``current``, with its request and
+    multiplier (a hook beginning again, as ``train_and_evaluate``'s rounds do)."""
+    if backend is None:
+        return None
+    if current is not None and current.backend is backend:
+        return current
+    return LearningRate(backend, publisher=publisher, who=who)
 
 
 class _OffersRate(Protocol):

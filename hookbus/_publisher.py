@@ -3,22 +3,27 @@
 The TensorFlow hook, the Keras callback and the loop publisher wrap a :class:`PublisherCore`;
 so does :mod:`hookbus.testing`. Planning is the hot path: on a step where no subscriber is due
 :meth:`PublisherCore.plan` compares two numbers and returns ``None``. Which subscribers can be
-due, their bounds and the fetch-key union are :mod:`hookbus._planner`'s.
+due, their bounds and the fetch-key union are :mod:`hookbus._planner`'s; the key names and
+prefixes :mod:`hookbus._publisher_keys`'s; evaluations and epochs, which no schedule plans,
+:mod:`hookbus._unscheduled`'s.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
+from operator import attrgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from hookbus._events import WaitForStep
-from hookbus._learning_rate import LEARNING_RATE_KEY, LearningRate
+from hookbus._learning_rate import LEARNING_RATE_KEY, LearningRate, offered_rate
 from hookbus._planner import Plan, Planner
+from hookbus._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX, MODES, RESERVED_KEYS, check_fetch_keys, check_mode
 from hookbus._subscriber_view import SubscriberView, views
 from hookbus._subscription import Subscriber
-from hookbus._validate import flag, key_items, key_name
+from hookbus._unscheduled import eval_wanted, publish_epoch, publish_eval
+from hookbus._validate import flag
 from hookbus._values import publishable
 
 if TYPE_CHECKING:
@@ -33,62 +38,10 @@ if TYPE_CHECKING:
     from hookbus._store import CheckpointStore
     from hookbus._weights import WeightsBackend
 
-__all__ = [
-    "EPOCH_PREFIX",
-    "EVAL_PREFIX",
-    "MODES",
-    "RESERVED_KEYS",
-    "Plan",
-    "PublisherCore",
-    "check_fetch_keys",
-]
+__all__ = ["EPOCH_PREFIX", "EVAL_PREFIX", "MODES", "RESERVED_KEYS", "Plan", "PublisherCore", "check_fetch_keys"]
 
-MODES = ("train", "eval")
-EVAL_PREFIX = "eval/"
-#: Prefix of the Keras callback's epoch-level keys (``epoch/loss``); such events have mode ``"epoch"``
-#: and reach only subscribers that opt in (see :class:`hookbus.EventBusCallback`).
-EPOCH_PREFIX = "epoch/"
-#: Names that sinks use for their own columns; a fetch key may not take them.
-RESERVED_KEYS = frozenset({"step", "wall_time", "mode", "elapsed"})
-
-
-def check_fetch_keys(keys: str | Iterable[object], name: str = "keys") -> tuple[str, ...]:
-    """Validate publisher keys: names (:func:`hookbus._validate.key_name`), not reserved, no ``eval/`` prefix.
-
-    A ``str`` is one key (``keys="loss"``), as in every sink's ``keys=``; never its characters.
-    """
-    checked: list[str] = []
-    for key in key_items(name, keys):
-        if not isinstance(key, str) or not key:
-            raise ValueError(f"fetch keys must be non-empty strings (got {key!r})")
-        key_name("fetch key", key)
-        if key in RESERVED_KEYS:
-            raise ValueError(
-                f"fetch key {key!r} is reserved (reserved: {sorted(RESERVED_KEYS)}); rename it, e.g. {key + '_value'!r}"
-            )
-        if key.startswith(EVAL_PREFIX):
-            raise ValueError(
-                f"fetch key {key!r} must not start with {EVAL_PREFIX!r}; an eval publisher "
-                "(mode='eval') adds that prefix itself"
-            )
-        checked.append(key)
-    return tuple(checked)
-
-
-def check_mode(mode: object) -> str:
-    if mode not in MODES:
-        raise ValueError(f"mode must be 'train' or 'eval' (got {mode!r})")
-    return str(mode)
-
-
-def _dispatch_order(record: Subscriber) -> tuple[int, int]:
-    return record.sort_key
-
-
-def _unless_only_passive(targets: list[Subscriber]) -> list[Subscriber]:
-    """``targets`` if one of them is not passive, else none: passive subscribers observe only
-    what is published for someone else (a training step does this by merging them in)."""
-    return targets if any(not r.passive for r in targets) else []
+#: Dispatch order: a step's due subscribers and its observers are merged by it.
+_dispatch_order = attrgetter("sort_key")
 
 
 class PublisherCore:
@@ -276,13 +229,7 @@ class PublisherCore:
         The same ``backend`` offered again (a hook beginning again, as ``train_and_evaluate``'s
         rounds do) keeps its :class:`LearningRate`: a request made in between, and the multiplier
         in effect, carry over."""
-        if backend is None:
-            rate = None
-        elif self._rate is not None and self._rate.backend is backend:
-            rate = self._rate
-        else:
-            rate = LearningRate(backend, publisher=publisher, who=self._port.current_name)
-        self._rate = rate
+        rate = self._rate = offered_rate(self._rate, backend, publisher=publisher, who=self._port.current_name)
         self._port.offer_learning_rate(rate)
         return rate
 
@@ -432,10 +379,10 @@ class PublisherCore:
         event = port.event("after_run", step=step, mode=self.mode, values=MappingProxyType(values), final=final)
         port.publish("after_run", event, targets)
 
-    # -- evaluation and epochs -------------------------------------------------------------------
+    # -- evaluation and epochs (:mod:`hookbus._unscheduled`) -------------------------------------
     def eval_wanted(self) -> bool:
         """Whether any subscriber wants this eval publisher's keys."""
-        return any("after_run" in r.handlers and r.wants(self.bus_keys) for r in self._port.local_subscribers)
+        return eval_wanted(self._port, self.bus_keys)
 
     def publish_eval(self, step: int, values: Mapping[str, Any]) -> None:
         """Publish one evaluation's aggregated ``values`` as ``eval/<key>`` at training ``step``.
@@ -444,28 +391,9 @@ class PublisherCore:
         One evaluation per training step (:mod:`hookbus._evaluated`): an evaluation of a step
         this publisher already published since the resume point before it reaches no subscriber.
         """
-        port = self._port
-        if not port.first_evaluation(self.bus_keys, step):
-            return
-        prefixed = {EVAL_PREFIX + k: publishable(EVAL_PREFIX + k, v, step) for k, v in values.items()}
-        keyset = frozenset(prefixed)
-        targets = [
-            r
-            for r in port.local_subscribers
-            if "after_run" in r.handlers and not r.disabled and (r.passive or r.wants(keyset))
-        ]
-        event = port.event("after_run", step=step, mode="eval", values=MappingProxyType(prefixed))
-        port.publish("after_run", event, _unless_only_passive(targets))
+        publish_eval(self._port, self.bus_keys, step, values)
 
     def publish_epoch(self, step: int, values: Mapping[str, Any]) -> None:
         """Publish an epoch event (``mode="epoch"``; ``values`` keyed ``epoch/<name>`` plus ``epoch``)
         to the subscribers that opt in (:meth:`hookbus._subscription.Subscriber.wants_epochs`)."""
-        keyset = frozenset(k for k in values if k.startswith(EPOCH_PREFIX))
-        port = self._port
-        targets = [
-            r for r in port.local_subscribers if r.wants_epochs(keyset) or (r.passive and "after_run" in r.handlers)
-        ]
-        targets = _unless_only_passive(targets)
-        if targets:
-            event = port.event("after_run", step=step, mode="epoch", values=MappingProxyType(dict(values)))
-            port.publish("after_run", event, targets)
+        publish_epoch(self._port, step, values)
