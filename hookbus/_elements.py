@@ -7,7 +7,7 @@ from typing import Any
 
 from hookbus._tf import require_tensorflow
 
-__all__ = ["op_of", "resolve", "static_shape"]
+__all__ = ["op_of", "resolve", "static_shape", "step_after"]
 
 
 def _graph_names(graph: Any) -> list[str]:
@@ -50,3 +50,22 @@ def op_of(element: Any) -> Any:
     """The operation behind a tensor or variable (an operation is its own)."""
     tf = require_tensorflow("EventBusHook")
     return element.op if isinstance(element, tf.Tensor | tf.Variable) else element
+
+
+def step_after(tf: Any, graph: Any, train_op: Any, global_step: Any, previous: Any) -> Any:
+    """A read of ``global_step`` ordered after ``train_op``: the only exact step (examples/README.md
+    "How it works", Steps). ``previous`` when it was made in ``graph`` already: the graph is
+    finalized after the first session, and a train/evaluate loop begins again on it.
+
+    Raises:
+        ValueError: the graph has no global step.
+    """
+    if global_step is None:
+        raise ValueError(
+            "train_op is given but the graph has no global step; create it with "
+            "tf.compat.v1.train.get_or_create_global_step() before building the train op"
+        )
+    if previous is not None and previous.graph is graph:
+        return previous
+    with graph.control_dependencies([train_op]):
+        return tf.identity(global_step.read_value(), name="hookbus_step_after")

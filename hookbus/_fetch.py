@@ -10,9 +10,13 @@ same Python float :func:`hookbus._values.to_value` would make of it.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["TrainFetches"]
+if TYPE_CHECKING:
+    from hookbus._subscriber_view import SubscriberView
+
+__all__ = ["TrainFetches", "key_sets"]
 
 #: Up to this many distinct key sets among the subscribers, every union of them gets a packed
 #: fetch; beyond it only each set and the full set do (any other union is fetched unpacked).
@@ -40,6 +44,16 @@ def unions(sets: set[Keys], order: Keys) -> set[Keys]:
         keys = {k for i, ks in enumerate(distinct) if mask >> i & 1 for k in ks}
         found.add(tuple(k for k in order if k in keys))
     return found
+
+
+def key_sets(subscribers: Iterable[SubscriberView], keys: Keys, bus_keys: frozenset[str]) -> set[Keys]:
+    """The publisher's ``keys`` each of its ``after_run`` subscribers wants, in ``keys``' order: what
+    :meth:`TrainFetches.build` packs (``bus_keys``: the publisher's, which a subscriber must want)."""
+    return {
+        keys if r.keys is None else tuple(k for k in keys if k in r.keys)
+        for r in subscribers
+        if "after_run" in r.handlers and r.wants(bus_keys)
+    }
 
 
 class TrainFetches:

@@ -7,17 +7,18 @@ from typing import TYPE_CHECKING, Any
 
 from hookbus._checkpoint import SaverBackend
 from hookbus._cluster import SharedStop, Task
-from hookbus._elements import op_of, resolve, static_shape
-from hookbus._eval_mean import EvalAggregator, check_aggregate
-from hookbus._fetch import TrainFetches
+from hookbus._elements import op_of, resolve, static_shape, step_after
+from hookbus._eval_mean import check_aggregate
+from hookbus._fetch import TrainFetches, key_sets
 from hookbus._gate import start_gate
-from hookbus._learning_rate import LEARNING_RATE_KEY, LearningRate
-from hookbus._learning_rate_tf import GraphRate, check_rate_argument
+from hookbus._hook_args import check_fetches, check_run_arguments, check_task
+from hookbus._hook_eval import EvalRuns
+from hookbus._learning_rate import LEARNING_RATE_KEY
+from hookbus._learning_rate_tf import HookRate
 from hookbus._profiler_tf import TFProfiler
 from hookbus._publisher import EVAL_PREFIX, Plan, PublisherCore
 from hookbus._steps import StepEstimate
 from hookbus._tf import require_tensorflow, with_framework_base
-from hookbus._validate import positive_int
 
 # The module, once a hook is made (hookbus._tf imports it on first use, not with hookbus).
 tf: Any = None
@@ -139,46 +140,19 @@ class EventBusHook:
         on_timeout: str = "raise",
     ) -> None:
         _tensorflow("EventBusHook")
-        if fetches is None:
-            fetches = {}
-        self._graph_rate = None if check_rate_argument(learning_rate) is None else GraphRate(learning_rate)
-        self._rate: LearningRate | None = None
-        if self._graph_rate is not None and (mode == "eval" or LEARNING_RATE_KEY in fetches):
-            raise ValueError(
-                f"learning_rate takes mode='train' and no fetches key {LEARNING_RATE_KEY!r} (it publishes that key)"
-            )
-        if not isinstance(fetches, Mapping):
-            raise TypeError(f"fetches must be a mapping of key to tensor or tensor name (got {fetches!r})")
-        for key, value in fetches.items():
-            if not isinstance(value, str | tf.Tensor | tf.Operation | tf.Variable):
-                raise TypeError(
-                    f"fetches[{key!r}] must be a tensor, an operation, a variable or a tensor name (got {value!r})"
-                )
-        keys = [*fetches, LEARNING_RATE_KEY] if self._graph_rate is not None else fetches.keys()
+        self._fetches, graph_rate = check_fetches(tf, fetches, mode=mode, learning_rate=learning_rate)
+        keys = [*self._fetches, LEARNING_RATE_KEY] if graph_rate is not None else self._fetches.keys()
         self._core = PublisherCore(bus, keys, mode=mode)
-        if self._core.mode == "eval" and train_op is not None:
-            raise ValueError("an eval EventBusHook takes no train_op: evaluation runs are not training steps")
-        if steps_per_run is not None:
-            steps_per_run = positive_int("steps_per_run", steps_per_run)
-            if self._core.mode == "eval":
-                raise ValueError("steps_per_run counts training steps: it takes mode='train'")
+        steps_per_run, self._final_fetches = check_run_arguments(
+            tf, self._core.mode, train_op=train_op, steps_per_run=steps_per_run, batch_size=batch_size,
+            fetches=self._fetches, final_fetches=final_fetches,
+        )  # fmt: skip
         self._estimate = StepEstimate(steps_per_run)
         self._exact = False  # whether the last training run read the step
         self._session: Any = None
         self._step_args: Any = None  # a read of the step alone: learns the increment per run
-        self._fetches = dict(fetches)
-        if batch_size is not None and self._core.mode != "eval":
-            raise ValueError("batch_size weights evaluation means: it takes mode='eval'")
-        if batch_size is not None and not isinstance(batch_size, str | tf.Tensor | tf.Variable):
-            raise TypeError(f"batch_size must be a tensor or a tensor name (got {batch_size!r})")
-        self._batch_size_arg = batch_size
-        self._batch_size_element: Any = None
-        self._final_fetches = (final_fetches,) if isinstance(final_fetches, str) else tuple(final_fetches)
-        unknown = [k for k in self._final_fetches if k not in self._fetches]
-        if unknown:
-            raise ValueError(f"final_fetches names {unknown[0]!r}, which is not in fetches {sorted(self._fetches)}")
         self._train_op_arg = train_op
-        self._eval = EvalAggregator(check_aggregate(aggregate, self._fetches))
+        self._evals = EvalRuns(check_aggregate(aggregate, self._fetches), batch_size)  # an eval hook's runs
         self.bus = bus
         self._planned: Plan | None = None
         self._training_run = False
@@ -192,20 +166,15 @@ class EventBusHook:
         self._reads_step = False  # whether the global step can be read (set in begin)
         self._train_ops: frozenset[Any] = frozenset()
         self._elements: dict[str, Any] = {}
-        self._eval_args: Any = None
         self._train_fetches = TrainFetches()  # due steps' fetches: scalars packed in one tensor
         self._stop_before_eval = False
-        if task is None:
-            task = Task.from_tf_config()
-        elif not isinstance(task, Task):
-            raise TypeError(f"task must be a hookbus.Task or None (got {task!r})")
-        self.task = task
+        self.task = task = check_task(task)
+        self._rate = HookRate(graph_rate, task) if graph_rate is not None else None  # the rate across sessions
         self._shared_stop = SharedStop(task, check_stop_every_n_steps) if task and self.mode == "train" else None
         self._stop_args: Any = None
         self._gate = start_gate(wait_for_step, timeout_secs=wait_timeout_secs, on_timeout=on_timeout,
                                 task=task, mode=self.mode)  # fmt: skip
-        # Train mode offers its session to checkpoint sinks (through the core, in begin).
-        self.checkpoint_backend = SaverBackend() if self._core.mode == "train" else None
+        self.checkpoint_backend = SaverBackend() if self._core.mode == "train" else None  # to sinks, in begin
         self._profiling = self._core.profiling  # steps in a profile window carry a step marker
 
     @property
@@ -226,35 +195,21 @@ class EventBusHook:
         self._quiet_fetch = _NO_FETCH  # the graph's train op is found again on its first run
         graph = tf.compat.v1.get_default_graph()
         self._elements = {k: resolve(graph, "fetch", v) for k, v in self._fetches.items()}
-        if self._batch_size_arg is not None:
-            self._batch_size_element = resolve(graph, "batch_size", self._batch_size_arg)
+        self._evals.begin(graph, self._elements)
         prefix = EVAL_PREFIX if self._core.mode == "eval" else ""
         shapes = {prefix + k: static_shape(e) for k, e in self._elements.items()}
         self._core.shapes = {k: shape for k, shape in shapes.items() if shape is not None}
         self._global_step = tf.compat.v1.train.get_global_step(graph)
-        if self._graph_rate is not None:  # before the due-step fetches are packed: the rate is one of them
-            device = getattr(self._global_step, "device", None) if self.task is not None else None
-            shared = self._global_step if self.task is not None else None  # others move it meanwhile
-            self._elements[LEARNING_RATE_KEY] = self._graph_rate.build(tf, graph, device, shared)
+        if self._rate is not None:  # before the due-step fetches are packed: the rate is one of them
             self._core.shapes[LEARNING_RATE_KEY] = ()
-            rate = self._rate = self._core.offer_learning_rate(self._graph_rate, publisher="EventBusHook")
-            if rate is not None and self.task is not None and not self.task.is_chief:
-                rate.drop_requests()  # one rate variable on the parameter server: the chief sets it
-        self._eval_args = None
+            offer = self._core.offer_learning_rate
+            self._elements[LEARNING_RATE_KEY] = self._rate.begin(tf, graph, self._global_step, offer)
         if self._train_op_arg is not None:
             train_op = resolve(graph, "train_op", self._train_op_arg)
-            if self._global_step is None:
-                raise ValueError(
-                    "train_op is given but the graph has no global step; create it with "
-                    "tf.compat.v1.train.get_or_create_global_step() before building the train op"
-                )
+            read = step_after(tf, graph, train_op, self._global_step, self._step_after)  # ordered after train_op
             self._train_ops = frozenset({train_op, op_of(train_op)})
-            if self._step_after is None or self._step_after.graph is not graph:
-                # The graph is finalized after the first session; a train/evaluate loop
-                # begins again on the same graph and reuses this read.
-                with graph.control_dependencies([train_op]):
-                    # A read ordered after the train op: the only exact step (examples/README.md "How it works", Steps).
-                    self._step_after = tf.identity(self._global_step.read_value(), name="hookbus_step_after")
+            if read is not self._step_after:
+                self._step_after = read
                 self._estimate.forget()  # another train op: its increment is learned anew
             self._step_args = tf.compat.v1.train.SessionRunArgs({"step": self._step_after})
         if self._shared_stop is not None:
@@ -282,28 +237,21 @@ class EventBusHook:
         if self.task is not None:
             self._core.set_task(self.task)
         if self._core.mode == "train":
-            keys = self._core.keys
-            wanted = {
-                keys if r.keys is None else tuple(k for k in keys if k in r.keys)
-                for r in self._core.local_subscribers()
-                if "after_run" in r.handlers and r.wants(self._core.bus_keys)
-            }
-            stop = self._shared_stop.read if self._shared_stop is not None else None
-            self._train_fetches.build(tf, graph, self._elements, wanted, keys, self._step_after, stop)
+            core, stop = self._core, self._shared_stop.read if self._shared_stop is not None else None
+            wanted = key_sets(core.local_subscribers(), core.keys, core.bus_keys)
+            self._train_fetches.build(tf, graph, self._elements, wanted, core.keys, self._step_after, stop)
         self._core.begin()
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         self._estimate.start(int(session.run(self._global_step)) if self._global_step is not None else 0)
         self._session = session
-        self._eval.start()
+        self._evals.start()
         # A stop requested before an evaluation began (the training's) must not cut it short.
         self._stop_before_eval = self._core.mode == "eval" and self.bus.should_stop
         if self.checkpoint_backend is not None:
             self.checkpoint_backend.attach_session(session)
-        if self._graph_rate is not None:
-            chief = self.task is None or bool(self.task.is_chief)
-            multiplier = self._rate.multiplier if self._rate is not None else 1.0
-            self._graph_rate.attach_session(session, multiplier=multiplier, chief=chief)
+        if self._rate is not None:
+            self._rate.attach_session(session)
         self._core.session_created(self._step)
         if self._shared_stop is not None:
             self._shared_stop.session_created(session, self._core.stops, first=self._core.sessions == 1)
@@ -332,7 +280,7 @@ class EventBusHook:
             return None
         self._quiet = False
         if self._core.mode == "eval":
-            return self._before_eval_run()
+            return self._evals.run_args(tf, self._core.eval_wanted)
         self._planned = None
         self._training_run = self._is_training_run(run_context)
         if not self._training_run:
@@ -364,8 +312,7 @@ class EventBusHook:
             self._act_on_stops(run_context, self._reads_step)
             return
         if self._core.mode == "eval":
-            if run_values.results:
-                self._eval.add(run_values.results, weighted=self._batch_size_element is not None)
+            self._evals.add(run_values.results)
         elif self._training_run:
             self._after_training_run(run_context, run_values.results)
         self._act_on_stops(run_context, self._training_run and not self._exact and self._reads_step)
@@ -428,10 +375,9 @@ class EventBusHook:
             self._shared_stop.announce(session, self._core.stops)
         final = self._core.final_plan(self._step)
         if final is not None:
-            # No fetch here (test_finite_input.py, README "Guarantees": inputs that end): a finite
-            # input that just ended must not be asked for
-            # another batch, and values never published must not appear at the end. The at_end
-            # subscribers get the last published values and their step; only final_fetches,
+            # No fetch here (test_finite_input.py, README "Guarantees": inputs that end): a finite input that
+            # just ended must not be asked for another batch, and values never published must not appear at the
+            # end. The at_end subscribers get the last published values and their step; only final_fetches,
             # declared safe to run now, are read at the end.
             step, values = self._core.last_values() or (self._step, {})
             if self._final_fetches:
@@ -443,23 +389,12 @@ class EventBusHook:
         if self.checkpoint_backend is not None:
             self.checkpoint_backend.attach_session(None)  # the session closes after end()
             self._core.offer_profiler(None)
-        if self._graph_rate is not None:
-            self._graph_rate.attach_session(None, multiplier=1.0, chief=False)
-
-    # -- evaluation ----------------------------------------------------------------------------
-    def _before_eval_run(self) -> Any:
-        if not self._eval.mean_keys or not self._core.eval_wanted():
-            return None
-        if self._eval_args is None:
-            fetch = self._eval.fetch(self._elements, self._batch_size_element)
-            self._eval_args = tf.compat.v1.train.SessionRunArgs(fetch)
-        return self._eval_args
+        if self._rate is not None:
+            self._rate.attach_session(None)
 
     def _end_eval(self, session: Any) -> None:
         if self._core.eval_wanted():
-            values = self._eval.means()
-            if self._eval.final_keys:
-                values.update(session.run({k: self._elements[k] for k in self._eval.final_keys}))
+            values = self._evals.values(session)  # :mod:`hookbus._hook_eval`
             if values:
                 self._core.publish_eval(self._step, values)
         self._core.end(self._step)

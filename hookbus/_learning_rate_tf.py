@@ -18,12 +18,17 @@
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from hookbus._elements import resolve
 from hookbus._tf import require_keras, require_tensorflow
 
-__all__ = ["GraphRate", "OptimizerRate", "VariableRate", "check_rate_argument"]
+if TYPE_CHECKING:
+    from hookbus._cluster import Task
+    from hookbus._learning_rate import LearningRate
+
+__all__ = ["GraphRate", "HookRate", "OptimizerRate", "VariableRate", "check_rate_argument"]
 
 
 def check_rate_argument(value: Any) -> Any:
@@ -125,6 +130,42 @@ class GraphRate:
 
     def set_multiplier(self, multiplier: float) -> int | None:
         return self._assign(multiplier)
+
+
+class HookRate:
+    """A TF1 hook's rate across its sessions: its :class:`GraphRate` and the
+    :class:`~hookbus.sink_api.LearningRate` the sinks read and steer it through.
+
+    Args:
+        graph_rate: The rate's backend.
+        task: The hook's task in parameter-server training (``None``: one machine): the
+            multiplier then lives on the parameter server, and only the chief sets the rate.
+    """
+
+    def __init__(self, graph_rate: GraphRate, task: Task | None) -> None:
+        self._graph_rate, self._task = graph_rate, task
+        self._rate: LearningRate | None = None
+
+    def begin(self, tf: Any, graph: Any, global_step: Any, offer: Callable[..., LearningRate | None]) -> Any:
+        """Build the rate in ``graph`` and offer it (``offer``: the core's ``offer_learning_rate``);
+        the element the due steps fetch as ``learning_rate``."""
+        task = self._task
+        device = getattr(global_step, "device", None) if task is not None else None
+        shared = global_step if task is not None else None  # others move it meanwhile
+        element = self._graph_rate.build(tf, graph, device, shared)
+        rate = self._rate = offer(self._graph_rate, publisher="EventBusHook")
+        if rate is not None and task is not None and not task.is_chief:
+            rate.drop_requests()  # one rate variable on the parameter server: the chief sets it
+        return element
+
+    def attach_session(self, session: Any) -> None:
+        """A session exists: the multiplier in effect is put in it (``None``: the session ends)."""
+        if session is None:
+            self._graph_rate.attach_session(None, multiplier=1.0, chief=False)
+            return
+        chief = self._task is None or bool(self._task.is_chief)
+        multiplier = self._rate.multiplier if self._rate is not None else 1.0
+        self._graph_rate.attach_session(session, multiplier=multiplier, chief=chief)
 
 
 def _variable_of(tf: Any, graph: Any, element: Any) -> Any:
