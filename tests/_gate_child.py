@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _ps_task import ps_task, wait_for_chief
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 NEVER = 10**9
@@ -49,29 +51,14 @@ def hold(files: list[Path], limit: float = 60.0) -> None:
 
 def main(config: dict[str, Any]) -> None:
     faulthandler.dump_traceback_later(float(config.get("dump_after", 120)), exit=False)
-    kind, index, scenario = config["type"], int(config["index"]), config["scenario"]
-    out = Path(config["out"])
-    os.environ["TF_CONFIG"] = json.dumps({"cluster": config["cluster"], "task": {"type": kind, "index": index}})
-    import tensorflow as tf
-
-    tf.compat.v1.disable_eager_execution()
-    spec = tf.train.ClusterSpec(config["cluster"])
-    server = tf.distribute.Server(spec, job_name=kind, task_index=index, start=True)
-    if kind == "ps":
-        server.join()
-        return
+    scenario, out = config["scenario"], Path(config["out"])
+    task = ps_task(config)
+    tf, index, loss, train_op = task.tf, task.index, task.loss, task.train_op
 
     from rich.console import Console
 
     import hookbus
     from hookbus.sinks import ConsoleSink, EventLogSink, StopAtStepSink
-
-    setter = tf.compat.v1.train.replica_device_setter(worker_device=f"/job:worker/task:{index}", cluster=spec)
-    with tf.compat.v1.device(setter):
-        global_step = tf.compat.v1.train.get_or_create_global_step()
-        w = tf.compat.v1.get_variable("w", initializer=5.0)
-        loss = tf.square(w - 1.0)
-        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=global_step)
 
     bus = hookbus.EventBus()
     if index == 0:
@@ -106,18 +93,14 @@ def main(config: dict[str, Any]) -> None:
         def joined(event: Any) -> None:
             (out / "w2-at-gate").touch()  # TensorFlow's hook waits in the first before_run, next
 
-    session_config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{index}"])
-    ready = out / "chief-ready"
-    if index != 0:
-        while not ready.exists():  # a non-chief that finds the model uninitialised sleeps 30 s
-            time.sleep(0.05)
+    wait_for_chief(out, index)
     local, error = 0, None
     try:
         with bus, hookbus.monitored_training_session(
-            master=server.target, is_chief=index == 0, hooks=hooks, config=session_config,
+            master=task.server.target, is_chief=index == 0, hooks=hooks, config=task.session_config,
         ) as sess:  # fmt: skip
             if index == 0:
-                ready.touch()
+                (out / "chief-ready").touch()
             while not sess.should_stop():
                 sess.run(train_op)
                 local += 1

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _ps_task import ps_task, wait_for_chief
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
@@ -45,41 +47,24 @@ def single(config: dict[str, Any]) -> None:
 
 
 def cluster(config: dict[str, Any]) -> None:
-    kind, index = config["type"], int(config["index"])
     out = Path(config["out"])
-    os.environ["TF_CONFIG"] = json.dumps({"cluster": config["cluster"], "task": {"type": kind, "index": index}})
-    import tensorflow as tf
-
-    tf.compat.v1.disable_eager_execution()
-    spec = tf.train.ClusterSpec(config["cluster"])
-    server = tf.distribute.Server(spec, job_name=kind, task_index=index, start=True)
-    if kind == "ps":
-        server.join()
-        return
+    task = ps_task(config)
+    index, loss, train_op = task.index, task.loss, task.train_op
 
     import hookbus
     from hookbus.sinks import EventLogSink
 
-    setter = tf.compat.v1.train.replica_device_setter(worker_device=f"/job:worker/task:{index}", cluster=spec)
-    with tf.compat.v1.device(setter):
-        global_step = tf.compat.v1.train.get_or_create_global_step()
-        w = tf.compat.v1.get_variable("w", initializer=5.0)
-        loss = tf.square(w - 1.0)
-        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=global_step)
     bus = hookbus.EventBus()
     bus.attach(EventLogSink(out / "events.jsonl", runs_on="each", flush_secs=0.1))
     bus.on("after_run", every_n_steps=1)(lambda event: None)  # every step is due: every step is recorded
     hook = hookbus.EventBusHook(bus, {"loss": loss}, train_op=train_op)
-    session_config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{index}"])
-    ready = out / "chief-ready"
-    while index != 0 and not ready.exists():  # a non-chief whose first check fails sleeps 30 s
-        time.sleep(0.05)
+    wait_for_chief(out, index)
     local_steps = config.get("local_steps")
     local = 0
     with bus, hookbus.monitored_training_session(
-        master=server.target, is_chief=index == 0, hooks=[hook], config=session_config,
+        master=task.server.target, is_chief=index == 0, hooks=[hook], config=task.session_config,
     ) as sess:  # fmt: skip
-        ready.touch()
+        (out / "chief-ready").touch()
         while not sess.should_stop() and not (out / "stop").exists():
             if local_steps is not None and local >= int(local_steps):
                 break
