@@ -9,12 +9,13 @@ have something to decide)::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pytest
 
-__all__ = ["KERAS_NP_ARRAY", "data"]
+__all__ = ["KERAS_NP_ARRAY", "classifier", "data"]
 
 # Keras's own BackupAndRestore, TensorBoard and .weights.h5 writer convert variables with
 # np.array(variable), which numpy 2.4 warns about (warnings are errors here); only the tests
@@ -30,3 +31,15 @@ def data(n: int = 64, seed: int = 0) -> tuple[np.ndarray[Any, Any], np.ndarray[A
     x = rng.normal(size=(n, 4)).astype("float32")
     y = ((x[:, 0] + rng.normal(scale=0.8, size=n)) > 0).astype("int32")
     return x, y
+
+
+def classifier(optimizer: Any, metrics: Sequence[Any] = ()) -> Any:
+    """The model the Keras tests fit on :func:`data`: ``Dense(8, relu)`` then two logits, seeded
+    with 0, compiled with ``optimizer``, sparse cross-entropy on the logits and ``metrics``."""
+    import keras  # type: ignore[import-untyped]
+
+    keras.utils.set_random_seed(0)
+    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    m.compile(optimizer=optimizer, loss=loss, **({"metrics": list(metrics)} if metrics else {}))
+    return m

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _keras_data import KERAS_NP_ARRAY, data
+from _keras_data import KERAS_NP_ARRAY, classifier, data
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
@@ -27,14 +27,7 @@ TRAIN, VAL = data(128, 0), data(64, 1)
 
 
 def model() -> Any:
-    keras.utils.set_random_seed(0)
-    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
-    m.compile(
-        optimizer=keras.optimizers.Adam(0.1),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-    )
-    return m
+    return classifier(keras.optimizers.Adam(0.1), ["accuracy"])
 
 
 class EpochWeights(keras.callbacks.Callback):  # type: ignore[misc,name-defined]

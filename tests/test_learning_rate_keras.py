@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _keras_data import KERAS_NP_ARRAY, data
+from _keras_data import KERAS_NP_ARRAY, classifier, data
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
@@ -23,10 +23,7 @@ FIT = {"batch_size": 32, "verbose": 0, "shuffle": False}
 
 
 def model(optimizer: Any) -> Any:
-    keras.utils.set_random_seed(0)
-    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
-    m.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return m
+    return classifier(optimizer)
 
 
 class Rates(keras.callbacks.Callback):  # type: ignore[misc,name-defined]

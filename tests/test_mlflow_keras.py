@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _keras_data import data
+from _keras_data import classifier, data
 
 pytest.importorskip("mlflow")
 tf = pytest.importorskip("tensorflow")
@@ -58,10 +58,7 @@ class Status(keras.callbacks.Callback):  # type: ignore[misc,name-defined]
 
 
 def fit(directory: Path, *callbacks: Any) -> EventBus:
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
-    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss)
+    model = classifier(keras.optimizers.SGD(0.1))
     bus = EventBus()
     bus.attach(CheckpointSink(directory / "ckpt", keep=10))
     bus.attach(CSVSink(directory / "metrics.csv", every_n_steps=1))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _keras_data import data
+from _keras_data import classifier, data
 from _mlflow_server import MlflowServer, metric_history, require_mlflow
 
 tf = pytest.importorskip("tensorflow")
@@ -37,14 +37,7 @@ TRAIN, VAL = data(128, 0), data(64, 1)
 
 
 def _model() -> Any:
-    keras.utils.set_random_seed(0)
-    m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
-    m.compile(
-        optimizer=keras.optimizers.Adam(0.1),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-    )
-    return m
+    return classifier(keras.optimizers.Adam(0.1), ["accuracy"])
 
 
 @pytest.fixture
