@@ -183,19 +183,25 @@ class VariableRate:
 
     scheduled = False
 
-    def __init__(self, variable: Any) -> None:
+    def __init__(self, variable: Any, steps: Callable[[], int] = lambda: 0) -> None:
         if not callable(getattr(variable, "assign", None)) or not callable(getattr(variable, "numpy", None)):
             raise TypeError(f"learning_rate must be a tf.Variable the optimizer reads (got {variable!r})")
         self.variable = variable
+        self._steps = steps  # the publisher's steps trained so far
+        self._before: tuple[int, float] | None = None  # (steps, the rate that trained the last step) at a change
 
     def read(self) -> float:
         return float(self.variable.numpy())
 
     def used(self) -> float:
-        """The rate the last step trained with (the variable is set between steps only)."""
+        """The rate the last step trained with (the variable is set between steps only); after a
+        change, until a step trains, the rate before it."""
+        if self._before is not None and self._before[0] == self._steps():
+            return self._before[1]
         return self.read()
 
     def set_rate(self, rate: float) -> None:
+        self._before = (self._steps(), self.used())
         self.variable.assign(rate)
 
     def set_multiplier(self, multiplier: float) -> None:

@@ -116,7 +116,8 @@ class LoopPublisher:
             raise ValueError("pass learning_rate= (a tf.Variable) or optimizer=, not both")
         if optimizer is not None and not hasattr(optimizer, "iterations"):
             raise TypeError(f"optimizer must be a Keras optimizer (got {optimizer!r})")
-        self._rate_source: Any = VariableRate(learning_rate) if learning_rate is not None else optimizer
+        own_rate = None if learning_rate is None else VariableRate(learning_rate, lambda: self._step)
+        self._rate_source: Any = own_rate if own_rate is not None else optimizer
         self._rate: VariableRate | OptimizerRate | None = None
         if step_counter is not None and not callable(getattr(step_counter, "numpy", None)):
             raise TypeError(f"step_counter must be a variable or tensor with .numpy() (got {step_counter!r})")

@@ -323,3 +323,41 @@ def test_a_rate_asked_for_at_an_evaluation_trains_the_next_rounds_of_train_and_e
     expected = {s: pytest.approx(0.1 * (FACTOR if s > 3 else 1.0), rel=1e-5) for s in rates}
     assert rates == expected
     assert [c.step for c in steer.changes] == [3]
+
+
+@pytest.mark.parametrize("how", ["variable", "optimizer"])
+def test_the_loops_final_event_publishes_the_rate_that_trained_the_last_step(how: str) -> None:
+    """A reduction the last evaluation decides is applied after the last step: the at-end event of
+    that step still carries the rate it trained with."""
+    from hookbus.sinks import ReduceLROnPlateauSink
+
+    w = tf.Variable(1.0)
+    optimizer = keras.optimizers.SGD(0.5)
+    offered = {"learning_rate": optimizer.learning_rate} if how == "variable" else {"optimizer": optimizer}
+    bus = hookbus.EventBus()
+    bus.attach(ReduceLROnPlateauSink(monitor="eval/loss", factor=0.5, patience=1, min_delta=1e9))
+    final: list[tuple[int, float]] = []
+
+    def at_end(event: Any) -> None:
+        if event.final:
+            final.append((event.step, event.values["learning_rate"]))
+
+    bus.on("after_run", at_end, keys="learning_rate", every_n_steps=1000, at_end=True)
+    loop = hookbus.LoopPublisher(bus, keys=["loss", "learning_rate"], eval_keys=["loss"],
+                                 step_counter=optimizer.iterations, **offered)  # fmt: skip
+
+    @tf.function  # type: ignore[untyped-decorator]
+    def train_step() -> Any:
+        with tf.GradientTape() as tape:
+            loss = w * w
+        optimizer.apply_gradients([(tape.gradient(loss, w), w)])
+        return loss
+
+    with bus, loop:
+        for _ in range(2):
+            for _ in range(4):
+                loss = train_step()
+                loop.step({"loss": loss})
+            loop.evaluate({"loss": float(loss)})
+    assert float(optimizer.learning_rate.numpy()) == 0.25  # the second evaluation reduced it
+    assert final == [(8, 0.5)]
