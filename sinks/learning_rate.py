@@ -27,7 +27,22 @@ __all__ = ["LearningRateSchedulerSink", "ReduceLROnPlateauSink"]
 logger = logging.getLogger("hookbus")
 
 
-class ReduceLROnPlateauSink(Sink):
+class _RateSink(Sink):
+    """What both learning-rate sinks are: they control training and run before the checkpoint
+    (a checkpoint at a step holds that step's decision), decide on the chief for every worker,
+    stop the run on an error, and show the changes they asked for, whoever relays them."""
+
+    priority = Priority.EARLY_STOPPING
+    controls_training: ClassVar[bool] = True
+    default_runs_on: ClassVar[str] = "chief"  # one decision, applied on every worker
+    on_error = "raise"
+    _steering: RateSteering
+
+    def on_learning_rate_changed(self, change: LearningRateChange) -> None:
+        self._steering.changed(change)
+
+
+class ReduceLROnPlateauSink(_RateSink):
     """Reduces the learning rate when ``monitor`` stops improving: Keras's ``ReduceLROnPlateau``, on any publisher.
 
     Every event carrying ``monitor`` is one evaluation: each evaluation of an eval publisher
@@ -67,11 +82,6 @@ class ReduceLROnPlateauSink(Sink):
             provides ``monitor`` (naming the known keys), ``mode="auto"`` cannot tell the
             direction, or the training publisher offers no learning rate (naming what to pass).
     """
-
-    priority = Priority.EARLY_STOPPING
-    controls_training: ClassVar[bool] = True
-    default_runs_on: ClassVar[str] = "chief"  # one decision, applied on every worker
-    on_error = "raise"
 
     def __init__(
         self,
@@ -148,9 +158,6 @@ class ReduceLROnPlateauSink(Sink):
         )
         self._steering.ask(lr, new, reason)
 
-    def on_learning_rate_changed(self, change: LearningRateChange) -> None:
-        self._steering.changed(change)
-
     def state_dict(self) -> dict[str, Any]:
         s = self.state
         return {
@@ -181,7 +188,7 @@ class ReduceLROnPlateauSink(Sink):
         return f"lr plateau: wait {s.wait}/{self.rule.patience} ({best})"
 
 
-class LearningRateSchedulerSink(Sink):
+class LearningRateSchedulerSink(_RateSink):
     """Sets the learning rate from ``schedule``: Keras's ``LearningRateScheduler``, per epoch or per step.
 
     ``per="epoch"`` (Keras's): ``schedule(epoch, lr)`` with the 0-based epoch and the rate in
@@ -213,11 +220,6 @@ class LearningRateSchedulerSink(Sink):
             no learning rate; when ``schedule`` returns anything but a finite number > 0 (the
             first call is made before step 1).
     """
-
-    priority = Priority.EARLY_STOPPING
-    controls_training: ClassVar[bool] = True
-    default_runs_on: ClassVar[str] = "chief"  # one decision, applied on every worker
-    on_error = "raise"
 
     def __init__(
         self,
@@ -300,9 +302,6 @@ class LearningRateSchedulerSink(Sink):
             )
         if not same_rate(float(new), current):
             self._steering.ask(lr, float(new), f"schedule at {self.per} {index}")
-
-    def on_learning_rate_changed(self, change: LearningRateChange) -> None:
-        self._steering.changed(change)
 
     def state_dict(self) -> dict[str, Any]:
         return self._steering.state()
