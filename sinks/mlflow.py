@@ -42,7 +42,6 @@ logger = logging.getLogger("hookbus")
 
 HParamValue = bool | int | float | str
 RATE_NAME = "steps/sec"
-_TAG_NAME = re.compile(r"^[/\w.\- :]{1,250}$")
 _RUN_KEY = re.compile(r"^[\w.\-:/]{1,250}$")
 
 
@@ -171,7 +170,7 @@ class MLflowSink(Sink):
         if tags is not None and not (isinstance(tags, Mapping) and all(isinstance(v, str) for v in tags.values())):
             raise ValueError(f"tags must map tag names to strings (got {tags!r})")
         for tag in tags or {}:
-            if not isinstance(tag, str) or not _TAG_NAME.match(tag) or tag != mlflow_name(tag):
+            if not isinstance(tag, str) or tag != mlflow_name(tag):  # the one name rule: a valid name maps to itself
                 raise ValueError(f"tag name {tag!r} is not a valid MLflow name (try {mlflow_name(str(tag))!r})")
         self.tags = dict(tags or {})
         if run_key is not None and (not isinstance(run_key, str) or not _RUN_KEY.match(run_key)):
