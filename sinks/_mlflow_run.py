@@ -86,15 +86,16 @@ class TrackedRun:
         self.landed = 0
 
     # -- resolving the run ----------------------------------------------------------------
-    def open(self, state: Mapping[str, Any] | None) -> None:
+    def open(self, state: Mapping[str, Any] | None, start_ms: int | None = None) -> None:
         """Find the run to continue (the checkpoint's, else a dead process's RUNNING run of the
-        same run key) or create one; continue it as RUNNING, its params checked."""
+        same run key) or create one, starting at ``start_ms`` (the session's wall time); continue
+        it as RUNNING, its params checked."""
         client = self._client = _client(self.plan.tracking_uri)
         experiment_id = self._experiment_id(client)
         run = self._from_state(client, state) or self._orphan(client, experiment_id)
         identity = {RUN_KEY_TAG: self.plan.run_key, HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
         if run is None:
-            run = client.create_run(experiment_id, run_name=self.plan.run_name, tags=identity)
+            run = client.create_run(experiment_id, start_time=start_ms, run_name=self.plan.run_name, tags=identity)
             self.resumed = False
         else:
             self.resumed = True

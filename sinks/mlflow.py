@@ -192,6 +192,7 @@ class MLflowSink(Sink):
         self._owners: dict[str, str] = {}  # MLflow name -> key
         self._loaded: Mapping[str, Any] | None = None
         self._opened = False
+        self._wall_ms: int | None = None  # the newest event's wall time: the run's start, then its end
         self._stop: StopRequest | None = None
         self._error: BaseException | None = None
         self._last_rate: tuple[int, float] | None = None  # (step, clock) of the last train point
@@ -251,17 +252,19 @@ class MLflowSink(Sink):
         )  # fmt: skip
 
     def on_session_created(self, event: Event) -> None:
+        self._wall_ms = int(event.wall_time * 1000)
         if event.mode == "train":
             self._last_rate = None  # the rate restarts with each session
         run = self.run
         if run is None or self._opened or not self.output.writing:
             return
         self._opened = True  # the checkpoint sink (earlier in order) has loaded this session's state
-        self.output.call(functools.partial(run.open, self._loaded))
+        self.output.call(functools.partial(run.open, self._loaded, self._wall_ms))
 
     def on_after_run(self, event: Event) -> None:
         if not self.output.writing:
             return
+        stamp = self._wall_ms = int(event.wall_time * 1000)
         mode = event.mode if event.mode in MODES else "train"
         values: dict[str, float] = {}
         new_names: dict[str, str] = {}
@@ -280,7 +283,7 @@ class MLflowSink(Sink):
                 values[RATE_NAME] = (event.step - last[0]) / (now - last[1])
         if values:
             tags = names_tags(self._names) if new_names else {}
-            self.output.put(Point(mode, event.step, int(event.wall_time * 1000), values, tags))
+            self.output.put(Point(mode, event.step, stamp, values, tags))
 
     def _name_of_new(self, key: str, new_names: dict[str, str]) -> str:
         """A key first seen after begin (a Keras epoch value): its name, or ``""`` on a collision."""
@@ -329,7 +332,8 @@ class MLflowSink(Sink):
             run = self.run
             if run is not None and self.output.writing and not self.output.stalled:
                 status, tags = self._ending()
-                self.output.call(functools.partial(run.finish, status, tags, int(time.time() * 1000)))
+                end = self._wall_ms if self._wall_ms is not None else int(time.time() * 1000)  # a replay's too
+                self.output.call(functools.partial(run.finish, status, tags, end))
         finally:
             self.output.close()
 

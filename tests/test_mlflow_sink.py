@@ -395,3 +395,17 @@ def test_import_hookbus_stays_free_of_mlflow_and_a_missing_mlflow_names_the_extr
     assert done.returncode == 0, done.stderr
     assert "MLflowSink needs MLflow" in done.stdout
     assert "pip install 'hookbus[mlflow]'" in done.stdout
+
+
+def test_the_run_starts_and_ends_at_its_events_wall_times(mlflow_store: Path) -> None:
+    # Found by trying it as a user: an 11 s Keras fit showed a 1.3 s run (the run was created when
+    # the writer first reached MLflow, ~10 s after training began); a replay's run would start now.
+    sink = MLflowSink(directory=mlflow_store, every_n_steps=5, flush_secs=0.1)
+    bus = bus_with(sink)
+    train = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        train.run([{"loss": 1.0 / step} for step in range(1, 21)])
+    (run,) = runs(mlflow_store)
+    stamps = [t for _, _, t in history(mlflow_store, run, "loss")]
+    assert 1_700_000_000_000 <= run.info.start_time <= stamps[0], (run.info.start_time, stamps)
+    assert stamps[-1] <= run.info.end_time < 1_700_000_100_000, (run.info.end_time, stamps)
