@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from _mwms_step import mse_train_step, unsharded_batches
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
@@ -166,21 +168,8 @@ def _loop(tf: Any, strategy: Any, model: Any, optimizer: Any, x: Any, y: Any, bu
 
     with strategy.scope():
         optimizer.build(model.trainable_variables)
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    data = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16).with_options(options)
-    batches = iter(strategy.experimental_distribute_dataset(data))
-
-    @tf.function  # type: ignore[untyped-decorator]
-    def train_step(iterator: Any) -> Any:
-        def step(xb: Any, yb: Any) -> Any:
-            with tf.GradientTape() as tape:
-                loss = tf.reduce_mean((model(xb) - yb) ** 2) / strategy.num_replicas_in_sync
-            grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-            return loss
-
-        return {"loss": strategy.reduce("SUM", strategy.run(step, args=next(iterator)), axis=None)}
+    batches = unsharded_batches(tf, strategy, tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(16))
+    train_step = mse_train_step(tf, strategy, model, optimizer)
 
     loop = hookbus.LoopPublisher(
         bus, ["loss"], step_counter=optimizer.iterations, strategy=strategy, learning_rate=optimizer.learning_rate,

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from _mwms_step import mse_train_step, unsharded_batches
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
@@ -33,21 +35,9 @@ def main(config: dict[str, Any]) -> None:
         optimizer = keras.optimizers.SGD(0.01)
         optimizer.build(model.trainable_variables)
     x = np.ones((64, 4), "float32")
-    options = tf.data.Options()
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     data = tf.data.Dataset.from_tensor_slices((x, x.sum(axis=1, keepdims=True))).repeat().batch(8)
-    batches = iter(strategy.experimental_distribute_dataset(data.with_options(options)))
-
-    @tf.function  # type: ignore[untyped-decorator]
-    def train_step(iterator: Any) -> Any:
-        def step(xb: Any, yb: Any) -> Any:
-            with tf.GradientTape() as tape:
-                loss = tf.reduce_mean((model(xb) - yb) ** 2) / strategy.num_replicas_in_sync
-            grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-            return loss
-
-        return {"loss": strategy.reduce("SUM", strategy.run(step, args=next(iterator)), axis=None)}
+    batches = unsharded_batches(tf, strategy, data)
+    train_step = mse_train_step(tf, strategy, model, optimizer)
 
     bus = hookbus.EventBus()
     sink = bus.attach(ProfilerSink(out / "tb", start_step=3, num_steps=3))
