@@ -68,9 +68,10 @@ class LogFollower:
                 self._offset, self._tail = 0, b""
             self._identity = identity
             handle.seek(self._offset + len(self._tail))
-            data = self._tail
+            chunks = [self._tail]
             while chunk := handle.read(_READ):
-                data += chunk
+                chunks.append(chunk)
+        data = b"".join(chunks)  # joined once: adding each piece to the last copies the log again each time
         end = data.rfind(b"\n") + 1
         self._offset += end
         self._tail = data[end:]
