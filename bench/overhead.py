@@ -31,6 +31,9 @@ Configurations (every one also has the StopAtStepHook that ``bare`` has):
                    accuracy at the most frequent step cadence (every 10 steps; every step) and
                    discards them. It is what TensorFlow's session machinery charges for bringing
                    values out through the hook API at all; any hook doing the work pays it.
+    empty-hook     a reference, not a target: one SessionRunHook that does nothing (its before_run
+                   returns None): what MonitoredSession charges for one more hook, before the hook
+                   does anything. A quiet step can cost no less.
 
 The models (``linear``: the demo's 0.3 ms linear regression; ``mlp``: about 1 ms a step) expose
 ``loss`` and ``accuracy`` (the share of predictions within 0.25, resp. 0.5, of the target), so
@@ -79,7 +82,9 @@ CADENCES: dict[str, dict[str, float]] = {
     "every": {"console_secs": 0.0, "csv": 1, "nan": 1, "tb": 1, "es": 1, "ckpt": 1000},
 }
 CONFIGS = {
-    "realistic": ["bare", "native", "floor", "hookbus", "hookbus-quiet", "hookbus-quiet-lr", "fetch-floor"],
+    "realistic": [
+        "bare", "native", "floor", "hookbus", "hookbus-quiet", "hookbus-quiet-lr", "fetch-floor", "empty-hook",
+    ],
     "every": ["bare", "native", "hookbus", "fetch-floor"],
 }
 
@@ -155,6 +160,8 @@ def open_config(
             hooks.append(HandWrittenFloor(model.loss, model.accuracy, directory))
         elif name == "fetch-floor":
             hooks.append(FetchFloor({"loss": model.loss, "accuracy": model.accuracy}, int(cadence["csv"])))
+        elif name == "empty-hook":
+            hooks.append(FetchFloor({}, NEVER))
         elif name.startswith("hookbus"):
             quiet = name.startswith("hookbus-quiet")
             bus, hook = hookbus_hook(model, directory, cadence, quiet, sink_file, rate=name == "hookbus-quiet-lr")

@@ -49,7 +49,9 @@ def check_overhead(result: dict[str, Any]) -> None:
     groups = {(g["model"], g["cadence"]): g for g in result["groups"]}
     assert set(groups) == {(m, c) for m in ("linear", "mlp") for c in ("realistic", "every")}
     configs = {
-        "realistic": {"bare", "native", "floor", "hookbus", "hookbus-quiet", "hookbus-quiet-lr", "fetch-floor"},
+        "realistic": {
+            "bare", "native", "floor", "hookbus", "hookbus-quiet", "hookbus-quiet-lr", "fetch-floor", "empty-hook",
+        },
         "every": {"bare", "native", "hookbus", "fetch-floor"},
     }
     for (_, cadence), group in groups.items():
