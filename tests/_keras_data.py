@@ -36,8 +36,7 @@ def data(n: int = 64, seed: int = 0) -> tuple[np.ndarray[Any, Any], np.ndarray[A
 def classifier(optimizer: Any, metrics: Sequence[Any] = ()) -> Any:
     """The model the Keras tests fit on :func:`data`: ``Dense(8, relu)`` then two logits, seeded
     with 0, compiled with ``optimizer``, sparse cross-entropy on the logits and ``metrics``."""
-    import keras  # type: ignore[import-untyped]
-
+    keras = pytest.importorskip("keras")
     keras.utils.set_random_seed(0)
     m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)

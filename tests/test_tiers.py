@@ -75,8 +75,23 @@ EXAMPLE_TESTS = {
 
 
 def _child_script(path: Path) -> bool:
-    """A script the tests run as a process of its own (it may import TensorFlow: its test is marked)."""
-    return path.name.endswith("_child.py")
+    """A script the tests run as a process of its own (it may import TensorFlow: its test is marked),
+    or a helper module that only such scripts import (it runs in their processes alone)."""
+    if path.name.endswith("_child.py"):
+        return True
+    importers = {p for p in TESTS.rglob("*.py") if path.stem in _imported_modules(p)}
+    return bool(importers) and all(p.name.endswith("_child.py") for p in importers)
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """The top-level module names ``path`` imports."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
 
 
 def _imports_of_tensorflow(path: Path) -> list[str]:
