@@ -7,6 +7,7 @@ environment without TensorFlow, so a test that needs it without saying so fails 
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 import textwrap
@@ -79,8 +80,18 @@ def _child_script(path: Path) -> bool:
     or a helper module that only such scripts import (it runs in their processes alone)."""
     if path.name.endswith("_child.py"):
         return True
-    importers = {p for p in TESTS.rglob("*.py") if path.stem in _imported_modules(p)}
+    importers = _importers().get(path.stem, [])
     return bool(importers) and all(p.name.endswith("_child.py") for p in importers)
+
+
+@functools.cache
+def _importers() -> dict[str, list[Path]]:
+    """For each top-level module name, the files under tests/ that import it (read once)."""
+    found: dict[str, list[Path]] = {}
+    for path in TESTS.rglob("*.py"):
+        for name in _imported_modules(path):
+            found.setdefault(name, []).append(path)
+    return found
 
 
 def _imported_modules(path: Path) -> set[str]:
