@@ -159,6 +159,19 @@ def test_a_rate_asked_of_a_keras_schedule_becomes_its_multiplier() -> None:
     assert rates[STEPS] == pytest.approx(0.1 * 0.5 ** ((STEPS - 1) / 10) * multiplier, rel=1e-6)
 
 
+def _square_step(w: Any, optimizer: Any) -> Any:
+    """One traced training step of the loop tests: ``w * w`` minimized by ``optimizer``."""
+
+    @tf.function  # type: ignore[untyped-decorator]
+    def train_step() -> Any:
+        with tf.GradientTape() as tape:
+            loss = w * w
+        optimizer.apply_gradients([(tape.gradient(loss, w), w)])
+        return loss
+
+    return train_step
+
+
 def _loop_run(how: str, *, hooked: bool) -> tuple[list[Any], Steer]:
     w = tf.Variable(1.0)
     kwargs: dict[str, Any] = {}
@@ -176,12 +189,7 @@ def _loop_run(how: str, *, hooked: bool) -> tuple[list[Any], Steer]:
         bus.attach(steer)
     loop = hookbus.LoopPublisher(bus, keys=["loss"], step_counter=optimizer.iterations, **(kwargs if hooked else {}))
 
-    @tf.function  # type: ignore[untyped-decorator]
-    def train_step() -> Any:
-        with tf.GradientTape() as tape:
-            loss = w * w
-        optimizer.apply_gradients([(tape.gradient(loss, w), w)])
-        return loss
+    train_step = _square_step(w, optimizer)
 
     with bus, loop:
         for _ in range(STEPS):
@@ -346,12 +354,7 @@ def test_the_loops_final_event_publishes_the_rate_that_trained_the_last_step(how
     loop = hookbus.LoopPublisher(bus, keys=["loss", "learning_rate"], eval_keys=["loss"],
                                  step_counter=optimizer.iterations, **offered)  # fmt: skip
 
-    @tf.function  # type: ignore[untyped-decorator]
-    def train_step() -> Any:
-        with tf.GradientTape() as tape:
-            loss = w * w
-        optimizer.apply_gradients([(tape.gradient(loss, w), w)])
-        return loss
+    train_step = _square_step(w, optimizer)
 
     with bus, loop:
         for _ in range(2):
