@@ -8,8 +8,11 @@ on every put. One thread takes entries out (the writer's); any number may put.
 
 The wake-ups rely on the GIL's ordering of plain reads and writes: the writer announces that it
 sleeps, then looks at the deque again; a put appends, then looks at the announcement. Either the
-writer sees the entry or the put sees the announcement and sets the event. A wake-up left over
-from before (an event set late) only makes the writer look at the deque once more.
+writer sees the entry or the put sees the announcement and sets the event. The put that sets the
+event withdraws the announcement first, so the puts after it (until the writer runs, which on a
+busy machine can be a whole switch interval of the GIL) do not set it again: each set costs the
+training thread as much as the put itself. The writer announces again before every wait, so a
+wake-up left over from before (an event set late) only makes it look at the deque once more.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class Handoff(Generic[E]):
                 raise queue.Full
             self._entries.append(entry)
         if self._taker_sleeps:
+            self._taker_sleeps = False  # one wake-up is enough: the later puts skip the set
             self._filled.set()
 
     def put(self, entry: E, timeout: float) -> None:
@@ -89,15 +93,18 @@ class Handoff(Generic[E]):
         entries = self._entries
         if not entries:
             end = None if timeout is None else time.monotonic() + timeout
-            self._filled.clear()
-            self._taker_sleeps = True
             try:
-                while not entries:  # looked at after the announcement; a stale wake-up loops
+                while True:
+                    # Announced before each wait (a put withdraws it when it sets the event), and
+                    # the deque looked at after the announcement; a stale wake-up loops.
+                    self._filled.clear()
+                    self._taker_sleeps = True
+                    if entries:
+                        break
                     remaining = None if end is None else end - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         raise queue.Empty
-                    if self._filled.wait(remaining):
-                        self._filled.clear()
+                    self._filled.wait(remaining)
             finally:
                 self._taker_sleeps = False
         return self.get_nowait()

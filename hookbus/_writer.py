@@ -195,6 +195,16 @@ class BackgroundWriter(Generic[T]):
     def put(self, item: T) -> None:
         """Enqueue ``item``; blocks while the queue is full. Raises :class:`WriterError`."""
         self._given += 1  # counted before any refusal: a refused row is a row not written
+        if self._error is None and self.deadline.report is None and not self._closed:
+            # The training thread's usual case in one call: a healthy writer with room. A failure
+            # of the thread meanwhile surfaces at the next call, as one after the put does.
+            try:
+                self._queue.put_nowait((_ITEM, item))
+            except queue.Full:
+                pass
+            else:
+                self._enqueued += 1
+                return
         self._enqueue(_ITEM, item)
         self._enqueued += 1
 

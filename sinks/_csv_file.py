@@ -27,6 +27,7 @@ import csv
 import io
 import os
 from collections.abc import Callable, Iterable
+from operator import itemgetter
 from pathlib import Path
 
 from hookbus.sink_api import write_atomically
@@ -82,6 +83,7 @@ class CSVFile:
         self.missing = "NA" if csv_logger_order else ""
         self._first: list[str] | None = None  # the first row's names, once written (epoch files)
         self.columns = self._ordered(columns)  # the value columns, after step and wall_time
+        self._layout()
         self.last_step = -1
         self.resume_at: int | None = None
         self.handle: io.TextIOWrapper | None = None
@@ -122,6 +124,7 @@ class CSVFile:
         if not kept:  # no row to keep in step with the old header: the order is free
             self.columns = self._ordered(self.columns)
         self.last_step = int(kept[-1].split(",", 1)[0]) if kept else -1
+        self._layout()
         if old != self.columns or len(kept) != len(lines):
             extra = ("," + self.missing) * (len(self.columns) - len(old or []))  # old rows: new cells empty
             self.replace(_line([*FIXED, *self.columns]) + "".join(ln[:-1] + extra + "\n" for ln in kept))
@@ -129,6 +132,21 @@ class CSVFile:
         opened = os.fstat(self.handle.fileno())
         self._identity, self._size = (opened.st_dev, opened.st_ino), opened.st_size
         return self.handle
+
+    def _layout(self) -> None:
+        """Fix the usual row's format for the columns now: a row with a value in each column and
+        no other is one ``%`` of a template (``str`` of the step, ``repr`` of every other cell, as
+        the general path writes them), its values taken in column order by one call."""
+        columns = self.columns
+        self._known = frozenset(columns)
+        self._template = "%s,%r" + ",%r" * len(columns) + "\n"
+        take: Callable[[dict[str, float]], tuple[float, ...]] | None = None
+        if len(columns) == 1:
+            one = columns[0]
+            take = lambda values: (values[one],)  # noqa: E731 - itemgetter of one key returns no tuple
+        elif columns:
+            take = itemgetter(*columns)
+        self._take = take
 
     def _ordered(self, columns: list[str]) -> list[str]:
         if not self.csv_logger_order:
@@ -175,20 +193,24 @@ class CSVFile:
         if step <= self.last_step:
             self.landed += 1  # dropped on purpose, not lost
             return  # one row per step: a repeat of a step already in the file is dropped
-        new = [k for k in values if k not in self.columns]
         first = self.csv_logger_order and self._first is None and self.last_step < 0
-        if first:  # the first row of a new epoch file fixes its columns, as CSVLogger's first epoch does
-            self._first = list(values)
-        if new or first:
-            self.columns += new
-            handle = self.resume(self.last_step)
+        take = self._take
+        if not first and take is not None and len(values) == len(self.columns) and self._known.issuperset(values):
+            line = self._template % (step, wall_time, *take(values))  # every column and no other: the usual row
+        else:
+            new = [k for k in values if k not in self._known]
+            if first:  # the first row of a new epoch file fixes its columns, as CSVLogger's first epoch does
+                self._first = list(values)
+            if new or first:
+                self.columns += new
+                handle = self.resume(self.last_step)
+            missing = self.missing
+            cells = [_cell(values[c]) if c in values else missing for c in self.columns]
+            line = ",".join([str(step), repr(wall_time), *cells]) + "\n"
         self.last_step = step
-        missing = self.missing
-        cells = [_cell(values[c]) if c in values else missing for c in self.columns]
-        line = ",".join([str(step), repr(wall_time), *cells])
-        self._size += len(line) + 1  # ASCII: digits, signs, '.', 'e', nan, inf, NA
+        self._size += len(line)  # ASCII: digits, signs, '.', 'e', nan, inf, NA
         self._unflushed.append((self._size, row))
-        self._lines.append(line + "\n")
+        self._lines.append(line)
 
     def _moved(self) -> bool:
         """Whether the path no longer names the open file (deleted, moved away or replaced)."""

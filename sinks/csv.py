@@ -5,8 +5,8 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Iterable
-from typing import ClassVar
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
 
 from hookbus.sink_api import (
     DEFAULT_FLUSH_DEADLINE,
@@ -25,6 +25,11 @@ from ._csv_file import CSVFile, Row
 __all__ = ["CSVSink"]
 
 logger = logging.getLogger("hookbus")
+
+#: What the training thread hands the writer: the file (``"train"``, ``"eval"``, ``"epoch"``), the
+#: step, the wall time and the event's read-only values (an epoch's row already made); the writer
+#: thread makes the row (:meth:`CSVSink._row`).
+Item = tuple[str, int, float, Mapping[str, Any]]
 
 
 class CSVSink(Sink):
@@ -95,7 +100,7 @@ class CSVSink(Sink):
         self._base_path = self.path = WriterKit.file_path("path", path)
         self.eval_path = self.path.with_name(self.path.stem + ".eval.csv")
         #: Options, locks and the background writer: :class:`hookbus.WriterKit`.
-        self.output: WriterKit[tuple[str, Row]] = WriterKit(
+        self.output: WriterKit[Item] = WriterKit(
             self.name, flush_secs=flush_secs, max_queue_size=max_queue_size,
             close_deadline=close_deadline, flush_deadline=flush_deadline,
         )  # fmt: skip
@@ -171,16 +176,15 @@ class CSVSink(Sink):
                 if k.startswith(EPOCH_PREFIX) and (self.keys is None or k in self.keys)
             }
             row = {"epoch": int(event.values["epoch"]), **row} if "epoch" in event.values else row
-            self.output.put(("epoch", (event.step, event.wall_time, row)))
+            self.output.put(("epoch", event.step, event.wall_time, row))
             return
-        eval_mode = event.mode == "eval"
-        values = {
-            k[len(EVAL_PREFIX) :] if eval_mode and k.startswith(EVAL_PREFIX) else k: float(v)
-            for k, v in event.values.items()
-            if isinstance(v, float) and (self.keys is None or k in self.keys)
-        }
-        if values:
-            self.output.put(("eval" if eval_mode else "train", (event.step, event.wall_time, values)))
+        # The row is made on the writer's thread (_row), from the event's values: read-only, as
+        # the publisher converted them. Here only whether there is one: a scalar this sink writes.
+        keys, values = self.keys, event.values
+        for key, value in values.items():
+            if isinstance(value, float) and (keys is None or key in keys):
+                self.output.put(("eval" if event.mode == "eval" else "train", event.step, event.wall_time, values))
+                return
 
     def flush(self) -> None:
         """Block until every row received so far is handed to the OS (checkpoint barrier)."""
@@ -198,16 +202,30 @@ class CSVSink(Sink):
         # From the writer's thread: logged like the bus's own reports of a sink's errors.
         logger.warning("%s: %s", self.name, message)
 
-    def _write(self, item: tuple[str, Row]) -> None:
-        self._files[item[0]].write(item[1])
+    def _row(self, item: Item) -> Row:
+        """The row of ``item`` (writer thread): its scalar values this sink writes, as floats,
+        eval keys without their prefix."""
+        name, step, wall_time, values = item
+        if name == "epoch":
+            return step, wall_time, dict(values)  # made on the training thread (epochs are few)
+        keys, strip = self.keys, name == "eval"
+        return step, wall_time, {
+            k[len(EVAL_PREFIX) :] if strip and k.startswith(EVAL_PREFIX) else k: float(v)
+            for k, v in values.items()
+            if isinstance(v, float) and (keys is None or k in keys)
+        }  # fmt: skip
 
-    def _write_batch(self, items: list[tuple[str, Row]]) -> None:
+    def _write(self, item: Item) -> None:
+        self._files[item[0]].write(self._row(item))
+
+    def _write_batch(self, items: list[Item]) -> None:
         # One check and one write per file for the rows the writer found queued together.
-        if all(name == items[0][0] for name, _ in items):
-            self._files[items[0][0]].write_rows([row for _, row in items])
+        name = items[0][0]
+        if all(item[0] == name for item in items):
+            self._files[name].write_rows([self._row(item) for item in items])
             return
         for name, f in self._files.items():
-            rows = [row for which, row in items if which == name]
+            rows = [self._row(item) for item in items if item[0] == name]
             if rows:
                 f.write_rows(rows)
 

@@ -361,6 +361,33 @@ def test_sigkill_many_trials(tmp_path: Path, seed: int) -> None:
 
 
 
+def test_the_row_is_made_on_the_writer_thread_from_the_events_values(tmp_path: Path) -> None:
+    # Issue 30, CSV per row: the training thread hands the writer the event's read-only values;
+    # the writer thread picks the scalars and converts them (was: a dict of float() per row on
+    # the training thread).
+    import threading
+
+    converted_on: list[str] = []
+
+    class Recorded(float):
+        def __float__(self) -> float:
+            converted_on.append(threading.current_thread().name)
+            return float.__float__(self)
+
+    path = tmp_path / "m.csv"
+    bus, sink, pub = make(path, ["a", "b"])
+    with bus:
+        pub.begin()
+        pub.session(0)
+        for step in range(1, 4):
+            pub.advance({"a": Recorded(step / 4), "b": Recorded(-step)})
+        sink.flush()
+        pub.end()
+    assert converted_on
+    assert all(name.startswith("hookbus-writer") for name in converted_on), converted_on
+    assert [(r["a"], r["b"]) for r in read(path)] == [("0.25", "-1.0"), ("0.5", "-2.0"), ("0.75", "-3.0")]
+
+
 def test_rows_queued_together_are_one_file_check_and_one_write_of_what_csv_writer_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -477,3 +504,28 @@ def test_hung_writer_close_warns_with_sink_name_and_count(tmp_path: Path) -> Non
     finally:
         gate.set()
         csv_module.CSVFile.write_rows = original
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    width=st.integers(1, 5),
+    rows=st.lists(st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=5, max_size=5), max_size=6),
+)
+def test_a_row_with_every_column_is_written_as_csv_writer_writes_its_cells(
+    tmp_path: Path, width: int, rows: list[list[float]]
+) -> None:
+    # The usual row (a value in every column, no other) takes the template path of CSVFile; its
+    # text is csv.writer's for the cells the general path makes (str of the step, repr of the rest).
+    csv_file = importlib.import_module("hookbus.sinks._csv_file").CSVFile
+    path = Path(tempfile.mkdtemp(dir=tmp_path)) / "m.csv"
+    columns = [f"k{i}" for i in range(width)]
+    f = csv_file(path, list(columns))
+    f.start_session(0)
+    f.write_rows([(n, 1000.0 + n / 3, dict(zip(columns, c[:width], strict=True))) for n, c in enumerate(rows, 1)])
+    f.close()
+    expected = io.StringIO()
+    writer = csv.writer(expected, lineterminator="\n")
+    writer.writerow(["step", "wall_time", *columns])
+    for step, cells in enumerate(rows, 1):
+        writer.writerow([str(step), repr(1000.0 + step / 3), *(repr(c) for c in cells[:width])])
+    assert path.read_text() == expected.getvalue()

@@ -58,3 +58,41 @@ def test_many_putters_through_a_small_queue_lose_nothing_and_keep_each_putters_o
     for who in range(putters):
         assert [n for w, n in taken if w == who] == list(range(each))
     assert most <= 4  # the bound held with several putters at once
+
+
+class _HeldWakeUp(threading.Event):
+    """The taker's wake-up, counting its sets; a woken taker waits for ``go`` before it goes on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sets = 0
+        self.go = threading.Event()
+
+    def set(self) -> None:
+        self.sets += 1
+        super().set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        woken = super().wait(timeout)
+        self.go.wait(10)
+        return woken
+
+
+def test_puts_while_the_taker_sleeps_wake_it_once_and_it_takes_them_all_in_order() -> None:
+    # Until the woken taker runs (on a busy machine: a whole switch interval of the GIL), every put
+    # that still saw it sleeping set its event again, each set costing the putter (the training
+    # thread) as much as the put itself.
+    entries: Handoff[int] = Handoff(1000)
+    wake_up = entries._filled = _HeldWakeUp()
+    taken: list[int] = []
+    taker = threading.Thread(target=lambda: taken.extend(entries.get() for _ in range(100)), daemon=True)
+    taker.start()
+    while not entries._taker_sleeps:  # it announced its sleep: the next put must wake it
+        threading.Event().wait(0.001)
+    for n in range(100):
+        entries.put_nowait(n)
+    assert wake_up.sets == 1
+    wake_up.go.set()
+    taker.join(10)
+    assert not taker.is_alive()
+    assert taken == list(range(100))
