@@ -24,7 +24,7 @@ from hookbus._subscriber_view import SubscriberView, views
 from hookbus._subscription import Subscriber
 from hookbus._unscheduled import eval_wanted, publish_epoch, publish_eval
 from hookbus._validate import flag
-from hookbus._values import publishable
+from hookbus._values import publishable_values
 
 if TYPE_CHECKING:
     from hookbus._bus import EventBus
@@ -365,7 +365,7 @@ class PublisherCore:
         self._publish_values(plan.step if step is None else step, raw, plan.due, final=True)
 
     def _publish_values(self, step: int, raw: Mapping[str, Any], due: list[Subscriber], *, final: bool) -> None:
-        values = {k: publishable(k, v, step) for k, v in raw.items()}
+        values = publishable_values(raw, step)
         if not final:
             self._last = (step, values)
             if self._rate is not None and LEARNING_RATE_KEY in values:

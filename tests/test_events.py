@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
+from typing import Any
 
+import numpy as np
 import pytest
 
 from hookbus._events import Event
-from hookbus._values import _SCALARS, publishable, to_value
+from hookbus._values import _SCALARS, publishable, publishable_values, to_value
 
 
 def _generated_signature() -> inspect.Signature:
@@ -73,3 +76,26 @@ def test_the_exact_type_shortcut_converts_as_to_value_does(kind: type) -> None:
         converted = publishable("loss", value, 1)
         assert type(converted) is float
         assert converted == to_value(value)
+
+
+def test_a_steps_values_convert_as_publishable_converts_each_and_fail_on_the_first_it_refuses() -> None:
+    # publishable_values is the due step's loop (its fast cases inline): the same value for every
+    # kind a publisher hands it, the same type (a float subclass such as numpy's float64 passes as
+    # it is), and the same refusal naming the key and the step.
+    raw: dict[str, Any] = {kind.__name__: kind(1) for kind in _SCALARS}
+    raw |= {
+        "float": 0.25, "float64": np.float64(0.5), "0-d": np.array(2.0, dtype=np.float32), "array": np.ones(3),
+        "bytes": b"summary", "nan": math.nan, "uint8": np.uint8(7),
+    }  # fmt: skip
+    converted = publishable_values(raw, 4)
+    assert list(converted) == list(raw)
+    for key, value in raw.items():
+        expected = publishable(key, value, 4)
+        assert type(converted[key]) is type(expected), key
+        if isinstance(expected, np.ndarray):
+            assert (converted[key] == expected).all()
+        elif key != "nan":
+            assert converted[key] == expected, key
+    assert math.isnan(converted["nan"])
+    with pytest.raises(TypeError, match=r"value of key 'name' at step 4 is a str"):
+        publishable_values({"loss": np.float32(1.0), "name": "x"}, 4)
