@@ -388,6 +388,31 @@ def test_the_row_is_made_on_the_writer_thread_from_the_events_values(tmp_path: P
     assert [(r["a"], r["b"]) for r in read(path)] == [("0.25", "-1.0"), ("0.5", "-2.0"), ("0.75", "-3.0")]
 
 
+def test_train_and_eval_rows_queued_together_each_reach_their_file_in_order(tmp_path: Path) -> None:
+    # One batch of the writer thread holding rows of both files: each file gets its own, in order.
+    import threading
+
+    path = tmp_path / "m.csv"
+    bus, sink, pub = make(path, ["loss"])
+    evaluate = ScriptedPublisher(bus, ["loss"], mode="eval")
+    gate = threading.Event()
+    with bus:
+        pub.begin()
+        evaluate.begin()
+        pub.session(0)
+        sink.output.call(gate.wait)  # the writer thread waits here while the rows queue up
+        for step in range(1, 7):
+            pub.advance({"loss": step / 8})
+            if step % 2 == 0:
+                evaluate.evaluate({"loss": step * 2.0}, step=step)
+        gate.set()
+        sink.flush()
+        pub.end()
+    assert [(r["step"], r["loss"]) for r in read(path)] == [(str(s), repr(s / 8)) for s in range(1, 7)]
+    evals = read(tmp_path / "m.eval.csv")
+    assert [(r["step"], r["loss"]) for r in evals] == [(str(s), repr(s * 2.0)) for s in (2, 4, 6)]
+
+
 def test_rows_queued_together_are_one_file_check_and_one_write_of_what_csv_writer_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
