@@ -128,7 +128,7 @@ class Dispatcher:
             self._stops.drop_pending()
             self._deferred.clear()
             raise first_error
-        if self.depth == 0:
+        if self.depth == 0 and (self._deferred or self._stops.pending):  # the usual due step: nothing waits
             self._drain()
 
     def _apply_error_policy(self, record: Subscriber, signal: str, payload: Any, error: Exception) -> bool:

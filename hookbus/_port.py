@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from hookbus._checkpoint import TENSORFLOW
 from hookbus._cluster import Task
-from hookbus._events import Event
+from hookbus._events import _EMPTY, Event
 from hookbus._store import CheckpointStore
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Mapping
 
     from hookbus._barrier import Barrier
     from hookbus._checkpoint import CheckpointBackend
@@ -156,13 +156,19 @@ class BusPort:
         """The subscriber being called, if any (a request's source)."""
         return self._dispatcher.current_name()
 
-    def event(self, signal: str, *, step: int, mode: str = "train", **fields: Any) -> Event:
+    def event(
+        self, signal: str, *, step: int, mode: str = "train", values: Mapping[str, Any] = _EMPTY, final: bool = False,
+        **fields: Any,
+    ) -> Event:  # fmt: skip
         """An :class:`Event` stamped with the bus's clocks (and the task, in multi-worker training)."""
         task = self._roster.task
+        wall_time, elapsed = self._wall_clock(), self._state.elapsed(self._clock())
+        if task is None and not fields:  # a due step's: every field by position, no keywords packed (-0.3 us)
+            stop = self._stop_at
+            return Event(signal, step, mode, values, wall_time, elapsed, False, False, final, None, None, None, stop)
         if task is not None:
             fields.update(task_type=task.type, task_index=task.index, local_step=self._state.local_step)
-        wall_time, elapsed = self._wall_clock(), self._state.elapsed(self._clock())
-        return Event(signal, step, mode, wall_time=wall_time, elapsed=elapsed, _stop=self._stop_at, **fields)
+        return Event(signal, step, mode, values, wall_time, elapsed, final=final, _stop=self._stop_at, **fields)
 
     def _stop_at(self, reason: str, step: int) -> None:
         self._stops.request(reason, step=step)

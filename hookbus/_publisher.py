@@ -370,8 +370,7 @@ class PublisherCore:
             self._last = (step, values)
             if self._rate is not None and LEARNING_RATE_KEY in values:
                 self._rate.seen(values[LEARNING_RATE_KEY])
-        keyset = frozenset(values)
-        targets = [r for r in due if "after_run" in r.handlers and (r.keys is None or not r.keys.isdisjoint(keyset))]
+        targets = [r for r in due if "after_run" in r.handlers and (r.keys is None or not r.keys.isdisjoint(values))]
         observers = self._planner.observers
         if observers and targets:  # they see what the due subscribers were sent, in dispatch order
             targets = sorted([*targets, *observers], key=_dispatch_order)

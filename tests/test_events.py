@@ -99,3 +99,26 @@ def test_a_steps_values_convert_as_publishable_converts_each_and_fail_on_the_fir
     assert math.isnan(converted["nan"])
     with pytest.raises(TypeError, match=r"value of key 'name' at step 4 is a str"):
         publishable_values({"loss": np.float32(1.0), "name": "x"}, 4)
+
+
+def test_the_port_stamps_a_due_steps_event_by_position_as_it_stamps_every_other() -> None:
+    # BusPort.event makes a due step's event (no other field, one machine) by position; every
+    # other event through the keywords. Both carry the bus's clocks, the defaults and the stop.
+    import hookbus
+    from hookbus.testing import FakeClock
+
+    bus = hookbus.EventBus(clock=FakeClock(5.0, 1.0), wall_clock=FakeClock(1000.0, 1.0))
+    port = bus._port
+    due = port.event("after_run", step=3, mode="eval", values={"a": 1.0}, final=True)
+    other = port.event("session_created", step=3, restored=True, rewound=True)
+    begin = port.event("begin", step=0)
+    assert 1000.0 <= due.wall_time < other.wall_time < begin.wall_time  # read from the bus's wall clock
+    values = {"a": 1.0}
+    assert due == Event("after_run", 3, "eval", values=values, wall_time=due.wall_time, elapsed=due.elapsed, final=True)
+    assert other == Event(
+        "session_created", 3, wall_time=other.wall_time, elapsed=other.elapsed, restored=True, rewound=True
+    )
+    assert begin == Event("begin", 0, wall_time=begin.wall_time, elapsed=begin.elapsed)
+    assert (due.task_type, due.task_index, due.local_step) == (None, None, None)
+    assert due._stop is not None
+    assert due._stop == other._stop == begin._stop  # the bus's own stop, by either path
