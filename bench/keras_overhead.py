@@ -2,14 +2,22 @@
 
 Configurations, each with its own copy of a small classifier (the same architecture and data):
     none     ``fit(verbose=0)`` without callbacks.
-    keras    Keras's own set: TensorBoard (scalars every 100 batches, no graph), CSVLogger,
-             EarlyStopping (on ``loss``), ModelCheckpoint (a ``.keras`` file, model and optimizer,
+    keras    Keras's own set: TensorBoard (batch scalars and steps per second every 100 steps, no
+             graph), CSVLogger, EarlyStopping (on ``loss``), ModelCheckpoint (a ``.keras`` file, model and optimizer,
              every epoch) and ProgbarLogger (``verbose=1``; stdout goes to /dev/null, so it
              prints what it prints on a non-terminal).
     hookbus  one ``hookbus.EventBusCallback`` with the equivalent sinks: TensorBoardSink every 100
              steps, CSVSink(epochs=True) (CSVLogger's rows), EarlyStoppingSink on ``loss`` once per
              epoch, CheckpointSink once per epoch (``tf.train.Checkpoint``: model and optimizer)
              and ConsoleSink in plain mode to /dev/null (its defaults off a terminal).
+
+Both sides write the same TensorBoard rows: Keras's ``update_freq`` counts batch callbacks, which
+at ``steps_per_execution > 1`` are executions (``TensorBoard._global_train_batch`` counts calls
+and starts again at every ``fit``), so ``update_freq=100`` at 32 steps per execution would write
+no batch row in a 512-step ``fit`` while TensorBoardSink writes 5; Keras gets
+``round(100 / steps_per_execution)`` executions instead (every 96 steps at 32: 5 rows a ``fit``)
+and ``write_steps_per_second=True`` (the sink's ``steps/sec``): 3 scalars a row on both sides;
+every run counts the batch scalars each side wrote (``tensorboard_rows``, per 1000 steps).
 
 All open at once in one process, each round runs one ``fit`` of ``--epochs`` epochs in every
 configuration in turn, the order rotated each round (``bench/_interleave.py``; the method and the
@@ -28,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import glob
 import json
 import os
 import platform
@@ -86,13 +95,24 @@ class Config:
     name: str
     net: Any
     callbacks: list[Any]
+    directory: str
     verbose: int
 
 
-def keras_callbacks(directory: str) -> list[Any]:
+def keras_update_freq(steps_per_execution: int) -> int:
+    """TensorBoard's ``update_freq`` that writes a row about every ``TB_EVERY`` steps: it counts
+    batch callbacks, one per execution of ``steps_per_execution`` steps."""
+    return max(1, round(TB_EVERY / steps_per_execution))
+
+
+def keras_callbacks(directory: str, steps_per_execution: int) -> list[Any]:
     """Keras's own callbacks doing the same work."""
+    freq = keras_update_freq(steps_per_execution)
     return [
-        keras.callbacks.TensorBoard(os.path.join(directory, "tb"), update_freq=TB_EVERY, write_graph=False),
+        # steps per second as well: TensorBoardSink writes steps/sec beside the values
+        keras.callbacks.TensorBoard(
+            os.path.join(directory, "tb"), update_freq=freq, write_graph=False, write_steps_per_second=True
+        ),
         keras.callbacks.CSVLogger(os.path.join(directory, "epochs.csv"), append=True),
         keras.callbacks.EarlyStopping(monitor="loss", patience=PATIENCE),
         keras.callbacks.ModelCheckpoint(os.path.join(directory, "model.keras")),
@@ -116,9 +136,25 @@ def make(name: str, steps_per_execution: int, steps: int, stack: contextlib.Exit
     directory = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"bench-keras-{name}-"))
     if name == "keras":
         # verbose=1 as well: fit adds its own ProgbarLogger otherwise (and none at verbose=0).
-        return Config(name, model(steps_per_execution), keras_callbacks(directory), verbose=1)
+        return Config(name, model(steps_per_execution), keras_callbacks(directory, steps_per_execution), directory,
+                      verbose=1)  # fmt: skip
     callbacks = hookbus_callback(directory, steps, sink_file, stack) if name == "hookbus" else []
-    return Config(name, model(steps_per_execution), callbacks, verbose=0)
+    return Config(name, model(steps_per_execution), callbacks, directory, verbose=0)
+
+
+def tensorboard_rows(config: Config) -> float:
+    """Batch scalars (values written at a step, not Keras's ``epoch_*``) in ``config``'s
+    TensorBoard files so far, per 1000 trained steps."""
+    rows = 0
+    for path in glob.glob(os.path.join(config.directory, "tb", "**", "events.out.tfevents.*"), recursive=True):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            rows += sum(
+                1
+                for value in event.summary.value
+                if not value.tag.startswith("epoch_")
+                and (value.HasField("simple_value") or value.metadata.plugin_data.plugin_name == "scalars")
+            )
+    return 1000 * rows / max(1, int(config.net.optimizer.iterations.numpy()))
 
 
 def fit(config: Config, x: Any, y: Any, epochs: int) -> int:
@@ -138,7 +174,8 @@ def measure(steps_per_execution: int, rounds: int, epochs: int, steps: int, warm
         for config in configs.values() if warmup else ():
             fit(config, x, y, 1)  # traces the train function
         series = interleave(list(configs), lambda name: fit(configs[name], x, y, epochs), rounds)
-    return {"steps_per_execution": steps_per_execution, "series": series}
+        rows = {name: tensorboard_rows(configs[name]) for name in ("keras", "hookbus")}  # both flushed at train end
+    return {"steps_per_execution": steps_per_execution, "series": series, "tensorboard_rows": rows}
 
 
 def figures(raw_groups: list[dict[str, Any]]) -> dict[str, Any]:
@@ -149,6 +186,7 @@ def figures(raw_groups: list[dict[str, Any]]) -> dict[str, Any]:
         "steps_per_execution": raw_groups[0]["steps_per_execution"],
         "rows": spread(runs),
         "hookbus_share_of_keras_overhead": spread(shares)["share"],
+        "tensorboard_rows": {name: [g["tensorboard_rows"][name] for g in raw_groups] for name in ("keras", "hookbus")},
     }
 
 
@@ -194,6 +232,9 @@ def print_table(result: dict[str, Any]) -> None:
         share = group["hookbus_share_of_keras_overhead"]
         print(f"{'':<20}hookbus overhead / keras overhead: wall {cell(share['x_wall'], 2)}, "
               f"CPU {cell(share['x_cpu'], 2)}")  # fmt: skip
+        rows = {name: ", ".join(f"{r:.1f}" for r in runs) for name, runs in group["tensorboard_rows"].items()}
+        print(f"{'':<20}TensorBoard batch scalars per 1000 steps (each run): keras {rows['keras']}; "
+              f"hookbus {rows['hookbus']}")  # fmt: skip
     print("targets (median of the runs, ratio of totals; met when met in wall and in CPU time):")
     for text, ok in result["targets"]:
         print(f"  [{'met' if ok else 'MISSED'}] {text}")
@@ -211,7 +252,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--raw", default=None, metavar="PATH", help=argparse.SUPPRESS)  # one run, for --runs
     args = parser.parse_args(argv)
     if args.quick:
-        args.rounds, args.epochs, args.steps_per_epoch = 1, 1, 32
+        args.rounds, args.epochs, args.steps_per_epoch = 1, 1, 128  # a TensorBoard row on each side
         args.runs = min(args.runs, 2)
 
     def measure_here() -> list[dict[str, Any]]:

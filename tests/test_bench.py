@@ -93,6 +93,10 @@ def check_keras(result: dict[str, Any]) -> None:
         for row in group["rows"].values():
             check_figures(row)
         assert set(group["hookbus_share_of_keras_overhead"]) == {"x_wall", "x_cpu"}
+        # the same TensorBoard work on both sides (Keras's update_freq counts executions)
+        rows = group["tensorboard_rows"]
+        assert rows["keras"] == rows["hookbus"], rows
+        assert all(r > 0 for r in rows["keras"]), rows
     check_raw(result, {1: {"none", "keras", "hookbus"}, 32: {"none", "keras", "hookbus"}}, "steps_per_execution")
     assert result["targets"], "the targets are judged"
 
