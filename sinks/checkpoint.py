@@ -146,6 +146,7 @@ class CheckpointSink(Sink):
         self._resumed = False  # whether a session_created has been seen: the first may load states
         self._scratch: str | None = None  # a collective non-chief's save directory, removed after each save
         self._collective = False
+        self._repaired = False  # the directory was repaired since the lock was taken (on_begin)
         lock_file = os.path.join(self.directory, ".checkpoint.lock")
         self._lock = OutputLock(self.directory, self.name, "the checkpoint directory", lock_file)
 
@@ -210,11 +211,14 @@ class CheckpointSink(Sink):
             if not task.is_chief:
                 self._scratch = os.path.join(self.directory, f".hookbus-tmp-{task.suffix}")
         os.makedirs(self.directory, exist_ok=True)
-        if self._scratch is None:  # the one process that writes the pointer and prunes
+        if self._scratch is None and not (self._repaired and self._lock.held):  # the one process that writes
             self._lock.acquire()  # one writer per directory, before step 1
             # What earlier processes left: an unreadable latest, checkpoints a kill did not prune.
+            # Once while the lock is held: later begins of the run (every Keras fit) find the
+            # directory as this sink left it, and need not read the latest checkpoint back again.
             fall_back_from_unreadable(self.name, self.directory, context.checkpoints)
             prune_leftovers(self.name, ((self.directory, self.keep), (self.best_directory, None)), context.checkpoints)
+            self._repaired = self._lock.held  # a file system that cannot lock: repaired at every begin
         # The disk is the truth: this also recovers what earlier processes saved, so keep holds.
         store = context.checkpoints.store
         self._kept = store.checkpoints(self.directory)
@@ -224,6 +228,7 @@ class CheckpointSink(Sink):
 
     def close(self) -> None:
         """Let another run save into ``directory`` (the one-writer lock); idempotent."""
+        self._repaired = False  # another process may write it before the next begin: repair again then
         self._lock.release()
 
     def on_session_created(self, event: Event) -> None:
