@@ -42,6 +42,11 @@ class BusPort:
         clock, wall_clock: The bus's clocks.
         set_task: Runs the bus as a task (the roster, and the bus's ``task`` attribute).
         profiling: The profiling seam: a train publisher offers its profiler and marks its steps there.
+
+    Attributes:
+        roster: The bus's subscribers, read-only here: a publisher's core compares its ``version``
+            on every quiet step (:attr:`version` is the same number, through a property).
+        profiling: The profiling seam.
     """
 
     def __init__(
@@ -60,7 +65,7 @@ class BusPort:
         set_task: Callable[[Task | None], None],
         profiling: Profiling,
     ) -> None:
-        self._roster = roster
+        self._roster = self.roster = roster
         self._keys = keys
         self._state = state
         self._stops = stops

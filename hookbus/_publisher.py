@@ -79,6 +79,7 @@ class PublisherCore:
         #: scalar check it at begin (their context's ``static_shape``).
         self.shapes: dict[str, tuple[int | None, ...]] = {}
         self._stops = self._port.stops
+        self._roster = self._port.roster  # its version: a quiet step compares it, plans are stale when it moved
         self._planner = Planner(self.keys, self.bus_keys)
         self._version = -1  # the subscribers' version the planner last read
         self._next_step = -math.inf  # the planner's bounds: on a quiet step, two plain comparisons
@@ -277,21 +278,25 @@ class PublisherCore:
 
     # -- planning ----------------------------------------------------------------------------
     def quiet(self, step: int) -> bool:
-        """Whether no subscriber can be due at the coming training step ``step``: :meth:`plan`'s
-        first test alone (two comparisons and, with a time rule, a clock read), for a publisher's
-        fast path; a step in a profile window is not quiet (its marker is set on the full path).
-        ``False`` says only that :meth:`plan` must decide."""
-        if step < self._next_step and step < self._profiling.first and self._version == self._port.version:
-            next_time = self._next_time
-            return next_time == math.inf or self.bus.clock() < next_time
+        """Whether nothing can be due at the coming training step ``step``: no subscriber (:meth:`plan`'s
+        first test), no profile window, and no stop watcher (:attr:`hookbus._stops.Stops.watch_at`); for a
+        publisher's fast path: comparisons, and one clock read while a time rule or a watcher is timed.
+        ``False`` says only that :meth:`plan` must decide (and :meth:`should_stop` poll, after the step)."""
+        if step < self._next_step and step < self._profiling.first and self._version == self._roster.version:
+            limit, watch_at = self._next_time, self._stops.watch_at
+            if watch_at < limit:
+                limit = watch_at
+            return limit == math.inf or self.bus.clock() < limit
         return False
 
     def passed(self, step: int) -> bool:
-        """A quiet step ended at ``step`` (:meth:`advance`); whether nothing waits to be acted on
-        now: no stop and no learning-rate request (``False``: call :meth:`should_stop`, which acts)."""
+        """A step :meth:`quiet` let through ended at ``step`` (:meth:`advance`); whether nothing waits to
+        be acted on now: no stop requested (a signal and another thread set the flag at once) and no
+        learning-rate request; the watchers were not due (:meth:`quiet` read the clock). ``False``:
+        call :meth:`should_stop`, which acts."""
         self._port.set_step(step)
         rate = self._rate
-        return self._stops.calm() and (rate is None or rate.pending is None)
+        return not self._stops.requested and (rate is None or rate.pending is None)
 
     def plan(self, step: int) -> Plan | None:
         """What to fetch for the coming training step ``step``, or ``None`` if nothing is due.

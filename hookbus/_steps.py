@@ -60,8 +60,8 @@ class StepEstimate:
         """
         self._runs += 1
         if exact is None:
-            self.step = self.next()
-            return self.step
+            step = self.step = self.step + (self.per_run or 1)  # next(), on every quiet run: no call
+            return step
         return self.correct(exact)
 
     def correct(self, exact: int) -> int:

@@ -46,6 +46,9 @@ class Stops:
         requested: Whether a stop was requested in this run (set at once, from any thread).
         reason: The first reason of the run, or ``None``.
         owner: The training thread (``threading.get_ident()``) once a publisher began, else ``None``.
+        watch_at: When, on the clock, :meth:`poll` polls the watchers next (``inf`` without
+            watchers; read-only outside): a publisher's quiet step, which does not poll, checks the
+            clock against it before the step (:meth:`hookbus.PublisherCore.quiet`).
     """
 
     def __init__(
@@ -74,7 +77,7 @@ class Stops:
         self._pending: list[StopRequest] = []
         self._recorded: list[tuple[str, str]] = []  # off the training thread, for its next step
         self._signal: str | None = None
-        self._watch_at = -math.inf if self._watchers else math.inf  # when the watchers are polled next
+        self.watch_at = -math.inf if self._watchers else math.inf  # when the watchers are polled next
 
     # -- asking --------------------------------------------------------------------------------
     def request(self, reason: str, *, step: int | None = None, source: str | None = None) -> None:
@@ -117,13 +120,7 @@ class Stops:
         (default 0: every step); an evaluator task's records are read once a second."""
         self._watchers.append(watcher)
         self._watch_every = min(self._watch_every, every_secs)
-        self._watch_at = -math.inf
-
-    def calm(self) -> bool:
-        """Whether :meth:`poll` has nothing to act on now: no stop requested in this run (a signal
-        and another thread's request set the flag at once) and no watcher due. What a quiet step
-        checks instead of polling."""
-        return not self.requested and (self._watch_at == math.inf or self._clock() < self._watch_at)
+        self.watch_at = -math.inf
 
     def _keep(self, reason: str) -> None:
         if self.reason is None:
@@ -145,8 +142,8 @@ class Stops:
             found.append(self._recorded.pop(0))
         if self._watchers:
             now = self._clock()
-            if now >= self._watch_at:
-                self._watch_at = now + self._watch_every
+            if now >= self.watch_at:
+                self.watch_at = now + self._watch_every
                 for watcher in self._watchers:
                     asked = watcher()
                     if asked is not None:

@@ -253,6 +253,35 @@ def test_quiet_runs_of_the_train_op_plan_nothing_and_still_act_on_another_thread
     assert bus.stop_reason == "watchdog: stalled"
 
 
+def test_an_evaluators_stop_is_read_on_quiet_runs_once_its_poll_time_has_come(tf_graph: Any, tmp_path: Path) -> None:
+    # Issue 30: a quiet run does not poll the stop watchers; the fast path compares the bus's clock
+    # with their next poll time before the run, so the evaluator's stop request (read at most once a
+    # second of the bus's clock) still stops training on the first run after that second.
+    import time
+
+    from hookbus._run_files import RunFiles
+    from hookbus.sinks import CheckpointSink
+
+    m = build_linear_regression()
+    now = [100.0]
+    bus = EventBus(clock=lambda: now[0])
+    bus.attach(CheckpointSink(str(tmp_path), every_n_steps=10**6, every_n_secs=None))
+    hook = EventBusHook(bus, {"loss": m.loss}, train_op=m.train_op, steps_per_run=1)
+    with bus, hookbus.monitored_training_session(hooks=[hook]) as sess:
+        for _ in range(5):
+            sess.run(m.train_op)
+        RunFiles(str(tmp_path)).request_stop("early stopping: eval/loss", step=4, wall_time=time.time())
+        now[0] += 0.5  # before the next poll: quiet runs go on
+        for _ in range(3):
+            sess.run(m.train_op)
+        assert not sess.should_stop()
+        now[0] += 0.6  # a second after the last poll
+        sess.run(m.train_op)
+        assert sess.should_stop()
+    assert bus.step == 9
+    assert bus.stop_reason == "evaluator: early stopping: eval/loss (evaluated step 4)"
+
+
 class _KeepsRate(Sink):
     """Never due; keeps its context's learning rate, for a request made between steps."""
 

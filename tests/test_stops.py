@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
 from collections.abc import Callable
@@ -94,35 +95,30 @@ def test_a_watcher_is_polled_every_step_of_every_run() -> None:
     assert rec.published == [StopRequest("evaluator: no improvement", "evaluator", 3, 50.0)]
 
 
-def test_a_paced_watcher_is_polled_at_most_once_per_interval_and_calm_says_when_it_is_due() -> None:
-    # Issue 30: a quiet step asks calm() instead of polling; the evaluator's watcher reads its
-    # files once a second of the bus's clock, so calm() is what a quiet step pays for it.
+def test_a_paced_watcher_is_polled_at_most_once_per_interval_and_watch_at_says_when_it_is_due() -> None:
+    # Issue 30: a quiet step does not poll; it compares the clock with watch_at before the step
+    # (PublisherCore.quiet). The evaluator's watcher reads its files once a second of the bus's clock.
     now = [10.0]
     polled: list[float] = []
     stops = Stops(step=lambda: 3, wall_clock=lambda: 50.0, who=lambda: None, deliver=lambda: None, clock=lambda: now[0])
-    assert stops.calm()  # no watcher, no request
+    assert stops.watch_at == math.inf  # no watcher: a quiet step reads no clock for it
 
     def watcher() -> None:
         polled.append(now[0])
 
     stops.watch(watcher, every_secs=1.0)
-    assert not stops.calm()
+    assert stops.watch_at == -math.inf  # due at the first step
     for t in (10.0, 10.5, 10.99, 11.0, 11.2, 12.5):
         now[0] = t
         stops.poll()
     assert polled == [10.0, 11.0, 12.5]
-    now[0] = 13.4
-    assert stops.calm()
-    now[0] = 13.5
-    assert not stops.calm()
+    assert stops.watch_at == 13.5
     stops.reset()  # a new run polls its watchers at its first step
+    assert stops.watch_at == -math.inf
     now[0] = 13.6
-    assert not stops.calm()
     stops.poll()
     assert polled[-1] == 13.6
-    assert stops.calm()
-    stops.request("user")
-    assert not stops.calm()
+    assert stops.watch_at == pytest.approx(14.6)
 
 
 class Workers:
