@@ -155,12 +155,10 @@ class EventBusHook:
         self._evals = EvalRuns(check_aggregate(aggregate, self._fetches), batch_size)  # an eval hook's runs
         self.bus = bus
         self._planned: Plan | None = None
-        self._training_run = False
-        # The quiet-step fast path: the train op a run fetched alone (set once the increment per
-        # run is known, in train mode without a shared stop), and whether the run in progress
-        # took the path. Such a run plans nothing and fetches nothing (no fetch on a quiet step).
+        self._training_run = self._quiet = False  # the run in progress: a training run, a quiet one
+        # The fast path: the train op a run fetched alone, once the increment per run is known (train mode,
+        # no shared stop); such a run is a training run, and a quiet one plans nothing and fetches nothing.
         self._quiet_fetch: Any = _NO_FETCH
-        self._quiet = False
         self._step_after: Any = None
         self._global_step: Any = None
         self._reads_step = False  # whether the global step can be read (set in begin)
@@ -275,9 +273,13 @@ class EventBusHook:
         return any(f in self._train_ops for f in tf.nest.flatten(fetches))
 
     def before_run(self, run_context: Any) -> Any:
-        if run_context.original_args.fetches is self._quiet_fetch and self._core.quiet(self._estimate.next()):
-            self._quiet = True  # a training run that is due for nothing
-            return None
+        if run_context.original_args.fetches is self._quiet_fetch:  # the train op alone, known increment
+            coming = self._estimate.next()
+            if self._core.quiet(coming):
+                self._quiet = True  # a training run that is due for nothing
+                return None
+            self._quiet, self._training_run = False, True
+            return self._plan(coming, learn=False)
         self._quiet = False
         if self._core.mode == "eval":
             return self._evals.run_args(tf, self._core.eval_wanted)
@@ -287,21 +289,20 @@ class EventBusHook:
             return None
         fetches = run_context.original_args.fetches
         if self._estimate.known and self._shared_stop is None and not isinstance(fetches, _STRUCTURES):
-            self._quiet_fetch = fetches  # the train op alone (immutable): its next quiet runs skip all this
-        estimate = self._estimate
-        # Once per graph, while the increment is unknown, the step is read (planned one step per
-        # run, a stop step or a save would come up to k times late), and every step rule is
-        # planned as if due: the step read after the run decides who is.
-        learn = not estimate.known and self._step_after is not None
-        coming = estimate.next()
+            self._quiet_fetch = fetches  # the train op alone (immutable): its next runs skip all this
+        # Once per graph, while the increment is unknown, the step is read (planned one step per run, a stop
+        # or a save would come up to k times late) and every rule planned as if due: the step read decides.
+        return self._plan(self._estimate.next(), learn=not self._estimate.known and self._step_after is not None)
+
+    def _plan(self, coming: int, *, learn: bool) -> Any:
+        """The fetches of a training run planned for step ``coming`` (``learn``: as if all were due)."""
         if coming >= self._profiling.first:  # in a profile window only (examples/README.md "Profiling")
             self._profiling.step_begins(coming)
-        plan = self._core.plan(_ANY_STEP if learn else coming)
+        plan = self._planned = self._core.plan(_ANY_STEP if learn else coming)
         if plan is None:
             if self._shared_stop is not None and self._shared_stop.due():
                 return self._stop_args
             return self._step_args if learn else None
-        self._planned = plan
         return self._train_fetches.args(plan.keys)
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
@@ -318,8 +319,7 @@ class EventBusHook:
         self._act_on_stops(run_context, self._training_run and not self._exact and self._reads_step)
 
     def _act_on_stops(self, run_context: Any, estimated: bool) -> None:
-        """Act on the stops recorded since the last step (``estimated``: the step after this run
-        was not read, so it is read before a stop is published)."""
+        """Act on the stops recorded since the last step (``estimated``: the step is read before a stop)."""
         stopping = self._core.should_stop(self._read_step if estimated else None)
         if self._shared_stop is not None and stopping:
             self._shared_stop.announce(run_context.session, self._core.stops)
@@ -356,9 +356,8 @@ class EventBusHook:
             stop.observe(results["stop"], self._core.stops)
 
     def _read_step(self) -> int:
-        """The global step read now (a variable read: no input is consumed); a stop is about to
-        be published on a run that read nothing: every step that leaves the publisher is the
-        global step read from the graph."""
+        """The global step read now (a variable read: no input is consumed), for a stop published on a run
+        that read nothing: every step that leaves the publisher is the global step read from the graph."""
         step = self._estimate.correct(int(self._session.run(self._global_step)))
         self._core.advance(step)
         return step

@@ -79,11 +79,10 @@ class PublisherCore:
         #: scalar check it at begin (their context's ``static_shape``).
         self.shapes: dict[str, tuple[int | None, ...]] = {}
         self._stops = self._port.stops
-        self._roster = self._port.roster  # its version: a quiet step compares it, plans are stale when it moved
+        self._roster = self._port.roster
         self._planner = Planner(self.keys, self.bus_keys)
-        self._version = -1  # the subscribers' version the planner last read
-        self._next_step = -math.inf  # the planner's bounds: on a quiet step, two plain comparisons
-        self._next_time = -math.inf
+        self._version = -1  # the roster's version the planner last read
+        self._next_step = self._next_time = -math.inf  # the planner's bounds: what a quiet step compares
         self._last: tuple[int, Mapping[str, Any]] | None = None  # the last values published, and their step
         self.sessions, self._run = 0, 0  # sessions in the bus's run number _run
         self._rate: LearningRate | None = None
@@ -91,8 +90,7 @@ class PublisherCore:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def set_task(self, task: Task | None) -> None:
-        """Multi-worker: run the bus as ``task`` (before :meth:`begin`)."""
-        self._port.set_task(task)
+        self._port.set_task(task)  # multi-worker: run the bus as ``task`` (before :meth:`begin`)
 
     def local_subscribers(self) -> list[SubscriberView]:
         """The subscribers that run on this task, in dispatch order: read-only views."""
@@ -245,13 +243,15 @@ class PublisherCore:
         self._port.publish("learning_rate_changed", self._rate.apply(request, step, source=source))
 
     def should_stop(self, read_step: Callable[[], object] | None = None) -> bool:
-        """Act on a signal or another thread's stop recorded since the last step, and on a
-        learning-rate request (applied now, before the next step); whether to stop.
-
-        Call it after every step and evaluation; ``read_step`` (read, then :meth:`advance`) runs before a stop.
-        """
+        """Act on a signal or another thread's stop recorded since the last step, and on a learning-rate
+        request (applied now, before the next step); whether to stop. Call it after every step and
+        evaluation; ``read_step`` (read, then :meth:`advance`) runs before a stop."""
+        stops, rate = self._stops, self._rate
+        if not stops.requested and (rate is None or rate.pending is None):  # :meth:`passed`'s flags
+            watch_at = stops.watch_at
+            if watch_at == math.inf or self.bus.clock() < watch_at:
+                return False  # nothing recorded, no watcher due: what polling would find
         self._port.poll(read_step)
-        rate = self._rate
         if rate is not None and rate.pending is not None and rate.local:
             self.apply_learning_rate(rate.take(), self.bus.step)
         return self.bus.should_stop
@@ -278,10 +278,8 @@ class PublisherCore:
 
     # -- planning ----------------------------------------------------------------------------
     def quiet(self, step: int) -> bool:
-        """Whether nothing can be due at the coming training step ``step``: no subscriber (:meth:`plan`'s
-        first test), no profile window, and no stop watcher (:attr:`hookbus._stops.Stops.watch_at`); for a
-        publisher's fast path: comparisons, and one clock read while a time rule or a watcher is timed.
-        ``False`` says only that :meth:`plan` must decide (and :meth:`should_stop` poll, after the step)."""
+        """Whether nothing can be due at the coming training step ``step`` (no subscriber, profile window or
+        stop watcher: comparisons and at most one clock read), for a publisher's fast path; ``False``: :meth:`plan`."""
         if step < self._next_step and step < self._profiling.first and self._version == self._roster.version:
             limit, watch_at = self._next_time, self._stops.watch_at
             if watch_at < limit:
@@ -290,10 +288,8 @@ class PublisherCore:
         return False
 
     def passed(self, step: int) -> bool:
-        """A step :meth:`quiet` let through ended at ``step`` (:meth:`advance`); whether nothing waits to
-        be acted on now: no stop requested (a signal and another thread set the flag at once) and no
-        learning-rate request; the watchers were not due (:meth:`quiet` read the clock). ``False``:
-        call :meth:`should_stop`, which acts."""
+        """A step :meth:`quiet` let through ended at ``step`` (:meth:`advance`); whether no stop and no rate
+        request wait (the watchers were not due: :meth:`quiet` read the clock); ``False``: :meth:`should_stop`."""
         self._port.set_step(step)
         rate = self._rate
         return not self._stops.requested and (rate is None or rate.pending is None)

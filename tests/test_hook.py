@@ -253,10 +253,11 @@ def test_quiet_runs_of_the_train_op_plan_nothing_and_still_act_on_another_thread
     assert bus.stop_reason == "watchdog: stalled"
 
 
-def test_an_evaluators_stop_is_read_on_quiet_runs_once_its_poll_time_has_come(tf_graph: Any, tmp_path: Path) -> None:
-    # Issue 30: a quiet run does not poll the stop watchers; the fast path compares the bus's clock
-    # with their next poll time before the run, so the evaluator's stop request (read at most once a
-    # second of the bus's clock) still stops training on the first run after that second.
+@pytest.mark.parametrize("due", [False, True], ids=["quiet runs", "due runs"])
+def test_an_evaluators_stop_is_read_once_its_poll_time_has_come(tf_graph: Any, tmp_path: Path, due: bool) -> None:
+    # Issue 30: neither a quiet run nor should_stop after a due one polls the stop watchers before
+    # their time; both compare the bus's clock with it, so the evaluator's stop request (read at most
+    # once a second of the bus's clock) still stops training on the first run after that second.
     import time
 
     from hookbus._run_files import RunFiles
@@ -266,6 +267,9 @@ def test_an_evaluators_stop_is_read_on_quiet_runs_once_its_poll_time_has_come(tf
     now = [100.0]
     bus = EventBus(clock=lambda: now[0])
     bus.attach(CheckpointSink(str(tmp_path), every_n_steps=10**6, every_n_secs=None))
+    seen: list[int] = []
+    if due:
+        bus.on("after_run", lambda e: seen.append(e.step), every_n_steps=1, keys="loss")
     hook = EventBusHook(bus, {"loss": m.loss}, train_op=m.train_op, steps_per_run=1)
     with bus, hookbus.monitored_training_session(hooks=[hook]) as sess:
         for _ in range(5):
@@ -280,6 +284,7 @@ def test_an_evaluators_stop_is_read_on_quiet_runs_once_its_poll_time_has_come(tf
         assert sess.should_stop()
     assert bus.step == 9
     assert bus.stop_reason == "evaluator: early stopping: eval/loss (evaluated step 4)"
+    assert seen == (list(range(1, 10)) if due else [])
 
 
 class _KeepsRate(Sink):
