@@ -231,7 +231,8 @@ class WriterKit(Generic[T]):
         Raises:
             WriterError: The writer failed, stalled or is closed.
         """
-        self._background().put(item)
+        writer = self._writer  # once per row: the test of _background() without its call
+        (writer if isinstance(writer, BackgroundWriter) else self._background()).put(item)
 
     def call(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the background writer's thread, after every item given before it."""

@@ -167,7 +167,8 @@ class CSVSink(Sink):
             self.output.call(functools.partial(f.start_session, event.step))
 
     def on_after_run(self, event: Event) -> None:
-        if not self.output.writing or (event.mode == "epoch") != self.epochs:
+        output, mode = self.output, event.mode
+        if not output.writing or (mode == "epoch") != self.epochs:
             return
         if self.epochs:
             row = {
@@ -176,14 +177,14 @@ class CSVSink(Sink):
                 if k.startswith(EPOCH_PREFIX) and (self.keys is None or k in self.keys)
             }
             row = {"epoch": int(event.values["epoch"]), **row} if "epoch" in event.values else row
-            self.output.put(("epoch", event.step, event.wall_time, row))
+            output.put(("epoch", event.step, event.wall_time, row))
             return
         # The row is made on the writer's thread (_row), from the event's values: read-only, as
         # the publisher converted them. Here only whether there is one: a scalar this sink writes.
         keys, values = self.keys, event.values
         for key, value in values.items():
             if isinstance(value, float) and (keys is None or key in keys):
-                self.output.put(("eval" if event.mode == "eval" else "train", event.step, event.wall_time, values))
+                output.put(("eval" if mode == "eval" else "train", event.step, event.wall_time, values))
                 return
 
     def flush(self) -> None:
