@@ -8,7 +8,9 @@ Three parts, each run in interleaved rounds (min and median reported):
    Reference: blinker's bare ``Signal.send`` to the same number of no-op receivers. Also the
    cost of a step where none of them is due (``plan`` returning ``None``).
 2. Writers: rows per second for a row of four scalars, as seen by the training thread (the cost
-   to the publishing thread) and end to end (until everything is flushed to the OS):
+   to the publishing thread) and end to end (until everything is flushed to the OS), with CPU time
+   per row beside them: the training thread's own, and the process's until flushed (the writer
+   threads included: on two cores their work takes the GIL from the training thread):
    ``TensorBoardSink`` against ``tf.summary`` (TF2 ``create_file_writer`` + ``scalar`` in eager,
    written on the training thread), and ``CSVSink`` against a plain ``csv.writer`` on the
    training thread. The sinks are fed through the same publish path. ``EventLogSink`` (every
@@ -161,54 +163,75 @@ def measure_dispatch(rounds: int, steps: int) -> list[dict[str, Any]]:
 
 
 # -- writers ---------------------------------------------------------------------------------
-def hookbus_writer(sink_factory: Callable[[str], hookbus.Sink]) -> Callable[[int, str], tuple[float, float]]:
-    def run(rows: int, directory: str) -> tuple[float, float]:
+#: One writer's round: seconds until the rows are handed over (training thread, wall), until they
+#: are flushed (wall), the training thread's CPU seconds for the first, the process's for the second.
+Timing = tuple[float, float, float, float]
+
+
+class _Clocks:
+    """The four readings of a :data:`Timing`: start, handed over, flushed."""
+
+    def start(self) -> None:
+        self.wall, self.thread, self.process = time.perf_counter(), time.thread_time(), time.process_time()
+
+    def handed_over(self) -> None:
+        self.wall_given, self.thread_given = time.perf_counter(), time.thread_time()
+
+    def flushed(self) -> Timing:
+        wall, process = time.perf_counter(), time.process_time()
+        return self.wall_given - self.wall, wall - self.wall, self.thread_given - self.thread, process - self.process
+
+
+def hookbus_writer(sink_factory: Callable[[str], hookbus.Sink]) -> Callable[[int, str], Timing]:
+    def run(rows: int, directory: str) -> Timing:
         bus = hookbus.EventBus()
         sink = bus.attach(sink_factory(directory))
         if sink.passive:  # it records what is published for others: someone must be due
             bus.on("after_run", _noop)
         published = Published(bus)
-        start = time.perf_counter()
+        clocks = _Clocks()
+        clocks.start()
         published.steps(rows, _raw)
-        enqueued = time.perf_counter()
+        clocks.handed_over()
         sink.flush()
-        flushed = time.perf_counter()
+        timing = clocks.flushed()
         published.close()
-        return enqueued - start, flushed - start
+        return timing
 
     return run
 
 
-def tf_summary_writer(rows: int, directory: str) -> tuple[float, float]:
+def tf_summary_writer(rows: int, directory: str) -> Timing:
     import tensorflow as tf
 
     writer = tf.summary.create_file_writer(directory)
+    clocks = _Clocks()
     try:
         with writer.as_default():
-            start = time.perf_counter()
+            clocks.start()
             for step in range(1, rows + 1):
                 for key, value in _raw(step).items():
                     tf.summary.scalar(key, float(value), step=step)
-            enqueued = time.perf_counter()
+            clocks.handed_over()
             writer.flush()
-            flushed = time.perf_counter()
+            timing = clocks.flushed()
     finally:
         writer.close()
-    return enqueued - start, flushed - start
+    return timing
 
 
-def csv_writer(rows: int, directory: str) -> tuple[float, float]:
+def csv_writer(rows: int, directory: str) -> Timing:
+    clocks = _Clocks()
     with open(os.path.join(directory, "plain.csv"), "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["step", "wall_time", *KEYS])
-        start = time.perf_counter()
+        clocks.start()
         for step in range(1, rows + 1):
             values = _raw(step)
             writer.writerow([step, time.time(), *(float(values[k]) for k in KEYS)])
-        enqueued = time.perf_counter()
+        clocks.handed_over()
         handle.flush()
-        flushed = time.perf_counter()
-    return enqueued - start, flushed - start
+        return clocks.flushed()
 
 
 def mlflow_sink(directory: str) -> hookbus.Sink:
@@ -236,7 +259,7 @@ def _has_mlflow() -> bool:
     return importlib.util.find_spec("mlflow") is not None
 
 
-WRITERS: dict[str, Callable[[int, str], tuple[float, float]]] = {
+WRITERS: dict[str, Callable[[int, str], Timing]] = {
     "TensorBoardSink": hookbus_writer(lambda d: TensorBoardSink(os.path.join(d, "tb"), every_n_steps=1)),
     "tf.summary (eager)": tf_summary_writer,
     "CSVSink": hookbus_writer(lambda d: CSVSink(os.path.join(d, "metrics.csv"), every_n_steps=1)),
@@ -249,7 +272,7 @@ if _has_mlflow():
 
 def measure_writers(rounds: int, rows: int) -> list[dict[str, Any]]:
     names = list(WRITERS)
-    times: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+    times: dict[str, list[Timing]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory(prefix="bench-writers-") as root:
         for name in names:  # warm-up: imports, first file, TensorFlow's first eager ops
             WRITERS[name](min(rows, 200), tempfile.mkdtemp(dir=root))
@@ -259,13 +282,15 @@ def measure_writers(rounds: int, rows: int) -> list[dict[str, Any]]:
                 times[name].append(WRITERS[name](rows, tempfile.mkdtemp(dir=root)))
     result = []
     for name in names:
-        thread = [rows / t for t, _ in times[name]]
-        total = [rows / t for _, t in times[name]]
+        thread = [rows / t[0] for t in times[name]]
+        total = [rows / t[1] for t in times[name]]
         result.append({
             "writer": name,
             "train_thread_rows_per_s_max": max(thread), "train_thread_rows_per_s_median": statistics.median(thread),
             "end_to_end_rows_per_s_max": max(total), "end_to_end_rows_per_s_median": statistics.median(total),
             "train_thread_us_per_row_median": 1e6 / statistics.median(thread),
+            "train_thread_cpu_us_per_row_median": statistics.median(t[2] for t in times[name]) / rows * 1e6,
+            "process_cpu_us_per_row_median": statistics.median(t[3] for t in times[name]) / rows * 1e6,
         })  # fmt: skip
     return result
 
@@ -292,13 +317,14 @@ def print_tables(result: dict[str, Any]) -> None:
     print(f"\nWriters: rows of {len(KEYS)} scalars per second ({result['rounds']} rounds x {result['rows']} rows; "
           "best and median)")
     header = (f"{'writer':<20} {'training thread best':>20} {'median':>9} {'µs/row':>7} "
-              f"{'end to end best':>15} {'median':>9}")
+              f"{'end to end best':>15} {'median':>9} {'CPU µs/row: thread':>18} {'process':>8}")
     print(header)
     print("-" * len(header))
     for row in result["writers"]:
         print(f"{row['writer']:<20} {row['train_thread_rows_per_s_max']:>20,.0f} "
               f"{row['train_thread_rows_per_s_median']:>9,.0f} {row['train_thread_us_per_row_median']:>7.1f} "
-              f"{row['end_to_end_rows_per_s_max']:>15,.0f} {row['end_to_end_rows_per_s_median']:>9,.0f}")
+              f"{row['end_to_end_rows_per_s_max']:>15,.0f} {row['end_to_end_rows_per_s_median']:>9,.0f} "
+              f"{row['train_thread_cpu_us_per_row_median']:>18.1f} {row['process_cpu_us_per_row_median']:>8.1f}")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -84,6 +84,8 @@ def check_dispatch(result: dict[str, Any]) -> None:
     for row in writers.values():
         assert row["train_thread_rows_per_s_max"] > 0
         assert row["end_to_end_rows_per_s_max"] > 0
+        # CPU per row beside the rates: the training thread's, and the process's until flushed.
+        assert 0 < row["train_thread_cpu_us_per_row_median"] <= row["process_cpu_us_per_row_median"] + 0.5
 
 
 def check_keras(result: dict[str, Any]) -> None:
