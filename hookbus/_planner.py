@@ -81,7 +81,7 @@ class Planner:
             if record.disabled:
                 continue
             timer = record.timer
-            at_step, at_time = timer.next_step(), timer.next_time()
+            at_step, at_time = timer.next_step, timer.next_time
             if at_step < next_step:
                 next_step = at_step
             if at_time < next_time:

@@ -61,11 +61,17 @@ class Schedule:
 class ScheduleTimer:
     """Mutable state of one schedule: which step multiple and time it last fired at.
 
-    The decisions are pure reads (:meth:`is_due`, :meth:`next_step`, :meth:`next_time`);
+    The decisions are pure reads (:meth:`is_due`, :attr:`next_step`, :attr:`next_time`);
     :meth:`fire` and :meth:`reset` are the only writes.
+
+    Attributes:
+        next_step: The smallest step at which a step rule could make it due (``inf`` if none,
+            ``-inf`` while the begin firing is owed); kept by the writes, read after every due step.
+        next_time: The earliest clock time at which the time rule could make it due (``inf``
+            without one, ``-inf`` before it first fired).
     """
 
-    __slots__ = ("_begin_pending", "_bucket", "_last_step", "_last_time", "schedule")
+    __slots__ = ("_begin_pending", "_bucket", "_last_step", "_last_time", "next_step", "next_time", "schedule")
 
     def __init__(self, schedule: Schedule) -> None:
         self.schedule = schedule
@@ -73,6 +79,20 @@ class ScheduleTimer:
         self._last_time: float | None = None
         self._last_step: int | None = None
         self._begin_pending = schedule.at_begin
+        self._bounds()
+
+    def _bounds(self) -> None:
+        """:attr:`next_step` and :attr:`next_time` from the state just written."""
+        s = self.schedule
+        n, secs = s.every_n_steps, s.every_n_secs
+        if self._begin_pending:
+            self.next_step: float = -math.inf
+        else:
+            self.next_step = (self._bucket + 1) * n if n is not None else math.inf
+        if secs is None:
+            self.next_time: float = math.inf
+        else:
+            self.next_time = -math.inf if self._last_time is None else self._last_time + secs
 
     def reset(self, step: int, now: float | None = None) -> None:
         """Start counting from ``step`` (a new session, possibly rewound) at clock time ``now``."""
@@ -83,6 +103,7 @@ class ScheduleTimer:
             self._last_step = None
         if self.schedule.secs_from_session_start and now is not None:
             self._last_time = now  # the time rule counts from here, not from the first step
+        self._bounds()
 
     def is_due(self, step: int, now: float) -> bool:
         """Whether the subscriber should fire at ``step`` (at clock time ``now``)."""
@@ -107,17 +128,4 @@ class ScheduleTimer:
         self._last_time = now
         self._last_step = step
         self._begin_pending = False
-
-    def next_step(self) -> float:
-        """The smallest step at which a step rule could make it due (``inf`` if none)."""
-        if self._begin_pending:
-            return -math.inf
-        n = self.schedule.every_n_steps
-        return (self._bucket + 1) * n if n is not None else math.inf
-
-    def next_time(self) -> float:
-        """The earliest clock time at which the time rule could make it due."""
-        secs = self.schedule.every_n_secs
-        if secs is None:
-            return math.inf
-        return -math.inf if self._last_time is None else self._last_time + secs
+        self._bounds()

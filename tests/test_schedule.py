@@ -190,6 +190,33 @@ def test_both_rules_match_reference_model(n: int, secs: float, gaps: list[int], 
     assert fired == expected
 
 
+@given(
+    n=st.one_of(st.none(), st.integers(1, 30)),
+    secs=st.one_of(st.none(), st.floats(0.5, 20.0)),
+    at_begin=st.booleans(),
+    ops=st.lists(st.tuples(st.booleans(), st.integers(0, 400), st.floats(0.0, 100.0)), max_size=30),
+)
+def test_the_kept_bounds_are_where_is_due_turns_true(
+    n: int | None, secs: float | None, at_begin: bool, ops: list[tuple[bool, int, float]]
+) -> None:
+    # Issue 30: next_step / next_time are attributes the writes keep (the planner reads them after
+    # every due step); after any fires and resets they bound is_due exactly: by steps, is_due at a
+    # step (the clock far from due) is true from next_step on; by time, from next_time on.
+    timer = Schedule(every_n_steps=n, every_n_secs=secs, at_begin=at_begin).timer()
+    for fire, step, now in ops:
+        if fire:
+            timer.fire(step, now)
+        else:
+            timer.reset(step, now)
+        never = -1e18 if timer.next_time == -math.inf else timer.next_time - 1.0  # a time not due yet
+        if secs is None or timer.next_time > 0:
+            for probe in range(max(0, step - 2 * (n or 1)), step + 3 * (n or 1)):
+                assert timer.is_due(probe, never) == (probe >= timer.next_step), (probe, timer.next_step)
+        if secs is not None and timer.next_step == math.inf:
+            assert timer.is_due(step, timer.next_time + 1e-6)
+            assert timer.next_time == -math.inf or not timer.is_due(step, timer.next_time - 1e-6)
+
+
 @given(n=st.integers(1, 20), gaps=increasing_steps)
 def test_bus_delivers_per_reference_model_with_jumping_steps(n: int, gaps: list[int]) -> None:
     bus = EventBus(clock=FakeClock())
