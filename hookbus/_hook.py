@@ -274,7 +274,7 @@ class EventBusHook:
 
     def before_run(self, run_context: Any) -> Any:
         if run_context.original_args.fetches is self._quiet_fetch:  # the train op alone, known increment
-            coming = self._estimate.next()
+            coming = self._estimate.coming
             if self._core.quiet(coming):
                 self._quiet = True  # a training run that is due for nothing
                 return None
@@ -292,7 +292,7 @@ class EventBusHook:
             self._quiet_fetch = fetches  # the train op alone (immutable): its next runs skip all this
         # Once per graph, while the increment is unknown, the step is read (planned one step per run, a stop
         # or a save would come up to k times late) and every rule planned as if due: the step read decides.
-        return self._plan(self._estimate.next(), learn=not self._estimate.known and self._step_after is not None)
+        return self._plan(self._estimate.coming, learn=not self._estimate.known and self._step_after is not None)
 
     def _plan(self, coming: int, *, learn: bool) -> Any:
         """The fetches of a training run planned for step ``coming`` (``learn``: as if all were due)."""
@@ -334,7 +334,7 @@ class EventBusHook:
         plan = self._planned
         estimate = self._estimate
         if plan is not None:
-            step, values = self._train_fetches.unpack(plan.keys, results, estimate.next())
+            step, values = self._train_fetches.unpack(plan.keys, results, estimate.coming)
             exact = self._exact = self._step_after is not None
             estimate.ran(step if exact else None)
             if self._profiling.marking:

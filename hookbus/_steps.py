@@ -24,7 +24,7 @@ class StepEstimate:
             first exact read.
     """
 
-    __slots__ = ("_exact", "_runs", "declared", "per_run", "step")
+    __slots__ = ("_exact", "_runs", "coming", "declared", "per_run", "step")
 
     def __init__(self, per_run: int | None = None) -> None:
         self.declared = per_run
@@ -32,6 +32,9 @@ class StepEstimate:
         self.per_run = per_run
         #: The step after the last run: exact when the last read was, else estimated.
         self.step = 0
+        #: The step the coming run is planned for: ``step`` plus the increment (one while unknown),
+        #: kept by every write (a quiet run reads it, no call).
+        self.coming = 1 if per_run is None else per_run
         self._exact = 0
         self._runs = 0  # runs since the last exact read
 
@@ -43,15 +46,13 @@ class StepEstimate:
     def forget(self) -> None:
         """A new train op (another graph): back to the declared increment."""
         self.per_run = self.declared
+        self.coming = self.step + (self.per_run or 1)
 
     def start(self, step: int) -> None:
         """A session starts at ``step`` (read exactly); the increment learned so far stays."""
         self.step = self._exact = step
         self._runs = 0
-
-    def next(self) -> int:
-        """The step the coming run is planned for."""
-        return self.step + (self.per_run or 1)
+        self.coming = step + (self.per_run or 1)
 
     def ran(self, exact: int | None) -> int:
         """One training run ended; ``exact`` is the step read after it (``None``: not read).
@@ -60,7 +61,8 @@ class StepEstimate:
         """
         self._runs += 1
         if exact is None:
-            step = self.step = self.step + (self.per_run or 1)  # next(), on every quiet run: no call
+            step = self.step = self.coming
+            self.coming = step + (self.per_run or 1)
             return step
         return self.correct(exact)
 
@@ -71,4 +73,5 @@ class StepEstimate:
             self.per_run = max(self.declared or 1, -(-delta // runs))
         self.step = self._exact = exact
         self._runs = 0
+        self.coming = exact + (self.per_run or 1)
         return exact
