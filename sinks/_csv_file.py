@@ -174,9 +174,34 @@ class CSVFile:
         """Write rows queued together: one check that the path still names the open file, one write."""
         if self.handle is not None and self._moved():
             self._restart()
-        for row in rows:
-            self._write(row)
+        batch = list(rows)
+        at = self._write_usual(batch, 0)
+        while at < len(batch):
+            self._write(batch[at])  # what the usual path does not take: a resume, a repeat, new keys
+            at = self._write_usual(batch, at + 1)
         self._spill()
+
+    def _write_usual(self, rows: list[Row], start: int) -> int:
+        """Write the usual rows of ``rows`` from ``start`` on (a new step, a value in every column
+        and no other, the file open): one ``%`` of the template each, in one loop without a call
+        per row. Returns the index of the first row that is not one (``len(rows)``: none)."""
+        take, handle = self._take, self.handle
+        if take is None or handle is None or (self.csv_logger_order and self._first is None and self.last_step < 0):
+            return start  # no columns, no open file, or an epoch file's first row (it fixes the columns)
+        template, known, width = self._template, self._known, len(self.columns)
+        lines, unflushed = self._lines, self._unflushed
+        last, size, at = self.last_step, self._size, start
+        for row in rows[start:]:
+            step, wall_time, values = row
+            if step <= last or len(values) != width or not known.issuperset(values):
+                break
+            line = template % (step, wall_time, *take(values))
+            size += len(line)  # ASCII: digits, signs, '.', 'e', nan, inf
+            unflushed.append((size, row))
+            lines.append(line)
+            last, at = step, at + 1
+        self.last_step, self._size = last, size
+        return at
 
     def _spill(self) -> None:
         """Give the handle the lines formatted since the last spill."""
@@ -193,20 +218,16 @@ class CSVFile:
         if step <= self.last_step:
             self.landed += 1  # dropped on purpose, not lost
             return  # one row per step: a repeat of a step already in the file is dropped
+        new = [k for k in values if k not in self._known]
         first = self.csv_logger_order and self._first is None and self.last_step < 0
-        take = self._take
-        if not first and take is not None and len(values) == len(self.columns) and self._known.issuperset(values):
-            line = self._template % (step, wall_time, *take(values))  # every column and no other: the usual row
-        else:
-            new = [k for k in values if k not in self._known]
-            if first:  # the first row of a new epoch file fixes its columns, as CSVLogger's first epoch does
-                self._first = list(values)
-            if new or first:
-                self.columns += new
-                handle = self.resume(self.last_step)
-            missing = self.missing
-            cells = [_cell(values[c]) if c in values else missing for c in self.columns]
-            line = ",".join([str(step), repr(wall_time), *cells]) + "\n"
+        if first:  # the first row of a new epoch file fixes its columns, as CSVLogger's first epoch does
+            self._first = list(values)
+        if new or first:
+            self.columns += new
+            handle = self.resume(self.last_step)
+        missing = self.missing
+        cells = [_cell(values[c]) if c in values else missing for c in self.columns]
+        line = ",".join([str(step), repr(wall_time), *cells]) + "\n"
         self.last_step = step
         self._size += len(line)  # ASCII: digits, signs, '.', 'e', nan, inf, NA
         self._unflushed.append((self._size, row))
