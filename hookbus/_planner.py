@@ -1,7 +1,7 @@
 """Which of a publisher's subscribers can be due, when the next one is, and the keys they need.
 
 A :class:`Planner` owns one publisher's view of the subscribers: the ones its keys reach, the
-passive observers, and the fetch-key union of a due set (cached per set of keys); it computes
+passive observers, and the fetch-key union of a due set (cached per due set and per set of keys); it computes
 the earliest step and time any of them is due. It is handed the subscribers and the keys; it
 holds no bus and publishes nothing. :class:`hookbus.PublisherCore` keeps the two bounds it
 returns as its own attributes, so that a step where nothing is due compares them without a call.
@@ -52,7 +52,7 @@ class Planner:
         any_before: Whether one of ``subs`` listens to ``before_run``.
     """
 
-    __slots__ = ("_bus_keys", "_cache", "_keys", "any_before", "observers", "subs")
+    __slots__ = ("_bus_keys", "_by_due", "_cache", "_keys", "any_before", "observers", "subs")
 
     def __init__(self, keys: tuple[str, ...], bus_keys: frozenset[str]) -> None:
         self._keys = keys
@@ -60,11 +60,13 @@ class Planner:
         self.subs: list[Subscriber] = []
         self.observers: list[Subscriber] = []  # passive subscribers: see what others are sent
         self.any_before = False
-        self._cache: dict[frozenset[str], tuple[str, ...]] = {}
+        self._cache: dict[frozenset[str], tuple[str, ...]] = {}  # one tuple per set of keys
+        self._by_due: dict[tuple[Subscriber, ...], tuple[str, ...]] = {}  # and per due set, as planned
 
     def refresh(self, subscribers: list[Subscriber]) -> None:
         """Read the local ``subscribers`` (in dispatch order) anew: they changed."""
         self._cache.clear()
+        self._by_due.clear()
         self.subs = [
             r
             for r in subscribers
@@ -88,8 +90,30 @@ class Planner:
                 next_time = at_time
         return next_step, next_time
 
+    def due(self, step: int, now: float) -> list[Subscriber]:
+        """The enabled subscribers due at ``step`` at clock time ``now``, in dispatch order."""
+        # One plain loop on every due step: a step rule is due from the timer's kept next_step on
+        # (ScheduleTimer.is_due's step test); only a timer with a time rule is asked the whole rule.
+        due, inf = [], math.inf
+        for record in self.subs:
+            if record.disabled:
+                continue
+            timer = record.timer
+            if step >= timer.next_step or (timer.next_time != inf and timer.is_due(step, now)):
+                due.append(record)
+        return due
+
     def fetch_keys(self, due: Iterable[Subscriber]) -> tuple[str, ...]:
         """The keys the ``after_run`` listeners among ``due`` want, in declared order (all for one without keys)."""
+        planned = tuple(due)  # a schedule brings the same few due sets back: each one's keys are kept
+        keys = self._by_due.get(planned)
+        if keys is None:
+            if len(self._by_due) >= 64:  # time rules can mix the sets: keep the cache small
+                self._by_due.clear()
+            keys = self._by_due[planned] = self._union(planned)
+        return keys
+
+    def _union(self, due: tuple[Subscriber, ...]) -> tuple[str, ...]:
         wanted: set[str] = set()
         for record in due:
             if "after_run" not in record.handlers:
@@ -100,6 +124,6 @@ class Planner:
         frozen = frozenset(wanted)
         cached = self._cache.get(frozen)
         if cached is None:
-            # Keep the declared order, so equal due sets always make the same fetch structure.
+            # Keep the declared order, so equal key sets always make the same fetch structure.
             cached = self._cache[frozen] = tuple(k for k in self._keys if k in frozen)
         return cached

@@ -299,7 +299,7 @@ class PublisherCore:
 
         Publishes ``before_run`` to the due subscribers that listen to it.
         """
-        if self._version != self._port.version:
+        if self._version != self._roster.version:
             port = self._port
             self._version = port.version
             self._planner.refresh(port.local_subscribers)
@@ -310,7 +310,7 @@ class PublisherCore:
         if step < self._next_step and now < self._next_time:
             return None
         planner = self._planner
-        due = [r for r in planner.subs if not r.disabled and r.timer.is_due(step, now)]
+        due = planner.due(step, now)
         if not due:
             self._next_step, self._next_time = planner.find_next_due()
             return None

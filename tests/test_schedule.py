@@ -231,3 +231,42 @@ def test_bus_delivers_per_reference_model_with_jumping_steps(n: int, gaps: list[
         pub.end()
     assert got == reference_fires(n, 0, gaps)
     assert [s for s, _ in pub.fetched] == got
+
+
+@given(
+    rules=st.lists(
+        st.tuples(st.one_of(st.none(), st.integers(1, 12)), st.one_of(st.none(), st.floats(0.5, 5.0)), st.booleans()),
+        min_size=1,
+        max_size=6,
+    ),
+    runs=st.lists(st.tuples(st.integers(1, 7), st.floats(0.0, 3.0), st.booleans()), min_size=1, max_size=40),
+)
+def test_the_planners_due_set_is_every_enabled_subscriber_whose_rule_is_due(
+    rules: list[tuple[int | None, float | None, bool]], runs: list[tuple[int, float, bool]]
+) -> None:
+    # Issue 30: Planner.due compares the kept next_step and asks is_due only of time rules; it
+    # must pick exactly the enabled subscribers is_due picks, at every step (jumps, fires, resets).
+    from hookbus._planner import Planner
+    from hookbus._subscription import Subscriber
+
+    subs = [
+        Subscriber(name=f"s{i}", handlers={"after_run": lambda e: None}, keys=None, priority=0, on_error="log",
+                   order=i, schedule=Schedule(every_n_steps=n, every_n_secs=secs, at_begin=begin))
+        for i, (n, secs, begin) in enumerate(rules)
+        if n is not None or secs is not None or begin
+    ]  # fmt: skip
+    planner = Planner(("loss",), frozenset({"loss"}))
+    planner.refresh(subs)
+    step, now = 0, 0.0
+    for jump, dt, fire in runs:
+        step, now = step + jump, now + dt
+        if subs and jump == 7:
+            subs[step % len(subs)].disabled = not subs[step % len(subs)].disabled
+        expected = [r for r in subs if not r.disabled and r.timer.is_due(step, now)]
+        due = planner.due(step, now)
+        assert due == expected
+        for record in due if fire else ():
+            record.timer.fire(step, now)
+        if jump == 1 and not fire:
+            for record in subs:
+                record.timer.reset(step, now)
