@@ -46,8 +46,6 @@ class BusPort:
     Attributes:
         roster: The bus's subscribers, read-only here: a publisher's core compares its ``version``
             on every quiet step (:attr:`version` is the same number, through a property).
-        state: The run's state: a publisher's core, its step's one writer, sets ``step`` on every
-            quiet step directly (:meth:`set_step` elsewhere).
         profiling: The profiling seam.
     """
 
@@ -69,7 +67,7 @@ class BusPort:
     ) -> None:
         self._roster = self.roster = roster
         self._keys = keys
-        self._state = self.state = state
+        self._state = state
         self._stops = stops
         self._dispatcher = dispatcher
         self._barrier = barrier

@@ -79,7 +79,7 @@ class PublisherCore:
         #: scalar check it at begin (their context's ``static_shape``).
         self.shapes: dict[str, tuple[int | None, ...]] = {}
         self._stops = self._port.stops
-        self._roster, self._state = self._port.roster, self._port.state
+        self._roster = self._port.roster
         self._planner = Planner(self.keys, self.bus_keys)
         self._version = -1  # the roster's version the planner last read
         self._next_step = self._next_time = -math.inf  # the planner's bounds: what a quiet step compares
@@ -290,7 +290,7 @@ class PublisherCore:
     def passed(self, step: int) -> bool:
         """A step :meth:`quiet` let through ended at ``step`` (:meth:`advance`); whether no stop and no rate
         request wait (the watchers were not due: :meth:`quiet` read the clock); ``False``: :meth:`should_stop`."""
-        self._state.step = step  # the bus's step (BusPort.set_step, without the call)
+        self._port.set_step(step)
         rate = self._rate
         return not self._stops.requested and (rate is None or rate.pending is None)
 
