@@ -3,9 +3,10 @@
 Configurations, each with its own copy of a small classifier (the same architecture and data):
     none     ``fit(verbose=0)`` without callbacks.
     keras    Keras's own set: TensorBoard (batch scalars and steps per second every 100 steps, no
-             graph), CSVLogger, EarlyStopping (on ``loss``), ModelCheckpoint (a ``.keras`` file, model and optimizer,
-             every epoch) and ProgbarLogger (``verbose=1``; stdout goes to /dev/null, so it
-             prints what it prints on a non-terminal).
+             graph), CSVLogger, EarlyStopping (on ``loss``), ModelCheckpoint (``save_weights_only``: a
+             ``.weights.h5`` file of the model's and the optimizer's variables, every epoch: what the
+             sink's checkpoint holds) and ProgbarLogger (``verbose=1``; stdout goes to /dev/null, so
+             it prints what it prints on a non-terminal).
     hookbus  one ``hookbus.EventBusCallback`` with the equivalent sinks: TensorBoardSink every 100
              steps, CSVSink(epochs=True) (CSVLogger's rows), EarlyStoppingSink on ``loss`` once per
              epoch, CheckpointSink once per epoch (``tf.train.Checkpoint``: model and optimizer)
@@ -115,7 +116,9 @@ def keras_callbacks(directory: str, steps_per_execution: int) -> list[Any]:
         ),
         keras.callbacks.CSVLogger(os.path.join(directory, "epochs.csv"), append=True),
         keras.callbacks.EarlyStopping(monitor="loss", patience=PATIENCE),
-        keras.callbacks.ModelCheckpoint(os.path.join(directory, "model.keras")),
+        # The variables only, as the sink's tf.train.Checkpoint (a .keras file adds the configuration
+        # and a zip: ~2.8 ms more a save here)
+        keras.callbacks.ModelCheckpoint(os.path.join(directory, "model.weights.h5"), save_weights_only=True),
         keras.callbacks.ProgbarLogger(),
     ]
 
