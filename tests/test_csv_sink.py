@@ -360,7 +360,6 @@ def test_sigkill_many_trials(tmp_path: Path, seed: int) -> None:
     _sigkill_trial(tmp_path, seed)
 
 
-
 def test_the_row_is_made_on_the_writer_thread_from_the_events_values(tmp_path: Path) -> None:
     # Issue 30, CSV per row: the training thread hands the writer the event's read-only values;
     # the writer thread picks the scalars and converts them (was: a dict of float() per row on
@@ -454,6 +453,7 @@ def test_rows_queued_together_are_one_file_check_and_one_write_of_what_csv_write
     rows = read(path)
     assert [r["a"] for r in rows] == [repr(v) for v in cells]
     assert [r["b"] for r in rows] == ["", "", ""] + [repr(-v) for v in cells[3:]]
+
 
 # -- a slow disk -----------------------------------------------------------------------------
 
@@ -554,3 +554,26 @@ def test_a_row_with_every_column_is_written_as_csv_writer_writes_its_cells(
     for step, cells in enumerate(rows, 1):
         writer.writerow([str(step), repr(1000.0 + step / 3), *(repr(c) for c in cells[:width])])
     assert path.read_text() == expected.getvalue()
+
+
+def test_the_usual_rows_path_leaves_repeats_and_new_keys_to_the_general_one(tmp_path: Path) -> None:
+    # Issue 30: CSVFile.write_rows writes a batch's usual rows by template; a repeated or earlier
+    # step (dropped: one row per step) and a row as wide as the columns that brings a new key in
+    # place of one (a new column, the missing cell empty) must still leave that path.
+    csv_file = importlib.import_module("hookbus.sinks._csv_file").CSVFile
+    path = tmp_path / "m.csv"
+    f = csv_file(path, ["a", "b"])
+    f.start_session(0)
+    f.write_rows([
+        (1, 1.0, {"a": 1.0, "b": 2.0}),
+        (1, 1.5, {"a": 9.0, "b": 9.0}),  # a repeat of step 1
+        (2, 2.0, {"a": 3.0, "b": 4.0}),
+        (1, 2.5, {"a": 9.0, "b": 9.0}),  # an earlier step
+        (3, 3.0, {"a": 5.0, "c": 6.0}),  # two values, one of them new
+        (4, 4.0, {"a": 7.0, "b": 8.0, "c": 9.0}),
+        (4, 4.5, {"a": 9.0, "b": 9.0, "c": 9.0}),  # a repeat once the columns changed
+    ])  # fmt: skip
+    f.close()
+    assert path.read_text().splitlines() == [
+        "step,wall_time,a,b,c", "1,1.0,1.0,2.0,", "2,2.0,3.0,4.0,", "3,3.0,5.0,,6.0", "4,4.0,7.0,8.0,9.0",
+    ]  # fmt: skip
