@@ -74,3 +74,20 @@ def test_a_fit_that_failed_its_directory_check_checks_again_at_the_next_fit(
         for _ in range(2):  # the check holds at every fit until it passes, not only at the first
             with pytest.raises(RuntimeError, match="no checkpoint in"):
                 model.fit(X, Y, batch_size=16, epochs=1, verbose=0, callbacks=[hookbus.EventBusCallback(bus)])
+
+
+def test_the_same_sink_checks_the_directory_again_in_its_next_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Between two runs of one bus the sink lets go of the directory's lock: another process may
+    # have written there, so the next run's first fit reads the latest back again (once).
+    read = _counting_problem(monkeypatch)
+    model = classifier(keras.optimizers.SGD(0.1))
+    bus = hookbus.EventBus()
+    sink = bus.attach(CheckpointSink(tmp_path / "ckpt"))
+    for _ in range(2):
+        with bus:
+            for _ in range(2):
+                model.fit(X, Y, batch_size=16, epochs=1, verbose=0, callbacks=[hookbus.EventBusCallback(bus)])
+    assert [Path(p).name for p in read] == ["model.ckpt-8"]
+    assert [Path(p).name for p in sink._kept] == ["model.ckpt-4", "model.ckpt-8", "model.ckpt-12", "model.ckpt-16"]
