@@ -156,3 +156,18 @@ def test_bad_options_fail_when_the_sink_is_made(tmp_path: Path) -> None:
         TSVSink(tmp_path / "a.tsv", flush_deadline=0)
     with pytest.raises(ValueError, match=r"^path must be a file, not a directory"):
         TSVSink(tmp_path)
+
+
+def test_a_put_without_the_background_writer_says_start_was_not_called() -> None:
+    # Issue 30: WriterKit.put tests for its background writer inline (once per row); a kit not
+    # started, or one that adopted a writer with a thread of its own, still refuses by name.
+    kit: WriterKit[str] = WriterKit("TSVSink")
+    expected = r"TSVSink: no background writer is started \(start\(\) at begin\)"
+    with pytest.raises(RuntimeError, match=expected):
+        kit.put("1\t0.5")
+    kit.adopt(lambda: None, lambda: None, target="the TSV file")
+    try:
+        with pytest.raises(RuntimeError, match=expected):
+            kit.put("1\t0.5")
+    finally:
+        kit.close()
