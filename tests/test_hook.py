@@ -15,7 +15,7 @@ import hookbus
 from hookbus import Event, EventBus, EventBusHook, Sink
 from hookbus._demo import build_linear_regression
 from hookbus._publisher import PublisherCore
-from hookbus.sink_api import require_learning_rate
+from hookbus.sink_api import Schedule, require_learning_rate
 
 tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1
@@ -285,6 +285,33 @@ def test_an_evaluators_stop_is_read_once_its_poll_time_has_come(tf_graph: Any, t
     assert bus.step == 9
     assert bus.stop_reason == "evaluator: early stopping: eval/loss (evaluated step 4)"
     assert seen == (list(range(1, 10)) if due else [])
+
+
+class _Quickens(Sink):
+    """Due every ``every`` steps until its first step, then every step (its context's reschedule)."""
+
+    def __init__(self, every: int) -> None:
+        super().__init__(keys=["loss"], every_n_steps=every)
+        self.steps: list[int] = []
+
+    def on_after_run(self, event: Event) -> None:
+        if not self.steps:
+            self.context.reschedule(Schedule(every_n_steps=1))
+        self.steps.append(event.step)
+
+
+def test_a_sink_rescheduled_during_a_step_is_due_at_the_next_quiet_run(tf_graph: Any) -> None:
+    # Issue 30: a quiet run compares the planner's bounds only while the roster's version is the one
+    # they were found for; a reschedule during a due step's dispatch (after the bounds were found
+    # from the old timer: due next at step 10) makes the next run plan (due at step 6).
+    m = build_linear_regression()
+    bus = EventBus()
+    sink = bus.attach(_Quickens(5))
+    hook = EventBusHook(bus, {"loss": m.loss}, train_op=m.train_op, steps_per_run=1)
+    with bus, hookbus.monitored_training_session(hooks=[hook]) as sess:
+        for _ in range(8):
+            sess.run(m.train_op)
+    assert sink.steps == [5, 6, 7, 8]
 
 
 class _KeepsRate(Sink):
