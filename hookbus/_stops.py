@@ -48,7 +48,8 @@ class Stops:
         owner: The training thread (``threading.get_ident()``) once a publisher began, else ``None``.
         watch_at: When, on the clock, :meth:`poll` polls the watchers next (``inf`` without
             watchers; read-only outside): a publisher's quiet step, which does not poll, checks the
-            clock against it before the step (:meth:`hookbus.PublisherCore.quiet`).
+            clock against it before the step (:meth:`hookbus.PublisherCore.quiet`), and
+            :meth:`hookbus.PublisherCore.should_stop` before it polls.
     """
 
     def __init__(

@@ -13,7 +13,7 @@ __all__ = ["is_real_dtype", "publishable", "publishable_values", "to_value"]
 # A tuple, not ``bool | int | ...``: a union written in the call is rebuilt on every call.
 _NUMBERS = (np.number, np.bool_, bool, int)
 _PASSED = (float, bytes)
-# What a session returns for a scalar fetch, by exact type: one set lookup per value on a due step.
+# What a session returns for a scalar fetch, by exact type: one set lookup per value (publishable).
 _SCALARS: frozenset[type] = frozenset({np.float32, np.float16, np.int64, np.int32, np.bool_, int, bool})
 # The same with float itself, which float() returns as it is: the due step's loop tests one set per value.
 _FLOAT_OR_SCALARS = _SCALARS | {float}
