@@ -573,6 +573,8 @@ def test_the_usual_rows_path_leaves_repeats_and_new_keys_to_the_general_one(tmp_
         (4, 4.0, {"a": 7.0, "b": 8.0, "c": 9.0}),
         (4, 4.5, {"a": 9.0, "b": 9.0, "c": 9.0}),  # a repeat once the columns changed
     ])  # fmt: skip
+    f.flush()
+    assert f.landed == 7  # each row's end offset is where the file ends after it: 4 written, 3 dropped
     f.close()
     assert path.read_text().splitlines() == [
         "step,wall_time,a,b,c", "1,1.0,1.0,2.0,", "2,2.0,3.0,4.0,", "3,3.0,5.0,,6.0", "4,4.0,7.0,8.0,9.0",
