@@ -126,7 +126,12 @@ def _sink(kind: str, root: Path, max_queue_size: int = 1024, flush_secs: float =
     return sink
 
 
-def _train(sinks: list[hookbus.Sink], disk: StalledDisk, directory: Path | None) -> tuple[hookbus.EventBus, list[int]]:
+def _train(
+    sinks: list[hookbus.Sink], disk: StalledDisk, directory: Path | None, *, until_blocked: bool = False
+) -> tuple[hookbus.EventBus, list[int]]:
+    """Train to ``LAST`` with the disk stalling from ``STALL_AT``; ``until_blocked``: the step that
+    stalls it waits (at most 10 s) until a writer's thread really waits on the disk, so that every
+    later row meets a writer that no longer empties its queue, however the thread was timed."""
     with tf.Graph().as_default():
         model = build_linear_regression()
         bus = hookbus.EventBus()
@@ -138,6 +143,8 @@ def _train(sinks: list[hookbus.Sink], disk: StalledDisk, directory: Path | None)
         def stall(event: hookbus.Event) -> None:
             if event.step == STALL_AT:
                 disk.on.set()
+                if until_blocked:
+                    disk.blocked.wait(10)
 
         bus.on("after_run", stall, every_n_steps=1)
 
@@ -236,10 +243,12 @@ def test_a_stalled_writer_whose_queue_fills_before_any_flush_does_not_block_trai
     end. Handing it one more row or event must not wait for ever (TensorBoard's ``add_event`` and
     a full ``BackgroundWriter`` queue both block with no timeout): it gives up at the deadline,
     the error is reported (isolated), training reaches its last step and the run ends."""
-    # Flushing often, the writer's thread soon hangs in a real write and stops emptying its queue.
+    # Flushing often, the writer's thread soon hangs in a real write and stops emptying its queue;
+    # training goes on only once it does: the 35 steps left then put more rows than the queue holds
+    # (without the wait, an event log that writes its lines at flushes could take every row first).
     stalled = _sink(kind, tmp_path / "stalled", max_queue_size=8, flush_secs=0.1)
     with caplog.at_level(logging.ERROR, logger="hookbus"):
-        bus, _ = _train([stalled], disk, None)
+        bus, _ = _train([stalled], disk, None, until_blocked=True)
     assert disk.blocked.is_set()
     assert bus.step == LAST
     _check_reported(bus, stalled, TARGET[kind], WHAT[kind])
