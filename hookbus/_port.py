@@ -44,8 +44,8 @@ class BusPort:
         profiling: The profiling seam: a train publisher offers its profiler and marks its steps there.
 
     Attributes:
-        roster: The bus's subscribers, read-only here: a publisher's core compares its ``version``
-            on every quiet step (:attr:`version` is the same number, through a property).
+        roster: The bus's subscribers, read-only here: a publisher's core re-plans when its
+            ``version`` moved (bumped on every (un)subscription and new run), compared on every quiet step.
         profiling: The profiling seam.
     """
 
@@ -77,11 +77,6 @@ class BusPort:
         self._wall_clock = wall_clock
         self._set_task = set_task
         self.profiling = profiling
-
-    @property
-    def version(self) -> int:
-        """Bumped on every (un)subscription and new run: plans made before are stale."""
-        return self._roster.version
 
     @property
     def run(self) -> int:

@@ -90,7 +90,8 @@ class PublisherCore:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def set_task(self, task: Task | None) -> None:
-        self._port.set_task(task)  # multi-worker: run the bus as ``task`` (before :meth:`begin`)
+        """Multi-worker: run the bus as ``task`` (before :meth:`begin`)."""
+        self._port.set_task(task)
 
     def local_subscribers(self) -> list[SubscriberView]:
         """The subscribers that run on this task, in dispatch order: read-only views."""
@@ -149,7 +150,7 @@ class PublisherCore:
             port.resume_evaluations(step)
             now = self.bus.clock()
             planner = self._planner
-            self._version = port.version
+            self._version = self._roster.version
             planner.refresh(port.local_subscribers)
             for record in planner.subs:
                 record.timer.reset(step, now)
@@ -300,9 +301,8 @@ class PublisherCore:
         Publishes ``before_run`` to the due subscribers that listen to it.
         """
         if self._version != self._roster.version:
-            port = self._port
-            self._version = port.version
-            self._planner.refresh(port.local_subscribers)
+            self._version = self._roster.version
+            self._planner.refresh(self._port.local_subscribers)
             self._next_step, self._next_time = self._planner.find_next_due()
         if step < self._next_step and self._next_time == math.inf:
             return None
@@ -341,8 +341,8 @@ class PublisherCore:
     def final_plan(self, step: int) -> Plan | None:
         """What the ``at_end`` subscribers still owed a final event at ``step`` need, or ``None``."""
         planner, port = self._planner, self._port
-        if self._version != port.version:
-            self._version = port.version
+        if self._version != self._roster.version:
+            self._version = self._roster.version
             planner.refresh(port.local_subscribers)
         due = [r for r in planner.subs if not r.disabled and r.timer.is_due_at_end(step)]
         if not due:
