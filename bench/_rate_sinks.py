@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import hookbus
-from hookbus._publisher import PublisherCore
+from hookbus._publishing._publisher import PublisherCore
 from hookbus.sinks import LearningRateSchedulerSink, ReduceLROnPlateauSink
 
 

@@ -18,7 +18,7 @@ import tensorflow as tf
 from rich.console import Console
 
 import hookbus
-from hookbus._demo import build_linear_regression
+from hookbus._cli._demo import build_linear_regression
 from hookbus.sinks import (
     CheckpointSink,
     ConsoleSink,

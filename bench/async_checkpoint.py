@@ -1,6 +1,6 @@
 """Issue 30 item 4: does ``tf.train.CheckpointOptions(enable_async=True)`` take time off the training thread?
 
-The TF2 publishers save through ``tf.train.Checkpoint.write`` (hookbus/_checkpoint_tf2.py). This
+The TF2 publishers save through ``tf.train.Checkpoint.write`` (hookbus/_tf/_checkpoint_tf2.py). This
 measures, per save, the synchronous ``write`` against the asynchronous one (the time until
 ``write`` returns, which is what training would wait for, and until ``sync()`` says the files
 are complete, which is when the barrier could write the pointer), alternating the two on the

@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 from _rate_sinks import measure_rate_sinks  # noqa: E402
 
 import hookbus  # noqa: E402
-from hookbus._publisher import PublisherCore  # noqa: E402
+from hookbus._publishing._publisher import PublisherCore  # noqa: E402
 from hookbus.sinks import CSVSink, EventLogSink, TensorBoardSink  # noqa: E402
 
 KEYS = ("loss", "accuracy", "learning_rate", "grad_norm")

@@ -8,25 +8,15 @@ from ``hookbus`` for compatibility.
 
 from hookbus import publisher_api as publisher_api  # the publisher authors' names
 from hookbus import sink_api as sink_api  # the sink authors' names
-from hookbus._bus import EventBus, Subscription, UnknownKeyError
-from hookbus._checkpoint import CheckpointBackend
-from hookbus._checkpoint_seam import Checkpoints
-from hookbus._cluster import RUNS_ON, Task
-from hookbus._context import EpochProgress, PeerReport, SinkContext
-from hookbus._evaluator import evaluate_checkpoints
-from hookbus._event_log import event_log_line, read_event_log
-from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError, WaitForStep
-from hookbus._gate import staggered_start
-from hookbus._hook import EventBusHook
-from hookbus._keras import EventBusCallback
-from hookbus._lock import OutputInUseError, OutputLock
-from hookbus._loop import LoopPublisher
-from hookbus._own_thread_writer import OwnThreadWriter
-from hookbus._publisher import PublisherCore
-from hookbus._replay import ReplayResult, replay
-from hookbus._schedule import Schedule
-from hookbus._session import monitored_training_session
-from hookbus._sink import (
+from hookbus._bus._bus import EventBus, Subscription, UnknownKeyError
+from hookbus._checkpoints._store import CheckpointStore, FileCheckpointStore
+from hookbus._contract._checkpoint_seam import Checkpoints
+from hookbus._contract._cluster import RUNS_ON, Task
+from hookbus._contract._context import EpochProgress, PeerReport, SinkContext
+from hookbus._contract._event_log import event_log_line, read_event_log
+from hookbus._contract._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError, WaitForStep
+from hookbus._contract._schedule import Schedule
+from hookbus._contract._sink import (
     PRIORITY_CHECKPOINT,
     PRIORITY_DEFAULT,
     PRIORITY_EARLY_STOPPING,
@@ -35,10 +25,21 @@ from hookbus._sink import (
     SIGNALS,
     Sink,
 )
-from hookbus._stats import BusStats, SubscriberStats, WriterStats
-from hookbus._store import CheckpointStore, FileCheckpointStore
-from hookbus._train_eval import train_and_evaluate
-from hookbus._writer import (
+from hookbus._contract._stats import BusStats, SubscriberStats, WriterStats
+from hookbus._publishing._publisher import PublisherCore
+from hookbus._publishing._replay import ReplayResult, replay
+from hookbus._tf._checkpoint_tf1 import CheckpointBackend
+from hookbus._tf.hook._evaluator import evaluate_checkpoints
+from hookbus._tf.hook._gate import staggered_start
+from hookbus._tf.hook._hook import EventBusHook
+from hookbus._tf.hook._session import monitored_training_session
+from hookbus._tf.hook._train_eval import train_and_evaluate
+from hookbus._tf.keras._callback import EventBusCallback
+from hookbus._tf.loop._loop import LoopPublisher
+from hookbus._writers._kit import WriterKit
+from hookbus._writers._lock import OutputInUseError, OutputLock
+from hookbus._writers._own_thread import OwnThreadWriter
+from hookbus._writers._writer import (
     DEFAULT_FLUSH_DEADLINE,
     BackgroundWriter,
     FlushDeadline,
@@ -48,7 +49,6 @@ from hookbus._writer import (
     check_writable_dir,
     write_atomically,
 )
-from hookbus._writer_kit import WriterKit
 
 __version__ = "0.1.0"
 

@@ -22,14 +22,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeAlias
 
-from hookbus._checkpoint import CheckpointBackend
-from hookbus._cluster import RUNS_ON, Task
-from hookbus._context import EpochProgress
-from hookbus._learning_rate import RateBackend
-from hookbus._profiling import ProfileOptions, ProfilerBackend, ProfilerBusy
-from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX, RESERVED_KEYS, Plan, PublisherCore
-from hookbus._store import CheckpointStore, FileCheckpointStore
-from hookbus._weights import WeightsBackend
+from hookbus._checkpoints._store import CheckpointStore, FileCheckpointStore
+from hookbus._contract._cluster import RUNS_ON, Task
+from hookbus._contract._context import EpochProgress
+from hookbus._contract._learning_rate import RateBackend
+from hookbus._contract._profiling import ProfileOptions, ProfilerBackend, ProfilerBusy
+from hookbus._publishing._publisher import EPOCH_PREFIX, EVAL_PREFIX, RESERVED_KEYS, Plan, PublisherCore
+from hookbus._tf._checkpoint_tf1 import CheckpointBackend
+from hookbus._tf._weights_tf import WeightsBackend
 
 __all__ = [
     "EPOCH_PREFIX",

@@ -47,20 +47,16 @@ from __future__ import annotations
 
 from typing import Final
 
-from hookbus._checkpoint_seam import Checkpoints
-from hookbus._context import EpochProgress, PeerReport, SinkContext
-from hookbus._deadline import DEFAULT_FLUSH_DEADLINE, FlushDeadline
-from hookbus._direction import better_direction
-from hookbus._event_log import event_log_line
-from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError, WaitForStep
-from hookbus._keys import UnknownKeyError, did_you_mean
-from hookbus._learning_rate import LEARNING_RATE_KEY, LearningRate, LearningRateChange, require_learning_rate
-from hookbus._lock import OutputInUseError, OutputLock
-from hookbus._own_thread_writer import OwnThreadWriter
-from hookbus._profiling import ProfileOptions, Profiler, ProfileResult, ProfileWindow
-from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX
-from hookbus._schedule import Schedule
-from hookbus._sink import (
+from hookbus._bus._keys import UnknownKeyError, did_you_mean
+from hookbus._checkpoints._store import CheckpointStore, FileCheckpointStore, recover, step_of
+from hookbus._contract._checkpoint_seam import Checkpoints
+from hookbus._contract._context import EpochProgress, PeerReport, SinkContext
+from hookbus._contract._event_log import event_log_line
+from hookbus._contract._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError, WaitForStep
+from hookbus._contract._learning_rate import LEARNING_RATE_KEY, LearningRate, LearningRateChange, require_learning_rate
+from hookbus._contract._profiling import ProfileOptions, Profiler, ProfileResult, ProfileWindow
+from hookbus._contract._schedule import Schedule
+from hookbus._contract._sink import (
     PRIORITY_CHECKPOINT,
     PRIORITY_DEFAULT,
     PRIORITY_EARLY_STOPPING,
@@ -69,10 +65,15 @@ from hookbus._sink import (
     SIGNALS,
     Sink,
 )
-from hookbus._stats import BusStats, SubscriberStats, WriterStats
-from hookbus._store import CheckpointStore, FileCheckpointStore, recover, step_of
-from hookbus._values import is_real_dtype
-from hookbus._writer import (
+from hookbus._contract._stats import BusStats, SubscriberStats, WriterStats
+from hookbus._publishing._publisher import EPOCH_PREFIX, EVAL_PREFIX
+from hookbus._rules._direction import better_direction
+from hookbus._rules._values import is_real_dtype
+from hookbus._writers._deadline import DEFAULT_FLUSH_DEADLINE, FlushDeadline
+from hookbus._writers._kit import WriterKit
+from hookbus._writers._lock import OutputInUseError, OutputLock
+from hookbus._writers._own_thread import OwnThreadWriter
+from hookbus._writers._writer import (
     BackgroundWriter,
     WriterError,
     WriterStalled,
@@ -80,7 +81,6 @@ from hookbus._writer import (
     check_writable_dir,
     write_atomically,
 )
-from hookbus._writer_kit import WriterKit
 
 __all__ = [
     "DEFAULT_FLUSH_DEADLINE",

@@ -14,14 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from hookbus._publisher import EVAL_PREFIX, PublisherCore
+from hookbus._publishing._publisher import EVAL_PREFIX, PublisherCore
 
 if TYPE_CHECKING:
-    from hookbus._bus import EventBus
-    from hookbus._checkpoint import CheckpointBackend
-    from hookbus._cluster import Task
-    from hookbus._events import Event
-    from hookbus._weights import WeightsBackend
+    from hookbus._bus._bus import EventBus
+    from hookbus._contract._cluster import Task
+    from hookbus._contract._events import Event
+    from hookbus._tf._checkpoint_tf1 import CheckpointBackend
+    from hookbus._tf._weights_tf import WeightsBackend
 
 __all__ = ["FakeClock", "ScriptedPublisher"]
 

@@ -1,11 +1,11 @@
 """Argument checks for sinks and publishers written outside hookbus, with hookbus's own messages.
 
-The same checks hookbus's sinks use (one rule each, in :mod:`hookbus._validate`): they raise
+The same checks hookbus's sinks use (one rule each, in :mod:`hookbus._rules._validate`): they raise
 ``ValueError`` naming the argument, what was expected and the value given, e.g.
 ``flush_secs must be a positive finite number of seconds (got inf)``.
 """
 
-from hookbus._validate import (
+from hookbus._rules._validate import (
     finite_number,
     flag,
     key_name,

@@ -1,12 +1,12 @@
 """Sinks: independent subscribers that show, save and steer a run (import as ``hookbus.sinks``)."""
 
-from .checkpoint import CheckpointSink
-from .console import ConsoleSink
+from .checkpoint.checkpoint import CheckpointSink
+from .console.console import ConsoleSink
 from .csv import CSVSink
 from .early_stopping import EarlyStoppingSink
 from .event_log import EventLogSink
-from .learning_rate import LearningRateSchedulerSink, ReduceLROnPlateauSink
-from .mlflow import MLflowSink, mlflow_name
+from .learning_rate.learning_rate import LearningRateSchedulerSink, ReduceLROnPlateauSink
+from .mlflow.mlflow import MLflowSink, mlflow_name
 from .nan_guard import NanGuardSink, NonFiniteError
 from .profiler import ProfilerSink
 from .stop_at_step import StopAtStepSink

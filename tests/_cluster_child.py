@@ -1,4 +1,4 @@
-"""One task of a local parameter-server cluster, for tests/test_distributed.py.
+"""One task of a local parameter-server cluster, for tests/_tf/hook/test_distributed.py.
 
 Usage: ``python tests/_cluster_child.py '<json>'`` with ``cluster`` (the cluster spec), ``type``
 (``ps`` or ``worker``), ``index``, ``scenario`` (``files``, ``nan`` or ``early``) and ``out`` (a

@@ -1,4 +1,4 @@
-"""One task of a local parameter-server cluster, for tests/test_gate_cluster.py (the start gate).
+"""One task of a local parameter-server cluster, for tests/_tf/hook/test_gate_cluster.py (the start gate).
 
 Usage: ``python tests/_gate_child.py '<json>'`` with ``cluster``, ``type`` (``ps`` or ``worker``),
 ``index``, ``scenario`` and ``out``. A parameter server serves until it is killed; a worker

@@ -1,4 +1,4 @@
-"""One worker of a local MultiWorkerMirroredStrategy cluster, for tests/test_collective.py.
+"""One worker of a local MultiWorkerMirroredStrategy cluster, for tests/_tf/test_collective.py.
 
 Usage: ``python tests/_mwms_child.py '<json>'`` with ``cluster`` (``{"worker": [...]}``),
 ``index``, ``scenario`` (``loop``, ``keras`` or ``one-worker``), ``out`` (the shared output
@@ -117,12 +117,12 @@ def _one_worker(tf: Any, keras: Any, strategy: Any, out: Path, stop_at: int, rat
     import numpy as np
 
     import hookbus
-    import hookbus._keras
-    from hookbus._collective import task_of_strategy
+    import hookbus._tf.keras._callback
+    from hookbus._tf._collective import task_of_strategy
     from hookbus.sinks import CheckpointSink
 
     alone = task_of_strategy(strategy)  # one worker: one machine
-    hookbus._keras.task_of_strategy = lambda s: hookbus.Task("worker", 0, collective=True)  # type: ignore[attr-defined,assignment]
+    hookbus._tf.keras._callback.task_of_strategy = lambda s: hookbus.Task("worker", 0, collective=True)  # type: ignore[attr-defined,assignment]
     with strategy.scope():
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
         model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")

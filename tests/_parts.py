@@ -7,14 +7,14 @@ from typing import Any
 
 import blinker
 
-from hookbus._dispatch import Dispatcher
-from hookbus._events import SIGNAL_DOCS
-from hookbus._roster import Roster
-from hookbus._schedule import Schedule
-from hookbus._sink import SIGNALS, Sink
-from hookbus._state import RunState
-from hookbus._stops import Stops
-from hookbus._subscription import Subscriber
+from hookbus._bus._dispatch import Dispatcher
+from hookbus._bus._roster import Roster
+from hookbus._bus._state import RunState
+from hookbus._bus._stops import Stops
+from hookbus._bus._subscription import Subscriber
+from hookbus._contract._events import SIGNAL_DOCS
+from hookbus._contract._schedule import Schedule
+from hookbus._contract._sink import SIGNALS, Sink
 
 
 class Parts:

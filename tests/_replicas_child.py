@@ -1,4 +1,4 @@
-"""A custom loop under a real ``MirroredStrategy`` on two logical CPUs, for tests/test_replicas.py.
+"""A custom loop under a real ``MirroredStrategy`` on two logical CPUs, for tests/_tf/loop/test_replicas.py.
 
 Usage: ``python tests/_replicas_child.py OUT``. Logical devices must be configured before
 TensorFlow initializes its devices, so this runs in its own process. It trains a small Keras
@@ -147,7 +147,7 @@ def main(out: Path) -> None:
     except TypeError as error:
         report["no_strategy"] = {"error": str(error), "bus_step": bus.step}
     try:
-        from hookbus._replicas import ReplicaValues
+        from hookbus._tf.loop._replicas import ReplicaValues
 
         several = ReplicaValues(strategy)
         several.multi_worker = True

@@ -1,4 +1,4 @@
-"""A training process for tests/test_watch_live.py: what ``hookbus watch`` watches.
+"""A training process for tests/_watch/test_watch_live.py: what ``hookbus watch`` watches.
 
 Usage: ``python tests/_watch_child.py '<json>'`` with ``out`` (a directory), ``steps`` (the last
 step), ``delay`` (seconds per step) and, for a parameter-server cluster, ``cluster``, ``type``
@@ -26,7 +26,7 @@ def single(config: dict[str, Any]) -> None:
     import tensorflow as tf
 
     import hookbus
-    from hookbus._demo import build_demo_regression
+    from hookbus._cli._demo import build_demo_regression
     from hookbus.sinks import CheckpointSink, CSVSink, EventLogSink, StopAtStepSink
 
     tf.compat.v1.disable_eager_execution()

@@ -13,37 +13,27 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import hookbus
-from hookbus._state import RunState
+from _source import ROOT, all_imports, modules
 
-ROOT = Path(__file__).resolve().parents[1]
-MODULES = {p.stem: p for p in sorted((ROOT / "hookbus").glob("*.py"))}
+import hookbus
+from hookbus._bus._state import RunState
+
+# hookbus/'s modules by import name (``hookbus._bus._port``); ``hookbus.sinks`` is outside hookbus/.
+MODULES = {name: path for name, path in modules().items() if not name.startswith("hookbus.sinks")}
 
 
 def _trees() -> dict[str, ast.Module]:
     return {name: ast.parse(path.read_text()) for name, path in MODULES.items()}
 
 
-def _imported(tree: ast.Module) -> set[str]:
-    """The ``hookbus/`` modules a module imports, anywhere in it (``TYPE_CHECKING`` and functions
-    too); ``__init__`` for the package itself. ``hookbus.sinks`` is outside ``hookbus/``."""
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module == "hookbus":
-            names = [f"hookbus.{a.name}" if a.name in MODULES else "hookbus" for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names = [node.module]
-        else:
-            continue
-        for name in names:
-            parts = name.split(".")
-            if name == "hookbus":
-                found.add("__init__")
-            elif parts[0] == "hookbus" and parts[1] in MODULES:
-                found.add(parts[1])
-    return found
+def _graph() -> dict[str, set[str]]:
+    """Each hookbus/ module -> the hookbus/ modules it imports, anywhere in it (``TYPE_CHECKING``
+    and functions too); ``hookbus`` for the package itself."""
+    graph: dict[str, set[str]] = {name: set() for name in MODULES}
+    for edge in all_imports():
+        if edge.source in MODULES and edge.target in MODULES:
+            graph[edge.source].add(edge.target)
+    return graph
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -79,8 +69,8 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_cycle_among_hookbus_modules() -> None:
-    graph = {name: _imported(tree) - {name} for name, tree in _trees().items()}
-    assert len(graph["__init__"]) > 10  # the package itself is a node: a module importing it is counted
+    graph = _graph()
+    assert len(graph["hookbus"]) > 10  # the package itself is a node: a module importing it is counted
     assert _cycles(graph) == []
 
 
@@ -105,16 +95,16 @@ def _is_a_bus(node: ast.expr) -> bool:
 def _reach_ins(root: Path) -> list[tuple[str, str]]:
     private = _bus_private_names()
     found = []
-    for path in sorted(root.glob("*.py")):
+    for path in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and node.attr in private and _is_a_bus(node.value):
-                found.append((path.name, ast.unparse(node)))
+                found.append((path.relative_to(root).as_posix(), ast.unparse(node)))
     return found
 
 
 def test_no_module_but_the_bus_touches_a_private_member_of_a_bus() -> None:
-    found = [r for r in _reach_ins(ROOT / "hookbus") if r[0] != "_bus.py"]
-    assert found == [("_publisher.py", "bus._port")]  # PublisherCore takes the port of the bus it serves
+    found = [r for r in _reach_ins(ROOT / "hookbus") if r[0] != "_bus/_bus.py"]
+    assert found == [("_publishing/_publisher.py", "bus._port")]  # PublisherCore takes the port of the bus it serves
     assert _reach_ins(ROOT / "sinks") == []
 
 
@@ -133,7 +123,7 @@ def _writers() -> dict[str, set[str]]:
     fields = set(RunState.__slots__)
     writers: dict[str, set[str]] = {f: set() for f in fields}
     for name, tree in _trees().items():
-        if name == "_state":  # its own reset
+        if name == "hookbus._bus._state":  # its own reset
             continue
         for node in ast.walk(tree):
             targets: list[ast.expr] = []
@@ -155,9 +145,9 @@ def test_runstate_keeps_only_the_runs_progress_and_each_field_has_one_writer() -
     assert sorted(RunState.__slots__) == ["local_step", "start_time", "started", "step", "wall_start"]
     writers = _writers()
     assert writers == {
-        "step": {"_port"},  # through the publishers' core only
-        "local_step": {"_port"},
-        "started": {"_run"},
-        "start_time": {"_run"},
+        "step": {"hookbus._bus._port"},  # through the publishers' core only
+        "local_step": {"hookbus._bus._port"},
+        "started": {"hookbus._bus._run"},
+        "start_time": {"hookbus._bus._run"},
         "wall_start": set(),  # set by reset alone
     }

@@ -481,7 +481,7 @@ def test_readme_commands_are_the_ones_ci_runs() -> None:
     assert fast[0] in ci
     assert ci.index(fast[0]) < ci.index(tests[0])
     pyproject = (root / "pyproject.toml").read_text()
-    assert 'hookbus = "hookbus._cli:main"' in pyproject
+    assert 'hookbus = "hookbus._cli._cli:main"' in pyproject
 
 
 # -- the README and the guides: every command they give, every link, every test they name --------
@@ -523,7 +523,7 @@ def check_guide_command(command: str) -> None:
     """Fail unless ``command`` runs as written, as far as can be told without running it."""
     import tomllib
 
-    from hookbus._cli import _parser, _spec
+    from hookbus._cli._cli import _parser, _spec
     from hookbus.sinks import EarlyStoppingSink
 
     line = command.split(" # ")[0].split(" | ")[0].strip()

@@ -25,15 +25,15 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hookbus._store import step_of
+from hookbus._checkpoints._store import step_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from hookbus._checkpoint import CheckpointBackend
-    from hookbus._roster import Roster
-    from hookbus._store import CheckpointStore
-    from hookbus._subscription import Subscriber
+    from hookbus._bus._roster import Roster
+    from hookbus._bus._subscription import Subscriber
+    from hookbus._checkpoints._store import CheckpointStore
+    from hookbus._tf._checkpoint_tf1 import CheckpointBackend
 
 __all__ = ["Barrier", "PreparedCheckpoint"]
 
@@ -59,7 +59,7 @@ class Barrier:
     Args:
         roster: Who is subscribed (the live sinks here take part).
         announce: Publishes a sink's failure (``subscriber_error``) to the others: the
-            dispatcher's :meth:`~hookbus._dispatch.Dispatcher.announce_error`.
+            dispatcher's :meth:`~hookbus._bus._dispatch.Dispatcher.announce_error`.
     """
 
     def __init__(

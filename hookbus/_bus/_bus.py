@@ -5,7 +5,7 @@ collaborators it needs, never the bus: the roster (who is subscribed, in order),
 (every stop request and the answer), the run's progress, the dispatcher (ordered, isolated
 delivery), the checkpoint barrier, the sinks' contexts, the run scope (``with bus:``, a
 publisher's begin, signals, closing) and a port for publishers. Its public surface is what
-users of a bus need; what only publishers use is on the port (:class:`hookbus._port.BusPort`),
+users of a bus need; what only publishers use is on the port (:class:`hookbus._bus._port.BusPort`),
 which :class:`hookbus.PublisherCore` holds.
 """
 
@@ -18,19 +18,23 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import blinker
 
-from hookbus._barrier import Barrier
-from hookbus._cluster import check_runs_on
-from hookbus._dispatch import Dispatcher
-from hookbus._events import SIGNAL_DOCS
-from hookbus._keys import KeyRegistry, Publisher, UnknownKeyError
-from hookbus._offers import Offers
-from hookbus._port import BusPort
-from hookbus._profiling import Profiling
-from hookbus._roster import Roster
-from hookbus._run import RunScope
-from hookbus._schedule import Schedule
-from hookbus._services import SinkServices
-from hookbus._sink import (
+from hookbus._bus._barrier import Barrier
+from hookbus._bus._dispatch import Dispatcher
+from hookbus._bus._keys import KeyRegistry, Publisher, UnknownKeyError
+from hookbus._bus._offers import Offers
+from hookbus._bus._port import BusPort
+from hookbus._bus._roster import Roster
+from hookbus._bus._run import RunScope
+from hookbus._bus._services import SinkServices
+from hookbus._bus._state import RunState
+from hookbus._bus._stops import Stops
+from hookbus._bus._subscriber_view import SubscriberView, views
+from hookbus._bus._subscription import Subscriber
+from hookbus._contract._cluster import check_runs_on
+from hookbus._contract._events import SIGNAL_DOCS
+from hookbus._contract._profiling import Profiling
+from hookbus._contract._schedule import Schedule
+from hookbus._contract._sink import (
     PRIORITY_DEFAULT,
     SIGNALS,
     STEP_SIGNALS,
@@ -39,17 +43,13 @@ from hookbus._sink import (
     check_on_error,
     check_priority,
 )
-from hookbus._state import RunState
-from hookbus._stats import BusStats
-from hookbus._stops import Stops
-from hookbus._subscriber_view import SubscriberView, views
-from hookbus._subscription import Subscriber
-from hookbus._validate import check_stop_signals, flag
+from hookbus._contract._stats import BusStats
+from hookbus._rules._validate import check_stop_signals, flag
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from hookbus._cluster import Task
+    from hookbus._contract._cluster import Task
 
 __all__ = ["EventBus", "Publisher", "Subscription", "UnknownKeyError", "mark_evaluated"]
 
@@ -393,5 +393,5 @@ class Subscription:
 
 def mark_evaluated(bus: EventBus, prefix: str) -> None:
     """Checkpoint ``prefix`` of ``bus``'s run has been evaluated: what ``train_and_evaluate``,
-    whose hooks hold their own cores, marks (see :meth:`hookbus._port.BusPort.mark_evaluated`)."""
+    whose hooks hold their own cores, marks (see :meth:`hookbus._bus._port.BusPort.mark_evaluated`)."""
     bus._port.mark_evaluated(prefix)

@@ -2,7 +2,7 @@
 
 A part of :class:`hookbus.EventBus`: subscribers run in order; a failure is handled by the
 failing subscriber's ``on_error`` policy without keeping the event from the others; stop
-requests (:class:`hookbus._stops.Stops`) and deferred work (a checkpoint's save) wait until the
+requests (:class:`hookbus._bus._stops.Stops`) and deferred work (a checkpoint's save) wait until the
 event has reached everyone.
 """
 
@@ -13,15 +13,15 @@ from collections.abc import Callable, Iterable, Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from hookbus._events import ExceptionRaised, SubscriberError
+from hookbus._contract._events import ExceptionRaised, SubscriberError
 
 if TYPE_CHECKING:
     import blinker
 
-    from hookbus._roster import Roster
-    from hookbus._state import RunState
-    from hookbus._stops import Stops
-    from hookbus._subscription import Subscriber
+    from hookbus._bus._roster import Roster
+    from hookbus._bus._state import RunState
+    from hookbus._bus._stops import Stops
+    from hookbus._bus._subscription import Subscriber
 
 __all__ = ["Dispatcher"]
 

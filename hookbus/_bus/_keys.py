@@ -6,7 +6,7 @@ import difflib
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from hookbus._subscription import Subscriber
+from hookbus._bus._subscription import Subscriber
 
 __all__ = ["KeyRegistry", "Publisher", "UnknownKeyError", "did_you_mean"]
 

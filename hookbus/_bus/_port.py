@@ -8,28 +8,28 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from hookbus._checkpoint import TENSORFLOW
-from hookbus._cluster import Task
-from hookbus._events import _EMPTY, Event
-from hookbus._store import CheckpointStore
+from hookbus._checkpoints._store import CheckpointStore
+from hookbus._contract._cluster import Task
+from hookbus._contract._events import _EMPTY, Event
+from hookbus._tf._checkpoint_tf1 import TENSORFLOW
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
-    from hookbus._barrier import Barrier
-    from hookbus._checkpoint import CheckpointBackend
-    from hookbus._context import EpochProgress
-    from hookbus._dispatch import Dispatcher
-    from hookbus._keys import KeyRegistry, Publisher
-    from hookbus._learning_rate import LearningRate
-    from hookbus._offers import Offers
-    from hookbus._profiling import ProfilerBackend, Profiling
-    from hookbus._roster import Roster
-    from hookbus._run import RunScope
-    from hookbus._state import RunState
-    from hookbus._stops import Stops
-    from hookbus._subscription import Subscriber
-    from hookbus._weights import WeightsBackend
+    from hookbus._bus._barrier import Barrier
+    from hookbus._bus._dispatch import Dispatcher
+    from hookbus._bus._keys import KeyRegistry, Publisher
+    from hookbus._bus._offers import Offers
+    from hookbus._bus._roster import Roster
+    from hookbus._bus._run import RunScope
+    from hookbus._bus._state import RunState
+    from hookbus._bus._stops import Stops
+    from hookbus._bus._subscription import Subscriber
+    from hookbus._contract._context import EpochProgress
+    from hookbus._contract._learning_rate import LearningRate
+    from hookbus._contract._profiling import ProfilerBackend, Profiling
+    from hookbus._tf._checkpoint_tf1 import CheckpointBackend
+    from hookbus._tf._weights_tf import WeightsBackend
 
 __all__ = ["BusPort"]
 
@@ -115,7 +115,7 @@ class BusPort:
         self._scope.start(publisher)
 
     def link_evaluator(self) -> None:
-        """A train publisher begins: listen for an evaluator task's stop (see :mod:`hookbus._run_files`)."""
+        """A train publisher begins: listen for an evaluator task's stop (see :mod:`hookbus._checkpoints._run_files`)."""
         self._scope.link_evaluator()
 
     def offer_checkpoints(self, backend: CheckpointBackend | None, store: CheckpointStore | None = None) -> None:
@@ -184,7 +184,7 @@ class BusPort:
         self._state.local_step = local_step
 
     def first_evaluation(self, keys: frozenset[str], step: int) -> bool:
-        """Whether an evaluation of ``keys`` at training ``step`` counts (see :mod:`hookbus._evaluated`)."""
+        """Whether an evaluation of ``keys`` at training ``step`` counts (see :mod:`hookbus._bus._evaluated`)."""
         return self._scope.evaluated.first(keys, step)
 
     def resume_evaluations(self, step: int) -> None:
@@ -196,12 +196,12 @@ class BusPort:
         self._barrier.flush(step, f"at the end of a session (step {step})")
 
     def mark_evaluated(self, prefix: str) -> None:
-        """An evaluation of checkpoint ``prefix`` finished (see :meth:`hookbus._barrier.Barrier.mark_evaluated`)."""
+        """An evaluation of checkpoint ``prefix`` finished (see :meth:`hookbus._bus._barrier.Barrier.mark_evaluated`)."""
         offered = self._offers.checkpoints
         self._barrier.mark_evaluated(offered[1] if offered is not None else TENSORFLOW, prefix)
 
     def hold(self) -> None:
-        """Keep deferred work and stop requests waiting (see :meth:`hookbus._dispatch.Dispatcher.hold`)."""
+        """Keep deferred work and stop requests waiting (see :meth:`hookbus._bus._dispatch.Dispatcher.hold`)."""
         self._dispatcher.hold()
 
     def release(self) -> None:

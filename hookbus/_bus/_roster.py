@@ -10,13 +10,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from hookbus._stats import BusStats, SubscriberStats, Usage, WriterStats
+from hookbus._contract._stats import BusStats, SubscriberStats, Usage, WriterStats
 
 if TYPE_CHECKING:
-    from hookbus._cluster import Task
-    from hookbus._schedule import Schedule
-    from hookbus._sink import Sink
-    from hookbus._subscription import Subscriber
+    from hookbus._bus._subscription import Subscriber
+    from hookbus._contract._cluster import Task
+    from hookbus._contract._schedule import Schedule
+    from hookbus._contract._sink import Sink
 
 __all__ = ["Roster"]
 

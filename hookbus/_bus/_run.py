@@ -10,20 +10,20 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from hookbus._evaluated import EvaluatedSteps
-from hookbus._run_files import POLL_SECS, EvaluatorLink, RunFiles
+from hookbus._bus._evaluated import EvaluatedSteps
+from hookbus._checkpoints._run_files import POLL_SECS, EvaluatorLink, RunFiles
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from types import FrameType
 
-    from hookbus._context import SinkContext
-    from hookbus._dispatch import Dispatcher
-    from hookbus._keys import KeyRegistry, Publisher
-    from hookbus._roster import Roster
-    from hookbus._sink import Sink
-    from hookbus._state import RunState
-    from hookbus._stops import Stops
+    from hookbus._bus._dispatch import Dispatcher
+    from hookbus._bus._keys import KeyRegistry, Publisher
+    from hookbus._bus._roster import Roster
+    from hookbus._bus._state import RunState
+    from hookbus._bus._stops import Stops
+    from hookbus._contract._context import SinkContext
+    from hookbus._contract._sink import Sink
 
 __all__ = ["RunScope"]
 
@@ -46,7 +46,7 @@ class RunScope:
     Attributes:
         runs: Runs begun so far (1 during the first): what a publisher counts its sessions per.
         previous_step: The step the previous run ended at (``None`` in the first run).
-        evaluated: One evaluation per training step in this run (:mod:`hookbus._evaluated`).
+        evaluated: One evaluation per training step in this run (:mod:`hookbus._bus._evaluated`).
     """
 
     def __init__(
@@ -111,7 +111,7 @@ class RunScope:
             self._evaluator = EvaluatorLink(RunFiles(directories.pop()), since=self._state.wall_start)
 
     def _evaluator_stop(self) -> tuple[str, str] | None:
-        """An evaluator's new stop (what :class:`~hookbus._stops.Stops` polls every step)."""
+        """An evaluator's new stop (what :class:`~hookbus._bus._stops.Stops` polls every step)."""
         link = self._evaluator
         found = None if link is None else link.poll(self._clock())
         if found is None:

@@ -7,24 +7,24 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from hookbus._context import PeerReport, SinkContext
-from hookbus._sink import Sink
-from hookbus._store import step_of
+from hookbus._checkpoints._store import step_of
+from hookbus._contract._context import PeerReport, SinkContext
+from hookbus._contract._sink import Sink
 
 if TYPE_CHECKING:
     from collections.abc import Container, Iterable
 
-    from hookbus._barrier import Barrier
-    from hookbus._checkpoint import CheckpointBackend
-    from hookbus._dispatch import Dispatcher
-    from hookbus._events import CheckpointSaved
-    from hookbus._keys import KeyRegistry
-    from hookbus._offers import Offers
-    from hookbus._profiling import Profiling
-    from hookbus._roster import Roster
-    from hookbus._state import RunState
-    from hookbus._stats import BusStats
-    from hookbus._store import CheckpointStore
+    from hookbus._bus._barrier import Barrier
+    from hookbus._bus._dispatch import Dispatcher
+    from hookbus._bus._keys import KeyRegistry
+    from hookbus._bus._offers import Offers
+    from hookbus._bus._roster import Roster
+    from hookbus._bus._state import RunState
+    from hookbus._checkpoints._store import CheckpointStore
+    from hookbus._contract._events import CheckpointSaved
+    from hookbus._contract._profiling import Profiling
+    from hookbus._contract._stats import BusStats
+    from hookbus._tf._checkpoint_tf1 import CheckpointBackend
 
 __all__ = ["BusCheckpoints", "SinkServices", "check_state_names"]
 

@@ -2,8 +2,8 @@
 
 A stop is asked for by a subscriber (``event.request_stop``), a user (``bus.request_stop``), a
 signal (SIGTERM, a first Ctrl-C), another thread (a watchdog), an evaluator task (through its
-records), another worker (the parameter server's flag, :class:`hookbus._cluster.SharedStop`, or
-the collective agreement, :class:`hookbus._collective.CollectiveStop`). Each becomes one
+records), another worker (the parameter server's flag, :class:`hookbus._contract._cluster.SharedStop`, or
+the collective agreement, :class:`hookbus._tf._collective.CollectiveStop`). Each becomes one
 :class:`~hookbus.StopRequest` with its reason, source and step, published as ``stop_requested``
 once the current event has reached every subscriber. The first reason of the run is kept.
 
@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from hookbus._events import StopRequest
+from hookbus._contract._events import StopRequest
 
 __all__ = ["Stops"]
 

@@ -7,8 +7,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hookbus._sink import Sink
-    from hookbus._subscription import Subscriber
+    from hookbus._bus._subscription import Subscriber
+    from hookbus._contract._sink import Sink
 
 __all__ = ["SubscriberView", "views"]
 

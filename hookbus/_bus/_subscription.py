@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from hookbus._schedule import Schedule, ScheduleTimer
-from hookbus._stats import Usage
+from hookbus._contract._schedule import Schedule, ScheduleTimer
+from hookbus._contract._stats import Usage
 
 if TYPE_CHECKING:
-    from hookbus._sink import Sink
+    from hookbus._contract._sink import Sink
 
 __all__ = ["Subscriber"]
 

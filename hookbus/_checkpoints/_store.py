@@ -6,7 +6,7 @@ moves and copies a checkpoint's files. It never decides anything: *when* to save
 keep are :class:`~hookbus.sinks.CheckpointSink`'s (as ignite's ``DiskSaver`` stores what its
 ``Checkpoint`` decides). A publisher offers a store with its backend
 (:meth:`hookbus.PublisherCore.offer_checkpoints`); TensorFlow's layout is the default
-(:class:`hookbus._checkpoint.TensorFlowStore`), and :class:`FileCheckpointStore` is the layout of
+(:class:`hookbus._tf._checkpoint_tf1.TensorFlowStore`), and :class:`FileCheckpointStore` is the layout of
 a framework without its own (NumPy, ``examples/custom_publisher.py``). Nothing here imports
 TensorFlow.
 """
@@ -21,7 +21,7 @@ import re
 import shutil
 from typing import Any, Protocol, runtime_checkable
 
-from hookbus._writer import write_atomically
+from hookbus._writers._writer import write_atomically
 
 __all__ = ["STATE_SUFFIX", "CheckpointStore", "FileCheckpointStore", "recover", "step_of"]
 

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hookbus._startup_notices import held_startup_notices
-from hookbus._tf import require_tensorflow
-from hookbus._validate import non_negative_seconds
-from hookbus._writer import make_writable_dir
+from hookbus._cli._startup_notices import held_startup_notices
+from hookbus._rules._validate import non_negative_seconds
+from hookbus._tf._import import require_tensorflow
+from hookbus._writers._writer import make_writable_dir
 
 __all__ = ["main"]
 
@@ -73,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
         "--delay", type=_non_negative_float, default=0.004, help="sleep per step, to watch it (default 0.004 s)"
     )
     _add_replay(commands)
-    from hookbus._watch_command import add_watch  # it wires the console sink: loaded with the command
+    from hookbus._watch._command import add_watch  # it wires the console sink: loaded with the command
 
     add_watch(commands)
     return parser
@@ -114,7 +114,7 @@ def demo(logdir: Path, *, steps: int, eval_every: int, patience: int, delay: flo
         tf = require_tensorflow("hookbus demo")
 
     import hookbus
-    from hookbus._demo import build_demo_regression
+    from hookbus._cli._demo import build_demo_regression
     from hookbus.sinks import (
         CheckpointSink,
         ConsoleSink,
@@ -188,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "replay":
         return replay_command(args)
     if args.command == "watch":
-        from hookbus._watch_command import watch_command
+        from hookbus._watch._command import watch_command
 
         return watch_command(args)
     if args.command == "demo":
@@ -303,7 +303,7 @@ def replay_command(args: argparse.Namespace) -> int:
             bus.attach(TensorBoardSink(args.tensorboard, every_n_steps=args.tensorboard_every_n_steps, hparams=hparams))
         tracker = None
         if args.mlflow is not None:
-            from hookbus._replay import recorded_run_key
+            from hookbus._publishing._replay import recorded_run_key
             from hookbus.sinks import MLflowSink
 
             tracker = bus.attach(MLflowSink(

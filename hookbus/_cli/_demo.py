@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hookbus._tf import require_tensorflow
+from hookbus._tf._import import require_tensorflow
 
 __all__ = ["LinearRegression", "build_demo_regression", "build_linear_regression"]
 

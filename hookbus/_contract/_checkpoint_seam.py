@@ -6,7 +6,7 @@ model through the publisher's backend, the states beside it), to make a list of 
 pointer's and prune the rest, and to publish ``checkpoint_saved``. Every file it touches goes
 through :attr:`Checkpoints.store`, the publisher's store (TensorFlow's layout unless the
 publisher gave its own), so the sink never assumes a layout. The bus's side of the seam is
-:class:`hookbus._services.BusCheckpoints`.
+:class:`hookbus._bus._services.BusCheckpoints`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Container, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from hookbus._events import CheckpointSaved
-    from hookbus._store import CheckpointStore
+    from hookbus._checkpoints._store import CheckpointStore
+    from hookbus._contract._events import CheckpointSaved
 
 __all__ = ["Checkpoints"]
 

@@ -23,10 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hookbus._validate import flag, one_of, positive_int
+from hookbus._rules._validate import flag, one_of, positive_int
 
 if TYPE_CHECKING:
-    from hookbus._stops import Stops
+    from hookbus._bus._stops import Stops
 
 __all__ = ["RUNS_ON", "SharedStop", "Task", "check_runs_on"]
 
@@ -125,7 +125,7 @@ class Task:
 class SharedStop:
     """A stop flag on the parameter server that every worker of one cluster reads and sets.
 
-    The transport of the run's :class:`~hookbus._stops.Stops` across parameter-server workers.
+    The transport of the run's :class:`~hookbus._bus._stops.Stops` across parameter-server workers.
 
     Built by :class:`hookbus.EventBusHook` in ``begin`` when it has a :class:`Task`: a string
     variable (empty: no stop; otherwise ``"<task>: <reason>"``) placed on the device of the

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hookbus._checkpoint_seam import Checkpoints
-    from hookbus._cluster import Task
-    from hookbus._learning_rate import LearningRate
-    from hookbus._profiling import Profiler
-    from hookbus._schedule import Schedule
-    from hookbus._stats import BusStats
-    from hookbus._weights import WeightsBackend
+    from hookbus._contract._checkpoint_seam import Checkpoints
+    from hookbus._contract._cluster import Task
+    from hookbus._contract._learning_rate import LearningRate
+    from hookbus._contract._profiling import Profiler
+    from hookbus._contract._schedule import Schedule
+    from hookbus._contract._stats import BusStats
+    from hookbus._tf._weights_tf import WeightsBackend
 
 __all__ = ["EpochProgress", "PeerReport", "SinkContext"]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError, WaitForStep
+from hookbus._contract._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError, WaitForStep
 
 __all__ = ["EVENT_LOG_VERSION", "RECORDS", "event_log_line", "read_event_log"]
 

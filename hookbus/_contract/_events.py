@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from hookbus._validate import one_of
+from hookbus._rules._validate import one_of
 
 __all__ = [
     "SIGNAL_DOCS",

@@ -1,12 +1,12 @@
 """The learning rate a training publisher offers its sinks: read it, ask for a new one, learn it changed.
 
 A publisher that can set the rate it trains with offers a :class:`RateBackend` (TensorFlow's are
-in :mod:`hookbus._learning_rate_tf`; sinks never import TensorFlow). Its core wraps it in a
+in :mod:`hookbus._tf._learning_rate_tf`; sinks never import TensorFlow). Its core wraps it in a
 :class:`LearningRate`, the sinks' side (``SinkContext.learning_rate``): the rate in effect, and
 :meth:`LearningRate.request` for a new rate (or, on a schedule, a new multiplier on top of it).
 A request is only recorded; the publisher applies it on the training thread before the next
 training step (one machine), or at the step every worker agrees on (a collective strategy, see
-:mod:`hookbus._collective`), and the bus publishes ``learning_rate_changed`` with a
+:mod:`hookbus._tf._collective`), and the bus publishes ``learning_rate_changed`` with a
 :class:`LearningRateChange`.
 """
 
@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from hookbus._validate import positive_number
+from hookbus._rules._validate import positive_number
 
 if TYPE_CHECKING:
     from collections.abc import Callable

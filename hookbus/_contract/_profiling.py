@@ -2,7 +2,7 @@
 
 The policy — which steps, how traces are named, what the dashboard says — is the sink's
 (:class:`~hookbus.sinks.ProfilerSink`); the profiler's calls are the training publisher's
-:class:`ProfilerBackend` (TensorFlow's is :class:`hookbus._profiler_tf.TFProfiler`), so no sink
+:class:`ProfilerBackend` (TensorFlow's is :class:`hookbus._tf._profiler_tf.TFProfiler`), so no sink
 imports TensorFlow. Between them is the bus's :class:`Profiling`, one per bus: the sink hands it a
 :class:`ProfileWindow` (:attr:`hookbus.SinkContext.profiler`); around each training step the
 publisher compares the coming step with :attr:`Profiling.first` (``inf`` while no window is

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from hookbus._validate import key_items, key_name
+from hookbus._rules._validate import key_items, key_name
 
 __all__ = ["EPOCH_PREFIX", "EVAL_PREFIX", "MODES", "RESERVED_KEYS", "check_fetch_keys", "check_mode"]
 
@@ -22,7 +22,7 @@ RESERVED_KEYS = frozenset({"step", "wall_time", "mode", "elapsed"})
 
 
 def check_fetch_keys(keys: str | Iterable[object], name: str = "keys") -> tuple[str, ...]:
-    """Validate publisher keys: names (:func:`hookbus._validate.key_name`), not reserved, no ``eval/`` prefix.
+    """Validate publisher keys: names (:func:`hookbus._rules._validate.key_name`), not reserved, no ``eval/`` prefix.
 
     A ``str`` is one key (``keys="loss"``), as in every sink's ``keys=``; never its characters.
     """

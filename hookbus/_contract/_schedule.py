@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hookbus._validate import flag, optional_seconds, positive_int
+from hookbus._rules._validate import flag, optional_seconds, positive_int
 
 __all__ = ["Schedule"]
 

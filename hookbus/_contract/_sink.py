@@ -7,17 +7,24 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from hookbus._cluster import check_runs_on
-from hookbus._schedule import Schedule
-from hookbus._validate import key_items, key_name, one_of
+from hookbus._contract._cluster import check_runs_on
+from hookbus._contract._schedule import Schedule
+from hookbus._rules._validate import key_items, key_name, one_of
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from hookbus._context import SinkContext
-    from hookbus._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError, WaitForStep
-    from hookbus._learning_rate import LearningRateChange
-    from hookbus._stats import WriterStats
+    from hookbus._contract._context import SinkContext
+    from hookbus._contract._events import (
+        CheckpointSaved,
+        Event,
+        ExceptionRaised,
+        StopRequest,
+        SubscriberError,
+        WaitForStep,
+    )
+    from hookbus._contract._learning_rate import LearningRateChange
+    from hookbus._contract._stats import WriterStats
 
 __all__ = [
     "ON_ERROR_POLICIES",

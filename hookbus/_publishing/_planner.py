@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hookbus._subscription import Subscriber
+    from hookbus._bus._subscription import Subscriber
 
 __all__ = ["Plan", "Planner"]
 

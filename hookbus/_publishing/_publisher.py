@@ -3,9 +3,9 @@
 The TensorFlow hook, the Keras callback and the loop publisher wrap a :class:`PublisherCore`;
 so does :mod:`hookbus.testing`. Planning is the hot path: on a step where no subscriber is due
 :meth:`PublisherCore.plan` compares two numbers and returns ``None``. Which subscribers can be
-due, their bounds and the fetch-key union are :mod:`hookbus._planner`'s; the key names and
-prefixes :mod:`hookbus._publisher_keys`'s; evaluations and epochs, which no schedule plans,
-:mod:`hookbus._unscheduled`'s.
+due, their bounds and the fetch-key union are :mod:`hookbus._publishing._planner`'s; the key names and
+prefixes :mod:`hookbus._contract._publisher_keys`'s; evaluations and epochs, which no schedule plans,
+:mod:`hookbus._publishing._unscheduled`'s.
 """
 
 from __future__ import annotations
@@ -16,27 +16,34 @@ from operator import attrgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from hookbus._events import WaitForStep
-from hookbus._learning_rate import LEARNING_RATE_KEY, LearningRate, offered_rate
-from hookbus._planner import Plan, Planner
-from hookbus._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX, MODES, RESERVED_KEYS, check_fetch_keys, check_mode
-from hookbus._subscriber_view import SubscriberView, views
-from hookbus._subscription import Subscriber
-from hookbus._unscheduled import eval_wanted, publish_epoch, publish_eval
-from hookbus._validate import flag
-from hookbus._values import publishable_values
+from hookbus._bus._subscriber_view import SubscriberView, views
+from hookbus._bus._subscription import Subscriber
+from hookbus._contract._events import WaitForStep
+from hookbus._contract._learning_rate import LEARNING_RATE_KEY, LearningRate, offered_rate
+from hookbus._contract._publisher_keys import (
+    EPOCH_PREFIX,
+    EVAL_PREFIX,
+    MODES,
+    RESERVED_KEYS,
+    check_fetch_keys,
+    check_mode,
+)
+from hookbus._publishing._planner import Plan, Planner
+from hookbus._publishing._unscheduled import eval_wanted, publish_epoch, publish_eval
+from hookbus._rules._validate import flag
+from hookbus._rules._values import publishable_values
 
 if TYPE_CHECKING:
-    from hookbus._bus import EventBus
-    from hookbus._checkpoint import CheckpointBackend
-    from hookbus._cluster import Task
-    from hookbus._context import EpochProgress
-    from hookbus._keys import Publisher
-    from hookbus._learning_rate import RateBackend, RateRequest
-    from hookbus._profiling import ProfilerBackend, Profiling
-    from hookbus._stops import Stops
-    from hookbus._store import CheckpointStore
-    from hookbus._weights import WeightsBackend
+    from hookbus._bus._bus import EventBus
+    from hookbus._bus._keys import Publisher
+    from hookbus._bus._stops import Stops
+    from hookbus._checkpoints._store import CheckpointStore
+    from hookbus._contract._cluster import Task
+    from hookbus._contract._context import EpochProgress
+    from hookbus._contract._learning_rate import RateBackend, RateRequest
+    from hookbus._contract._profiling import ProfilerBackend, Profiling
+    from hookbus._tf._checkpoint_tf1 import CheckpointBackend
+    from hookbus._tf._weights_tf import WeightsBackend
 
 __all__ = ["EPOCH_PREFIX", "EVAL_PREFIX", "MODES", "RESERVED_KEYS", "Plan", "PublisherCore", "check_fetch_keys"]
 
@@ -63,7 +70,7 @@ class PublisherCore:
     """
 
     def __init__(self, bus: EventBus, keys: str | Iterable[object], *, mode: str = "train") -> None:
-        from hookbus._bus import EventBus
+        from hookbus._bus._bus import EventBus
 
         if not isinstance(bus, EventBus):
             raise TypeError(f"bus must be a hookbus.EventBus (got {bus!r})")
@@ -169,7 +176,7 @@ class PublisherCore:
     def publish_waiting(
         self, state: str, *, until_step: int, step: int, waited_secs: float, timeout_secs: float | None, starts: bool
     ) -> None:
-        """Publish ``waiting_for_step``: this worker's start gate (:mod:`hookbus._gate`; a replay, as recorded)."""
+        """Publish ``waiting_for_step``: this worker's start gate (:mod:`hookbus._tf.hook._gate`; a replay, as recorded)."""
         now = self.bus.wall_clock()
         wait = WaitForStep(state, until_step, step, float(waited_secs), timeout_secs, bool(starts), now)
         self._port.publish("waiting_for_step", wait)
@@ -379,7 +386,7 @@ class PublisherCore:
         event = port.event("after_run", step=step, mode=self.mode, values=MappingProxyType(values), final=final)
         port.publish("after_run", event, targets)
 
-    # -- evaluation and epochs (:mod:`hookbus._unscheduled`) -------------------------------------
+    # -- evaluation and epochs (:mod:`hookbus._publishing._unscheduled`) -------------------------------------
     def eval_wanted(self) -> bool:
         """Whether any subscriber wants this eval publisher's keys."""
         return eval_wanted(self._port, self.bus_keys)
@@ -388,12 +395,12 @@ class PublisherCore:
         """Publish one evaluation's aggregated ``values`` as ``eval/<key>`` at training ``step``.
 
         Evaluations are not scheduled: every subscriber wanting one of the keys receives it.
-        One evaluation per training step (:mod:`hookbus._evaluated`): an evaluation of a step
+        One evaluation per training step (:mod:`hookbus._bus._evaluated`): an evaluation of a step
         this publisher already published since the resume point before it reaches no subscriber.
         """
         publish_eval(self._port, self.bus_keys, step, values)
 
     def publish_epoch(self, step: int, values: Mapping[str, Any]) -> None:
         """Publish an epoch event (``mode="epoch"``; ``values`` keyed ``epoch/<name>`` plus ``epoch``)
-        to the subscribers that opt in (:meth:`hookbus._subscription.Subscriber.wants_epochs`)."""
+        to the subscribers that opt in (:meth:`hookbus._bus._subscription.Subscriber.wants_epochs`)."""
         publish_epoch(self._port, step, values)

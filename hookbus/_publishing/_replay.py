@@ -17,11 +17,11 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hookbus._event_log import read_event_log
-from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX, PublisherCore
+from hookbus._contract._event_log import read_event_log
+from hookbus._publishing._publisher import EPOCH_PREFIX, EVAL_PREFIX, PublisherCore
 
 if TYPE_CHECKING:
-    from hookbus._bus import EventBus
+    from hookbus._bus._bus import EventBus
 
 __all__ = ["FollowedReplay", "ReplayResult", "recorded_run_key", "replay"]
 

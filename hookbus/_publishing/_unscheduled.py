@@ -11,12 +11,12 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from hookbus._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX
-from hookbus._values import publishable
+from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX
+from hookbus._rules._values import publishable
 
 if TYPE_CHECKING:
-    from hookbus._port import BusPort
-    from hookbus._subscription import Subscriber
+    from hookbus._bus._port import BusPort
+    from hookbus._bus._subscription import Subscriber
 
 __all__ = ["eval_wanted", "publish_epoch", "publish_eval"]
 
@@ -50,7 +50,7 @@ def publish_eval(port: BusPort, bus_keys: frozenset[str], step: int, values: Map
 
 def publish_epoch(port: BusPort, step: int, values: Mapping[str, Any]) -> None:
     """Publish an epoch event (``mode="epoch"``; ``values`` keyed ``epoch/<name>`` plus ``epoch``)
-    to the subscribers that opt in (:meth:`hookbus._subscription.Subscriber.wants_epochs`)."""
+    to the subscribers that opt in (:meth:`hookbus._bus._subscription.Subscriber.wants_epochs`)."""
     keyset = frozenset(k for k in values if k.startswith(EPOCH_PREFIX))
     targets = [r for r in port.local_subscribers if r.wants_epochs(keyset) or (r.passive and "after_run" in r.handlers)]
     targets = _unless_only_passive(targets)

@@ -9,9 +9,9 @@ a value (from any thread); at an agreement round, which every worker runs at the
 slot, so the sum holds every worker's), and every worker settles on the same :class:`Decided`
 value from the same reduced numbers, applied at the same step (the round's, or ``delay`` steps
 later). The transport is the caller's: an all-reduce under a collective strategy
-(:class:`hookbus._collective.CollectiveStop`), or anything that sums a list of floats.
+(:class:`hookbus._tf._collective.CollectiveStop`), or anything that sums a list of floats.
 
-The stop is the first kind (proposed by the run's :class:`~hookbus._stops.Stops`); a planned
+The stop is the first kind (proposed by the run's :class:`~hookbus._bus._stops.Stops`); a planned
 last step is the second; the learning rate will be the third.
 """
 

@@ -15,9 +15,9 @@ import glob
 import os
 from typing import Any, Protocol, runtime_checkable
 
-from hookbus._store import STATE_SUFFIX, FileCheckpointStore, step_of
-from hookbus._tf import require_tensorflow
-from hookbus._writer import write_atomically
+from hookbus._checkpoints._store import STATE_SUFFIX, FileCheckpointStore, step_of
+from hookbus._tf._import import require_tensorflow
+from hookbus._writers._writer import write_atomically
 
 __all__ = [
     "STATE_SUFFIX",

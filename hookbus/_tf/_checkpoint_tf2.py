@@ -2,7 +2,7 @@
 
 The Keras callback and the loop publisher save through :class:`TF2CheckpointBackend`: the
 :class:`~hookbus.sinks.CheckpointSink` owns the schedule and retention exactly as with the TF1
-``Saver``, and the files have TensorFlow's layout (:class:`hookbus._checkpoint.TensorFlowStore`:
+``Saver``, and the files have TensorFlow's layout (:class:`hookbus._tf._checkpoint_tf1.TensorFlowStore`:
 ``<prefix>.index``, ``<prefix>.data-*``; no ``.meta``); the backend only writes and reads the
 variables. A ``tf.train.Checkpoint(model=model, optimizer=optimizer)`` keeps the optimizer's
 state and its ``iterations`` (the step), which Keras's ``.weights.h5`` does not.
@@ -13,12 +13,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from hookbus import _checkpoint as files
-from hookbus._checkpoint_write import CompiledWrite
-from hookbus._validate import flag_or_directory
+from hookbus._rules._validate import flag_or_directory
+from hookbus._tf import _checkpoint_tf1 as files
+from hookbus._tf._checkpoint_write import CompiledWrite
 
 if TYPE_CHECKING:
-    from hookbus._bus import EventBus
+    from hookbus._bus._bus import EventBus
 
 __all__ = ["Restore", "TF2CheckpointBackend", "check_checkpoint", "check_restore", "restore_latest"]
 
@@ -41,11 +41,11 @@ def check_restore(restore: object) -> Restore:
 
 
 class TF2CheckpointBackend:
-    """A :class:`~hookbus._checkpoint.CheckpointBackend` over a ``tf.train.Checkpoint``.
+    """A :class:`~hookbus._tf._checkpoint_tf1.CheckpointBackend` over a ``tf.train.Checkpoint``.
 
     ``save`` is ``checkpoint.write`` (no ``save_counter``, no state file: the sink records and
     prunes), traced once while the checkpoint's objects stay the same
-    (:class:`~hookbus._checkpoint_write.CompiledWrite`); ``restore`` is ``checkpoint.read`` and
+    (:class:`~hookbus._tf._checkpoint_write.CompiledWrite`); ``restore`` is ``checkpoint.read`` and
     asserts that every object of the live checkpoint found its value. The publisher attaches
     the checkpoint when training begins and detaches it at the end; it is ``ready`` in between.
 

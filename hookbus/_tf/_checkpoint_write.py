@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hookbus._tf import require_tensorflow
+from hookbus._tf._import import require_tensorflow
 
 __all__ = ["CompiledWrite"]
 

@@ -23,16 +23,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from hookbus._agreement import AgreedDecision, agree
-from hookbus._cluster import STOP_SOURCE, Task
-from hookbus._learning_rate import RateRequest
-from hookbus._tf import require_tensorflow
-from hookbus._validate import positive_int
+from hookbus._contract._cluster import STOP_SOURCE, Task
+from hookbus._contract._learning_rate import RateRequest
+from hookbus._rules._validate import positive_int
+from hookbus._tf._agreement import AgreedDecision, agree
+from hookbus._tf._import import require_tensorflow
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from hookbus._publisher import PublisherCore
+    from hookbus._publishing._publisher import PublisherCore
 
 __all__ = ["CollectiveStop", "task_of_strategy"]
 
@@ -74,9 +74,9 @@ def task_of_strategy(strategy: Any) -> Task | None:
 class CollectiveStop:
     """One stop for every worker of a synchronous cluster, agreed at fixed steps.
 
-    A transport of the run's :class:`~hookbus._stops.Stops` across workers: each round is one
-    :func:`hookbus._agreement.agree` over the stop and, at begin, the planned last step (two
-    :class:`~hookbus._agreement.AgreedDecision` kinds), in one all-reduce.
+    A transport of the run's :class:`~hookbus._bus._stops.Stops` across workers: each round is one
+    :func:`hookbus._tf._agreement.agree` over the stop and, at begin, the planned last step (two
+    :class:`~hookbus._tf._agreement.AgreedDecision` kinds), in one all-reduce.
 
     Args:
         strategy: The ``MultiWorkerMirroredStrategy`` training runs under.

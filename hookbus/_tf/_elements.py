@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from hookbus._tf import require_tensorflow
+from hookbus._tf._import import require_tensorflow
 
 __all__ = ["op_of", "resolve", "static_shape", "step_after"]
 

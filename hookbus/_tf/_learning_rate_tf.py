@@ -21,12 +21,12 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from hookbus._elements import resolve
-from hookbus._tf import require_keras, require_tensorflow
+from hookbus._tf._elements import resolve
+from hookbus._tf._import import require_keras, require_tensorflow
 
 if TYPE_CHECKING:
-    from hookbus._cluster import Task
-    from hookbus._learning_rate import LearningRate
+    from hookbus._contract._cluster import Task
+    from hookbus._contract._learning_rate import LearningRate
 
 __all__ = ["GraphRate", "HookRate", "OptimizerRate", "VariableRate", "check_rate_argument"]
 

@@ -14,8 +14,8 @@ import shutil
 import tempfile
 from typing import Any
 
-from hookbus._profiling import ProfileOptions, ProfilerBusy
-from hookbus._tf import require_tensorflow
+from hookbus._contract._profiling import ProfileOptions, ProfilerBusy
+from hookbus._tf._import import require_tensorflow
 
 __all__ = ["TFProfiler", "claim_run_directory"]
 

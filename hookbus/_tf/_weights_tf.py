@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from hookbus._tf import require_tensorflow
+from hookbus._tf._import import require_tensorflow
 
 __all__ = ["ModelWeights", "VariableWeights", "WeightsBackend"]
 

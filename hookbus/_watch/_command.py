@@ -16,15 +16,15 @@ from typing import cast
 
 from rich.console import Console, RenderableType
 
-from hookbus._sink import Sink
-from hookbus._validate import seconds
-from hookbus._watch import Rendering, Watch
-from hookbus._watch_run import EXIT_STATUS, WorkerStatus
-from hookbus._watch_view import NotAnEventLogError
+from hookbus._contract._sink import Sink
+from hookbus._rules._validate import seconds
+from hookbus._watch._run import EXIT_STATUS, WorkerStatus
+from hookbus._watch._view import NotAnEventLogError
+from hookbus._watch._watch import Rendering, Watch
 from hookbus.sinks import ConsoleSink
-from hookbus.sinks._console_cluster import watch_frame, watch_snapshot
-from hookbus.sinks._console_render import Snapshot, plain_line, plain_summary
-from hookbus.sinks._console_terminal import TerminalDisplay, wants_live
+from hookbus.sinks.console._cluster import watch_frame, watch_snapshot
+from hookbus.sinks.console._render import Snapshot, plain_line, plain_summary
+from hookbus.sinks.console._terminal import TerminalDisplay, wants_live
 
 __all__ = ["STATUS_HELP", "add_watch", "watch_command"]
 
@@ -33,7 +33,7 @@ STATUS_HELP = ", ".join(f"{status} {state}" for state, status in sorted(EXIT_STA
 
 
 def _seconds(name: str) -> Callable[[str], float]:
-    """The ``type=`` of a seconds option: :func:`hookbus._validate.seconds` (finite, above 0) on its text."""
+    """The ``type=`` of a seconds option: :func:`hookbus._rules._validate.seconds` (finite, above 0) on its text."""
 
     def convert(text: str) -> float:
         try:

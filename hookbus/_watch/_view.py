@@ -2,7 +2,7 @@
 feeds the console sink's own state through a bus.
 
 Each poll reads the complete lines the log gained. New records are published through a
-:class:`~hookbus._replay.FollowedReplay` in follow mode (train steps, evaluations, sessions,
+:class:`~hookbus._publishing._replay.FollowedReplay` in follow mode (train steps, evaluations, sessions,
 ends) or handed to the sink as the payloads the live bus sent (checkpoints, stops, errors, an
 exception). A cut (a resume behind the steps shown, a next run in the log, a replaced or shrunk
 file) or a key the replay did not declare rebuilds the view from the run's records, on a new
@@ -20,13 +20,13 @@ from typing import IO, Any
 
 from rich.console import Console
 
-from hookbus._bus import EventBus
-from hookbus._event_log import decode_line
-from hookbus._events import CheckpointSaved, ExceptionRaised, StopRequest, SubscriberError
-from hookbus._replay import FollowedReplay
-from hookbus._sink import Sink
-from hookbus._watch_follow import LogFollower
-from hookbus._watch_run import RunLog, WorkerStatus
+from hookbus._bus._bus import EventBus
+from hookbus._contract._event_log import decode_line
+from hookbus._contract._events import CheckpointSaved, ExceptionRaised, StopRequest, SubscriberError
+from hookbus._contract._sink import Sink
+from hookbus._publishing._replay import FollowedReplay
+from hookbus._watch._follow import LogFollower
+from hookbus._watch._run import RunLog, WorkerStatus
 
 __all__ = ["Gate", "LogView", "MakeSink", "NotAnEventLogError"]
 

@@ -1,9 +1,9 @@
 """``hookbus watch``: the live dashboard of a run that runs elsewhere, from its event logs alone.
 
 The watcher only reads files (no server, no socket, nothing in the training process): it polls
-each log (:mod:`hookbus._watch_follow`), shows it through the console sink's own rendering fed by
-a replay publisher in follow mode (:mod:`hookbus._watch_view`), and says whether each run or
-worker is live, stale, presumed dead, finished, stopped or crashed (:mod:`hookbus._watch_run`).
+each log (:mod:`hookbus._watch._follow`), shows it through the console sink's own rendering fed by
+a replay publisher in follow mode (:mod:`hookbus._watch._view`), and says whether each run or
+worker is live, stale, presumed dead, finished, stopped or crashed (:mod:`hookbus._watch._run`).
 A directory with per-worker logs (``events.worker-<i>.jsonl``) is one cluster: the chief's
 dashboard (the lowest index) above a row per worker.
 """
@@ -19,9 +19,9 @@ from typing import IO, Protocol
 
 from rich.console import Console, RenderableType
 
-from hookbus._sink import Sink
-from hookbus._watch_run import CRASHED, DEAD, EXIT_STATUS, FINISHED, LIVE, STOPPED, WorkerStatus, overall
-from hookbus._watch_view import Gate, LogView, MakeSink
+from hookbus._contract._sink import Sink
+from hookbus._watch._run import CRASHED, DEAD, EXIT_STATUS, FINISHED, LIVE, STOPPED, WorkerStatus, overall
+from hookbus._watch._view import Gate, LogView, MakeSink
 
 __all__ = ["Rendering", "Watch", "log_name"]
 
@@ -153,7 +153,7 @@ class Watch:
 
     @property
     def state(self) -> str:
-        """The run's state (see :func:`hookbus._watch_run.overall`)."""
+        """The run's state (see :func:`hookbus._watch._run.overall`)."""
         return overall(s.state for s in self.statuses)
 
     def once(self) -> int:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import NoReturn
 
-from hookbus._validate import seconds
+from hookbus._rules._validate import seconds
 
 __all__ = ["DEFAULT_FLUSH_DEADLINE", "FlushDeadline", "WriterError", "WriterStalled"]
 

@@ -52,12 +52,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
-from hookbus._deadline import DEFAULT_FLUSH_DEADLINE, FlushDeadline
-from hookbus._lock import OutputLock, lock_path
-from hookbus._own_thread_writer import OwnThreadWriter
-from hookbus._stats import WriterStats
-from hookbus._validate import non_empty_path, positive_int, seconds
-from hookbus._writer import BackgroundWriter, check_writable_dir, make_writable_dir
+from hookbus._contract._stats import WriterStats
+from hookbus._rules._validate import non_empty_path, positive_int, seconds
+from hookbus._writers._deadline import DEFAULT_FLUSH_DEADLINE, FlushDeadline
+from hookbus._writers._lock import OutputLock, lock_path
+from hookbus._writers._own_thread import OwnThreadWriter
+from hookbus._writers._writer import BackgroundWriter, check_writable_dir, make_writable_dir
 
 __all__ = ["WriterKit"]
 

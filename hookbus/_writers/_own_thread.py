@@ -12,10 +12,10 @@ import threading
 import warnings
 from collections.abc import Callable
 
-from hookbus._deadline import DEFAULT_FLUSH_DEADLINE, FlushDeadline
-from hookbus._stats import WriterStats
-from hookbus._validate import flag, positive_int, seconds
-from hookbus._writer import WriterWarning
+from hookbus._contract._stats import WriterStats
+from hookbus._rules._validate import flag, positive_int, seconds
+from hookbus._writers._deadline import DEFAULT_FLUSH_DEADLINE, FlushDeadline
+from hookbus._writers._writer import WriterWarning
 
 __all__ = ["OwnThreadWriter"]
 

@@ -33,10 +33,10 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from hookbus._deadline import DEFAULT_FLUSH_DEADLINE, FlushDeadline, WriterError, WriterStalled
-from hookbus._handoff import Handoff
-from hookbus._stats import WriterStats
-from hookbus._validate import positive_int, seconds
+from hookbus._contract._stats import WriterStats
+from hookbus._rules._validate import positive_int, seconds
+from hookbus._writers._deadline import DEFAULT_FLUSH_DEADLINE, FlushDeadline, WriterError, WriterStalled
+from hookbus._writers._handoff import Handoff
 
 __all__ = [
     "DEFAULT_FLUSH_DEADLINE",

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from hookbus.sink_api import step_of
 
-from ._monitor import Monitor
+from .._monitor import Monitor
 
 if TYPE_CHECKING:
     from hookbus.sink_api import CheckpointStore

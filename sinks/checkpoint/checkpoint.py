@@ -22,11 +22,11 @@ from hookbus.sink_api import (
 )
 from hookbus.validate import non_negative_int, positive_int
 
+from .._finite import find_nonfinite
+from .._monitor import Monitor, check_scalar
 from ._best import BestCheckpoints
-from ._checkpoint_schedule import NOT_GIVEN, DefaultSchedule, given_schedule
-from ._checkpoint_start import fall_back_from_unreadable, prune_leftovers
-from ._finite import find_nonfinite
-from ._monitor import Monitor, check_scalar
+from ._schedule import NOT_GIVEN, DefaultSchedule, given_schedule
+from ._start import fall_back_from_unreadable, prune_leftovers
 
 if TYPE_CHECKING:
     from hookbus.sink_api import CheckpointStore, Event, SinkContext, StopRequest

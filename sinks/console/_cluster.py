@@ -15,7 +15,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ._console_render import Dashboard, Snapshot, format_rate, plain_line, plain_summary
+from ._render import Dashboard, Snapshot, format_rate, plain_line, plain_summary
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

@@ -23,7 +23,7 @@ from rich.text import Text
 
 from hookbus.sink_api import BusStats, CheckpointSaved, better_direction
 
-from ._console_health import health_items, health_summary
+from ._health import health_items, health_summary
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -28,7 +28,7 @@ from rich.file_proxy import FileProxy
 from rich.live import Live
 from rich.text import Text
 
-from ._console_notebook import NotebookDisplay
+from ._notebook import NotebookDisplay
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

@@ -24,8 +24,8 @@ from hookbus.sink_api import (
 )
 from hookbus.validate import flag, key_name, non_negative_seconds, positive_int, positive_number
 
-from ._console_gate import gate_line
-from ._console_render import (
+from ._gate import gate_line
+from ._render import (
     Dashboard,
     MetricTracker,
     Snapshot,
@@ -35,7 +35,7 @@ from ._console_render import (
     plain_summary,
     saved_bests,
 )
-from ._console_terminal import TerminalDisplay
+from ._terminal import TerminalDisplay
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

@@ -15,7 +15,7 @@ import numpy as np
 
 from hookbus.validate import finite_number, non_negative_int
 
-from ._monitor import Monitor
+from .._monitor import Monitor
 
 __all__ = ["PlateauDecision", "PlateauRule", "PlateauState", "decide", "plateau_rule"]
 

@@ -15,9 +15,9 @@ import numpy as np
 from hookbus.sink_api import LEARNING_RATE_KEY, Priority, Schedule, Sink
 from hookbus.validate import finite_number
 
-from ._monitor import Monitor, check_scalar
+from .._monitor import Monitor, check_scalar
 from ._plateau import PlateauState, decide, plateau_rule
-from ._rate_steering import RateSteering, same_rate
+from ._steering import RateSteering, same_rate
 
 if TYPE_CHECKING:
     from hookbus.sink_api import Event, LearningRateChange, SinkContext
@@ -48,7 +48,7 @@ class ReduceLROnPlateauSink(_RateSink):
     Every event carrying ``monitor`` is one evaluation: each evaluation of an eval publisher
     (``"eval/loss"``, at whatever schedule it runs), or each due step for a training key (set
     ``every_n_steps``; the default is every step) — not only epoch ends. The rule is
-    :func:`hookbus.sinks._plateau.decide`, Keras's quirks included (a cooldown is counted down
+    :func:`hookbus.sinks.learning_rate._plateau.decide`, Keras's quirks included (a cooldown is counted down
     before the value is judged, so ``cooldown=1`` has no effect on consecutive bad evaluations;
     the first value is always an improvement; it reduces on the ``patience``-th evaluation
     without improvement). A reduction asks the training publisher for ``max(rate * factor,

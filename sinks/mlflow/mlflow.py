@@ -33,8 +33,8 @@ from hookbus.sink_api import (
 )
 from hookbus.validate import flag
 
-from ._mlflow_names import check_names, mlflow_name, names_tags
-from ._mlflow_run import MODES, Point, RunPlan, TrackedRun
+from ._names import check_names, mlflow_name, names_tags
+from ._run import MODES, Point, RunPlan, TrackedRun
 
 __all__ = ["MLflowSink", "mlflow_name"]
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from hookbus import Sink
-from hookbus._barrier import Barrier
-from hookbus._roster import Roster
-from hookbus._schedule import Schedule
-from hookbus._store import FileCheckpointStore
-from hookbus._subscription import Subscriber
+from hookbus._bus._barrier import Barrier
+from hookbus._bus._roster import Roster
+from hookbus._bus._subscription import Subscriber
+from hookbus._checkpoints._store import FileCheckpointStore
+from hookbus._contract._schedule import Schedule
 
 
 class Writer(Sink):

@@ -58,7 +58,7 @@ CHILD = textwrap.dedent(
     model.fit(x, x[:, :1], batch_size=8, epochs=2, verbose=0, callbacks=[hookbus.EventBusCallback(keras_bus)])
 
     # 4. train_and_evaluate: many sessions in one implicit run, no `with bus:`.
-    from hookbus._demo import build_linear_regression
+    from hookbus._cli._demo import build_linear_regression
     with tf.Graph().as_default():
         m = build_linear_regression()
         te_bus = hookbus.EventBus()

@@ -1,4 +1,4 @@
-"""One evaluation per training step (hookbus._evaluated): the first evaluation of a step counts,
+"""One evaluation per training step (hookbus._bus._evaluated): the first evaluation of a step counts,
 in every sink and in early stopping; later ones at that step are published to no one, with one
 warning. A real mixed-precision loop repeats steps: ``LossScaleOptimizer`` skips non-finite steps
 without advancing ``iterations``, so a loop evaluating on ``step % n == 0`` evaluates step 0 again
@@ -20,7 +20,7 @@ import pytest
 
 import hookbus
 from hookbus.sinks import CSVSink, EarlyStoppingSink, TensorBoardSink
-from hookbus.sinks._console_health import health_summary
+from hookbus.sinks.console._health import health_summary
 from hookbus.testing import FakeClock, ScriptedPublisher
 
 REPEATED = "repeats one already published at that step"

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from hookbus import StopRequest, Task
-from hookbus._agreement import AgreedDecision, Decided, agree
-from hookbus._collective import CollectiveStop
-from hookbus._learning_rate import LearningRate, LearningRateChange, RateRequest
-from hookbus._stops import Stops
+from hookbus._bus._stops import Stops
+from hookbus._contract._learning_rate import LearningRate, LearningRateChange, RateRequest
+from hookbus._tf._agreement import AgreedDecision, Decided, agree
+from hookbus._tf._collective import CollectiveStop
 
 
 class Recorder:

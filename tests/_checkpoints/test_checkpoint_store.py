@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import hookbus
-from hookbus._store import recover
+from hookbus._checkpoints._store import recover
 from hookbus.sinks import CheckpointSink, CSVSink, EarlyStoppingSink
 from hookbus.testing import ScriptedPublisher
 
@@ -25,10 +25,10 @@ from hookbus.testing import ScriptedPublisher
 @pytest.fixture(autouse=True)
 def no_tensorflow(monkeypatch: pytest.MonkeyPatch) -> None:
     """Any TensorFlow import fails here (``None`` in ``sys.modules``), as where it is not installed."""
-    import hookbus._tf
+    import hookbus._tf._import
 
     monkeypatch.setitem(sys.modules, "tensorflow", None)
-    monkeypatch.setattr(hookbus._tf, "_tensorflow", None)
+    monkeypatch.setattr(hookbus._tf._import, "_tensorflow", None)
 
 
 def make(store: hookbus.FileCheckpointStore, prefix: Path, step: int | None = None) -> str:

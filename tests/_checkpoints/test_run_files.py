@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hookbus._run_files import ENDED, STOP, EvaluatorLink, RunFiles
+from hookbus._checkpoints._run_files import ENDED, STOP, EvaluatorLink, RunFiles
 
 
 def test_run_files_of_an_earlier_run_are_ignored_and_cleared(tmp_path: Path) -> None:

@@ -14,8 +14,8 @@ from _pty import run_in_pty
 
 pytestmark = pytest.mark.subprocess
 
-# The console script is a thin entry point to hookbus._cli:main; run it the same way.
-_MAIN = [sys.executable, "-c", "import sys; from hookbus._cli import main; sys.exit(main())"]
+# The console script is a thin entry point to hookbus._cli._cli:main; run it the same way.
+_MAIN = [sys.executable, "-c", "import sys; from hookbus._cli._cli import main; sys.exit(main())"]
 _BIN = Path(sys.executable).parent.absolute()  # where the venv's console scripts are
 
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-from hookbus._startup_notices import drop_info_records
+from hookbus._cli._startup_notices import drop_info_records
 
 BANNER = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
 ONEDNN = b"I0000 00:00:1796051360.572646    2442 port.cc:153] oneDNN custom operations are on.\n"
@@ -46,7 +46,7 @@ def test_held_notices_leave_native_warnings_and_python_output_on_stderr() -> Non
     script = textwrap.dedent(
         f"""
         import os, sys, warnings
-        from hookbus._startup_notices import held_startup_notices
+        from hookbus._cli._startup_notices import held_startup_notices
         sys.stderr.write("before\\n")
         with held_startup_notices():
             os.write(2, {BANNER + ONEDNN + FEATURES + ABSL_WARNING!r})
@@ -74,7 +74,7 @@ def test_held_notices_are_replayed_when_the_block_raises() -> None:
     script = textwrap.dedent(
         f"""
         import os
-        from hookbus._startup_notices import held_startup_notices
+        from hookbus._cli._startup_notices import held_startup_notices
         try:
             with held_startup_notices():
                 os.write(2, {ONEDNN + ABSL_WARNING!r})

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hookbus._events import Event
-from hookbus._values import _SCALARS, publishable, publishable_values, to_value
+from hookbus._contract._events import Event
+from hookbus._rules._values import _SCALARS, publishable, publishable_values, to_value
 
 
 def _generated_signature() -> inspect.Signature:

@@ -246,8 +246,8 @@ def test_the_planners_due_set_is_every_enabled_subscriber_whose_rule_is_due(
 ) -> None:
     # Issue 30: Planner.due compares the kept next_step and asks is_due only of time rules; it
     # must pick exactly the enabled subscribers is_due picks, at every step (jumps, fires, resets).
-    from hookbus._planner import Planner
-    from hookbus._subscription import Subscriber
+    from hookbus._bus._subscription import Subscriber
+    from hookbus._publishing._planner import Planner
 
     subs = [
         Subscriber(name=f"s{i}", handlers={"after_run": lambda e: None}, keys=None, priority=0, on_error="log",

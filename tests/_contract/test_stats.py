@@ -113,7 +113,7 @@ def test_a_checkpoint_save_deferred_after_the_dispatch_counts_for_its_sink() -> 
 
 
 def test_the_health_line_names_a_failing_sink_a_slow_one_and_a_writer_falling_behind() -> None:
-    from hookbus.sinks._console_health import health_items, health_summary
+    from hookbus.sinks.console._health import health_items, health_summary
 
     def sub(
         name: str, seconds: float, errors: int = 0, writer: hookbus.WriterStats | None = None

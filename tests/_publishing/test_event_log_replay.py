@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import hookbus
-from hookbus._demo import build_linear_regression
+from hookbus._cli._demo import build_linear_regression
 from hookbus.sinks import CheckpointSink, CSVSink, EarlyStoppingSink, EventLogSink, NanGuardSink, TensorBoardSink
 
 tf = pytest.importorskip("tensorflow")
@@ -57,7 +57,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, hookbus.Ev
 def test_replayed_csv_and_tensorboard_equal_what_the_live_sinks_wrote(
     recorded: tuple[Path, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from hookbus._cli import main
+    from hookbus._cli._cli import main
 
     tmp, _ = recorded
     log = tmp / "events.jsonl"
@@ -84,7 +84,7 @@ def test_replayed_csv_and_tensorboard_equal_what_the_live_sinks_wrote(
 def test_early_stopping_tried_on_the_recorded_run(
     recorded: tuple[Path, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from hookbus._cli import main
+    from hookbus._cli._cli import main
 
     tmp, live = recorded
     bus = hookbus.EventBus()
@@ -102,7 +102,7 @@ def test_early_stopping_tried_on_the_recorded_run(
 def test_replay_without_an_output_option_says_what_the_log_holds_and_what_to_ask(
     recorded: tuple[Path, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from hookbus._cli import main
+    from hookbus._cli._cli import main
 
     tmp, _ = recorded
     log = tmp / "events.jsonl"

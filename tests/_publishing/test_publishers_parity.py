@@ -26,7 +26,7 @@ keras = pytest.importorskip("keras")
 
 import hookbus  # noqa: E402 - after the importorskip
 from hookbus import EventBus  # noqa: E402
-from hookbus._demo import build_linear_regression  # noqa: E402
+from hookbus._cli._demo import build_linear_regression  # noqa: E402
 from hookbus.sinks import CheckpointSink, CSVSink, EarlyStoppingSink, StopAtStepSink, TensorBoardSink  # noqa: E402
 
 MAX_STEPS = 12

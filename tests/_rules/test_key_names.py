@@ -92,7 +92,7 @@ def test_the_message_names_the_key_the_character_and_what_is_expected() -> None:
 
 
 def test_a_tf1_hook_refuses_a_fetch_key_with_a_line_break_before_step_1(tf_graph: Any) -> None:
-    from hookbus._demo import build_linear_regression
+    from hookbus._cli._demo import build_linear_regression
 
     model = build_linear_regression()
     with pytest.raises(ValueError, match=_expected("loss\r")):
@@ -127,7 +127,7 @@ class _Crash(Exception):
 def _train(tmp_path: Path, last_step: int, crash_after: int | None) -> dict[str, Any]:
     """One process's run of the seed model publishing ODD keys, with every sink attached."""
     tf = pytest.importorskip("tensorflow")
-    from hookbus._demo import build_linear_regression
+    from hookbus._cli._demo import build_linear_regression
 
     with tf.Graph().as_default():
         model = build_linear_regression()

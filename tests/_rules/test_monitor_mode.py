@@ -1,6 +1,6 @@
 """Monitors' defaults, as Keras's: mode="auto" by the one direction rule, and a monitor that never comes.
 
-Scripted events only (no TensorFlow); tests/test_keras_monitors.py runs the same against Keras's
+Scripted events only (no TensorFlow); tests/_tf/keras/test_keras_monitors.py runs the same against Keras's
 own callbacks on real fits.
 """
 

@@ -506,7 +506,7 @@ def test_slow_disk_blocks_training_only_when_the_queue_is_full(tmp_path: Path) -
 def test_hung_writer_close_warns_with_sink_name_and_count(tmp_path: Path) -> None:
     import threading
 
-    from hookbus._writer import WriterWarning
+    from hookbus._writers._writer import WriterWarning
 
     csv_module = importlib.import_module("hookbus.sinks._csv_file")
 

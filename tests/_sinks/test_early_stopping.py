@@ -124,7 +124,7 @@ def test_auto_mode_only_where_the_key_tells() -> None:
 @pytest.mark.parametrize("key", ["loss", "eval/loss", "val_error", "accuracy", "eval/auc", "f1", "precision", "mAP"])
 def test_early_stopping_and_the_dashboard_agree_on_which_way_is_better(key: str) -> None:
     """One rule for "higher is better": the dashboard's best column and mode='auto' agree."""
-    from hookbus.sinks._console_render import best_direction
+    from hookbus.sinks.console._render import best_direction
 
     assert resolve_direction(key, "auto") == best_direction(key)
 

@@ -77,7 +77,7 @@ def _by_window(logdir: Path) -> dict[tuple[int, int], list[int]]:
 
 @pytest.mark.tf
 def test_tf1_hook_traces_windows_of_global_steps_never_a_sessions_first(tmp_path: Path, tf_graph: Any) -> None:
-    from hookbus._demo import build_linear_regression
+    from hookbus._cli._demo import build_linear_regression
 
     m = build_linear_regression()
     logdir, ckpt = tmp_path / "tb", tmp_path / "ckpt"
@@ -140,7 +140,7 @@ def test_loop_publisher_marks_each_step_of_the_window(tmp_path: Path) -> None:
 
 @pytest.mark.tf
 def test_a_stop_and_an_exception_save_the_trace_in_progress(tmp_path: Path, tf_graph: Any) -> None:
-    from hookbus._demo import build_linear_regression
+    from hookbus._cli._demo import build_linear_regression
 
     m = build_linear_regression()
     bus = EventBus()
@@ -179,7 +179,7 @@ def test_a_new_session_saves_the_trace_in_progress_and_its_first_step_is_not_tra
     checkpoint at 6, no window left to ask for): the trace of window 3-7 in progress is saved
     with steps 3-6, and the new session's first step, 7, is not traced into it."""
     tf = pytest.importorskip("tensorflow")
-    from hookbus._demo import build_linear_regression
+    from hookbus._cli._demo import build_linear_regression
 
     m = build_linear_regression()
 
@@ -213,7 +213,7 @@ def test_a_running_profiler_is_reported_and_the_window_skipped(
     tmp_path: Path, tf_graph: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     tf = pytest.importorskip("tensorflow")
-    from hookbus._demo import build_linear_regression
+    from hookbus._cli._demo import build_linear_regression
 
     m = build_linear_regression()
     bus = EventBus()
@@ -240,7 +240,7 @@ def test_a_running_profiler_is_reported_and_the_window_skipped(
 
 @pytest.mark.tf
 def test_the_dashboard_says_which_steps_are_profiled(tmp_path: Path, tf_graph: Any) -> None:
-    from hookbus._demo import build_linear_regression
+    from hookbus._cli._demo import build_linear_regression
 
     m = build_linear_regression()
     bus = EventBus()

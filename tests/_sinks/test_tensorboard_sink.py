@@ -203,7 +203,7 @@ def test_invalid_logdir_fails_at_construction(tmp_path: Path) -> None:
 
 
 def test_sink_module_does_not_import_tensorflow() -> None:
-    code = "import sys, hookbus.sinks.tensorboard, hookbus._writer; print('tensorflow' in sys.modules)"
+    code = "import sys, hookbus.sinks.tensorboard, hookbus._writers._writer; print('tensorflow' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     # hookbus/__init__ imports the publishers (which import TensorFlow); block that to see the sink alone.
     code = "import sys; sys.modules['tensorflow'] = None; " + code.replace("'tensorflow' in", "'tensorflow.python' in")
@@ -241,7 +241,7 @@ def test_close_returns_within_its_deadline_when_the_event_file_hangs(tmp_path: P
     the run's end. The writer's close is held (a stand-in for a disk that stopped answering)."""
     import threading
 
-    from hookbus._writer import WriterWarning
+    from hookbus._writers._writer import WriterWarning
 
     bus = hookbus.EventBus()
     sink = bus.attach(TensorBoardSink(tmp_path / "tb", every_n_steps=1, close_deadline=0.2))
@@ -260,7 +260,7 @@ def test_the_training_graph_is_written_once_as_tensorflows_own_hooks_wrote_it(tm
     """Differential with SummarySaverHook on the same model: TensorBoard's reader finds a graph in
     both event files, and ours holds every node of TensorFlow's (plus hookbus's own reads)."""
     tf = pytest.importorskip("tensorflow")
-    from hookbus._demo import build_linear_regression
+    from hookbus._cli._demo import build_linear_regression
 
     def graph_nodes(logdir: Path) -> set[str]:
         accumulator = event_accumulator.EventAccumulator(str(logdir))

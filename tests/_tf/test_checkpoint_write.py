@@ -1,4 +1,4 @@
-"""The TF2 checkpoint write traced once (hookbus/_checkpoint_write.py, issue 30 item 6): files equal to
+"""The TF2 checkpoint write traced once (hookbus/_tf/_checkpoint_write.py, issue 30 item 6): files equal to
 an eager ``tf.train.Checkpoint.write``'s, a new trace when the checkpoint's objects change, an eager
 write for a checkpoint that saves Python state, one trace for every fit of the same model."""
 
@@ -17,7 +17,7 @@ tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
 from hookbus import EventBus, EventBusCallback  # noqa: E402 - after the importorskip
-from hookbus._checkpoint_write import CompiledWrite  # noqa: E402
+from hookbus._tf._checkpoint_write import CompiledWrite  # noqa: E402
 from hookbus.sinks import CheckpointSink  # noqa: E402
 
 X, Y = data(64, 0)

@@ -17,8 +17,8 @@ import pytest
 from _clusters import collect, free_ports, reports, run_example, start, stop
 
 import hookbus
-from hookbus._checkpoint import list_checkpoints
-from hookbus._collective import task_of_strategy
+from hookbus._tf._checkpoint_tf1 import list_checkpoints
+from hookbus._tf._collective import task_of_strategy
 from hookbus.sinks import CheckpointSink
 from hookbus.testing import ScriptedPublisher
 
@@ -77,7 +77,7 @@ def test_checkpoint_sink_runs_on_every_collective_worker() -> None:
 
 def _collective_bus(tmp_path: Path, index: int, **schedule: Any) -> tuple[hookbus.EventBus, CheckpointSink, list[str]]:
     tf = pytest.importorskip("tensorflow")
-    from hookbus._checkpoint_tf2 import TF2CheckpointBackend
+    from hookbus._tf._checkpoint_tf2 import TF2CheckpointBackend
 
     bus = hookbus.EventBus()
     sink = bus.attach(CheckpointSink(tmp_path / "ckpt", keep=2, **schedule))

@@ -251,7 +251,7 @@ def test_bad_rate_arguments_fail_naming_the_value() -> None:
 
 def test_a_request_is_checked_when_made() -> None:
     """Both or neither of rate/multiplier, a value that is no rate, a multiplier on a settable rate."""
-    from hookbus._learning_rate_tf import VariableRate
+    from hookbus._tf._learning_rate_tf import VariableRate
 
     rate = LearningRate(VariableRate(tf.Variable(0.1)), publisher="LoopPublisher")
     with pytest.raises(ValueError, match="exactly one of rate= and multiplier="):
@@ -268,7 +268,7 @@ def test_a_request_is_checked_when_made() -> None:
 def test_a_parameter_server_worker_that_is_not_the_chief_drops_its_requests(caplog: pytest.LogCaptureFixture) -> None:
     """Under parameter servers the chief alone sets the one rate every worker reads: a worker's
     request is dropped, with one warning naming ``runs_on='chief'``, and never applied."""
-    from hookbus._learning_rate_tf import VariableRate
+    from hookbus._tf._learning_rate_tf import VariableRate
 
     variable = tf.Variable(0.1)
     rate = LearningRate(VariableRate(variable), publisher="EventBusHook")

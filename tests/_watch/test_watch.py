@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 import hookbus
-from hookbus._cli import main
-from hookbus._watch_command import RENDERING
-from hookbus._watch_follow import LogFollower
-from hookbus._watch_run import CRASHED, DEAD, FINISHED, LIVE, STALE, STOPPED, WAITING, RunLog
-from hookbus._watch_view import Gate, LogView
+from hookbus._cli._cli import main
+from hookbus._watch._command import RENDERING
+from hookbus._watch._follow import LogFollower
+from hookbus._watch._run import CRASHED, DEAD, FINISHED, LIVE, STALE, STOPPED, WAITING, RunLog
+from hookbus._watch._view import Gate, LogView
 from hookbus.sink_api import CheckpointSaved
 from hookbus.sinks import EventLogSink, StopAtStepSink
 from hookbus.testing import ScriptedPublisher
@@ -335,7 +335,7 @@ def test_off_a_terminal_it_follows_with_plain_lines_until_the_run_closes(tmp_pat
 
     log = tmp_path / "events.jsonl"
     watcher = subprocess.Popen(
-        [sys.executable, "-m", "hookbus._cli", "watch", str(log), "--interval", "0.05"],
+        [sys.executable, "-m", "hookbus._cli._cli", "watch", str(log), "--interval", "0.05"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
@@ -364,7 +364,7 @@ def test_follow_waits_for_a_next_run_in_the_same_place(tmp_path: Path) -> None:
     log = tmp_path / "events.jsonl"
     _record(log, steps=3)
     watcher = subprocess.Popen(
-        [sys.executable, "-m", "hookbus._cli", "watch", str(log), "--follow", "--interval", "0.05"],
+        [sys.executable, "-m", "hookbus._cli._cli", "watch", str(log), "--follow", "--interval", "0.05"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     seen = b""
@@ -399,7 +399,7 @@ def test_off_a_terminal_only_the_chief_prints_its_dashboards_lines(tmp_path: Pat
     the other worker is told by its state line only."""
     from rich.console import Console
 
-    from hookbus._watch import Watch
+    from hookbus._watch._watch import Watch
 
     _worker_log(tmp_path / "events.worker-1.jsonl", rate=5.0, steps=10, closed=True, start=1000.0)
     out = io.StringIO()

@@ -27,9 +27,9 @@ import pytest
 from _clusters import free_ports
 from _watch_pty import PtySession
 
-from hookbus._watch_command import RENDERING
-from hookbus._watch_view import Gate, LogView
-from hookbus.sinks._console_render import format_value
+from hookbus._watch._command import RENDERING
+from hookbus._watch._view import Gate, LogView
+from hookbus.sinks.console._render import format_value
 
 pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.subprocess
@@ -48,7 +48,7 @@ def _start(config: dict[str, Any], name: str) -> subprocess.Popen[bytes]:
 
 
 def _watch(*args: str) -> PtySession:
-    return PtySession([sys.executable, "-m", "hookbus._cli", "watch", *args, "--interval", "0.1"], cols=80, rows=24)
+    return PtySession([sys.executable, "-m", "hookbus._cli._cli", "watch", *args, "--interval", "0.1"], cols=80, rows=24)
 
 
 def _shown(screen: str) -> tuple[int, str] | None:

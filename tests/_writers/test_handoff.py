@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from hookbus._handoff import Handoff
+from hookbus._writers._handoff import Handoff
 
 
 def test_it_holds_maxsize_entries_in_order_and_refuses_the_next() -> None:

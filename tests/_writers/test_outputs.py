@@ -28,7 +28,7 @@ tf = pytest.importorskip("tensorflow")
 
 import hookbus  # noqa: E402 - after the importorskip
 from hookbus import OutputInUseError  # noqa: E402
-from hookbus._demo import build_linear_regression  # noqa: E402
+from hookbus._cli._demo import build_linear_regression  # noqa: E402
 from hookbus.sinks import CheckpointSink, CSVSink, EventLogSink, StopAtStepSink, TensorBoardSink  # noqa: E402
 from hookbus.testing import ScriptedPublisher  # noqa: E402
 
@@ -82,7 +82,7 @@ HOLDER = textwrap.dedent(
     import os, sys, time
     import tensorflow as tf
     import hookbus
-    from hookbus._demo import build_linear_regression
+    from hookbus._cli._demo import build_linear_regression
     from hookbus.sinks import CheckpointSink, CSVSink, StopAtStepSink, TensorBoardSink
 
     out = sys.argv[1]

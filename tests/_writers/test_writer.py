@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from hookbus._writer import BackgroundWriter, WriterError, WriterWarning
+from hookbus._writers._writer import BackgroundWriter, WriterError, WriterWarning
 
 
 class Gate:
@@ -78,9 +78,9 @@ def test_flush_returns_after_everything_before_it_is_written_and_flushed() -> No
 @pytest.mark.timeout(60)
 def test_flush_and_close_cut_the_row_gathering_pause_short(monkeypatch: pytest.MonkeyPatch) -> None:
     """A checkpoint barrier waits for the writes, not for the writer's pause between batches."""
-    import hookbus._writer
+    import hookbus._writers._writer
 
-    monkeypatch.setattr(hookbus._writer, "_COALESCE_SECS", 3600.0)  # a pause no test outlives
+    monkeypatch.setattr(hookbus._writers._writer, "_COALESCE_SECS", 3600.0)  # a pause no test outlives
     gate = Gate()
     gate.opened.set()
     writer = BackgroundWriter("w", gate.write, gate.flush, gate.close, flush_secs=3600)

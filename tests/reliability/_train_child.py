@@ -48,8 +48,8 @@ def main() -> None:
     import tensorflow as tf
 
     import hookbus
-    from hookbus import _checkpoint as files
-    from hookbus._demo import build_linear_regression
+    from hookbus._cli._demo import build_linear_regression
+    from hookbus._tf import _checkpoint_tf1 as files
     from hookbus.sinks import CheckpointSink, ConsoleSink, CSVSink, EarlyStoppingSink, StopAtStepSink, TensorBoardSink
 
     log = open(os.path.join(directory, "log.jsonl"), "a")  # noqa: SIM115 - open until the process ends

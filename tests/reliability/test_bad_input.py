@@ -263,7 +263,7 @@ def test_a_non_scalar_monitor_without_a_static_shape_fails_at_its_first_value() 
 def _graph_run(build: Callable[[Any, Any, hookbus.EventBus], Any]) -> list[Any]:
     """Build the seed model in a fresh graph, let ``build`` make the hook (or fail), and train."""
     tf = pytest.importorskip("tensorflow")
-    from hookbus._demo import build_linear_regression
+    from hookbus._cli._demo import build_linear_regression
 
     published: list[Any] = []
     with tf.Graph().as_default():
@@ -279,7 +279,7 @@ def _graph_run(build: Callable[[Any, Any, hookbus.EventBus], Any]) -> list[Any]:
 
 def _other_graph_train_op(tf: Any, model: Any, bus: hookbus.EventBus) -> Any:
     with tf.Graph().as_default():
-        from hookbus._demo import build_linear_regression
+        from hookbus._cli._demo import build_linear_regression
 
         other = build_linear_regression()
     return hookbus.EventBusHook(bus, {"loss": model.loss}, train_op=other.train_op)
@@ -457,7 +457,7 @@ def _public_time_arguments() -> set[tuple[str, str]]:
 def test_the_time_argument_table_names_every_public_time_argument() -> None:
     """A new duration on the public surface must join TIME_ARGUMENTS (and so be checked for inf and nan)."""
     missing = _public_time_arguments() - {(owner, arg) for owner, arg, _, _ in TIME_ARGUMENTS}
-    assert not missing, f"add to TIME_ARGUMENTS (and check them in hookbus/_validate.py): {missing}"
+    assert not missing, f"add to TIME_ARGUMENTS (and check them in hookbus/_rules/_validate.py): {missing}"
     assert {(owner, arg) for owner, arg, _, _ in TIME_ARGUMENTS} <= _public_time_arguments()
 
 
@@ -477,7 +477,7 @@ def test_every_time_argument_rejects_infinity_and_nan_at_construction(
 
 @pytest.mark.parametrize("delay", ["inf", "nan", "-1"])
 def test_the_demo_delay_rejects_infinity_and_nan(delay: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from hookbus._cli import main
+    from hookbus._cli._cli import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["demo", "--delay", delay])
@@ -492,7 +492,7 @@ def test_margins_reject_infinity_at_construction() -> None:
 
 @pytest.mark.parametrize("value", [math.inf, math.nan], ids=["inf", "nan"])
 def test_a_writer_close_deadline_rejects_infinity_and_nan_and_leaves_the_writer_open(value: float) -> None:
-    from hookbus._writer import BackgroundWriter
+    from hookbus._writers._writer import BackgroundWriter
 
     written: list[int] = []
     writer = BackgroundWriter("w", written.append, lambda: None)
@@ -504,7 +504,7 @@ def test_a_writer_close_deadline_rejects_infinity_and_nan_and_leaves_the_writer_
     assert written == [1, 2]
 
 
-# -- flags: one check (hookbus/_validate.py flag) wherever a bool is meant ---------------------------
+# -- flags: one check (hookbus/_rules/_validate.py flag) wherever a bool is meant ---------------------------
 
 FLAG = "must be True or False"
 FLAG_OR_NONE = "must be True, False or None"
@@ -576,10 +576,10 @@ def _public_flag_arguments() -> set[tuple[str, str]]:
 
 
 def test_the_flag_table_names_every_public_flag() -> None:
-    """A new flag on the public surface must join FLAG_ARGUMENTS (and so use hookbus/_validate.py's flag)."""
+    """A new flag on the public surface must join FLAG_ARGUMENTS (and so use hookbus/_rules/_validate.py's flag)."""
     table = {(owner, arg) for owner, arg, _, _ in FLAG_ARGUMENTS}
     missing = _public_flag_arguments() - table
-    assert not missing, f"add to FLAG_ARGUMENTS (and check them with hookbus._validate.flag): {missing}"
+    assert not missing, f"add to FLAG_ARGUMENTS (and check them with hookbus._rules._validate.flag): {missing}"
     assert table <= _public_flag_arguments()
 
 

@@ -25,7 +25,7 @@ CHILD = textwrap.dedent(
     import json, os, resource, signal, sys
     import tensorflow as tf
     import hookbus
-    from hookbus._demo import build_linear_regression
+    from hookbus._cli._demo import build_linear_regression
     from hookbus.sinks import CheckpointSink, CSVSink, StopAtStepSink, TensorBoardSink
 
     out = sys.argv[1]

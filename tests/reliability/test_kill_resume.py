@@ -127,7 +127,7 @@ def restored_step(directory: Path) -> int:
     tf = pytest.importorskip("tensorflow")
 
     import hookbus
-    from hookbus._demo import build_linear_regression
+    from hookbus._cli._demo import build_linear_regression
 
     with tf.Graph().as_default():
         model = build_linear_regression()
@@ -143,7 +143,7 @@ def abort_run(directory: Path, abort_at: int = 37, last: int = 60) -> dict[str, 
     tf = pytest.importorskip("tensorflow")
 
     import hookbus
-    from hookbus._demo import build_linear_regression
+    from hookbus._cli._demo import build_linear_regression
     from hookbus.sinks import CheckpointSink, CSVSink, EarlyStoppingSink, StopAtStepSink, TensorBoardSink
 
     class AbortOnce(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc,name-defined]

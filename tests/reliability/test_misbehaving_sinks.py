@@ -20,7 +20,7 @@ import pytest
 from rich.console import Console
 
 import hookbus
-from hookbus._writer import BackgroundWriter, WriterWarning
+from hookbus._writers._writer import BackgroundWriter, WriterWarning
 from hookbus.sinks import ConsoleSink
 from hookbus.testing import FakeClock, ScriptedPublisher
 

@@ -92,7 +92,7 @@ def test_each_step_is_in_mlflow_once_with_the_csvs_values_and_the_status_of_each
         assert {step: value for step, value, _ in history} == want, (key, context)  # the CSV's values
     # The event log the children kept beside it (each step once), uploaded afterwards by hookbus
     # replay: a run of its own holding the same points.
-    from hookbus._cli import main
+    from hookbus._cli._cli import main
 
     log = tmp_path / "events.jsonl"
     assert main(["replay", str(log), "--mlflow", mlflow_server.uri, "--mlflow-experiment", "kill-replayed"]) == 0

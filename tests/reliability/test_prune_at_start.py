@@ -55,8 +55,8 @@ def test_a_checkpoint_left_by_a_kill_between_pointer_and_pruning_is_pruned_at_th
 
 def test_only_hookbus_checkpoints_are_pruned_at_start_and_never_without_a_latest(tmp_path: Path) -> None:
     tf = pytest.importorskip("tensorflow")
-    from hookbus import _checkpoint as files
-    from hookbus._store import recover
+    from hookbus._checkpoints._store import recover
+    from hookbus._tf import _checkpoint_tf1 as files
 
     checkpoint = tf.train.Checkpoint(v=tf.Variable(1.0))
     prefixes = [checkpoint.write(str(tmp_path / f"model.ckpt-{step}")) for step in (1, 2, 3, 4)]

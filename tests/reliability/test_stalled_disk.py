@@ -31,7 +31,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 import hookbus  # noqa: E402 - after the importorskip
-from hookbus._demo import build_linear_regression  # noqa: E402
+from hookbus._cli._demo import build_linear_regression  # noqa: E402
 from hookbus.sinks import CheckpointSink, CSVSink, EventLogSink, StopAtStepSink, TensorBoardSink  # noqa: E402
 
 pytestmark = pytest.mark.reliability
@@ -261,7 +261,7 @@ CHILD = textwrap.dedent(
     import tensorflow as tf
     from tensorboard.summary.writer.record_writer import RecordWriter
     import hookbus
-    from hookbus._demo import build_linear_regression
+    from hookbus._cli._demo import build_linear_regression
     from hookbus.sinks import CheckpointSink, CSVSink, StopAtStepSink, TensorBoardSink
 
     out = sys.argv[1]

@@ -2,7 +2,7 @@
 
 Each check raises with the value it got and what was expected; the graph elements themselves
 (names not in the graph, elements of another graph) are checked in ``begin``
-(:func:`hookbus._elements.resolve`).
+(:func:`hookbus._tf._elements.resolve`).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from hookbus._cluster import Task
-from hookbus._learning_rate import LEARNING_RATE_KEY
-from hookbus._learning_rate_tf import GraphRate, check_rate_argument
-from hookbus._validate import positive_int
+from hookbus._contract._cluster import Task
+from hookbus._contract._learning_rate import LEARNING_RATE_KEY
+from hookbus._rules._validate import positive_int
+from hookbus._tf._learning_rate_tf import GraphRate, check_rate_argument
 
 __all__ = ["check_fetches", "check_run_arguments", "check_task"]
 

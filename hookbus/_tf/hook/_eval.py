@@ -1,13 +1,13 @@
 """An eval-mode :class:`hookbus.EventBusHook`'s runs: each batch's fetch, the evaluation's
-aggregation (:mod:`hookbus._eval_mean`) and what its end reads once more."""
+aggregation (:mod:`hookbus._tf.hook._eval_mean`) and what its end reads once more."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hookbus._elements import resolve
-from hookbus._eval_mean import EvalAggregator
+from hookbus._tf._elements import resolve
+from hookbus._tf.hook._eval_mean import EvalAggregator
 
 __all__ = ["EvalRuns"]
 
@@ -16,7 +16,7 @@ class EvalRuns:
     """What an eval hook fetches per batch and publishes at the end of an evaluation (a session).
 
     Args:
-        aggregate: ``"mean"`` or ``"final"`` per key (:func:`hookbus._eval_mean.check_aggregate`).
+        aggregate: ``"mean"`` or ``"final"`` per key (:func:`hookbus._tf.hook._eval_mean.check_aggregate`).
         batch_size: The batch size argument (a tensor or its name; ``None``: batches count equally).
     """
 

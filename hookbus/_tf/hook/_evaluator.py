@@ -4,7 +4,7 @@ TensorFlow's estimator layout runs evaluation as its own task, outside the clust
 checkpoints in a shared directory. Estimator's early stopping then had to read the evaluator's
 event files on the chief, and left the evaluator polling for checkpoints forever. Here the
 evaluator's own subscribers decide (``EarlyStoppingSink(monitor="eval/loss")``), a stop record in
-the checkpoint directory carries the decision to training (:mod:`hookbus._run_files`), and an end
+the checkpoint directory carries the decision to training (:mod:`hookbus._checkpoints._run_files`), and an end
 record written when training's run closes ends the evaluator after the last checkpoint.
 """
 
@@ -15,13 +15,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from hookbus._checkpoint import step_of
-from hookbus._run_files import RunFiles
-from hookbus._tf import require_tensorflow
-from hookbus._validate import optional_positive_int, optional_seconds, seconds
+from hookbus._checkpoints._run_files import RunFiles
+from hookbus._rules._validate import optional_positive_int, optional_seconds, seconds
+from hookbus._tf._checkpoint_tf1 import step_of
+from hookbus._tf._import import require_tensorflow
 
 if TYPE_CHECKING:
-    from hookbus._bus import EventBus
+    from hookbus._bus._bus import EventBus
 
 __all__ = ["evaluate_checkpoint", "evaluate_checkpoints"]
 

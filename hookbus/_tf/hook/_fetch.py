@@ -5,7 +5,7 @@ fetching three scalars every step measured 1.50 x a bare loop as a dict, 1.14 x 
 tensor). So in ``begin`` the hook builds, for every union of keys its subscribers can ask for
 together, one float64 tensor stacking the exact step and every real or boolean scalar key;
 arrays and ``bytes`` (serialized summaries) are fetched as they are. A scalar comes back as the
-same Python float :func:`hookbus._values.to_value` would make of it.
+same Python float :func:`hookbus._rules._values.to_value` would make of it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hookbus._subscriber_view import SubscriberView
+    from hookbus._bus._subscriber_view import SubscriberView
 
 __all__ = ["TrainFetches", "key_sets"]
 

@@ -24,10 +24,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from hookbus._validate import non_negative_int, one_of, optional_seconds, positive_number
+from hookbus._rules._validate import non_negative_int, one_of, optional_seconds, positive_number
 
 if TYPE_CHECKING:
-    from hookbus._cluster import Task
+    from hookbus._contract._cluster import Task
 
 __all__ = ["ON_TIMEOUT", "StartGate", "staggered_start", "start_gate"]
 

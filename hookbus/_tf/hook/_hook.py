@@ -5,26 +5,26 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from hookbus._checkpoint import SaverBackend
-from hookbus._cluster import SharedStop, Task
-from hookbus._elements import op_of, resolve, static_shape, step_after
-from hookbus._eval_mean import check_aggregate
-from hookbus._fetch import TrainFetches, key_sets
-from hookbus._gate import start_gate
-from hookbus._hook_args import check_fetches, check_run_arguments, check_task
-from hookbus._hook_eval import EvalRuns
-from hookbus._learning_rate import LEARNING_RATE_KEY
-from hookbus._learning_rate_tf import HookRate
-from hookbus._profiler_tf import TFProfiler
-from hookbus._publisher import EVAL_PREFIX, Plan, PublisherCore
-from hookbus._steps import StepEstimate
-from hookbus._tf import require_tensorflow, with_framework_base
+from hookbus._contract._cluster import SharedStop, Task
+from hookbus._contract._learning_rate import LEARNING_RATE_KEY
+from hookbus._publishing._publisher import EVAL_PREFIX, Plan, PublisherCore
+from hookbus._tf._checkpoint_tf1 import SaverBackend
+from hookbus._tf._elements import op_of, resolve, static_shape, step_after
+from hookbus._tf._import import require_tensorflow, with_framework_base
+from hookbus._tf._learning_rate_tf import HookRate
+from hookbus._tf._profiler_tf import TFProfiler
+from hookbus._tf.hook._args import check_fetches, check_run_arguments, check_task
+from hookbus._tf.hook._eval import EvalRuns
+from hookbus._tf.hook._eval_mean import check_aggregate
+from hookbus._tf.hook._fetch import TrainFetches, key_sets
+from hookbus._tf.hook._gate import start_gate
+from hookbus._tf.hook._steps import StepEstimate
 
-# The module, once a hook is made (hookbus._tf imports it on first use, not with hookbus).
+# The module, once a hook is made (hookbus._tf._import imports it on first use, not with hookbus).
 tf: Any = None
 
 if TYPE_CHECKING:
-    from hookbus._bus import EventBus
+    from hookbus._bus._bus import EventBus
 
 __all__ = ["EventBusHook"]
 
@@ -102,11 +102,11 @@ class EventBusHook:
         learning_rate: Train mode: the rate the train op trains with, offered to the sinks that
             read or steer it and published as the key ``learning_rate`` (packed with the other
             scalars on due steps). A rate variable is set directly; a rate tensor (a schedule)
-            gets a multiplier hookbus builds in ``begin`` (see :mod:`hookbus._learning_rate_tf`).
+            gets a multiplier hookbus builds in ``begin`` (see :mod:`hookbus._tf._learning_rate_tf`).
             Default ``None``: no rate (a sink that steers one fails at begin, naming this).
         wait_for_step: A non-chief parameter-server worker waits for this global step before its
             first step, or for what a function of its :class:`hookbus.Task` returns
-            (:func:`hookbus.staggered_start`); a stop ends the wait (see :mod:`hookbus._gate`).
+            (:func:`hookbus.staggered_start`); a stop ends the wait (see :mod:`hookbus._tf.hook._gate`).
             Default ``None``: no wait. The chief and one machine never wait.
         wait_timeout_secs: The longest wait (default ``None``: as long as it takes).
         on_timeout: Past it, ``"raise"`` (default, :exc:`TimeoutError`) or ``"start"`` (train anyway).
@@ -393,7 +393,7 @@ class EventBusHook:
 
     def _end_eval(self, session: Any) -> None:
         if self._core.eval_wanted():
-            values = self._evals.values(session)  # :mod:`hookbus._hook_eval`
+            values = self._evals.values(session)  # :mod:`hookbus._tf.hook._eval`
             if values:
                 self._core.publish_eval(self._step, values)
         self._core.end(self._step)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hookbus._tf import require_tensorflow
-from hookbus._validate import flag, non_negative_seconds
+from hookbus._rules._validate import flag, non_negative_seconds
+from hookbus._tf._import import require_tensorflow
 
 __all__ = ["monitored_training_session"]
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from hookbus import _checkpoint as files
-from hookbus._bus import mark_evaluated
-from hookbus._evaluator import evaluate_checkpoint
-from hookbus._session import monitored_training_session
-from hookbus._tf import require_tensorflow
-from hookbus._validate import flag, optional_positive_int, positive_int
+from hookbus._bus._bus import mark_evaluated
+from hookbus._rules._validate import flag, optional_positive_int, positive_int
+from hookbus._tf import _checkpoint_tf1 as files
+from hookbus._tf._import import require_tensorflow
+from hookbus._tf.hook._evaluator import evaluate_checkpoint
+from hookbus._tf.hook._session import monitored_training_session
 
 if TYPE_CHECKING:
-    from hookbus._bus import EventBus
+    from hookbus._bus._bus import EventBus
 
 __all__ = ["train_and_evaluate"]
 

@@ -6,23 +6,23 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
-from hookbus._collective import CollectiveStop, task_of_strategy
-from hookbus._context import EpochProgress
-from hookbus._keras_hold import HeldWork
-from hookbus._keras_logs import EpochKeys, LogChecks, epoch_values, validation_values
-from hookbus._keras_metrics import CompiledDirections
-from hookbus._keras_resume import cut_short, pass_over, restore_train_function, start_epoch
-from hookbus._learning_rate import LEARNING_RATE_KEY
-from hookbus._learning_rate_tf import OptimizerRate
-from hookbus._profiler_tf import TFProfiler
-from hookbus._publisher import PublisherCore, check_fetch_keys
-from hookbus._tf import require_keras, require_tensorflow, with_framework_base
-from hookbus._validate import positive_int
-from hookbus._weights import ModelWeights
+from hookbus._contract._context import EpochProgress
+from hookbus._contract._learning_rate import LEARNING_RATE_KEY
+from hookbus._publishing._publisher import PublisherCore, check_fetch_keys
+from hookbus._rules._validate import positive_int
+from hookbus._tf._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
+from hookbus._tf._collective import CollectiveStop, task_of_strategy
+from hookbus._tf._import import require_keras, require_tensorflow, with_framework_base
+from hookbus._tf._learning_rate_tf import OptimizerRate
+from hookbus._tf._profiler_tf import TFProfiler
+from hookbus._tf._weights_tf import ModelWeights
+from hookbus._tf.keras._hold import HeldWork
+from hookbus._tf.keras._logs import EpochKeys, LogChecks, epoch_values, validation_values
+from hookbus._tf.keras._metrics import CompiledDirections
+from hookbus._tf.keras._resume import cut_short, pass_over, restore_train_function, start_epoch
 
 if TYPE_CHECKING:
-    from hookbus._bus import EventBus
+    from hookbus._bus._bus import EventBus
 
 __all__ = ["EventBusCallback"]
 
@@ -68,7 +68,7 @@ class EventBusCallback:
     Epoch events: every ``every_n_epochs`` epochs ``on_epoch_end`` publishes an ``after_run``
     with ``mode="epoch"``, ``values`` = ``{"epoch": <0-based index>, "epoch/<name>": ...}`` for
     every value of Keras's epoch logs (``epoch/loss``, ``epoch/val_loss``, ...). Only
-    subscribers that opt in receive them (one rule, :meth:`hookbus._subscription.Subscriber.wants_epochs`):
+    subscribers that opt in receive them (one rule, :meth:`hookbus._bus._subscription.Subscriber.wants_epochs`):
     those whose ``keys`` name an ``epoch/`` key, and sinks whose ``receives_epochs`` is true
     (``CSVSink(path, epochs=True)`` writes CSVLogger-like rows). Others, ``keys=None`` included,
     never see them.
@@ -257,7 +257,7 @@ class EventBusCallback:
 
     def _default_checkpoint(self, tf: Any, model: Any, optimizer: Any) -> Any:
         """``tf.train.Checkpoint(model=model, optimizer=optimizer)``: the same one while they are the same
-        (its traced write is kept, :class:`~hookbus._checkpoint_write.CompiledWrite`)."""
+        (its traced write is kept, :class:`~hookbus._tf._checkpoint_write.CompiledWrite`)."""
         made = self._made
         if made is None or made[0] is not model or made[1] is not optimizer:
             made = self._made = (model, optimizer, tf.train.Checkpoint(model=model, optimizer=optimizer))

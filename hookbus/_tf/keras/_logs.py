@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from hookbus._keys import did_you_mean
-from hookbus._publisher import EPOCH_PREFIX
-from hookbus._validate import key_name
+from hookbus._bus._keys import did_you_mean
+from hookbus._publishing._publisher import EPOCH_PREFIX
+from hookbus._rules._validate import key_name
 
 __all__ = ["EpochKeys", "LogChecks", "epoch_values", "validation_values"]
 

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from hookbus._publisher import EPOCH_PREFIX, EVAL_PREFIX
+from hookbus._publishing._publisher import EPOCH_PREFIX, EVAL_PREFIX
 
 __all__ = ["CompiledDirections"]
 
@@ -86,7 +86,7 @@ class CompiledDirections:
         for key in ("metrics", "weighted_metrics"):
             for identifier in _identifiers(config.get(key)):
                 if _logged_name(identifier) == name:
-                    from hookbus._tf import require_keras
+                    from hookbus._tf._import import require_keras
 
                     return _direction(require_keras("EventBusCallback"), identifier)
         return None

@@ -5,20 +5,20 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from hookbus._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
-from hookbus._collective import CollectiveStop, task_of_strategy
-from hookbus._learning_rate import LEARNING_RATE_KEY
-from hookbus._learning_rate_tf import OptimizerRate, VariableRate
-from hookbus._profiler_tf import TFProfiler
-from hookbus._publisher import PublisherCore, check_fetch_keys
-from hookbus._replicas import ReplicaValues
-from hookbus._validate import positive_int
-from hookbus._weights import VariableWeights
+from hookbus._contract._learning_rate import LEARNING_RATE_KEY
+from hookbus._publishing._publisher import PublisherCore, check_fetch_keys
+from hookbus._rules._validate import positive_int
+from hookbus._tf._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
+from hookbus._tf._collective import CollectiveStop, task_of_strategy
+from hookbus._tf._learning_rate_tf import OptimizerRate, VariableRate
+from hookbus._tf._profiler_tf import TFProfiler
+from hookbus._tf._weights_tf import VariableWeights
+from hookbus._tf.loop._replicas import ReplicaValues
 
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from hookbus._bus import EventBus
+    from hookbus._bus._bus import EventBus
 
 __all__ = ["LoopPublisher"]
 
@@ -200,7 +200,7 @@ class LoopPublisher:
         self.restored_from = restore_latest(self.bus, backend, self.restore) if backend is not None else None
         counted = self._read_counter()
         if counted is None:
-            from hookbus._checkpoint import step_of
+            from hookbus._tf._checkpoint_tf1 import step_of
 
             counted = (step_of(self.restored_from) or 0) if self.restored_from else 0
         self._step = counted

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from hookbus._values import is_real_dtype
+from hookbus._rules._values import is_real_dtype
 
 __all__ = ["ReplicaValues", "replica_mean"]
 

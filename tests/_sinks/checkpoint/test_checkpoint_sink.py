@@ -14,8 +14,8 @@ tf = pytest.importorskip("tensorflow")
 
 import hookbus  # noqa: E402 - after the importorskip
 from hookbus import CheckpointSaved, EventBus, Sink  # noqa: E402
-from hookbus._checkpoint import SaverBackend  # noqa: E402
-from hookbus._demo import build_linear_regression  # noqa: E402
+from hookbus._cli._demo import build_linear_regression  # noqa: E402
+from hookbus._tf._checkpoint_tf1 import SaverBackend  # noqa: E402
 from hookbus.sinks import CheckpointSink, EarlyStoppingSink, NanGuardSink, StopAtStepSink  # noqa: E402
 
 
@@ -136,7 +136,7 @@ def test_a_save_failing_halfway_leaves_the_previous_checkpoint_restorable(tmp_pa
 
 def test_a_failing_state_file_write_leaves_the_previous_checkpoint(tmp_path: Any, monkeypatch: Any) -> None:
     d = str(tmp_path / "ckpt")
-    from hookbus import _checkpoint
+    from hookbus._tf import _checkpoint_tf1 as _checkpoint
 
     original = _checkpoint.TensorFlowStore.write_state
 

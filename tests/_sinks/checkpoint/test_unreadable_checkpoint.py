@@ -21,8 +21,8 @@ tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
 import hookbus  # noqa: E402 - after the importorskip
-from hookbus._checkpoint import checkpoint_problem  # noqa: E402
-from hookbus._demo import build_linear_regression  # noqa: E402
+from hookbus._cli._demo import build_linear_regression  # noqa: E402
+from hookbus._tf._checkpoint_tf1 import checkpoint_problem  # noqa: E402
 from hookbus.sinks import CheckpointSink, CSVSink, EarlyStoppingSink, StopAtStepSink  # noqa: E402
 
 UNREADABLE = "cannot be restored"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from _pty import run_in_pty
 
-from hookbus.sinks._console_render import format_value
+from hookbus.sinks.console._render import format_value
 
 SIZES = [(80, 24), (120, 40)]
 

@@ -22,7 +22,7 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
-from hookbus.sinks._console_render import format_value  # noqa: E402
+from hookbus.sinks.console._render import format_value  # noqa: E402
 
 _CELL = """
 import sys, time
@@ -136,7 +136,7 @@ def test_a_notebook_output_that_stops_answering_does_not_hang_the_close(
 
     from rich.text import Text
 
-    from hookbus.sinks import _console_notebook
+    from hookbus.sinks.console import _notebook as _console_notebook
 
     release = threading.Event()
     entered = threading.Event()

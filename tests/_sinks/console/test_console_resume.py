@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 
 import hookbus
-from hookbus._demo import build_linear_regression
+from hookbus._cli._demo import build_linear_regression
 from hookbus.sinks import CheckpointSink, ConsoleSink, EarlyStoppingSink
 
 tf = pytest.importorskip("tensorflow")

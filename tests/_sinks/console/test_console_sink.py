@@ -19,9 +19,9 @@ from rich.console import Console
 import hookbus
 from hookbus import CheckpointSaved, Schedule
 from hookbus.sinks import ConsoleSink
-from hookbus.sinks import _console_render as render
-from hookbus.sinks._console_render import best_direction
-from hookbus.sinks._console_terminal import wants_live
+from hookbus.sinks.console import _render as render
+from hookbus.sinks.console._render import best_direction
+from hookbus.sinks.console._terminal import wants_live
 from hookbus.testing import FakeClock, ScriptedPublisher
 
 

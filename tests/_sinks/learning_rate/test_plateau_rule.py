@@ -1,4 +1,4 @@
-"""The plateau rule (sinks/_plateau.py): its quirks, and its agreement with keras.callbacks.ReduceLROnPlateau."""
+"""The plateau rule (sinks/learning_rate/_plateau.py): its quirks, and its agreement with keras.callbacks.ReduceLROnPlateau."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hookbus.sinks._monitor import Monitor
-from hookbus.sinks._plateau import PlateauRule, PlateauState, decide, plateau_rule
+from hookbus.sinks.learning_rate._plateau import PlateauRule, PlateauState, decide, plateau_rule
 
 
 def rule(mode: str = "min", min_delta: float = 0.0, **kwargs: Any) -> PlateauRule:

@@ -14,7 +14,7 @@ tf = pytest.importorskip("tensorflow")
 from mlflow.tracking import MlflowClient  # noqa: E402 - after the importorskip
 
 import hookbus  # noqa: E402
-from hookbus._demo import build_linear_regression  # noqa: E402
+from hookbus._cli._demo import build_linear_regression  # noqa: E402
 from hookbus.sinks import CheckpointSink, MLflowSink, StopAtStepSink  # noqa: E402
 
 

@@ -101,7 +101,7 @@ def test_epoch_and_validation_metrics_are_mlflow_callbacks_values_at_training_st
         s: int(t * 1000) for s, t in recorded.items()
     }
     # That log uploaded afterwards (hookbus replay --mlflow) is the live run again, epochs included.
-    from hookbus._cli import main
+    from hookbus._cli._cli import main
 
     argv = ["replay", str(tmp_path / "epochs.jsonl"), "--mlflow", fluent_on.uri, "--mlflow-experiment", "fit-replayed"]
     assert main(argv) == 0

@@ -22,7 +22,7 @@ from mlflow.utils.validation import (  # noqa: E402
 )
 
 from hookbus.sinks import mlflow_name  # noqa: E402
-from hookbus.sinks._mlflow_names import check_names, names_tags  # noqa: E402
+from hookbus.sinks.mlflow._names import check_names, names_tags  # noqa: E402
 
 # Keys as hookbus allows them (checked before step 1): any character but line breaks and control characters.
 KEYS = st.text(st.characters(exclude_categories=("Cc", "Cs", "Zl", "Zp")), min_size=1, max_size=300)

@@ -56,7 +56,7 @@ def _everything(client: Any, run_id: str) -> dict[str, Any]:
 def test_a_replayed_run_is_the_live_runs_metrics_and_a_second_replay_adds_nothing(
     tmp_path: Path, mlflow_server: MlflowServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from hookbus._cli import main
+    from hookbus._cli._cli import main
 
     client = mlflow_server.client()
     log, live_id = _record_live(tmp_path, mlflow_server)

@@ -30,7 +30,7 @@ def test_a_server_stopped_mid_run_lets_training_finish_and_is_reported(tmp_path:
     tf = pytest.importorskip("tensorflow")
     from mlflow import MlflowClient
 
-    from hookbus._demo import build_linear_regression
+    from hookbus._cli._demo import build_linear_regression
 
     with MlflowServer(tmp_path / "mlflow") as server, tf.Graph().as_default():
         model = build_linear_regression()

@@ -1,6 +1,6 @@
 """MLflowSink on a real SQLite store, read back with MLflow's own client (no mocks).
 
-The bus is driven by a script (no TensorFlow); tests/test_mlflow_keras.py trains with Keras.
+The bus is driven by a script (no TensorFlow); tests/_sinks/mlflow/test_mlflow_keras.py trains with Keras.
 """
 
 from __future__ import annotations

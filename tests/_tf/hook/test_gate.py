@@ -1,6 +1,6 @@
 """The start gate (issue 28, ``GlobalStepWaiterHook``'s job): its rule, its bad input, and what
 the dashboard and the event log make of it. The real parameter-server runs are in
-tests/test_gate_cluster.py."""
+tests/_tf/hook/test_gate_cluster.py."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 import hookbus
-from hookbus._gate import POLL_SECS, PROGRESS_SECS, StartGate, start_gate
+from hookbus._tf.hook._gate import POLL_SECS, PROGRESS_SECS, StartGate, start_gate
 from hookbus.sinks import ConsoleSink, EventLogSink
 from hookbus.testing import ScriptedPublisher
 

@@ -13,8 +13,8 @@ import pytest
 
 import hookbus
 from hookbus import Event, EventBus, EventBusHook, Sink
-from hookbus._demo import build_linear_regression
-from hookbus._publisher import PublisherCore
+from hookbus._cli._demo import build_linear_regression
+from hookbus._publishing._publisher import PublisherCore
 from hookbus.sink_api import Schedule, require_learning_rate
 
 tf = pytest.importorskip("tensorflow")
@@ -260,7 +260,7 @@ def test_an_evaluators_stop_is_read_once_its_poll_time_has_come(tf_graph: Any, t
     # once a second of the bus's clock) still stops training on the first run after that second.
     import time
 
-    from hookbus._run_files import RunFiles
+    from hookbus._checkpoints._run_files import RunFiles
     from hookbus.sinks import CheckpointSink
 
     m = build_linear_regression()

@@ -68,7 +68,7 @@ def test_the_demo_with_reduce_lr_halves_the_rate_on_a_plateau_before_early_stopp
     import subprocess
     import sys
 
-    argv = [sys.executable, "-m", "hookbus._cli", "demo", "--logdir", str(tmp_path / "demo"), "--reduce-lr", "2"]
+    argv = [sys.executable, "-m", "hookbus._cli._cli", "demo", "--logdir", str(tmp_path / "demo"), "--reduce-lr", "2"]
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     done = subprocess.run([*argv, "--delay", "0"], capture_output=True, text=True, env=env, timeout=240, check=False)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hookbus._steps import StepEstimate
+from hookbus._tf.hook._steps import StepEstimate
 
 _OPS = st.lists(
     st.one_of(

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import hookbus
-from hookbus._demo import build_linear_regression
+from hookbus._cli._demo import build_linear_regression
 from hookbus.sinks import CheckpointSink, CSVSink, EarlyStoppingSink
 
 tf = pytest.importorskip("tensorflow")
@@ -120,7 +120,7 @@ _KILL_CHILD = '''
 import json, os, signal, sys
 import tensorflow as tf
 import hookbus
-from hookbus._demo import build_linear_regression
+from hookbus._cli._demo import build_linear_regression
 from hookbus.sinks import CheckpointSink, CSVSink, EarlyStoppingSink
 
 out, kill_at = sys.argv[1], int(sys.argv[2])

@@ -92,7 +92,7 @@ def test_evaluation_is_published_once_per_evaluation(caplog: pytest.LogCaptureFi
         with caplog.at_level(logging.WARNING, logger="hookbus"):
             m.evaluate(*data(32, 1), batch_size=16, verbose=0, callbacks=[callback])  # step 16 again
     # Three validations inside fit, one evaluate at step 16; the second evaluate repeats step 16:
-    # only the first evaluation of a step counts (hookbus._evaluated).
+    # only the first evaluation of a step counts (hookbus._bus._evaluated).
     assert [s for s, _ in evals] == [4, 8, 12, 16]
     assert [v["eval/loss"] for _, v in evals[:3]] == pytest.approx(history.history["val_loss"])
     assert evals[3][1] == {

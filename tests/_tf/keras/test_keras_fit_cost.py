@@ -14,7 +14,7 @@ from _keras_data import classifier, data
 keras = pytest.importorskip("keras")
 
 import hookbus  # noqa: E402 - after the importorskip
-from hookbus._checkpoint import TensorFlowStore  # noqa: E402
+from hookbus._tf._checkpoint_tf1 import TensorFlowStore  # noqa: E402
 from hookbus.sinks import CheckpointSink  # noqa: E402
 
 X, Y = data(64, 0)

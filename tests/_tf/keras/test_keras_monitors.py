@@ -18,7 +18,7 @@ tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
 from hookbus import EventBus, EventBusCallback  # noqa: E402 - after the importorskip
-from hookbus import _checkpoint as files  # noqa: E402
+from hookbus._tf import _checkpoint_tf1 as files  # noqa: E402
 from hookbus.sinks import CheckpointSink, EarlyStoppingSink  # noqa: E402
 
 STEPS = 4  # batches per epoch: 64 samples, batch 16

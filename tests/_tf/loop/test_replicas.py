@@ -211,7 +211,7 @@ def test_a_string_tensor_of_several_values_fails_at_its_first_step() -> None:
 
 
 def test_the_mean_is_summed_in_the_values_dtype_then_divided() -> None:
-    from hookbus._replicas import replica_mean
+    from hookbus._tf.loop._replicas import replica_mean
 
     parts = [np.float32(0.1), np.float32(0.7), np.float32(0.3)]
     mean = replica_mean("loss", parts)
@@ -223,7 +223,7 @@ def test_the_mean_is_summed_in_the_values_dtype_then_divided() -> None:
 
 
 def test_a_mean_needs_one_shape_and_a_numeric_dtype() -> None:
-    from hookbus._replicas import replica_mean
+    from hookbus._tf.loop._replicas import replica_mean
 
     shapes = r"per-replica value of key 'w' has a different shape on each replica \[\(2,\), \(3,\)\]"
     with pytest.raises(ValueError, match=shapes):

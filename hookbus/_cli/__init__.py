@@ -1,0 +1,3 @@
+"""The ``hookbus`` command: ``demo``, ``watch`` and ``replay``, and TensorFlow's start-up notices kept
+off the screen.
+"""

@@ -1,0 +1,3 @@
+"""What crosses the seams: the events, schedules, sink interface and context, and every protocol a sink
+or publisher author sees.
+"""

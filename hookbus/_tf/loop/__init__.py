@@ -1,0 +1,1 @@
+"""The publisher for hand-written eager and tf.function training loops, and per-replica values."""

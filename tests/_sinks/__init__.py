@@ -1,0 +1,1 @@
+"""Tests of sinks/ (installed as hookbus.sinks)."""
