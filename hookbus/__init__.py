@@ -8,7 +8,9 @@ from ``hookbus`` for compatibility.
 
 from hookbus import publisher_api as publisher_api  # the publisher authors' names
 from hookbus import sink_api as sink_api  # the sink authors' names
-from hookbus._bus._bus import EventBus, Subscription, UnknownKeyError
+from hookbus._bus._bus import EventBus, Subscription
+from hookbus._bus._keys import UnknownKeyError
+from hookbus._checkpoints._backend import CheckpointBackend
 from hookbus._checkpoints._store import CheckpointStore, FileCheckpointStore
 from hookbus._contract._checkpoint_seam import Checkpoints
 from hookbus._contract._cluster import RUNS_ON, Task
@@ -28,7 +30,7 @@ from hookbus._contract._sink import (
 from hookbus._contract._stats import BusStats, SubscriberStats, WriterStats
 from hookbus._publishing._publisher import PublisherCore
 from hookbus._publishing._replay import ReplayResult, replay
-from hookbus._tf._checkpoint_tf1 import CheckpointBackend
+from hookbus._rules._files import check_writable_dir, write_atomically
 from hookbus._tf.hook._evaluator import evaluate_checkpoints
 from hookbus._tf.hook._gate import staggered_start
 from hookbus._tf.hook._hook import EventBusHook
@@ -36,19 +38,11 @@ from hookbus._tf.hook._session import monitored_training_session
 from hookbus._tf.hook._train_eval import train_and_evaluate
 from hookbus._tf.keras._callback import EventBusCallback
 from hookbus._tf.loop._loop import LoopPublisher
+from hookbus._writers._deadline import DEFAULT_FLUSH_DEADLINE, FlushDeadline, WriterError, WriterStalled
 from hookbus._writers._kit import WriterKit
 from hookbus._writers._lock import OutputInUseError, OutputLock
 from hookbus._writers._own_thread import OwnThreadWriter
-from hookbus._writers._writer import (
-    DEFAULT_FLUSH_DEADLINE,
-    BackgroundWriter,
-    FlushDeadline,
-    WriterError,
-    WriterStalled,
-    WriterWarning,
-    check_writable_dir,
-    write_atomically,
-)
+from hookbus._writers._writer import BackgroundWriter, WriterWarning
 
 __version__ = "0.1.0"
 

@@ -22,14 +22,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeAlias
 
+from hookbus._checkpoints._backend import CheckpointBackend
 from hookbus._checkpoints._store import CheckpointStore, FileCheckpointStore
 from hookbus._contract._cluster import RUNS_ON, Task
 from hookbus._contract._context import EpochProgress
 from hookbus._contract._learning_rate import RateBackend
 from hookbus._contract._profiling import ProfileOptions, ProfilerBackend, ProfilerBusy
-from hookbus._publishing._publisher import EPOCH_PREFIX, EVAL_PREFIX, RESERVED_KEYS, Plan, PublisherCore
-from hookbus._tf._checkpoint_tf1 import CheckpointBackend
-from hookbus._tf._weights_tf import WeightsBackend
+from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX, RESERVED_KEYS
+from hookbus._contract._weights import WeightsBackend
+from hookbus._publishing._planner import Plan
+from hookbus._publishing._publisher import PublisherCore
 
 __all__ = [
     "EPOCH_PREFIX",

@@ -55,6 +55,7 @@ from hookbus._contract._event_log import event_log_line
 from hookbus._contract._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError, WaitForStep
 from hookbus._contract._learning_rate import LEARNING_RATE_KEY, LearningRate, LearningRateChange, require_learning_rate
 from hookbus._contract._profiling import ProfileOptions, Profiler, ProfileResult, ProfileWindow
+from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX
 from hookbus._contract._schedule import Schedule
 from hookbus._contract._sink import (
     PRIORITY_CHECKPOINT,
@@ -66,21 +67,14 @@ from hookbus._contract._sink import (
     Sink,
 )
 from hookbus._contract._stats import BusStats, SubscriberStats, WriterStats
-from hookbus._publishing._publisher import EPOCH_PREFIX, EVAL_PREFIX
 from hookbus._rules._direction import better_direction
+from hookbus._rules._files import check_writable_dir, write_atomically
 from hookbus._rules._values import is_real_dtype
-from hookbus._writers._deadline import DEFAULT_FLUSH_DEADLINE, FlushDeadline
+from hookbus._writers._deadline import DEFAULT_FLUSH_DEADLINE, FlushDeadline, WriterError, WriterStalled
 from hookbus._writers._kit import WriterKit
 from hookbus._writers._lock import OutputInUseError, OutputLock
 from hookbus._writers._own_thread import OwnThreadWriter
-from hookbus._writers._writer import (
-    BackgroundWriter,
-    WriterError,
-    WriterStalled,
-    WriterWarning,
-    check_writable_dir,
-    write_atomically,
-)
+from hookbus._writers._writer import BackgroundWriter, WriterWarning
 
 __all__ = [
     "DEFAULT_FLUSH_DEADLINE",

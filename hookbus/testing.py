@@ -14,14 +14,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from hookbus._publishing._publisher import EVAL_PREFIX, PublisherCore
+from hookbus._contract._publisher_keys import EVAL_PREFIX
+from hookbus._publishing._publisher import PublisherCore
+from hookbus._tf._checkpoint_tf1 import TENSORFLOW
 
 if TYPE_CHECKING:
     from hookbus._bus._bus import EventBus
+    from hookbus._checkpoints._backend import CheckpointBackend
     from hookbus._contract._cluster import Task
     from hookbus._contract._events import Event
-    from hookbus._tf._checkpoint_tf1 import CheckpointBackend
-    from hookbus._tf._weights_tf import WeightsBackend
+    from hookbus._contract._weights import WeightsBackend
 
 __all__ = ["FakeClock", "ScriptedPublisher"]
 
@@ -104,7 +106,7 @@ class ScriptedPublisher:
         if self.weights is not None:
             self.core.offer_weights(self.weights)
         if self.checkpoints is not None:
-            self.core.offer_checkpoints(self.checkpoints)
+            self.core.offer_checkpoints(self.checkpoints, TENSORFLOW)
         self.core.begin()
 
     def session(self, step: int = 0, restored: bool | None = None) -> None:

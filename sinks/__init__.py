@@ -6,7 +6,8 @@ from .csv import CSVSink
 from .early_stopping import EarlyStoppingSink
 from .event_log import EventLogSink
 from .learning_rate.learning_rate import LearningRateSchedulerSink, ReduceLROnPlateauSink
-from .mlflow.mlflow import MLflowSink, mlflow_name
+from .mlflow._names import mlflow_name
+from .mlflow.mlflow import MLflowSink
 from .nan_guard import NanGuardSink, NonFiniteError
 from .profiler import ProfilerSink
 from .stop_at_step import StopAtStepSink

@@ -12,7 +12,7 @@ from ._finite import find_nonfinite
 if TYPE_CHECKING:
     from hookbus.sink_api import Event, SinkContext
 
-__all__ = ["NonFiniteError", "NanGuardSink", "find_nonfinite"]
+__all__ = ["NanGuardSink", "NonFiniteError"]
 
 ON_NAN = ("raise", "stop")
 

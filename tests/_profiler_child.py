@@ -1,4 +1,5 @@
-"""One worker of a local two-worker MultiWorkerMirroredStrategy cluster that profiles, for tests/_sinks/test_profiler.py.
+"""One worker of a local two-worker MultiWorkerMirroredStrategy cluster that profiles (for
+tests/_sinks/test_profiler.py).
 
 Usage: ``python tests/_profiler_child.py '<json>'`` with ``cluster``, ``index`` and ``out``. Both
 workers train the same steps in lockstep (so their windows fall in the same second) on one host,

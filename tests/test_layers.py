@@ -89,9 +89,10 @@ def test_the_walk_counts_type_checking_and_function_imports(tmp_path: Path) -> N
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from hookbus._bus._bus import EventBus\n"
     )
     (tmp_path / "hookbus" / "_contract" / "_late.py").write_text(
-        "def f():\n    from hookbus import _writers\n    from ..._publishing import _planner\n"
+        "def f():\n    from hookbus import _writers\n    from .._publishing import _planner\n"
     )
-    (tmp_path / "hookbus" / "_tf" / "keras" / "_peer.py").write_text("from hookbus._tf.hook._hook import EventBusHook\n")
+    peer = tmp_path / "hookbus" / "_tf" / "keras" / "_peer.py"
+    peer.write_text("from hookbus._tf.hook._hook import EventBusHook\n")
     found = wrong_way(all_imports(tmp_path))
     assert found == [
         "hookbus._contract._late:2 imports hookbus._writers (hookbus._contract -> hookbus._writers)",
@@ -143,7 +144,9 @@ def _defined(tree: ast.Module) -> set[str]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, ast.Assign):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            for target in node.targets:
+                elements = target.elts if isinstance(target, ast.Tuple) else [target]
+                names.update(e.id for e in elements if isinstance(e, ast.Name))
         elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
             names.add(node.target.id)
         elif isinstance(node, ast.If):  # definitions under a version or TYPE_CHECKING test
@@ -153,7 +156,9 @@ def _defined(tree: ast.Module) -> set[str]:
 
 def _all_of(tree: ast.Module) -> list[str] | None:
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign):
+            targets = [node.target]
         if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
             value = node.value
             assert isinstance(value, (ast.List, ast.Tuple)), "__all__ must be a literal list"

@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from _source import all_imports, external_imports, imports_of, modules
 
 import hookbus
 
@@ -70,32 +71,28 @@ def test_sinks_surface_is_pinned() -> None:
 
 
 def _imports(path: Path) -> set[str]:
-    """Every module ``path`` imports (relative imports resolved against the ``sinks`` package)."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = "hookbus.sinks." if node.level else ""
-            found.add(base + (node.module or ""))
-    return found
+    """The project modules ``path`` imports (relative imports resolved), anywhere in it."""
+    known = modules()
+    name = next((n for n, p in known.items() if p == path), path.stem)  # a script: a top-level module
+    return {i.target for i in imports_of(name, path, known)}
 
 
 def test_the_seams_hold() -> None:
     """README "Two commands" (the bus and the sinks run without TensorFlow): one module imports
-    TensorFlow; nothing in hookbus/ imports the sinks;
-    no sink imports another sink (helpers, private modules, are shared)."""
-    importers = sorted(p.name for p in (ROOT / "hookbus").glob("*.py") if any(
-        m == "tensorflow" or m.startswith("tensorflow.") for m in _imports(p)))
-    assert importers == ["_tf.py"]
-    for path in (ROOT / "hookbus").glob("*.py"):
-        if path.name in ("_cli.py", "_watch_command.py"):  # the `hookbus` command is an application: it wires sinks
-            continue
-        assert not any(m.startswith("hookbus.sinks") for m in _imports(path)), path.name
-    sinks = {p.stem for p in (ROOT / "sinks").glob("*.py") if not p.stem.startswith("_")}
-    for path in (ROOT / "sinks").glob("*.py"):
-        others = {m.rsplit(".", 1)[-1] for m in _imports(path) if m.startswith("hookbus.sinks.")} & sinks
-        assert path.stem == "__init__" or not others, (path.name, others)
+    TensorFlow; nothing in hookbus/ imports the sinks but the ``hookbus`` command, an application
+    that wires them; no sink imports another sink (helpers, private modules, are shared)."""
+    found = modules()
+    importers = sorted(name for name, path in found.items() if "tensorflow" in external_imports(path))
+    assert importers == ["hookbus._tf._import"]
+    edges = all_imports()
+    into_sinks = sorted({e.source for e in edges if e.target.startswith("hookbus.sinks")})
+    assert [m for m in into_sinks if not m.startswith("hookbus.sinks")] == ["hookbus._cli._cli", "hookbus._watch._command"]
+    sinks = {name for name in found if name.startswith("hookbus.sinks.") and not name.rpartition(".")[2].startswith("_")}
+    sinks -= {name for name in sinks if (found[name].name == "__init__.py")}  # a sink's folder, not a sink
+    assert len(sinks) == 11
+    for edge in edges:
+        if edge.source in sinks and edge.target in sinks:
+            raise AssertionError(f"{edge.source} imports the sink module {edge.target}")
 
 
 def test_public_surface_is_pinned() -> None:
@@ -191,7 +188,7 @@ def test_the_event_log_sink_is_written_with_the_public_api_only() -> None:
 _SINK_SURFACE = ("hookbus.sink_api", "hookbus.validate")
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "sinks").glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((ROOT / "sinks").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_sink_file_is_written_on_the_sink_authors_modules(path: Path) -> None:
     """Issue 25: every built-in sink, and every helper of theirs, imports hookbus.sink_api and
     hookbus.validate only (and the sinks' own modules): no private module of hookbus's, and not the
@@ -645,3 +642,13 @@ def test_the_readme_is_a_front_page_its_guarantees_one_line_each() -> None:
     titles = re.findall(r"^- \*\*(.+?)\*\*", section, re.MULTILINE)
     for title in titles:  # each one-liner has its full text, with its tests, there
         assert title.rstrip(".").split(" (")[0] in full, f"tests/reliability/README.md lacks {title!r}"
+
+
+def test_pyproject_lists_every_package_folder() -> None:
+    """setuptools installs the packages pyproject names (``sinks/`` under ``hookbus.sinks``): a
+    folder missing from the list would be missing from a wheel, and only there."""
+    import tomllib
+
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    folders = sorted(name for name, path in modules().items() if path.name == "__init__.py")
+    assert sorted(listed) == folders

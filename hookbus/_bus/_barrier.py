@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 
     from hookbus._bus._roster import Roster
     from hookbus._bus._subscription import Subscriber
+    from hookbus._checkpoints._backend import CheckpointBackend
     from hookbus._checkpoints._store import CheckpointStore
-    from hookbus._tf._checkpoint_tf1 import CheckpointBackend
 
 __all__ = ["Barrier", "PreparedCheckpoint"]
 

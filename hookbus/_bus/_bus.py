@@ -20,7 +20,7 @@ import blinker
 
 from hookbus._bus._barrier import Barrier
 from hookbus._bus._dispatch import Dispatcher
-from hookbus._bus._keys import KeyRegistry, Publisher, UnknownKeyError
+from hookbus._bus._keys import KeyRegistry
 from hookbus._bus._offers import Offers
 from hookbus._bus._port import BusPort
 from hookbus._bus._roster import Roster
@@ -49,9 +49,10 @@ from hookbus._rules._validate import check_stop_signals, flag
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from hookbus._checkpoints._store import CheckpointStore
     from hookbus._contract._cluster import Task
 
-__all__ = ["EventBus", "Publisher", "Subscription", "UnknownKeyError", "mark_evaluated"]
+__all__ = ["EventBus", "Subscription", "mark_evaluated"]
 
 logger = logging.getLogger("hookbus")
 _SinkT = TypeVar("_SinkT", bound=Sink)
@@ -391,7 +392,8 @@ class Subscription:
         return f"<Subscription {self._record.name!r} to {self.signal!r}>"
 
 
-def mark_evaluated(bus: EventBus, prefix: str) -> None:
-    """Checkpoint ``prefix`` of ``bus``'s run has been evaluated: what ``train_and_evaluate``,
-    whose hooks hold their own cores, marks (see :meth:`hookbus._bus._port.BusPort.mark_evaluated`)."""
-    bus._port.mark_evaluated(prefix)
+def mark_evaluated(bus: EventBus, prefix: str, store: CheckpointStore) -> None:
+    """Checkpoint ``prefix`` of ``bus``'s run, kept in ``store``, has been evaluated: what
+    ``train_and_evaluate``, whose hooks hold their own cores, marks (see
+    :meth:`hookbus._bus._port.BusPort.mark_evaluated`)."""
+    bus._port.mark_evaluated(prefix, store)

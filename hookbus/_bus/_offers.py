@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from hookbus._checkpoints._backend import CheckpointBackend
     from hookbus._checkpoints._store import CheckpointStore
     from hookbus._contract._context import EpochProgress
     from hookbus._contract._learning_rate import LearningRate
-    from hookbus._tf._checkpoint_tf1 import CheckpointBackend
-    from hookbus._tf._weights_tf import WeightsBackend
+    from hookbus._contract._weights import WeightsBackend
 
 __all__ = ["Offers"]
 

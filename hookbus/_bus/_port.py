@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 from hookbus._checkpoints._store import CheckpointStore
 from hookbus._contract._cluster import Task
 from hookbus._contract._events import _EMPTY, Event
-from hookbus._tf._checkpoint_tf1 import TENSORFLOW
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -25,11 +24,11 @@ if TYPE_CHECKING:
     from hookbus._bus._state import RunState
     from hookbus._bus._stops import Stops
     from hookbus._bus._subscription import Subscriber
+    from hookbus._checkpoints._backend import CheckpointBackend
     from hookbus._contract._context import EpochProgress
     from hookbus._contract._learning_rate import LearningRate
     from hookbus._contract._profiling import ProfilerBackend, Profiling
-    from hookbus._tf._checkpoint_tf1 import CheckpointBackend
-    from hookbus._tf._weights_tf import WeightsBackend
+    from hookbus._contract._weights import WeightsBackend
 
 __all__ = ["BusPort"]
 
@@ -115,14 +114,25 @@ class BusPort:
         self._scope.start(publisher)
 
     def link_evaluator(self) -> None:
-        """A train publisher begins: listen for an evaluator task's stop (see :mod:`hookbus._checkpoints._run_files`)."""
+        """A train publisher begins: listen for an evaluator task's stop (see
+        :mod:`hookbus._checkpoints._run_files`)."""
         self._scope.link_evaluator()
 
     def offer_checkpoints(self, backend: CheckpointBackend | None, store: CheckpointStore | None = None) -> None:
-        """Save and restore through ``backend``, the files kept by ``store`` (TensorFlow's layout by default)."""
-        if store is not None and not isinstance(store, CheckpointStore):
-            raise TypeError(f"store must be a hookbus.CheckpointStore or None (got {store!r})")
-        self._offers.checkpoints = None if backend is None else (backend, store if store is not None else TENSORFLOW)
+        """Save and restore through ``backend``, the files kept by ``store`` (``None`` withdraws both).
+
+        The bus knows no layout of its own: a publisher gives the store its checkpoints live in
+        (the TensorFlow publishers give TensorFlow's), so nothing here depends on a framework.
+        """
+        if backend is None:
+            self._offers.checkpoints = None
+            return
+        if not isinstance(store, CheckpointStore):
+            raise TypeError(
+                f"store must be a hookbus.CheckpointStore (got {store!r}): give the store the checkpoints "
+                "live in, e.g. hookbus.FileCheckpointStore('.npz') for a framework without a layout of its own"
+            )
+        self._offers.checkpoints = (backend, store)
 
     def offer_profiler(self, backend: ProfilerBackend | None) -> None:
         """Profile through ``backend`` when a sink asks for a window (``None`` withdraws it)."""
@@ -195,10 +205,11 @@ class BusPort:
         """Hand everything the sinks received to the OS (a publisher's end)."""
         self._barrier.flush(step, f"at the end of a session (step {step})")
 
-    def mark_evaluated(self, prefix: str) -> None:
-        """An evaluation of checkpoint ``prefix`` finished (see :meth:`hookbus._bus._barrier.Barrier.mark_evaluated`)."""
+    def mark_evaluated(self, prefix: str, store: CheckpointStore) -> None:
+        """An evaluation of checkpoint ``prefix`` finished (see :meth:`hookbus._bus._barrier.Barrier.mark_evaluated`);
+        ``store`` is the layout it lives in, used where no publisher of this bus offers one."""
         offered = self._offers.checkpoints
-        self._barrier.mark_evaluated(offered[1] if offered is not None else TENSORFLOW, prefix)
+        self._barrier.mark_evaluated(offered[1] if offered is not None else store, prefix)
 
     def hold(self) -> None:
         """Keep deferred work and stop requests waiting (see :meth:`hookbus._bus._dispatch.Dispatcher.hold`)."""

@@ -20,11 +20,11 @@ if TYPE_CHECKING:
     from hookbus._bus._offers import Offers
     from hookbus._bus._roster import Roster
     from hookbus._bus._state import RunState
+    from hookbus._checkpoints._backend import CheckpointBackend
     from hookbus._checkpoints._store import CheckpointStore
     from hookbus._contract._events import CheckpointSaved
     from hookbus._contract._profiling import Profiling
     from hookbus._contract._stats import BusStats
-    from hookbus._tf._checkpoint_tf1 import CheckpointBackend
 
 __all__ = ["BusCheckpoints", "SinkServices", "check_state_names"]
 

@@ -2,7 +2,7 @@
 
 A stop is asked for by a subscriber (``event.request_stop``), a user (``bus.request_stop``), a
 signal (SIGTERM, a first Ctrl-C), another thread (a watchdog), an evaluator task (through its
-records), another worker (the parameter server's flag, :class:`hookbus._contract._cluster.SharedStop`, or
+records), another worker (the parameter server's flag, :class:`hookbus._tf.hook._shared_stop.SharedStop`, or
 the collective agreement, :class:`hookbus._tf._collective.CollectiveStop`). Each becomes one
 :class:`~hookbus.StopRequest` with its reason, source and step, published as ``stop_requested``
 once the current event has reached every subscriber. The first reason of the run is kept.

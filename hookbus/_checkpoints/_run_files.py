@@ -22,7 +22,7 @@ import json
 import os
 from typing import Any
 
-from hookbus._writers._writer import write_atomically
+from hookbus._rules._files import write_atomically
 
 __all__ = ["ENDED", "POLL_SECS", "STOP", "EvaluatorLink", "RunFiles"]
 

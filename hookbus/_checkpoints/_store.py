@@ -21,7 +21,7 @@ import re
 import shutil
 from typing import Any, Protocol, runtime_checkable
 
-from hookbus._writers._writer import write_atomically
+from hookbus._rules._files import write_atomically
 
 __all__ = ["STATE_SUFFIX", "CheckpointStore", "FileCheckpointStore", "recover", "step_of"]
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from hookbus._cli._startup_notices import held_startup_notices
+from hookbus._rules._files import make_writable_dir
 from hookbus._rules._validate import non_negative_seconds
 from hookbus._tf._import import require_tensorflow
-from hookbus._writers._writer import make_writable_dir
 
 __all__ = ["main"]
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from hookbus._contract._profiling import Profiler
     from hookbus._contract._schedule import Schedule
     from hookbus._contract._stats import BusStats
-    from hookbus._tf._weights_tf import WeightsBackend
+    from hookbus._contract._weights import WeightsBackend
 
 __all__ = ["EpochProgress", "PeerReport", "SinkContext"]
 

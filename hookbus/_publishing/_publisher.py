@@ -21,10 +21,7 @@ from hookbus._bus._subscription import Subscriber
 from hookbus._contract._events import WaitForStep
 from hookbus._contract._learning_rate import LEARNING_RATE_KEY, LearningRate, offered_rate
 from hookbus._contract._publisher_keys import (
-    EPOCH_PREFIX,
     EVAL_PREFIX,
-    MODES,
-    RESERVED_KEYS,
     check_fetch_keys,
     check_mode,
 )
@@ -37,15 +34,15 @@ if TYPE_CHECKING:
     from hookbus._bus._bus import EventBus
     from hookbus._bus._keys import Publisher
     from hookbus._bus._stops import Stops
+    from hookbus._checkpoints._backend import CheckpointBackend
     from hookbus._checkpoints._store import CheckpointStore
     from hookbus._contract._cluster import Task
     from hookbus._contract._context import EpochProgress
     from hookbus._contract._learning_rate import RateBackend, RateRequest
     from hookbus._contract._profiling import ProfilerBackend, Profiling
-    from hookbus._tf._checkpoint_tf1 import CheckpointBackend
-    from hookbus._tf._weights_tf import WeightsBackend
+    from hookbus._contract._weights import WeightsBackend
 
-__all__ = ["EPOCH_PREFIX", "EVAL_PREFIX", "MODES", "RESERVED_KEYS", "Plan", "PublisherCore", "check_fetch_keys"]
+__all__ = ["PublisherCore"]
 
 #: Dispatch order: a step's due subscribers and its observers are merged by it.
 _dispatch_order = attrgetter("sort_key")
@@ -86,7 +83,7 @@ class PublisherCore:
         #: scalar check it at begin (their context's ``static_shape``).
         self.shapes: dict[str, tuple[int | None, ...]] = {}
         self._stops = self._port.stops
-        self._roster = self._port.roster
+        self._roster = self._port.roster  # its version: a quiet step compares it, plans are stale when it moved
         self._planner = Planner(self.keys, self.bus_keys)
         self._version = -1  # the roster's version the planner last read
         self._next_step = self._next_time = -math.inf  # the planner's bounds: what a quiet step compares
@@ -136,11 +133,13 @@ class PublisherCore:
     def session_created(self, step: int, restored: bool | None = None, *, in_memory: bool = False) -> None:
         """A session exists at ``step``: reset schedules there and publish the resume point.
 
-        ``restored``: whether the model came from a checkpoint (sinks' states load from beside
-        it); ``None``: past step 0 or a re-created session (TF1's rule; a user's own restore
-        counts). ``in_memory``: the model outlives a run (Keras, loops), so a run's first session
-        at the step the bus's previous run ended at is that model going on (a second ``fit``):
-        a new run, no restore, its sinks clean.
+        ``restored``: whether the session's model came from a checkpoint (its sinks' states are
+        then loaded from beside it); ``None``: past step 0, or a re-created session (the TF1
+        hook's rule: a ``MonitoredTrainingSession`` past step 0 restored one; a model restored
+        by the user's own code counts too). ``in_memory``: the publisher's model outlives a run
+        (the Keras callback, the loop publisher): a run's first session at the step the bus's
+        previous run ended at is that model going on (a second ``fit``), a new run and no
+        restore, so its sinks start clean.
         """
         port = self._port
         flag("restored", restored, allow_none=True)
@@ -176,14 +175,25 @@ class PublisherCore:
     def publish_waiting(
         self, state: str, *, until_step: int, step: int, waited_secs: float, timeout_secs: float | None, starts: bool
     ) -> None:
-        """Publish ``waiting_for_step``: this worker's start gate (:mod:`hookbus._tf.hook._gate`; a replay, as recorded)."""
+        """Publish ``waiting_for_step`` (:class:`hookbus.WaitForStep`, stamped with the bus's wall
+        clock): where this worker's start gate is (:mod:`hookbus._tf.hook._gate`; a replay, as recorded)."""
         now = self.bus.wall_clock()
         wait = WaitForStep(state, until_step, step, float(waited_secs), timeout_secs, bool(starts), now)
         self._port.publish("waiting_for_step", wait)
 
     def offer_checkpoints(self, backend: CheckpointBackend | None, store: CheckpointStore | None = None) -> None:
-        """Let checkpoint sinks save this publisher's model through ``backend`` into ``store`` (default
-        TensorFlow's layout; e.g. :class:`hookbus.FileCheckpointStore` without TensorFlow), before :meth:`begin`."""
+        """Let checkpoint sinks save this publisher's model through ``backend`` into ``store``, before
+        :meth:`begin` (``None`` withdraws it).
+
+        Args:
+            backend: Saves and restores the model's variables (:class:`hookbus.CheckpointBackend`).
+            store: Where its checkpoints live (:class:`hookbus.CheckpointStore`), required with a
+                backend: :class:`hookbus.FileCheckpointStore` for a framework without a layout of
+                its own; the TensorFlow publishers give TensorFlow's.
+
+        Raises:
+            TypeError: A backend without a store, or a store that is not a ``CheckpointStore``.
+        """
         self._port.offer_checkpoints(backend, store)
 
     def offer_profiler(self, backend: ProfilerBackend | None) -> None:
@@ -252,8 +262,13 @@ class PublisherCore:
 
     def should_stop(self, read_step: Callable[[], object] | None = None) -> bool:
         """Act on a signal or another thread's stop recorded since the last step, and on a learning-rate
-        request (applied now, before the next step); whether to stop. Call it after every step and
-        evaluation; ``read_step`` (read, then :meth:`advance`) runs before a stop."""
+        request (applied now, before the next step); whether to stop.
+
+        Call it on the training thread after every training step (and evaluation). A publisher
+        whose step is an estimate passes ``read_step``, a read of the real step that hands it to
+        :meth:`advance`: it is called only when a stop is about to be published, so the stop (and
+        the checkpoint saved on it) carries the global step, as every step leaving a publisher must.
+        """
         stops, rate = self._stops, self._rate
         if not stops.requested and (rate is None or rate.pending is None):  # :meth:`passed`'s flags
             watch_at = stops.watch_at
@@ -286,8 +301,11 @@ class PublisherCore:
 
     # -- planning ----------------------------------------------------------------------------
     def quiet(self, step: int) -> bool:
-        """Whether nothing can be due at the coming training step ``step`` (no subscriber, profile window or
-        stop watcher: comparisons and at most one clock read), for a publisher's fast path; ``False``: :meth:`plan`."""
+        """Whether nothing can be due at the coming training step ``step``: no subscriber (:meth:`plan`'s
+        first test, the subscribers unchanged since the last plan), no profile window, and no stop watcher
+        (:attr:`hookbus._bus._stops.Stops.watch_at`); for a publisher's fast path: comparisons, and one clock
+        read while a time rule or a watcher is timed. ``False`` says only that :meth:`plan` must decide (and,
+        after the step, :meth:`should_stop` check for stops)."""
         if step < self._next_step and step < self._profiling.first and self._version == self._roster.version:
             limit, watch_at = self._next_time, self._stops.watch_at
             if watch_at < limit:
@@ -296,8 +314,10 @@ class PublisherCore:
         return False
 
     def passed(self, step: int) -> bool:
-        """A step :meth:`quiet` let through ended at ``step`` (:meth:`advance`); whether no stop and no rate
-        request wait (the watchers were not due: :meth:`quiet` read the clock); ``False``: :meth:`should_stop`."""
+        """A step :meth:`quiet` let through ended at ``step`` (:meth:`advance`); whether nothing waits to
+        be acted on now: no stop requested (a signal and another thread set the flag at once) and no
+        learning-rate request; the watchers were not due (:meth:`quiet` read the clock). ``False``:
+        call :meth:`should_stop`, which acts."""
         self._port.set_step(step)
         rate = self._rate
         return not self._stops.requested and (rate is None or rate.pending is None)

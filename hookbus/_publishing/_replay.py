@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hookbus._contract._event_log import read_event_log
-from hookbus._publishing._publisher import EPOCH_PREFIX, EVAL_PREFIX, PublisherCore
+from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX
+from hookbus._publishing._publisher import PublisherCore
 
 if TYPE_CHECKING:
     from hookbus._bus._bus import EventBus

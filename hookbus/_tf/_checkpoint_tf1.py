@@ -1,7 +1,8 @@
-"""Checkpoint backends, and TensorFlow's checkpoint layout: the default store.
+"""The TF1 checkpoint backend (``tf.compat.v1.train.Saver``), and TensorFlow's checkpoint layout.
 
-A publisher offers a :class:`CheckpointBackend` (``PublisherCore.offer_checkpoints``), and with
-it a :class:`~hookbus.CheckpointStore` (:class:`TensorFlowStore` unless it gives its own); the
+A publisher offers a :class:`~hookbus.CheckpointBackend` (``PublisherCore.offer_checkpoints``),
+and with it a :class:`~hookbus.CheckpointStore` (the TensorFlow publishers give
+:data:`TENSORFLOW`, a :class:`TensorFlowStore`); the
 :class:`~hookbus.sinks.CheckpointSink` decides *when* and *what to keep*, the backend only
 writes or reads the model's variables, and the store keeps the files (listing, the pointer, the
 sinks' states beside each checkpoint, removing). The TF1 :class:`SaverBackend` wraps
@@ -13,48 +14,20 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from hookbus._checkpoints._store import STATE_SUFFIX, FileCheckpointStore, step_of
+from hookbus._checkpoints._store import FileCheckpointStore, step_of
+from hookbus._rules._files import write_atomically
 from hookbus._tf._import import require_tensorflow
-from hookbus._writers._writer import write_atomically
 
 __all__ = [
-    "STATE_SUFFIX",
     "TENSORFLOW",
-    "CheckpointBackend",
     "SaverBackend",
     "TensorFlowStore",
     "checkpoint_problem",
     "list_checkpoints",
     "read_state_file",
-    "step_of",
 ]
-
-
-@runtime_checkable
-class CheckpointBackend(Protocol):
-    """What a publisher provides so that a checkpoint sink can save and restore its model.
-
-    A backend only moves variables; the sink owns the schedule and retention, the bus the
-    barrier, the publisher's :class:`~hookbus.CheckpointStore` the files around them.
-    """
-
-    @property
-    def ready(self) -> bool:
-        """Whether a model (a live session) is there to save or restore now."""
-        ...
-
-    def save(self, path: str) -> str:
-        """Write the model's variables to checkpoint prefix ``path``; return the prefix written.
-
-        Must not touch the ``checkpoint`` state file nor delete anything.
-        """
-        ...
-
-    def restore(self, path: str) -> None:
-        """Load the variables saved at prefix ``path`` into the live model."""
-        ...
 
 
 def _tf() -> Any:

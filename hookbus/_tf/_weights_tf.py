@@ -1,5 +1,6 @@
-"""Model weights in memory: what a publisher offers so that a sink can keep and put back the
-weights of one step (``EarlyStoppingSink(restore_best=True)``, as Keras's
+"""TensorFlow's weights backends (:class:`~hookbus.publisher_api.WeightsBackend`): a Keras model's
+weights and a list of variables' weights in memory, what a publisher offers so that a sink can
+keep and put back the weights of one step (``EarlyStoppingSink(restore_best=True)``, as Keras's
 ``EarlyStopping(restore_best_weights=True)`` does).
 
 Weights only: the optimizer's slots and the step stay as they are, so restoring never moves
@@ -10,31 +11,13 @@ own methods; only reading weights from a checkpoint imports TensorFlow (lazily).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
 from hookbus._tf._import import require_tensorflow
 
-__all__ = ["ModelWeights", "VariableWeights", "WeightsBackend"]
-
-
-@runtime_checkable
-class WeightsBackend(Protocol):
-    """Takes and puts back a copy of a live model's weights (``PublisherCore.offer_weights``)."""
-
-    def snapshot(self) -> object:
-        """A copy of the weights now, independent of later training steps."""
-        ...
-
-    def restore(self, snapshot: object) -> None:
-        """Put the weights of ``snapshot`` back into the live model."""
-        ...
-
-    def read(self, prefix: str) -> object | None:
-        """The weights the checkpoint ``prefix`` holds, as a snapshot, leaving the live model as
-        it is; ``None`` where they cannot be read from it."""
-        ...
+__all__ = ["ModelWeights", "VariableWeights"]
 
 
 class ModelWeights:

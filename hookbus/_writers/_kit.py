@@ -53,11 +53,12 @@ from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
 from hookbus._contract._stats import WriterStats
+from hookbus._rules._files import check_writable_dir, make_writable_dir
 from hookbus._rules._validate import non_empty_path, positive_int, seconds
 from hookbus._writers._deadline import DEFAULT_FLUSH_DEADLINE, FlushDeadline
 from hookbus._writers._lock import OutputLock, lock_path
 from hookbus._writers._own_thread import OwnThreadWriter
-from hookbus._writers._writer import BackgroundWriter, check_writable_dir, make_writable_dir
+from hookbus._writers._writer import BackgroundWriter
 
 __all__ = ["WriterKit"]
 

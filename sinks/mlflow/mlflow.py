@@ -36,7 +36,7 @@ from hookbus.validate import flag
 from ._names import check_names, mlflow_name, names_tags
 from ._run import MODES, Point, RunPlan, TrackedRun
 
-__all__ = ["MLflowSink", "mlflow_name"]
+__all__ = ["MLflowSink"]
 
 logger = logging.getLogger("hookbus")
 

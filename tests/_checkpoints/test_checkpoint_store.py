@@ -108,8 +108,17 @@ def test_a_store_with_bad_arguments_fails_naming_them(arguments: dict[str, str],
 
 def test_a_store_that_is_not_one_fails_before_step_1() -> None:
     core = hookbus.PublisherCore(hookbus.EventBus(), ["loss"])
-    with pytest.raises(TypeError, match=r"store must be a hookbus.CheckpointStore or None \(got 'runs/ckpt'\)"):
+    with pytest.raises(TypeError, match=r"store must be a hookbus.CheckpointStore \(got 'runs/ckpt'\)"):
         core.offer_checkpoints(Weights(), "runs/ckpt")  # type: ignore[arg-type]
+
+
+def test_a_backend_offered_without_its_store_fails_asking_for_one() -> None:
+    """The bus knows no checkpoint layout of its own (TensorFlow's is the TensorFlow publishers'):
+    a backend comes with the store its checkpoints live in; ``None`` withdraws both."""
+    core = hookbus.PublisherCore(hookbus.EventBus(), ["loss"])
+    with pytest.raises(TypeError, match=r"store must be a hookbus.CheckpointStore \(got None\): give the store"):
+        core.offer_checkpoints(Weights())
+    core.offer_checkpoints(None)
 
 
 def test_an_ordinary_sinks_context_has_one_checkpoint_field() -> None:

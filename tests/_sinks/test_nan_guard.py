@@ -10,7 +10,7 @@ import pytest
 
 from hookbus import EventBus
 from hookbus.sinks import NanGuardSink, NonFiniteError
-from hookbus.sinks.nan_guard import find_nonfinite
+from hookbus.sinks._finite import find_nonfinite
 from hookbus.testing import ScriptedPublisher
 
 

@@ -17,12 +17,12 @@ import pytest
 from _clusters import collect, free_ports, reports, run_example, start, stop
 
 import hookbus
-from hookbus._tf._checkpoint_tf1 import list_checkpoints
+from hookbus._tf._checkpoint_tf1 import TENSORFLOW, list_checkpoints
 from hookbus._tf._collective import task_of_strategy
 from hookbus.sinks import CheckpointSink
 from hookbus.testing import ScriptedPublisher
 
-CHILD = Path(__file__).with_name("_mwms_child.py")
+CHILD = Path(__file__).resolve().parents[1] / "_mwms_child.py"
 SCENARIOS = ("loop", "keras")
 STOP_AT = 23  # worker 1 alone asks to stop here; the workers agree at the next multiple of 10
 RATE_AT = 13  # worker 1 alone asks for a tenth of the learning rate here; agreed at step 20
@@ -92,7 +92,7 @@ def _collective_bus(tmp_path: Path, index: int, **schedule: Any) -> tuple[hookbu
 
     backend.save = save_noting  # type: ignore[method-assign]
     core = ScriptedPublisher(bus, ["loss"]).core
-    core.offer_checkpoints(backend)
+    core.offer_checkpoints(backend, TENSORFLOW)
     core.set_task(hookbus.Task("worker", index, collective=True))
     return bus, sink, saved
 

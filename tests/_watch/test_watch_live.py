@@ -34,7 +34,7 @@ from hookbus.sinks.console._render import format_value
 pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.subprocess
 
-CHILD = Path(__file__).with_name("_watch_child.py")
+CHILD = Path(__file__).resolve().parents[1] / "_watch_child.py"
 _HEADER = re.compile(r"step ([\d,]+)/")
 _LOSS = re.compile(r"^│ loss +(\S+)", re.MULTILINE)
 
@@ -48,7 +48,8 @@ def _start(config: dict[str, Any], name: str) -> subprocess.Popen[bytes]:
 
 
 def _watch(*args: str) -> PtySession:
-    return PtySession([sys.executable, "-m", "hookbus._cli._cli", "watch", *args, "--interval", "0.1"], cols=80, rows=24)
+    command = [sys.executable, "-m", "hookbus._cli._cli", "watch", *args, "--interval", "0.1"]
+    return PtySession(command, cols=80, rows=24)
 
 
 def _shown(screen: str) -> tuple[int, str] | None:

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from hookbus._writers._writer import BackgroundWriter, WriterError, WriterWarning
+from hookbus._writers._deadline import WriterError
+from hookbus._writers._writer import BackgroundWriter, WriterWarning
 
 
 class Gate:

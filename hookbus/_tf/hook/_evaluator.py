@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hookbus._checkpoints._run_files import RunFiles
+from hookbus._checkpoints._store import step_of
 from hookbus._rules._validate import optional_positive_int, optional_seconds, seconds
-from hookbus._tf._checkpoint_tf1 import step_of
 from hookbus._tf._import import require_tensorflow
 
 if TYPE_CHECKING:

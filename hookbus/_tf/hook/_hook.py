@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from hookbus._contract._cluster import SharedStop, Task
+from hookbus._contract._cluster import Task
 from hookbus._contract._learning_rate import LEARNING_RATE_KEY
-from hookbus._publishing._publisher import EVAL_PREFIX, Plan, PublisherCore
-from hookbus._tf._checkpoint_tf1 import SaverBackend
+from hookbus._contract._publisher_keys import EVAL_PREFIX
+from hookbus._publishing._planner import Plan
+from hookbus._publishing._publisher import PublisherCore
+from hookbus._tf._checkpoint_tf1 import TENSORFLOW, SaverBackend
 from hookbus._tf._elements import op_of, resolve, static_shape, step_after
 from hookbus._tf._import import require_tensorflow, with_framework_base
 from hookbus._tf._learning_rate_tf import HookRate
@@ -18,6 +20,7 @@ from hookbus._tf.hook._eval import EvalRuns
 from hookbus._tf.hook._eval_mean import check_aggregate
 from hookbus._tf.hook._fetch import TrainFetches, key_sets
 from hookbus._tf.hook._gate import start_gate
+from hookbus._tf.hook._shared_stop import SharedStop
 from hookbus._tf.hook._steps import StepEstimate
 
 # The module, once a hook is made (hookbus._tf._import imports it on first use, not with hookbus).
@@ -172,7 +175,9 @@ class EventBusHook:
         self._stop_args: Any = None
         self._gate = start_gate(wait_for_step, timeout_secs=wait_timeout_secs, on_timeout=on_timeout,
                                 task=task, mode=self.mode)  # fmt: skip
-        self.checkpoint_backend = SaverBackend() if self._core.mode == "train" else None  # to sinks, in begin
+        # Train mode offers its session to checkpoint sinks (through the core, in begin, with
+        # TensorFlow's checkpoint layout as the store).
+        self.checkpoint_backend = SaverBackend() if self._core.mode == "train" else None
         self._profiling = self._core.profiling  # steps in a profile window carry a step marker
 
     @property
@@ -227,7 +232,7 @@ class EventBusHook:
             # In parameter-server training the step moves while the chief saves: the backend
             # names each checkpoint after the global step it really holds.
             self.checkpoint_backend.step_variable = self._global_step if self._shared_stop is not None else None
-            self._core.offer_checkpoints(self.checkpoint_backend)
+            self._core.offer_checkpoints(self.checkpoint_backend, TENSORFLOW)
             self._core.offer_profiler(TFProfiler())
             # The graph TensorBoard shows, as SummarySaverHook and CheckpointSaverHook wrote it;
             # serialized only when a sink asks (the graph is finalized by then).
@@ -290,8 +295,9 @@ class EventBusHook:
         fetches = run_context.original_args.fetches
         if self._estimate.known and self._shared_stop is None and not isinstance(fetches, _STRUCTURES):
             self._quiet_fetch = fetches  # the train op alone (immutable): its next runs skip all this
-        # Once per graph, while the increment is unknown, the step is read (planned one step per run, a stop
-        # or a save would come up to k times late) and every rule planned as if due: the step read decides.
+        # Once per graph, while the increment is unknown, the step is read (planned one step per
+        # run, a stop step or a save would come up to k times late), and every step rule is
+        # planned as if due: the step read after the run decides who is.
         return self._plan(self._estimate.coming, learn=not self._estimate.known and self._step_after is not None)
 
     def _plan(self, coming: int, *, learn: bool) -> Any:
@@ -319,7 +325,8 @@ class EventBusHook:
         self._act_on_stops(run_context, self._training_run and not self._exact and self._reads_step)
 
     def _act_on_stops(self, run_context: Any, estimated: bool) -> None:
-        """Act on the stops recorded since the last step (``estimated``: the step is read before a stop)."""
+        """Act on the stops recorded since the last step (``estimated``: the step after this run
+        was not read, so it is read before a stop is published)."""
         stopping = self._core.should_stop(self._read_step if estimated else None)
         if self._shared_stop is not None and stopping:
             self._shared_stop.announce(run_context.session, self._core.stops)

@@ -104,7 +104,7 @@ def train_and_evaluate(
                 latest, eval_fetches=eval_fetches, eval_hooks=eval_hooks, eval_steps=eval_steps, scaffold=scaffold,
                 config=config,
             )  # fmt: skip
-            mark_evaluated(bus, latest)  # durable: a kill before this is made up on restart
+            mark_evaluated(bus, latest, files.TENSORFLOW)  # durable: a kill before this is made up on restart
             rounds += 1
         elif not stopped:
             break  # the round made no new checkpoint (an input that ended): nothing left to evaluate

@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from hookbus._contract._context import EpochProgress
 from hookbus._contract._learning_rate import LEARNING_RATE_KEY
-from hookbus._publishing._publisher import PublisherCore, check_fetch_keys
+from hookbus._contract._publisher_keys import check_fetch_keys
+from hookbus._publishing._publisher import PublisherCore
 from hookbus._rules._validate import positive_int
+from hookbus._tf._checkpoint_tf1 import TENSORFLOW
 from hookbus._tf._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
 from hookbus._tf._collective import CollectiveStop, task_of_strategy
 from hookbus._tf._import import require_keras, require_tensorflow, with_framework_base
@@ -212,7 +214,7 @@ class EventBusCallback:
         self._iterations = optimizer.iterations
         checkpoint = self._checkpoint or self._default_checkpoint(tf, model, optimizer)
         self.checkpoint_backend.attach(checkpoint)
-        self._core.offer_checkpoints(self.checkpoint_backend)
+        self._core.offer_checkpoints(self.checkpoint_backend, TENSORFLOW)
         self._core.offer_profiler(TFProfiler())
         per_execution = getattr(model, "steps_per_execution", 1)
         self._per_execution = per_execution if isinstance(per_execution, int) and per_execution > 0 else 1

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hookbus._bus._keys import did_you_mean
-from hookbus._publishing._publisher import EPOCH_PREFIX
+from hookbus._contract._publisher_keys import EPOCH_PREFIX
 from hookbus._rules._validate import key_name
 
 __all__ = ["EpochKeys", "LogChecks", "epoch_values", "validation_values"]

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from hookbus._publishing._publisher import EPOCH_PREFIX, EVAL_PREFIX
+from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX
 
 __all__ = ["CompiledDirections"]
 

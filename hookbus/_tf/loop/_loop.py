@@ -6,8 +6,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from hookbus._contract._learning_rate import LEARNING_RATE_KEY
-from hookbus._publishing._publisher import PublisherCore, check_fetch_keys
+from hookbus._contract._publisher_keys import check_fetch_keys
+from hookbus._publishing._publisher import PublisherCore
 from hookbus._rules._validate import positive_int
+from hookbus._tf._checkpoint_tf1 import TENSORFLOW
 from hookbus._tf._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
 from hookbus._tf._collective import CollectiveStop, task_of_strategy
 from hookbus._tf._learning_rate_tf import OptimizerRate, VariableRate
@@ -177,7 +179,7 @@ class LoopPublisher:
         backend = self.checkpoint_backend
         if backend is not None:
             backend.attach()
-            self._core.offer_checkpoints(backend)
+            self._core.offer_checkpoints(backend, TENSORFLOW)
         if self._weights is not None:
             self._core.offer_weights(self._weights)
         self._core.offer_profiler(TFProfiler())
@@ -200,7 +202,7 @@ class LoopPublisher:
         self.restored_from = restore_latest(self.bus, backend, self.restore) if backend is not None else None
         counted = self._read_counter()
         if counted is None:
-            from hookbus._tf._checkpoint_tf1 import step_of
+            from hookbus._checkpoints._store import step_of
 
             counted = (step_of(self.restored_from) or 0) if self.restored_from else 0
         self._step = counted

@@ -1,4 +1,5 @@
-"""The plateau rule (sinks/learning_rate/_plateau.py): its quirks, and its agreement with keras.callbacks.ReduceLROnPlateau."""
+"""The plateau rule (sinks/learning_rate/_plateau.py): its quirks, and its agreement with
+keras.callbacks.ReduceLROnPlateau."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ import hookbus  # noqa: E402
 from hookbus.sinks import MLflowSink, StopAtStepSink  # noqa: E402
 from hookbus.testing import FakeClock, ScriptedPublisher  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def store_uri(directory: Path) -> str:

@@ -23,7 +23,7 @@ from _clusters import collect, free_ports, start, stop
 
 import hookbus
 
-CHILD = Path(__file__).with_name("_gate_child.py")
+CHILD = Path(__file__).resolve().parents[2] / "_gate_child.py"
 SCENARIOS = ("start", "timeout")
 WORKERS = 4
 # Ten processes import TensorFlow at once: 105-150 s to the first session measured on a shared machine

@@ -1,0 +1,106 @@
+"""One stop for a whole parameter-server cluster: a flag on the parameter server.
+
+A stop requested on any worker is written into a small string variable on the parameter server
+(:class:`SharedStop`), which every worker reads with its due-step fetches and at least every
+``check_every_n_steps`` of its own steps, so the whole cluster stops within that many local
+steps of each worker.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from hookbus._contract._cluster import STOP_SOURCE, Task
+from hookbus._rules._validate import positive_int
+
+if TYPE_CHECKING:
+    from hookbus._bus._stops import Stops
+
+__all__ = ["SharedStop"]
+
+
+class SharedStop:
+    """A stop flag on the parameter server that every worker of one cluster reads and sets.
+
+    The transport of the run's :class:`~hookbus._bus._stops.Stops` across parameter-server workers.
+
+    Built by :class:`hookbus.EventBusHook` in ``begin`` when it has a :class:`Task`: a string
+    variable (empty: no stop; otherwise ``"<task>: <reason>"``) placed on the device of the
+    global step, which ``replica_device_setter`` put on the parameter server. It is kept out of
+    the variable collections, so no checkpoint holds it and a resume never stops at once; the
+    chief clears it at its first session of a run.
+
+    Args:
+        task: This process's task.
+        check_every_n_steps: Read the flag at least every n local steps (default 10); due
+            steps read it anyway.
+    """
+
+    def __init__(self, task: Task, check_every_n_steps: int = 10) -> None:
+        positive_int("check_stop_every_n_steps", check_every_n_steps)
+        self.task = task
+        self.every = check_every_n_steps
+        self.local_step = 0
+        self.read: Any = None
+        self._ops: dict[str, Any] = {}
+        self._announced = False
+
+    def build(self, tf: Any, graph: Any, global_step: Any) -> None:
+        """Make the flag and its ops next to ``global_step`` (before the graph is finalized)."""
+        if global_step is None:
+            raise ValueError(
+                "multi-worker training needs a global step: create it with "
+                "tf.compat.v1.train.get_or_create_global_step() under the replica_device_setter"
+            )
+        if not global_step.device:
+            raise ValueError(
+                "the global step has no device, so a stop could not be shared between workers; build "
+                "the graph under `with tf.device(tf.compat.v1.train.replica_device_setter(cluster=...))`"
+            )
+        if self._ops and self.read.graph is graph:
+            return
+        with graph.as_default(), graph.device(global_step.device), tf.name_scope("hookbus_stop"):
+            flag = tf.compat.v1.Variable("", dtype=tf.string, trainable=False, collections=[], name="flag")
+            ready = tf.compat.v1.is_variable_initialized(flag)
+            self.read = tf.cond(ready, flag.read_value, lambda: tf.constant(""), name="read")
+            value = tf.compat.v1.placeholder(tf.string, shape=(), name="reason")
+            self._ops = {
+                "ready": ready,
+                "init": flag.initializer,
+                "value": value,
+                "assign": flag.assign(value, read_value=False),
+                "clear": flag.assign("", read_value=False),
+            }
+
+    def session_created(self, session: Any, stops: Stops, *, first: bool) -> None:
+        """Clear (chief, first session of a run) or initialise the flag, then honour it."""
+        self._announced = False
+        if first:
+            self.local_step = 0
+        if self.task.is_chief:
+            if first:
+                session.run(self._ops["clear"])  # a persistent PS may hold an earlier run's stop
+            elif not session.run(self._ops["ready"]):
+                session.run(self._ops["init"])
+        self.observe(session.run(self.read), stops)
+
+    def due(self) -> bool:
+        """Whether the coming local step must read the flag even if no subscriber is due."""
+        return (self.local_step + 1) % self.every == 0
+
+    def observe(self, value: Any, stops: Stops) -> None:
+        """Turn a stop another task wrote into a stop request on ``stops``."""
+        if value and not stops.requested:
+            text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+            self._announced = True  # it is already shared; do not echo it
+            stops.request(text, source=STOP_SOURCE)
+
+    def announce(self, session: Any, stops: Stops, reason: str | None = None) -> None:
+        """Write this task's stop (``reason`` or the run's first stop reason) for the others, once."""
+        if self._announced or session is None:
+            return
+        why = reason if reason is not None else stops.reason
+        if why is None:
+            return
+        self._announced = True
+        session.run(self._ops["assign"], feed_dict={self._ops["value"]: f"{self.task.suffix}: {why}"})
