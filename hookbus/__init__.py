@@ -10,6 +10,7 @@ from hookbus import publisher_api as publisher_api  # the publisher authors' nam
 from hookbus import sink_api as sink_api  # the sink authors' names
 from hookbus._bus._bus import EventBus, Subscription
 from hookbus._bus._keys import UnknownKeyError
+from hookbus._bus._subscriber_view import SubscriberView
 from hookbus._checkpoints._backend import CheckpointBackend
 from hookbus._checkpoints._store import CheckpointStore, FileCheckpointStore
 from hookbus._contract._checkpoint_seam import Checkpoints
@@ -48,7 +49,7 @@ __version__ = "0.1.0"
 
 for _public in (
     EventBus, Subscription, UnknownKeyError, Task, EventBusHook, EventBusCallback, LoopPublisher, ReplayResult,
-    BusStats, SubscriberStats,
+    BusStats, SubscriberStats, SubscriberView,
 ):
     _public.__module__ = __name__  # repr and help name the public path, not the private module
 del _public
@@ -90,6 +91,7 @@ __all__ = [
     "StopRequest",
     "SubscriberError",
     "SubscriberStats",
+    "SubscriberView",
     "Subscription",
     "Task",
     "UnknownKeyError",

@@ -4,13 +4,16 @@ A publisher counts steps and fetches values; :class:`PublisherCore` does the res
 schedules, planning, stops, signals, the checkpoint barrier). It hands out a :class:`Plan` for
 each due step. What the publisher offers the sinks goes through the core's ``offer_*`` methods:
 ``offer_checkpoints`` takes a :class:`CheckpointBackend` (how the model is saved and restored)
-and a :class:`CheckpointStore` (the files that keep it: :class:`FileCheckpointStore` for a layout
-of one's own, TensorFlow's by default); ``offer_weights`` takes a :class:`WeightsBackend` (the
+and the :class:`CheckpointStore` that keeps its files (:class:`FileCheckpointStore` for a layout
+of one's own; the TensorFlow publishers give TensorFlow's); ``offer_weights`` takes a :class:`WeightsBackend` (the
 weights in memory); ``offer_learning_rate`` a :class:`RateBackend` (read and set the rate it
 trains with); ``offer_graph`` a :data:`GraphOffer` and ``offer_model_config`` a
 :data:`ModelConfigOffer`; ``offer_progress`` a callable returning an :class:`EpochProgress`;
 ``offer_profiler`` a :class:`ProfilerBackend` (raising :exc:`ProfilerBusy` when another profiler
-runs), whose step markers the publisher sets through ``PublisherCore.profiling``.
+runs), whose step markers the publisher sets through ``PublisherCore.profiling`` (a
+:class:`Profiling`). A publisher is a :class:`Publisher` (what the bus reads of it);
+``PublisherCore.stops`` is the run's :class:`Stops`, what a transport of stops between workers
+reads and requests through.
 Evaluation's keys are published as ``EVAL_PREFIX + key`` and Keras epochs' as
 ``EPOCH_PREFIX + key``; a fetch key may not be one of :data:`RESERVED_KEYS`. Guide and a
 NumPy example without TensorFlow: examples/README.md "Writing a publisher",
@@ -22,12 +25,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeAlias
 
+from hookbus._bus._keys import Publisher
+from hookbus._bus._stops import Stops
 from hookbus._checkpoints._backend import CheckpointBackend
 from hookbus._checkpoints._store import CheckpointStore, FileCheckpointStore
 from hookbus._contract._cluster import RUNS_ON, Task
 from hookbus._contract._context import EpochProgress
 from hookbus._contract._learning_rate import RateBackend
-from hookbus._contract._profiling import ProfileOptions, ProfilerBackend, ProfilerBusy
+from hookbus._contract._profiling import ProfileOptions, ProfilerBackend, ProfilerBusy, Profiling
 from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX, RESERVED_KEYS
 from hookbus._contract._weights import WeightsBackend
 from hookbus._publishing._planner import Plan
@@ -48,8 +53,11 @@ __all__ = [
     "ProfileOptions",
     "ProfilerBackend",
     "ProfilerBusy",
+    "Profiling",
+    "Publisher",
     "PublisherCore",
     "RateBackend",
+    "Stops",
     "Task",
     "WeightsBackend",
 ]
@@ -60,6 +68,6 @@ GraphOffer: TypeAlias = Callable[[], bytes | None]
 ModelConfigOffer: TypeAlias = Callable[[], str | None]
 
 _PUBLIC = (CheckpointBackend, CheckpointStore, FileCheckpointStore, Plan, PublisherCore, RateBackend, WeightsBackend)
-for _public in (*_PUBLIC, ProfilerBackend, ProfilerBusy):
+for _public in (*_PUBLIC, ProfilerBackend, ProfilerBusy, Profiling, Publisher, Stops):
     _public.__module__ = __name__  # repr and help name the documented home
 del _public

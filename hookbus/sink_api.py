@@ -50,13 +50,13 @@ from typing import Final
 from hookbus._bus._keys import UnknownKeyError, did_you_mean
 from hookbus._checkpoints._store import CheckpointStore, FileCheckpointStore, recover, step_of
 from hookbus._contract._checkpoint_seam import Checkpoints
-from hookbus._contract._context import EpochProgress, PeerReport, SinkContext
+from hookbus._contract._context import EpochProgress, PeerReport, SinkContext, require_learning_rate
 from hookbus._contract._event_log import event_log_line
 from hookbus._contract._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError, WaitForStep
-from hookbus._contract._learning_rate import LEARNING_RATE_KEY, LearningRate, LearningRateChange, require_learning_rate
+from hookbus._contract._learning_rate import LEARNING_RATE_KEY, LearningRate, LearningRateChange, RateRequest
 from hookbus._contract._profiling import ProfileOptions, Profiler, ProfileResult, ProfileWindow
 from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX
-from hookbus._contract._schedule import Schedule
+from hookbus._contract._schedule import Schedule, ScheduleTimer
 from hookbus._contract._sink import (
     PRIORITY_CHECKPOINT,
     PRIORITY_DEFAULT,
@@ -103,7 +103,9 @@ __all__ = [
     "ProfileResult",
     "ProfileWindow",
     "Profiler",
+    "RateRequest",
     "Schedule",
+    "ScheduleTimer",
     "Sink",
     "SinkContext",
     "StopRequest",
@@ -153,7 +155,7 @@ _shown_here(Profiler, ProfileOptions, ProfileResult, ProfileWindow)
 _shown_here(
     Checkpoints, EpochProgress, PeerReport, SinkContext, FlushDeadline, CheckpointSaved, Event, ExceptionRaised,
     StopRequest, SubscriberError, LearningRate, LearningRateChange, require_learning_rate, WaitForStep,
-    OutputInUseError, OutputLock, OwnThreadWriter, Schedule, WriterStats, Sink,
+    OutputInUseError, OutputLock, OwnThreadWriter, RateRequest, Schedule, ScheduleTimer, WriterStats, Sink,
     BackgroundWriter, WriterError, WriterStalled, WriterWarning, WriterKit, better_direction, check_writable_dir,
     did_you_mean, event_log_line, is_real_dtype, recover, step_of, write_atomically,
 )

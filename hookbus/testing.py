@@ -151,7 +151,7 @@ class ScriptedPublisher:
     def publish(self, signal: str, payload: Any) -> None:
         """Deliver ``payload`` as ``signal`` to every subscriber here, as the bus delivers its own
         (a ``checkpoint_saved`` that no checkpoint sink saved; an event no plan made)."""
-        self.core._port.publish(signal, payload)
+        self.core._port.dispatcher.publish(signal, payload)
 
     def run(self, steps: Iterable[Values], *, start: int = 0) -> int:
         """``begin``, a session at ``start``, one step per item until a stop, ``end``.

@@ -78,15 +78,15 @@ def main(config: dict[str, Any]) -> None:
         bus.attach(StopAtStepSink(last_step=20000)).runs_on = "chief"
     seen: dict[str, Any] = {}
 
-    @bus.on("session_created")  # type: ignore[untyped-decorator]
+    @bus.on("session_created")
     def joined(event: Any) -> None:
         seen.update(task=[event.task_type, event.task_index])  # also for a worker that runs no step
 
-    @bus.on("after_run")  # type: ignore[untyped-decorator]
+    @bus.on("after_run")
     def record(event: Any) -> None:
         seen.update(task=[event.task_type, event.task_index], step=event.step, local_step=event.local_step)
 
-    @bus.on("stop_requested")  # type: ignore[untyped-decorator]
+    @bus.on("stop_requested")
     def stopped(request: Any) -> None:
         seen.setdefault("stop_source", request.source)
         seen.setdefault("stop_local_step", bus.local_step)

@@ -70,18 +70,18 @@ def main(config: dict[str, Any]) -> None:
     bus.attach(EventLogSink(out / "events.jsonl", runs_on="each"))
     seen: dict[str, Any] = {"gate": [], "first_step": None}
 
-    @bus.on("waiting_for_step")  # type: ignore[untyped-decorator]
+    @bus.on("waiting_for_step")
     def gate(event: Any) -> None:
         seen["gate"].append([event.state, event.until_step, event.step, event.starts])
         (out / f"w{index}-at-gate").touch()
 
-    @bus.on("after_run")  # type: ignore[untyped-decorator]
+    @bus.on("after_run")
     def record(event: Any) -> None:
         if seen["first_step"] is None:
             seen["first_step"] = event.step  # the global step after this worker's first run
             (out / f"w{index}-trained").touch()
 
-    @bus.on("stop_requested")  # type: ignore[untyped-decorator]
+    @bus.on("stop_requested")
     def stopped(request: Any) -> None:
         seen.setdefault("stop_source", request.source)
 
@@ -89,7 +89,7 @@ def main(config: dict[str, Any]) -> None:
     if scenario == "start" and index == 2:
         hooks.insert(0, tf.compat.v1.train.GlobalStepWaiterHook(40))  # TensorFlow's, beside ours without a gate
 
-        @bus.on("session_created")  # type: ignore[untyped-decorator]
+        @bus.on("session_created")
         def joined(event: Any) -> None:
             (out / "w2-at-gate").touch()  # TensorFlow's hook waits in the first before_run, next
 

@@ -57,14 +57,14 @@ def main(config: dict[str, Any]) -> None:
     seen: dict[str, Any] = {"steps": []}
     steer = bus.attach(_steer(index == 1, int(config.get("rate_at", 0))))
 
-    @bus.on("after_run")  # type: ignore[untyped-decorator]
+    @bus.on("after_run")
     def record(event: Any) -> None:
         seen["steps"].append(event.step)
         seen.update(task=[event.task_type, event.task_index], local_step=event.local_step)
         if index == 1 and event.step >= config["stop_at"]:
             event.request_stop(f"worker 1 asked at step {event.step}")
 
-    @bus.on("stop_requested")  # type: ignore[untyped-decorator]
+    @bus.on("stop_requested")
     def stopped(request: Any) -> None:
         seen.setdefault("stop_source", request.source)
         seen.setdefault("stop_step", request.step)
@@ -131,7 +131,7 @@ def _one_worker(tf: Any, keras: Any, strategy: Any, out: Path, stop_at: int, rat
     steer = bus.attach(_steer(True, rate_at))
     asked: list[int] = []
 
-    @bus.on("after_run")  # type: ignore[untyped-decorator]
+    @bus.on("after_run")
     def ask(event: Any) -> None:
         if event.step == stop_at:
             asked.append(event.step)

@@ -145,9 +145,42 @@ def test_runstate_keeps_only_the_runs_progress_and_each_field_has_one_writer() -
     assert sorted(RunState.__slots__) == ["local_step", "start_time", "started", "step", "wall_start"]
     writers = _writers()
     assert writers == {
-        "step": {"hookbus._bus._port"},  # through the publishers' core only
-        "local_step": {"hookbus._bus._port"},
+        "step": {"hookbus._publishing._publisher"},  # the publishers' core only
+        "local_step": {"hookbus._publishing._publisher"},
         "started": {"hookbus._bus._run"},
         "start_time": {"hookbus._bus._run"},
         "wall_start": set(),  # set by reset alone
     }
+
+
+def _health_writers(trees: dict[str, ast.Module]) -> dict[str, set[str]]:
+    """``disabled`` and ``errors`` -> the modules assigning an attribute of that name."""
+    writers: dict[str, set[str]] = {"disabled": set(), "errors": set()}
+    for name, tree in trees.items():
+        for node in ast.walk(tree):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = list(node.targets)
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            for target in targets:
+                for part in ast.walk(target):
+                    if isinstance(part, ast.Attribute) and part.attr in writers:
+                        writers[part.attr].add(name)
+    return writers
+
+
+def test_a_subscribers_health_has_one_writer() -> None:
+    """``disabled`` and ``errors`` are the record's own: the dispatcher (a handler raised), the
+    barrier (a flush failed) and the roster (a new run) ask it (``failed``, ``start_run``), so the
+    rule of what a failure does to the count and the switch lives once."""
+    owner = {"hookbus._bus._subscription"}
+    assert _health_writers(_trees()) == {"disabled": owner, "errors": owner}
+
+
+def test_the_health_pin_sees_a_second_writer() -> None:
+    trees = _trees()
+    second = "def fail(record):\n    record.errors += 1\n    record.disabled = True\n"
+    trees["hookbus._bus._dispatch"] = ast.parse(second)
+    owners = {"hookbus._bus._subscription", "hookbus._bus._dispatch"}
+    assert _health_writers(trees) == {"disabled": owners, "errors": owners}

@@ -156,11 +156,14 @@ def _defined(tree: ast.Module) -> set[str]:
 
 def _all_of(tree: ast.Module) -> list[str] | None:
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else []
-        if isinstance(node, ast.AnnAssign):
-            targets = [node.target]
+        value: ast.expr | None
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign):
+            targets, value = [node.target], node.value
+        else:
+            continue
         if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
-            value = node.value
             assert isinstance(value, (ast.List, ast.Tuple)), "__all__ must be a literal list"
             return [ast.literal_eval(e) for e in value.elts]
     return None

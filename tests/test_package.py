@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import re
 import shlex
 import shutil
 import subprocess
 import sys
 import textwrap
+import typing
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _source import all_imports, external_imports, imports_of, modules
@@ -86,9 +89,10 @@ def test_the_seams_hold() -> None:
     assert importers == ["hookbus._tf._import"]
     edges = all_imports()
     into_sinks = sorted({e.source for e in edges if e.target.startswith("hookbus.sinks")})
-    assert [m for m in into_sinks if not m.startswith("hookbus.sinks")] == ["hookbus._cli._cli", "hookbus._watch._command"]
-    sinks = {name for name in found if name.startswith("hookbus.sinks.") and not name.rpartition(".")[2].startswith("_")}
-    sinks -= {name for name in sinks if (found[name].name == "__init__.py")}  # a sink's folder, not a sink
+    applications = [m for m in into_sinks if not m.startswith("hookbus.sinks")]
+    assert applications == ["hookbus._cli._cli", "hookbus._watch._command"]
+    sinks = {n for n in found if n.startswith("hookbus.sinks.") and not n.rpartition(".")[2].startswith("_")}
+    sinks -= {n for n in sinks if found[n].name == "__init__.py"}  # a sink's folder, not a sink
     assert len(sinks) == 11
     for edge in edges:
         if edge.source in sinks and edge.target in sinks:
@@ -132,6 +136,7 @@ def test_public_surface_is_pinned() -> None:
         "StopRequest",
         "SubscriberError",
         "SubscriberStats",
+        "SubscriberView",
         "Subscription",
         "Task",
         "UnknownKeyError",
@@ -253,8 +258,10 @@ def test_the_sink_authors_surface_is_pinned() -> None:
         "ProfileResult",
         "ProfileWindow",
         "Profiler",
+        "RateRequest",
         "SIGNALS",
         "Schedule",
+        "ScheduleTimer",
         "Sink",
         "SinkContext",
         "StopRequest",
@@ -303,10 +310,13 @@ def test_the_publisher_authors_surface_is_pinned() -> None:
         "ProfileOptions",
         "ProfilerBackend",
         "ProfilerBusy",
+        "Profiling",
+        "Publisher",
         "PublisherCore",
         "RESERVED_KEYS",
         "RUNS_ON",
         "RateBackend",
+        "Stops",
         "Task",
         "WeightsBackend",
     ]
@@ -652,3 +662,77 @@ def test_pyproject_lists_every_package_folder() -> None:
     listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     folders = sorted(name for name, path in modules().items() if path.name == "__init__.py")
     assert sorted(listed) == folders
+
+
+_FACES: tuple[str, ...] = ("hookbus", "hookbus.sink_api", "hookbus.publisher_api", "hookbus.testing")
+_FACES += ("hookbus.validate", "hookbus.sinks")
+_DUNDERS_USED = ("__init__", "__call__", "__enter__", "__iter__", "__getitem__", "__contains__")
+
+
+def _annotation_namespace(function: Any) -> dict[str, Any]:
+    """What ``function``'s annotations name: its module's globals and the names its module
+    imports under ``if TYPE_CHECKING:`` (imported here, as mypy reads them)."""
+    module = importlib.import_module(function.__module__ if function.__module__ in sys.modules else "hookbus")
+    namespace: dict[str, Any] = dict(getattr(function, "__globals__", vars(module)))
+    source = sys.modules[namespace.get("__name__", module.__name__)]
+    tree = ast.parse(Path(str(source.__file__)).read_text())
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            for statement in node.body:
+                if isinstance(statement, (ast.Import, ast.ImportFrom)):
+                    namespace["__package__"] = source.__package__
+                    code = compile(ast.Module(body=[statement], type_ignores=[]), str(source.__file__), "exec")
+                    exec(code, namespace)
+    return namespace
+
+
+def _named_types(hint: Any) -> set[type]:
+    found: set[type] = set()
+    if isinstance(hint, type):
+        found.add(hint)
+    origin = typing.get_origin(hint)
+    if isinstance(origin, type):
+        found.add(origin)
+    for argument in typing.get_args(hint):
+        if isinstance(argument, list):  # Callable[[A, B], R]'s parameters
+            for inner in argument:
+                found |= _named_types(inner)
+        else:
+            found |= _named_types(argument)
+    return found
+
+
+def _public_signatures() -> list[tuple[str, Any]]:
+    """Every public function of the faces, and every public method (and constructor) of their classes."""
+    found: list[tuple[str, Any]] = []
+    for face in _FACES:
+        module = importlib.import_module(face)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if inspect.isclass(obj):
+                for member, value in vars(obj).items():
+                    if member.startswith("_") and member not in _DUNDERS_USED:
+                        continue
+                    value = value.fget if isinstance(value, property) else value
+                    value = value.__func__ if isinstance(value, (staticmethod, classmethod)) else value
+                    if inspect.isfunction(value):
+                        found.append((f"{face}.{name}.{member}", value))
+            elif inspect.isfunction(obj):
+                found.append((f"{face}.{name}", obj))
+    return found
+
+
+def test_no_private_type_leaks_into_a_public_signature() -> None:
+    """Every class a public signature names (parameters and results, ``TYPE_CHECKING`` names
+    resolved) is exported by a face, or is not hookbus's: what a user is handed, they can name."""
+    public = {id(getattr(importlib.import_module(f), n)) for f in _FACES for n in importlib.import_module(f).__all__}
+    signatures = _public_signatures()
+    assert len(signatures) > 300
+    leaks = []
+    for label, function in signatures:
+        hints = typing.get_type_hints(function, globalns=_annotation_namespace(function))
+        for parameter, hint in hints.items():
+            for named in _named_types(hint):
+                if named.__module__.split(".")[0] == "hookbus" and id(named) not in public:
+                    leaks.append(f"{label} {parameter}: {named.__module__}.{named.__qualname__}")
+    assert sorted(set(leaks)) == []

@@ -165,8 +165,7 @@ class Barrier:
                 self._disable(record, step, why, error)
 
     def _disable(self, record: Subscriber, step: int, why: str, error: Exception) -> None:
-        record.errors += 1
-        record.disabled = True
+        record.failed(disable=True)
         logger.error(
             "subscriber %r could not flush %s and is disabled for the rest of the run (on_error=%r); "
             "training goes on without it. Its output has lost the exactly-once promise: what it had "

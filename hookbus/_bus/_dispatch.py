@@ -133,14 +133,13 @@ class Dispatcher:
 
     def _apply_error_policy(self, record: Subscriber, signal: str, payload: Any, error: Exception) -> bool:
         """Apply ``record``'s error policy; True if the error must propagate."""
-        record.errors += 1
         if signal == "begin":
             # Before step 1 a failure is bad configuration or an unusable environment (a foreign
             # file, an unwritable directory): fail the run now whatever the policy, rather than
             # train for days with a sink that silently does nothing.
+            record.failed(disable=False)
             return True
-        if record.on_error == "disable":
-            record.disabled = True
+        record.failed(disable=record.on_error == "disable")
         if record.on_error != "raise" and (record.errors == 1 or record.on_error == "disable"):
             logger.error(
                 "subscriber %r raised while handling %r (on_error=%r%s)",
@@ -173,7 +172,7 @@ class Dispatcher:
         try:
             handler(payload)
         except Exception:  # a failing error/exception handler must not mask the first
-            record.errors += 1
+            record.failed(disable=False)
             logger.exception("subscriber %r raised while handling %r", record.name, signal)
 
     def call_after_dispatch(self, fn: Callable[[], None]) -> None:

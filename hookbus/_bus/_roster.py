@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from hookbus._contract._stats import BusStats, SubscriberStats, Usage, WriterStats
+from hookbus._contract._stats import BusStats, SubscriberStats, WriterStats
 
 if TYPE_CHECKING:
     from hookbus._bus._subscription import Subscriber
@@ -109,9 +109,7 @@ class Roster:
     def new_run(self) -> None:
         """A run begins: every schedule, error count and usage starts afresh."""
         for record in self.records:
-            record.timer = record.timer.schedule.timer()
-            record.errors, record.disabled = 0, False
-            record.usage = Usage()
+            record.start_run()
         self.version += 1  # publishers re-plan against the fresh timers
 
     def _select_local(self) -> None:

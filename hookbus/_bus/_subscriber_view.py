@@ -17,13 +17,17 @@ class SubscriberView:
     """One subscriber as the bus has it (``bus.subscribers``, ``PublisherCore.local_subscribers()``).
 
     Read-only and live: its counters follow the bus's record (``errors``, ``disabled``), and no
-    attribute can be set, so what reads it cannot change how the bus dispatches.
+    attribute can be set, so what reads it cannot change how the bus dispatches. Made by the bus
+    only: it has no public constructor, so the bus's record behind it stays private.
     """
 
     __slots__ = ("_record",)
+    _record: Subscriber
 
-    def __init__(self, record: Subscriber) -> None:
-        self._record = record
+    def __init__(self) -> None:
+        raise TypeError(
+            "a SubscriberView is made by the bus: read bus.subscribers or PublisherCore.local_subscribers()"
+        )
 
     def __repr__(self) -> str:
         return f"<subscriber {self.name!r} priority={self.priority}>"
@@ -91,4 +95,9 @@ class SubscriberView:
 
 def views(records: list[Subscriber]) -> list[SubscriberView]:
     """A fresh list of read-only views of ``records``, in their order."""
-    return [SubscriberView(r) for r in records]
+    made = []
+    for record in records:
+        view = object.__new__(SubscriberView)
+        view._record = record
+        made.append(view)
+    return made

@@ -62,6 +62,21 @@ class Subscriber:
         self.epochs = sink.receives_epochs if sink is not None else False
         self.passive = sink.passive if sink is not None else False
 
+    # -- its health: written here only (the dispatcher, the barrier and the roster ask) ---------
+    def failed(self, *, disable: bool) -> int:
+        """Count one failure of this subscriber, and stop calling it when ``disable``; returns
+        the failures so far in this run."""
+        self.errors += 1
+        if disable:
+            self.disabled = True
+        return self.errors
+
+    def start_run(self) -> None:
+        """A run begins: a fresh timer, no failures, enabled again, its usage from zero."""
+        self.timer = self.timer.schedule.timer()
+        self.errors, self.disabled = 0, False
+        self.usage = Usage()
+
     @property
     def sort_key(self) -> tuple[int, int]:
         return (self.priority, self.order)

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hookbus._contract._learning_rate import HOW_TO_OFFER
+
 if TYPE_CHECKING:
     from hookbus._contract._checkpoint_seam import Checkpoints
     from hookbus._contract._cluster import Task
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
     from hookbus._contract._stats import BusStats
     from hookbus._contract._weights import WeightsBackend
 
-__all__ = ["EpochProgress", "PeerReport", "SinkContext"]
+__all__ = ["EpochProgress", "PeerReport", "SinkContext", "require_learning_rate"]
 
 
 @dataclass(frozen=True)
@@ -121,3 +123,22 @@ class SinkContext:
     progress: Callable[[], EpochProgress | None]
     learning_rate: Callable[[], LearningRate | None]
     profiler: Profiler
+
+
+def require_learning_rate(context: SinkContext, who: str) -> LearningRate:
+    """The run's :class:`~hookbus.sink_api.LearningRate` from a sink's ``context``, for a sink
+    that steers it; fails before step 1 without one.
+
+    Args:
+        context: The sink's context (given to :meth:`~hookbus.sink_api.Sink.setup`).
+        who: Names the sink in the message (e.g. ``"ReduceLROnPlateauSink"``).
+
+    Raises:
+        ValueError: when no training publisher of the bus offers a rate, naming what to pass.
+    """
+    rate = context.learning_rate()
+    if rate is None:
+        raise ValueError(
+            f"{who} needs a learning rate, and no training publisher of the bus offers one; pass {HOW_TO_OFFER}"
+        )
+    return rate

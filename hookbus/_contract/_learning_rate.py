@@ -29,7 +29,6 @@ __all__ = [
     "RateBackend",
     "RateRequest",
     "offered_rate",
-    "require_learning_rate",
 ]
 
 logger = logging.getLogger("hookbus")
@@ -236,24 +235,3 @@ def offered_rate(
     if current is not None and current.backend is backend:
         return current
     return LearningRate(backend, publisher=publisher, who=who)
-
-
-class _OffersRate(Protocol):
-    """What :func:`require_learning_rate` reads of a :class:`~hookbus.sink_api.SinkContext`."""
-
-    @property
-    def learning_rate(self) -> Callable[[], LearningRate | None]: ...
-
-
-def require_learning_rate(context: _OffersRate, who: str) -> LearningRate:
-    """The run's :class:`LearningRate`, for a sink that steers it; fails before step 1 without one.
-
-    Raises:
-        ValueError: when no training publisher of the bus offers a rate, naming what to pass.
-    """
-    rate = context.learning_rate()
-    if rate is None:
-        raise ValueError(
-            f"{who} needs a learning rate, and no training publisher of the bus offers one; pass {HOW_TO_OFFER}"
-        )
-    return rate

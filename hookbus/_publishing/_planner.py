@@ -16,27 +16,40 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from hookbus._bus._subscription import Subscriber
 
-__all__ = ["Plan", "Planner"]
+__all__ = ["Plan", "Planner", "planned"]
 
 
 class Plan:
     """What a publisher must fetch for one due step, handed back to :meth:`PublisherCore.publish_step`.
+
+    Made by the core (:meth:`PublisherCore.plan`, :meth:`PublisherCore.final_plan`), which also
+    keeps in it the subscribers it found due and the time it planned at: what a publisher
+    reads is its step and its keys.
 
     Attributes:
         step: The step it was planned for.
         keys: The keys to fetch (the union of the due subscribers' keys, in declared order).
     """
 
-    __slots__ = ("due", "keys", "now", "step")
+    __slots__ = ("_due", "_now", "keys", "step")
+    _due: list[Subscriber]
+    _now: float
 
-    def __init__(self, step: int, keys: tuple[str, ...], due: list[Subscriber], now: float) -> None:
+    def __init__(self, step: int, keys: tuple[str, ...]) -> None:
         self.step = step
         self.keys = keys
-        self.due = due
-        self.now = now
 
     def __repr__(self) -> str:
         return f"<Plan step={self.step} keys={self.keys}>"
+
+
+def planned(step: int, keys: tuple[str, ...], due: list[Subscriber], now: float) -> Plan:
+    """The core's :class:`Plan`: ``keys`` to fetch at ``step`` for the ``due`` subscribers,
+    planned at ``now`` (the core reads ``due`` and ``now`` back when the plan returns)."""
+    plan = Plan(step, keys)
+    plan._due = due
+    plan._now = now
+    return plan
 
 
 class Planner:

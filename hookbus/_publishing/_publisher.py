@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from hookbus._bus._subscriber_view import SubscriberView, views
 from hookbus._bus._subscription import Subscriber
+from hookbus._checkpoints._store import CheckpointStore
 from hookbus._contract._events import WaitForStep
 from hookbus._contract._learning_rate import LEARNING_RATE_KEY, LearningRate, offered_rate
 from hookbus._contract._publisher_keys import (
@@ -25,7 +26,7 @@ from hookbus._contract._publisher_keys import (
     check_fetch_keys,
     check_mode,
 )
-from hookbus._publishing._planner import Plan, Planner
+from hookbus._publishing._planner import Plan, Planner, planned
 from hookbus._publishing._unscheduled import eval_wanted, publish_epoch, publish_eval
 from hookbus._rules._validate import flag
 from hookbus._rules._values import publishable_values
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
     from hookbus._bus._keys import Publisher
     from hookbus._bus._stops import Stops
     from hookbus._checkpoints._backend import CheckpointBackend
-    from hookbus._checkpoints._store import CheckpointStore
     from hookbus._contract._cluster import Task
     from hookbus._contract._context import EpochProgress
     from hookbus._contract._learning_rate import RateBackend, RateRequest
@@ -72,8 +72,13 @@ class PublisherCore:
         if not isinstance(bus, EventBus):
             raise TypeError(f"bus must be a hookbus.EventBus (got {bus!r})")
         self.bus = bus
-        self._port = bus._port
-        self._profiling = self._port.profiling  # a step in a profile window is never quiet
+        self._port = port = bus._port
+        # The parts of the bus this core talks to (the port hands them over; it forwards nothing).
+        self._state = port.state  # the bus's step: only the core writes it
+        self._dispatcher = port.dispatcher
+        self._scope = port.scope
+        self._offers = port.offers
+        self._profiling = port.profiling  # a step in a profile window is never quiet
         self.mode = check_mode(mode)
         self.keys = check_fetch_keys(keys)
         prefix = EVAL_PREFIX if self.mode == "eval" else ""
@@ -82,15 +87,15 @@ class PublisherCore:
         #: (a graph tensor's shape; ``None`` entries for unknown dimensions). Sinks that need a
         #: scalar check it at begin (their context's ``static_shape``).
         self.shapes: dict[str, tuple[int | None, ...]] = {}
-        self._stops = self._port.stops
-        self._roster = self._port.roster  # its version: a quiet step compares it, plans are stale when it moved
+        self._stops = port.stops
+        self._roster = port.roster  # its version: a quiet step compares it, plans are stale when it moved
         self._planner = Planner(self.keys, self.bus_keys)
         self._version = -1  # the roster's version the planner last read
         self._next_step = self._next_time = -math.inf  # the planner's bounds: what a quiet step compares
         self._last: tuple[int, Mapping[str, Any]] | None = None  # the last values published, and their step
         self.sessions, self._run = 0, 0  # sessions in the bus's run number _run
         self._rate: LearningRate | None = None
-        self._port.register(self)
+        port.keys.register(self)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def set_task(self, task: Task | None) -> None:
@@ -99,36 +104,36 @@ class PublisherCore:
 
     def local_subscribers(self) -> list[SubscriberView]:
         """The subscribers that run on this task, in dispatch order: read-only views."""
-        return views(self._port.local_subscribers)
+        return views(self._roster.here)
 
     @property
     def stops(self) -> Stops:
         """The bus's stops: what the transports across workers read and request through."""
-        return self._port.stops
+        return self._stops
 
     def register(self, publisher: Publisher) -> None:
         """Make another publisher's keys known to the bus (the Keras callback's epoch keys)."""
-        self._port.register(publisher)
+        self._port.keys.register(publisher)
 
     def offer_progress(self, progress: Callable[[], EpochProgress | None] | None) -> None:
         """Let dashboards know the epoch this publisher trains in (``None`` withdraws it)."""
-        self._port.offer_progress(progress)
+        self._offers.progress = progress
 
     def hold(self) -> None:
         """Keep deferred work and stop requests waiting until :meth:`release` (a Keras batch's save)."""
-        self._port.hold()
+        self._dispatcher.hold()
 
     def release(self) -> None:
         """Run what a :meth:`hold` kept waiting."""
-        self._port.release()
+        self._dispatcher.release()
 
     def begin(self) -> None:
         """Publish ``begin`` (checks every subscriber's keys first)."""
-        port = self._port
-        port.start(self)
+        port, scope = self._port, self._scope
+        scope.start(self)
         if self.mode == "train":
-            port.link_evaluator()
-        port.publish("begin", port.event("begin", step=self.bus.step, mode=self.mode))
+            scope.link_evaluator()
+        self._dispatcher.publish("begin", port.event("begin", step=self.bus.step, mode=self.mode))
 
     def session_created(self, step: int, restored: bool | None = None, *, in_memory: bool = False) -> None:
         """A session exists at ``step``: reset schedules there and publish the resume point.
@@ -141,31 +146,31 @@ class PublisherCore:
         previous run ended at is that model going on (a second ``fit``), a new run and no
         restore, so its sinks start clean.
         """
-        port = self._port
+        port, scope, publish = self._port, self._scope, self._dispatcher.publish
         flag("restored", restored, allow_none=True)
         flag("in_memory", in_memory)
-        if self._run != port.run:  # a new run: its first session is not a re-creation of the last run's
-            self._run, self.sessions = port.run, 0
+        if self._run != scope.runs:  # a new run: its first session is not a re-creation of the last run's
+            self._run, self.sessions = scope.runs, 0
         self.sessions += 1
         if restored is None:
-            continues = in_memory and self.sessions == 1 and port.previous_step == step
+            continues = in_memory and self.sessions == 1 and scope.previous_step == step
             restored = not continues and (step > 0 or self.sessions > 1)
         rewound = self.mode == "train" and step < self.bus.step
         if self.mode == "train":
-            port.set_step(step)
-            port.resume_evaluations(step)
+            self._state.step = step
+            scope.evaluated.resume(step)  # evaluations of later steps count again
             now = self.bus.clock()
             planner = self._planner
             self._version = self._roster.version
-            planner.refresh(port.local_subscribers)
+            planner.refresh(self._roster.here)
             for record in planner.subs:
                 record.timer.reset(step, now)
             self._next_step, self._next_time = planner.find_next_due()
         rate = self._rate
         if rate is not None:
             rate.refresh()
-        port.publish("after_create_session", port.event("after_create_session", step=step, mode=self.mode))
-        port.publish(
+        publish("after_create_session", port.event("after_create_session", step=step, mode=self.mode))
+        publish(
             "session_created",
             port.event("session_created", step=step, mode=self.mode, restored=bool(restored), rewound=rewound),
         )
@@ -179,7 +184,7 @@ class PublisherCore:
         clock): where this worker's start gate is (:mod:`hookbus._tf.hook._gate`; a replay, as recorded)."""
         now = self.bus.wall_clock()
         wait = WaitForStep(state, until_step, step, float(waited_secs), timeout_secs, bool(starts), now)
-        self._port.publish("waiting_for_step", wait)
+        self._dispatcher.publish("waiting_for_step", wait)
 
     def offer_checkpoints(self, backend: CheckpointBackend | None, store: CheckpointStore | None = None) -> None:
         """Let checkpoint sinks save this publisher's model through ``backend`` into ``store``, before
@@ -194,12 +199,21 @@ class PublisherCore:
         Raises:
             TypeError: A backend without a store, or a store that is not a ``CheckpointStore``.
         """
-        self._port.offer_checkpoints(backend, store)
+        # The bus knows no layout of its own: nothing below the publishers depends on a framework.
+        if backend is None:
+            self._offers.checkpoints = None
+            return
+        if not isinstance(store, CheckpointStore):
+            raise TypeError(
+                f"store must be a hookbus.CheckpointStore (got {store!r}): give the store the checkpoints "
+                "live in, e.g. hookbus.FileCheckpointStore('.npz') for a framework without a layout of its own"
+            )
+        self._offers.checkpoints = (backend, store)
 
     def offer_profiler(self, backend: ProfilerBackend | None) -> None:
         """Let a profiler sink trace windows of steps through ``backend`` (a train publisher, before
         :meth:`begin`; ``None`` withdraws it); the publisher marks its steps through :attr:`profiling`."""
-        self._port.offer_profiler(backend)
+        self._profiling.offer(backend)
 
     @property
     def profiling(self) -> Profiling:
@@ -212,30 +226,30 @@ class PublisherCore:
         """Let sinks take and put back the live model's weights in memory (a train publisher
         calls it before :meth:`begin`; ``None`` withdraws it): what
         ``EarlyStoppingSink(restore_best=True)`` restores, as Keras's ``restore_best_weights``."""
-        self._port.offer_weights(weights)
+        self._offers.weights = weights
 
     def offer_graph(self, graph_def: Callable[[], bytes | None] | None) -> None:
         """Let sinks show the training graph: ``graph_def()`` returns it serialized (a
         ``GraphDef``), called when a sink needs it (TensorBoard, once per event file)."""
-        self._port.offer_graph(graph_def)
+        self._offers.graph_def = graph_def
 
     def offer_model_config(self, config: Callable[[], str | None] | None) -> None:
         """Let sinks show the model's structure: ``config()`` returns a Keras model's JSON
         configuration, what Keras's ``TensorBoard(write_graph=True)`` writes for the graph tab's
         conceptual graph (``None``: the model has none to show)."""
-        self._port.offer_model_config(config)
+        self._offers.model_config = config
 
     def offer_directions(self, directions: Callable[[str], str | None] | None) -> None:
         """Let monitors ask which way a metric goes: ``directions(key)`` is ``"min"``, ``"max"`` or
         ``None`` (the metric declares nothing), for bus keys (a Keras model's compiled metrics,
         what Keras's own ``mode="auto"`` reads); ``None`` withdraws it."""
-        self._port.offer_directions(directions)
+        self._offers.directions = directions
 
     def offer_epochs(self, ends_epochs: bool) -> None:
         """Tell sinks that this training publisher ends epochs (Keras ``fit``: an epoch event at
         each epoch end), so that their defaults can follow Keras's (``CheckpointSink`` saves at
         each epoch end); ``False`` withdraws it."""
-        self._port.offer_epochs(bool(flag("ends_epochs", ends_epochs)))
+        self._offers.ends_epochs = bool(flag("ends_epochs", ends_epochs))
 
     def offer_learning_rate(
         self, backend: RateBackend | None, *, publisher: str = "the publisher"
@@ -246,8 +260,9 @@ class PublisherCore:
         The same ``backend`` offered again (a hook beginning again, as ``train_and_evaluate``'s
         rounds do) keeps its :class:`LearningRate`: a request made in between, and the multiplier
         in effect, carry over."""
-        rate = self._rate = offered_rate(self._rate, backend, publisher=publisher, who=self._port.current_name)
-        self._port.offer_learning_rate(rate)
+        who = self._dispatcher.current_name  # the subscriber being called: a request's source
+        rate = self._rate = offered_rate(self._rate, backend, publisher=publisher, who=who)
+        self._offers.learning_rate = rate
         return rate
 
     @property
@@ -258,7 +273,7 @@ class PublisherCore:
     def apply_learning_rate(self, request: RateRequest, step: int, *, source: str | None = None) -> None:
         """Apply a rate request now (before the next training step) and publish ``learning_rate_changed``."""
         assert self._rate is not None
-        self._port.publish("learning_rate_changed", self._rate.apply(request, step, source=source))
+        self._dispatcher.publish("learning_rate_changed", self._rate.apply(request, step, source=source))
 
     def should_stop(self, read_step: Callable[[], object] | None = None) -> bool:
         """Act on a signal or another thread's stop recorded since the last step, and on a learning-rate
@@ -274,7 +289,7 @@ class PublisherCore:
             watch_at = stops.watch_at
             if watch_at == math.inf or self.bus.clock() < watch_at:
                 return False  # nothing recorded, no watcher due: what polling would find
-        self._port.poll(read_step)
+        stops.poll(read_step)
         if rate is not None and rate.pending is not None and rate.local:
             self.apply_learning_rate(rate.take(), self.bus.step)
         return self.bus.should_stop
@@ -285,19 +300,18 @@ class PublisherCore:
         Publishers report steps here and through :meth:`publish_step`; only the core writes
         the bus's step.
         """
-        self._port.set_step(step)
+        self._state.step = step
 
     def count_local_step(self, local_step: int) -> None:
         """Multi-worker: this worker's own training runs so far (``Event.local_step``)."""
-        self._port.set_local_step(local_step)
+        self._state.local_step = local_step
 
     def end(self, step: int) -> None:
         """Publish ``end`` (after a stop recorded since the last step, if any), then flush every
         sink: what a session wrote is on disk when it ends, also without ``with bus:``."""
-        port = self._port
-        port.poll()
-        port.publish("end", port.event("end", step=step, mode=self.mode))
-        port.flush_sinks(step)
+        self._stops.poll()
+        self._dispatcher.publish("end", self._port.event("end", step=step, mode=self.mode))
+        self._port.barrier.flush(step, f"at the end of a session (step {step})")
 
     # -- planning ----------------------------------------------------------------------------
     def quiet(self, step: int) -> bool:
@@ -318,7 +332,7 @@ class PublisherCore:
         be acted on now: no stop requested (a signal and another thread set the flag at once) and no
         learning-rate request; the watchers were not due (:meth:`quiet` read the clock). ``False``:
         call :meth:`should_stop`, which acts."""
-        self._port.set_step(step)
+        self._state.step = step
         rate = self._rate
         return not self._stops.requested and (rate is None or rate.pending is None)
 
@@ -329,7 +343,7 @@ class PublisherCore:
         """
         if self._version != self._roster.version:
             self._version = self._roster.version
-            self._planner.refresh(self._port.local_subscribers)
+            self._planner.refresh(self._roster.here)
             self._next_step, self._next_time = self._planner.find_next_due()
         if step < self._next_step and self._next_time == math.inf:
             return None
@@ -344,9 +358,9 @@ class PublisherCore:
         if planner.any_before:
             before = [r for r in due if "before_run" in r.handlers]
             if before:
-                port = self._port
-                port.publish("before_run", port.event("before_run", step=step, mode=self.mode), before)
-        return Plan(step, planner.fetch_keys(due), due, now)
+                event = self._port.event("before_run", step=step, mode=self.mode)
+                self._dispatcher.publish("before_run", event, before)
+        return planned(step, planner.fetch_keys(due), due, now)
 
     def publish_step(self, plan: Plan, step: int, raw: Mapping[str, Any]) -> None:
         """Publish ``plan``'s ``after_run`` with the fetched ``raw`` values.
@@ -354,27 +368,27 @@ class PublisherCore:
         ``step`` is the real step after the run; subscribers planned for another step are
         re-checked against it.
         """
-        due, now = plan.due, plan.now
+        due, now = plan._due, plan._now  # what the core kept in its own plan
         if step != plan.step:
             due = [r for r in due if r.timer.is_due(step, now)]
         for record in due:
             record.timer.fire(step, now)
         self._next_step, self._next_time = self._planner.find_next_due()
-        self._port.set_step(step)
+        self._state.step = step
         if not due:
             return
         self._publish_values(step, raw, due, final=False)
 
     def final_plan(self, step: int) -> Plan | None:
         """What the ``at_end`` subscribers still owed a final event at ``step`` need, or ``None``."""
-        planner, port = self._planner, self._port
+        planner = self._planner
         if self._version != self._roster.version:
             self._version = self._roster.version
-            planner.refresh(port.local_subscribers)
+            planner.refresh(self._roster.here)
         due = [r for r in planner.subs if not r.disabled and r.timer.is_due_at_end(step)]
         if not due:
             return None
-        return Plan(step, planner.fetch_keys(due), due, self.bus.clock())
+        return planned(step, planner.fetch_keys(due), due, self.bus.clock())
 
     def last_values(self) -> tuple[int, Mapping[str, Any]] | None:
         """The values of the last step this core published, with that step (``None`` before any).
@@ -388,9 +402,9 @@ class PublisherCore:
         """Publish the final ``after_run`` (``event.final``) to ``plan``'s ``at_end`` subscribers,
         with ``raw`` from ``step`` (default: the plan's step)."""
         now = self.bus.clock()
-        for record in plan.due:
+        for record in plan._due:
             record.timer.fire(plan.step, now)
-        self._publish_values(plan.step if step is None else step, raw, plan.due, final=True)
+        self._publish_values(plan.step if step is None else step, raw, plan._due, final=True)
 
     def _publish_values(self, step: int, raw: Mapping[str, Any], due: list[Subscriber], *, final: bool) -> None:
         values = publishable_values(raw, step)
@@ -402,9 +416,8 @@ class PublisherCore:
         observers = self._planner.observers
         if observers and targets:  # they see what the due subscribers were sent, in dispatch order
             targets = sorted([*targets, *observers], key=_dispatch_order)
-        port = self._port
-        event = port.event("after_run", step=step, mode=self.mode, values=MappingProxyType(values), final=final)
-        port.publish("after_run", event, targets)
+        event = self._port.event("after_run", step=step, mode=self.mode, values=MappingProxyType(values), final=final)
+        self._dispatcher.publish("after_run", event, targets)
 
     # -- evaluation and epochs (:mod:`hookbus._publishing._unscheduled`) -------------------------------------
     def eval_wanted(self) -> bool:

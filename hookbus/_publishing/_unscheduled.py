@@ -29,31 +29,31 @@ def _unless_only_passive(targets: list[Subscriber]) -> list[Subscriber]:
 
 def eval_wanted(port: BusPort, bus_keys: frozenset[str]) -> bool:
     """Whether any subscriber on this task wants one of an eval publisher's ``bus_keys``."""
-    return any("after_run" in r.handlers and r.wants(bus_keys) for r in port.local_subscribers)
+    return any("after_run" in r.handlers and r.wants(bus_keys) for r in port.roster.here)
 
 
 def publish_eval(port: BusPort, bus_keys: frozenset[str], step: int, values: Mapping[str, Any]) -> None:
     """Publish one evaluation's aggregated ``values`` as ``eval/<key>`` at training ``step`` to every
     subscriber wanting one of them, unless this evaluation's step was already published
     (``bus_keys``: the eval publisher's; see :meth:`hookbus.PublisherCore.publish_eval`)."""
-    if not port.first_evaluation(bus_keys, step):
+    if not port.scope.evaluated.first(bus_keys, step):
         return
     prefixed = {EVAL_PREFIX + k: publishable(EVAL_PREFIX + k, v, step) for k, v in values.items()}
     keyset = frozenset(prefixed)
-    subscribers = port.local_subscribers
+    subscribers = port.roster.here
     targets = [
         r for r in subscribers if "after_run" in r.handlers and not r.disabled and (r.passive or r.wants(keyset))
     ]
     event = port.event("after_run", step=step, mode="eval", values=MappingProxyType(prefixed))
-    port.publish("after_run", event, _unless_only_passive(targets))
+    port.dispatcher.publish("after_run", event, _unless_only_passive(targets))
 
 
 def publish_epoch(port: BusPort, step: int, values: Mapping[str, Any]) -> None:
     """Publish an epoch event (``mode="epoch"``; ``values`` keyed ``epoch/<name>`` plus ``epoch``)
     to the subscribers that opt in (:meth:`hookbus._bus._subscription.Subscriber.wants_epochs`)."""
     keyset = frozenset(k for k in values if k.startswith(EPOCH_PREFIX))
-    targets = [r for r in port.local_subscribers if r.wants_epochs(keyset) or (r.passive and "after_run" in r.handlers)]
+    targets = [r for r in port.roster.here if r.wants_epochs(keyset) or (r.passive and "after_run" in r.handlers)]
     targets = _unless_only_passive(targets)
     if targets:
         event = port.event("after_run", step=step, mode="epoch", values=MappingProxyType(dict(values)))
-        port.publish("after_run", event, targets)
+        port.dispatcher.publish("after_run", event, targets)

@@ -155,7 +155,7 @@ def test_a_stop_and_an_exception_save_the_trace_in_progress(tmp_path: Path, tf_g
     bus = EventBus()
     bus.attach(ProfilerSink(tmp_path / "raise", start_step=5, num_steps=5))
 
-    @bus.on("after_run", every_n_steps=6)  # type: ignore[untyped-decorator]
+    @bus.on("after_run", every_n_steps=6)
     def fail(event: Event) -> None:
         raise RuntimeError(f"failed at {event.step}")
 

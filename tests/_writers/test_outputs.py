@@ -225,7 +225,7 @@ def test_a_csv_deleted_or_replaced_mid_run_is_reported_and_every_later_row_is_in
         sink = bus.attach(CSVSink(path, every_n_steps=1))
         bus.attach(StopAtStepSink(last_step=100))
 
-        @bus.on("after_run")  # type: ignore[untyped-decorator]
+        @bus.on("after_run")
         def meddle(event: Any) -> None:  # after the sink received the step (registered later)
             if event.step == 50:
                 sink.flush()  # rows 1..50 are in the file ...

@@ -48,6 +48,7 @@ def main() -> None:
     import tensorflow as tf
 
     import hookbus
+    from hookbus._checkpoints._store import step_of
     from hookbus._cli._demo import build_linear_regression
     from hookbus._tf import _checkpoint_tf1 as files
     from hookbus.sinks import CheckpointSink, ConsoleSink, CSVSink, EarlyStoppingSink, StopAtStepSink, TensorBoardSink
@@ -124,7 +125,7 @@ def main() -> None:
             real_save = backend.save
 
             def save(path: str) -> str:
-                if (files.step_of(path) or 0) >= at_step:
+                if (step_of(path) or 0) >= at_step:
                     die()  # the state file beside it is written, the model is not
                 return real_save(path)
 

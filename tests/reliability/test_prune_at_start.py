@@ -55,7 +55,7 @@ def test_a_checkpoint_left_by_a_kill_between_pointer_and_pruning_is_pruned_at_th
 
 def test_only_hookbus_checkpoints_are_pruned_at_start_and_never_without_a_latest(tmp_path: Path) -> None:
     tf = pytest.importorskip("tensorflow")
-    from hookbus._checkpoints._store import recover
+    from hookbus._checkpoints._store import recover, step_of
     from hookbus._tf import _checkpoint_tf1 as files
 
     checkpoint = tf.train.Checkpoint(v=tf.Variable(1.0))
@@ -66,7 +66,7 @@ def test_only_hookbus_checkpoints_are_pruned_at_start_and_never_without_a_latest
     # 1: TensorFlow's own, unlisted (a Saver's keep_checkpoint_every_n_hours): no state file, kept.
     # 2: hookbus's, no longer listed (a kill before pruning). 3, 4: listed, keep=1 keeps 4.
     for prefix in prefixes[2:]:
-        files.TENSORFLOW.write_state(prefix, {"step": files.step_of(prefix)})
+        files.TENSORFLOW.write_state(prefix, {"step": step_of(prefix)})
     files.TENSORFLOW.set_pointer(str(tmp_path), prefixes[2:])
     kept, dropped = recover(files.TENSORFLOW, str(tmp_path), 1)
     assert kept == [prefixes[3]]

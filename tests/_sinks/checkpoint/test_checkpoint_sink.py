@@ -248,7 +248,7 @@ def test_a_stop_from_another_thread_is_acted_on_by_the_training_thread(tmp_path:
         bus = EventBus()
         bus.attach(CheckpointSink(d, every_n_steps=None, every_n_secs=None))  # saves at the stop only
 
-        @bus.on("after_run")  # type: ignore[untyped-decorator]
+        @bus.on("after_run")
         def count(event: Any) -> None:
             steps.append(event.step)
             if event.step == 50:

@@ -102,7 +102,7 @@ def test_seed_program_gets_python_floats_every_100_steps(tf_graph: Any) -> None:
     bus = EventBus()
     got: list[tuple[int, dict[str, Any]]] = []
 
-    @bus.on("after_run", every_n_steps=100)  # type: ignore[untyped-decorator]
+    @bus.on("after_run", every_n_steps=100)
     def report(event: Event) -> None:
         got.append((event.step, dict(event.values)))
 

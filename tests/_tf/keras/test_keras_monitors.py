@@ -18,6 +18,7 @@ tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
 from hookbus import EventBus, EventBusCallback  # noqa: E402 - after the importorskip
+from hookbus._checkpoints._store import step_of  # noqa: E402
 from hookbus._tf import _checkpoint_tf1 as files  # noqa: E402
 from hookbus.sinks import CheckpointSink, EarlyStoppingSink  # noqa: E402
 
@@ -81,7 +82,7 @@ def test_keep_best_keeps_what_model_checkpoint_save_best_only_keeps(tmp_path: Pa
     assert len(saved_epochs) >= 2  # it improved: the ranking means something
     assert accuracy[-1] > accuracy[0]
     best = files.list_checkpoints(str(ours_dir / "best"))
-    assert files.step_of(sink.best_checkpoint or "") == saved_epochs[-1] * STEPS
+    assert step_of(sink.best_checkpoint or "") == saved_epochs[-1] * STEPS
     kept = sorted((files.read_state_file(p) or {})["value"] for p in best)
     assert kept == pytest.approx(sorted(accuracy)[-2:])
 
@@ -112,7 +113,7 @@ def test_under_fit_the_default_checkpoint_schedule_is_each_epoch_end(tmp_path: P
         bus.attach(sink)
         with bus:
             model().fit(x, y, batch_size=16, epochs=3, verbose=0, callbacks=[EventBusCallback(bus)])
-        steps[label] = [files.step_of(p) for p in files.list_checkpoints(sink.directory)]
+        steps[label] = [step_of(p) for p in files.list_checkpoints(sink.directory)]
     assert steps == {"default": [4, 8, 12], "given": [5, 10, 12]}
 
 
