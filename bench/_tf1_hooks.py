@@ -44,6 +44,7 @@ class FetchFloor(v1.train.SessionRunHook):  # type: ignore[misc]
         self.count += 1
         return self.args if self.count % self.n == 0 else None
 
+
 @dataclass
 class Model:
     """The tensors a configuration needs."""
@@ -128,9 +129,7 @@ def hookbus_hook(
     bus.attach(ConsoleSink(console, live=False, plain_every_n_secs=0, **schedule))
     bus.attach(TensorBoardSink(os.path.join(directory, "tb"), every_n_steps=steps(cadence["tb"])))
     bus.attach(CSVSink(os.path.join(directory, "metrics.csv"), every_n_steps=steps(cadence["csv"])))
-    bus.attach(
-        CheckpointSink(os.path.join(directory, "ckpt"), every_n_steps=steps(cadence["ckpt"]), every_n_secs=None)
-    )
+    bus.attach(CheckpointSink(os.path.join(directory, "ckpt"), every_n_steps=steps(cadence["ckpt"]), every_n_secs=None))
     bus.attach(NanGuardSink("loss", every_n_steps=steps(cadence["nan"])))
     bus.attach(EarlyStoppingSink(monitor="loss", patience=NEVER, every_n_steps=steps(cadence["es"])))
     hook = hookbus.EventBusHook(
@@ -140,6 +139,7 @@ def hookbus_hook(
         learning_rate=model.learning_rate if rate else None,
     )
     return bus, hook
+
 
 @contextlib.contextmanager
 def tensorflow_logging_to(stream: Any) -> Iterator[None]:

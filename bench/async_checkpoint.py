@@ -66,11 +66,22 @@ def main() -> None:
         module.w = tf.Variable(tf.random.normal((n, n)))
         module.m = tf.Variable(tf.zeros((n, n)))
         ckpt = tf.train.Checkpoint(model=module)
-        measure(f"tf.Module, {2 * n * n:,} floats", ckpt, lambda ckpt=ckpt: ckpt,
-                lambda module=module: module.w.assign_add(tf.ones_like(module.w)), saves)  # fmt: skip
+        measure(
+            f"tf.Module, {2 * n * n:,} floats",
+            ckpt,
+            lambda ckpt=ckpt: ckpt,
+            lambda module=module: module.w.assign_add(tf.ones_like(module.w)),
+            saves,
+        )
 
-    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"),
-                              keras.layers.Dense(64, activation="relu"), keras.layers.Dense(2)])  # fmt: skip
+    model = keras.Sequential(
+        [
+            keras.Input((32,)),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(2),
+        ]
+    )
     model.compile(optimizer="adam", loss="mse")
     x, y = np.ones((32, 32), "float32"), np.ones((32, 2), "float32")
     model.fit(x, y, verbose=0)
@@ -83,9 +94,13 @@ def main() -> None:
         print("Keras MLP, one Checkpoint: the second asynchronous write works")
     except ValueError as error:
         print(f"Keras MLP, one Checkpoint: the second asynchronous write fails: {str(error).splitlines()[-1].strip()}")
-    measure("Keras MLP + Adam, a new Checkpoint per save", tf.train.Checkpoint(model=model, optimizer=model.optimizer),
-            lambda: tf.train.Checkpoint(model=model, optimizer=model.optimizer),
-            lambda: model.train_on_batch(x, y), saves)  # fmt: skip
+    measure(
+        "Keras MLP + Adam, a new Checkpoint per save",
+        tf.train.Checkpoint(model=model, optimizer=model.optimizer),
+        lambda: tf.train.Checkpoint(model=model, optimizer=model.optimizer),
+        lambda: model.train_on_batch(x, y),
+        saves,
+    )
 
 
 if __name__ == "__main__":

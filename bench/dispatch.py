@@ -153,12 +153,17 @@ def measure_dispatch(rounds: int, steps: int) -> list[dict[str, Any]]:
                 times[name].append((time.perf_counter() - start) / steps * 1e6)
         due.close()
         quiet.close()
-        rows.append({
-            "subscribers": n,
-            "hookbus_min_us": min(times["hookbus"]), "hookbus_median_us": statistics.median(times["hookbus"]),
-            "blinker_min_us": min(times["blinker"]), "blinker_median_us": statistics.median(times["blinker"]),
-            "quiet_min_us": min(times["quiet"]), "quiet_median_us": statistics.median(times["quiet"]),
-        })  # fmt: skip
+        rows.append(
+            {
+                "subscribers": n,
+                "hookbus_min_us": min(times["hookbus"]),
+                "hookbus_median_us": statistics.median(times["hookbus"]),
+                "blinker_min_us": min(times["blinker"]),
+                "blinker_median_us": statistics.median(times["blinker"]),
+                "quiet_min_us": min(times["quiet"]),
+                "quiet_median_us": statistics.median(times["quiet"]),
+            }
+        )
     return rows
 
 
@@ -284,47 +289,65 @@ def measure_writers(rounds: int, rows: int) -> list[dict[str, Any]]:
     for name in names:
         thread = [rows / t[0] for t in times[name]]
         total = [rows / t[1] for t in times[name]]
-        result.append({
-            "writer": name,
-            "train_thread_rows_per_s_max": max(thread), "train_thread_rows_per_s_median": statistics.median(thread),
-            "end_to_end_rows_per_s_max": max(total), "end_to_end_rows_per_s_median": statistics.median(total),
-            "train_thread_us_per_row_median": 1e6 / statistics.median(thread),
-            "train_thread_cpu_us_per_row_median": statistics.median(t[2] for t in times[name]) / rows * 1e6,
-            "process_cpu_us_per_row_median": statistics.median(t[3] for t in times[name]) / rows * 1e6,
-        })  # fmt: skip
+        result.append(
+            {
+                "writer": name,
+                "train_thread_rows_per_s_max": max(thread),
+                "train_thread_rows_per_s_median": statistics.median(thread),
+                "end_to_end_rows_per_s_max": max(total),
+                "end_to_end_rows_per_s_median": statistics.median(total),
+                "train_thread_us_per_row_median": 1e6 / statistics.median(thread),
+                "train_thread_cpu_us_per_row_median": statistics.median(t[2] for t in times[name]) / rows * 1e6,
+                "process_cpu_us_per_row_median": statistics.median(t[3] for t in times[name]) / rows * 1e6,
+            }
+        )
     return result
 
 
 def print_tables(result: dict[str, Any]) -> None:
-    print(f"hookbus {hookbus.__version__}, blinker {result['blinker']}, TF {result['tensorflow']}, "
-          f"Python {result['python']}, {result['machine']}")
+    print(
+        f"hookbus {hookbus.__version__}, blinker {result['blinker']}, TF {result['tensorflow']}, "
+        f"Python {result['python']}, {result['machine']}"
+    )
     print(f"\nDispatch: training-thread µs per step ({result['rounds']} rounds x {result['steps']} steps)")
-    header = (f"{'subscribers':>11} {'hookbus due min':>15} {'median':>7} {'blinker send min':>16} {'median':>7} "
-              f"{'quiet step min':>14} {'median':>7}")
+    header = (
+        f"{'subscribers':>11} {'hookbus due min':>15} {'median':>7} {'blinker send min':>16} {'median':>7} "
+        f"{'quiet step min':>14} {'median':>7}"
+    )
     print(header)
     print("-" * len(header))
     for row in result["dispatch"]:
-        print(f"{row['subscribers']:>11} {row['hookbus_min_us']:>15.2f} {row['hookbus_median_us']:>7.2f} "
-              f"{row['blinker_min_us']:>16.2f} {row['blinker_median_us']:>7.2f} "
-              f"{row['quiet_min_us']:>14.2f} {row['quiet_median_us']:>7.2f}")
-    print(f"\nLearning-rate sinks: training-thread µs per due step, every step ({result['rounds']} rounds x "
-          f"{result['steps']} steps)")
+        print(
+            f"{row['subscribers']:>11} {row['hookbus_min_us']:>15.2f} {row['hookbus_median_us']:>7.2f} "
+            f"{row['blinker_min_us']:>16.2f} {row['blinker_median_us']:>7.2f} "
+            f"{row['quiet_min_us']:>14.2f} {row['quiet_median_us']:>7.2f}"
+        )
+    print(
+        f"\nLearning-rate sinks: training-thread µs per due step, every step ({result['rounds']} rounds x "
+        f"{result['steps']} steps)"
+    )
     header = f"{'subscriber':<26} {'due step min':>12} {'median':>7}"
     print(header)
     print("-" * len(header))
     for row in result["steering"]:
         print(f"{row['subscriber']:<26} {row['due_min_us']:>12.2f} {row['due_median_us']:>7.2f}")
-    print(f"\nWriters: rows of {len(KEYS)} scalars per second ({result['rounds']} rounds x {result['rows']} rows; "
-          "best and median)")
-    header = (f"{'writer':<20} {'training thread best':>20} {'median':>9} {'µs/row':>7} "
-              f"{'end to end best':>15} {'median':>9} {'CPU µs/row: thread':>18} {'process':>8}")
+    print(
+        f"\nWriters: rows of {len(KEYS)} scalars per second ({result['rounds']} rounds x {result['rows']} rows; "
+        "best and median)"
+    )
+    header = (
+        f"{'writer':<20} {'training thread best':>20} {'median':>9} {'µs/row':>7} "
+        f"{'end to end best':>15} {'median':>9} {'CPU µs/row: thread':>18} {'process':>8}"
+    )
     print(header)
     print("-" * len(header))
     for row in result["writers"]:
-        print(f"{row['writer']:<20} {row['train_thread_rows_per_s_max']:>20,.0f} "
-              f"{row['train_thread_rows_per_s_median']:>9,.0f} {row['train_thread_us_per_row_median']:>7.1f} "
-              f"{row['end_to_end_rows_per_s_max']:>15,.0f} {row['end_to_end_rows_per_s_median']:>9,.0f} "
-              f"{row['train_thread_cpu_us_per_row_median']:>18.1f} {row['process_cpu_us_per_row_median']:>8.1f}")
+        print(
+            f"{row['writer']:<20} {row['train_thread_rows_per_s_max']:>20,.0f} "
+            f"{row['train_thread_rows_per_s_median']:>9,.0f} {row['train_thread_us_per_row_median']:>7.1f} "
+            f"{row['end_to_end_rows_per_s_max']:>15,.0f} {row['end_to_end_rows_per_s_median']:>9,.0f} "
+            f"{row['train_thread_cpu_us_per_row_median']:>18.1f} {row['process_cpu_us_per_row_median']:>8.1f}"
+        )
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

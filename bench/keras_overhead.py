@@ -74,12 +74,14 @@ def data(steps: int = STEPS_PER_EPOCH) -> tuple[np.ndarray[Any, Any], np.ndarray
 
 def model(steps_per_execution: int) -> Any:
     """A small MLP classifier, compiled."""
-    net = keras.Sequential([
-        keras.Input(shape=(20,)),
-        keras.layers.Dense(64, activation="relu"),
-        keras.layers.Dense(64, activation="relu"),
-        keras.layers.Dense(2),
-    ])  # fmt: skip
+    net = keras.Sequential(
+        [
+            keras.Input(shape=(20,)),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(2),
+        ]
+    )
     net.compile(
         optimizer=keras.optimizers.Adam(1e-3),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -139,8 +141,9 @@ def make(name: str, steps_per_execution: int, steps: int, stack: contextlib.Exit
     directory = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"bench-keras-{name}-"))
     if name == "keras":
         # verbose=1 as well: fit adds its own ProgbarLogger otherwise (and none at verbose=0).
-        return Config(name, model(steps_per_execution), keras_callbacks(directory, steps_per_execution), directory,
-                      verbose=1)  # fmt: skip
+        return Config(
+            name, model(steps_per_execution), keras_callbacks(directory, steps_per_execution), directory, verbose=1
+        )
     callbacks = hookbus_callback(directory, steps, sink_file, stack) if name == "hookbus" else []
     return Config(name, model(steps_per_execution), callbacks, directory, verbose=0)
 
@@ -162,8 +165,9 @@ def tensorboard_rows(config: Config) -> float:
 
 def fit(config: Config, x: Any, y: Any, epochs: int) -> int:
     """One ``fit`` of ``epochs`` epochs; returns the training steps it ran."""
-    config.net.fit(x, y, batch_size=BATCH, epochs=epochs, callbacks=config.callbacks, verbose=config.verbose,
-                   shuffle=False)  # fmt: skip
+    config.net.fit(
+        x, y, batch_size=BATCH, epochs=epochs, callbacks=config.callbacks, verbose=config.verbose, shuffle=False
+    )
     return epochs * len(x) // BATCH
 
 
@@ -203,41 +207,62 @@ def check_targets(group: dict[str, Any]) -> list[tuple[str, bool]]:
 
     ours = [median(rows["hookbus"], key) for key in ("x_wall", "x_cpu")]
     theirs = [median(rows["keras"], key) for key in ("x_wall", "x_cpu")]
-    checks = [(f"steps_per_execution={spe}: hookbus x none <= keras x none (issue 6): wall {ours[0]:.3f} <= "
-               f"{theirs[0]:.3f}, CPU {ours[1]:.3f} <= {theirs[1]:.3f}",
-               ours[0] <= theirs[0] and ours[1] <= theirs[1])]  # fmt: skip
+    checks = [
+        (
+            f"steps_per_execution={spe}: hookbus x none <= keras x none (issue 6): wall {ours[0]:.3f} <= "
+            f"{theirs[0]:.3f}, CPU {ours[1]:.3f} <= {theirs[1]:.3f}",
+            ours[0] <= theirs[0] and ours[1] <= theirs[1],
+        )
+    ]
     if spe == 32:
         share = [median(group["hookbus_share_of_keras_overhead"], key) for key in ("x_wall", "x_cpu")]
-        checks.append((f"steps_per_execution={spe}: hookbus overhead / keras overhead (issue 30): wall "
-                       f"{share[0]:.2f} / CPU {share[1]:.2f} <= 0.25", all(x <= 0.25 for x in share)))  # fmt: skip
+        checks.append(
+            (
+                f"steps_per_execution={spe}: hookbus overhead / keras overhead (issue 30): wall "
+                f"{share[0]:.2f} / CPU {share[1]:.2f} <= 0.25",
+                all(x <= 0.25 for x in share),
+            )
+        )
     return checks
 
 
-COLUMNS = (("x_wall", "x none wall"), ("x_wall_median", "x none wall med"),
-           ("x_cpu", "x none CPU"), ("x_cpu_median", "x none CPU med"))  # fmt: skip
+COLUMNS = (
+    ("x_wall", "x none wall"),
+    ("x_wall_median", "x none wall med"),
+    ("x_cpu", "x none CPU"),
+    ("x_cpu_median", "x none CPU med"),
+)
 
 
 def print_table(result: dict[str, Any]) -> None:
     runs = result["runs"]
-    print(f"Keras {result['keras']}, TF {result['tensorflow']}, Python {result['python']}, {result['machine']}; "
-          f"{runs} run(s) x {result['rounds']} rounds x {result['epochs']} epochs x {result['steps_per_epoch']} "
-          f"steps; load {result['load']}")  # fmt: skip
+    print(
+        f"Keras {result['keras']}, TF {result['tensorflow']}, Python {result['python']}, {result['machine']}; "
+        f"{runs} run(s) x {result['rounds']} rounds x {result['epochs']} epochs x {result['steps_per_epoch']} "
+        f"steps; load {result['load']}"
+    )
     print("each figure: median of the runs [min–max]; x: ratio of totals over the rounds, 'med': of the median round")
     width = 20 if runs > 1 else 9
     header = f"{'steps/exec':>10} {'config':<8} {'µs/step':>8} {'CPU µs':>8} " + " ".join(
-        f"{title:>{width}}" for _, title in COLUMNS)  # fmt: skip
+        f"{title:>{width}}" for _, title in COLUMNS
+    )
     print(header)
     print("-" * len(header))
     for group in result["groups"]:
         for name, row in group["rows"].items():
-            print(f"{group['steps_per_execution']:>10} {name:<8} {row['wall_us']['median']:>8.1f} "
-                  f"{row['cpu_us']['median']:>8.1f} " + " ".join(f"{cell(row[key]):>{width}}" for key, _ in COLUMNS))
+            print(
+                f"{group['steps_per_execution']:>10} {name:<8} {row['wall_us']['median']:>8.1f} "
+                f"{row['cpu_us']['median']:>8.1f} " + " ".join(f"{cell(row[key]):>{width}}" for key, _ in COLUMNS)
+            )
         share = group["hookbus_share_of_keras_overhead"]
-        print(f"{'':<20}hookbus overhead / keras overhead: wall {cell(share['x_wall'], 2)}, "
-              f"CPU {cell(share['x_cpu'], 2)}")  # fmt: skip
+        print(
+            f"{'':<20}hookbus overhead / keras overhead: wall {cell(share['x_wall'], 2)}, CPU {cell(share['x_cpu'], 2)}"
+        )
         rows = {name: ", ".join(f"{r:.1f}" for r in runs) for name, runs in group["tensorboard_rows"].items()}
-        print(f"{'':<20}TensorBoard batch scalars per 1000 steps (each run): keras {rows['keras']}; "
-              f"hookbus {rows['hookbus']}")  # fmt: skip
+        print(
+            f"{'':<20}TensorBoard batch scalars per 1000 steps (each run): keras {rows['keras']}; "
+            f"hookbus {rows['hookbus']}"
+        )
     print("targets (median of the runs, ratio of totals; met when met in wall and in CPU time):")
     for text, ok in result["targets"]:
         print(f"  [{'met' if ok else 'MISSED'}] {text}")

@@ -83,7 +83,14 @@ CADENCES: dict[str, dict[str, float]] = {
 }
 CONFIGS = {
     "realistic": [
-        "bare", "native", "floor", "hookbus", "hookbus-quiet", "hookbus-quiet-lr", "fetch-floor", "empty-hook",
+        "bare",
+        "native",
+        "floor",
+        "hookbus",
+        "hookbus-quiet",
+        "hookbus-quiet-lr",
+        "fetch-floor",
+        "empty-hook",
     ],
     "every": ["bare", "native", "hookbus", "fetch-floor"],
 }
@@ -127,8 +134,10 @@ class HandWrittenFloor(v1.train.SessionRunHook):  # type: ignore[misc]
             if math.isnan(loss):
                 run_context.request_stop()
             if step % 100 == 0:
-                values = [v1.Summary.Value(tag="loss", simple_value=loss),
-                          v1.Summary.Value(tag="accuracy", simple_value=accuracy)]  # fmt: skip
+                values = [
+                    v1.Summary.Value(tag="loss", simple_value=loss),
+                    v1.Summary.Value(tag="accuracy", simple_value=accuracy),
+                ]
                 self.writer.add_summary(v1.Summary(value=values), step)
         if step % 1000 == 0:
             self.saver.save(run_context.session, os.path.join(self.directory, "model.ckpt"), global_step=step)
@@ -136,6 +145,7 @@ class HandWrittenFloor(v1.train.SessionRunHook):  # type: ignore[misc]
     def end(self, session: Any) -> None:
         self.csv.close()
         self.writer.close()
+
 
 @dataclass
 class Config:
@@ -146,9 +156,7 @@ class Config:
     train_op: Any
 
 
-def open_config(
-    name: str, kind: str, cadence: dict[str, float], stack: contextlib.ExitStack, sink_file: Any
-) -> Config:
+def open_config(name: str, kind: str, cadence: dict[str, float], stack: contextlib.ExitStack, sink_file: Any) -> Config:
     graph = tf.Graph()
     directory = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"bench-{name}-"))
     with graph.as_default():
@@ -177,6 +185,7 @@ def run_steps(config: Config, steps: int) -> int:
     for _ in range(steps):
         run(op)
     return steps
+
 
 def measure(kind: str, cadence_name: str, rounds: int, chunk: int, warmup: int) -> dict[str, Any]:
     """One run: interleaved rounds of every configuration for one model and cadence (raw series)."""
@@ -220,8 +229,14 @@ def check_targets(group: dict[str, Any]) -> list[tuple[str, bool]]:
 
     if group["cadence"] != "realistic":
         native = rows["native"]
-        return [judged("hookbus x bare <= native x bare (issue 6)", rows["hookbus"],
-                       median(native, "x_wall"), median(native, "x_cpu"))]  # fmt: skip
+        return [
+            judged(
+                "hookbus x bare <= native x bare (issue 6)",
+                rows["hookbus"],
+                median(native, "x_wall"),
+                median(native, "x_cpu"),
+            )
+        ]
     return [
         judged("hookbus x floor (issue 30)", group["hookbus_x_floor"], 1.00, 1.00),
         judged("hookbus-quiet x bare (issue 30)", rows["hookbus-quiet"], 1.01, 1.01),
@@ -231,18 +246,25 @@ def check_targets(group: dict[str, Any]) -> list[tuple[str, bool]]:
     ]
 
 
-COLUMNS = (("x_wall", "x bare wall"), ("x_wall_median", "x bare wall med"),
-           ("x_cpu", "x bare CPU"), ("x_cpu_median", "x bare CPU med"))  # fmt: skip
+COLUMNS = (
+    ("x_wall", "x bare wall"),
+    ("x_wall_median", "x bare wall med"),
+    ("x_cpu", "x bare CPU"),
+    ("x_cpu_median", "x bare CPU med"),
+)
 
 
 def print_table(result: dict[str, Any]) -> None:
     runs = result["runs"]
-    print(f"TF {result['tensorflow']}, Python {result['python']}, {result['machine']}; {runs} run(s) x "
-          f"{result['rounds']} rounds x {result['chunk']} steps; load {result['load']}")
+    print(
+        f"TF {result['tensorflow']}, Python {result['python']}, {result['machine']}; {runs} run(s) x "
+        f"{result['rounds']} rounds x {result['chunk']} steps; load {result['load']}"
+    )
     print("each figure: median of the runs [min–max]; x: ratio of totals over the rounds, 'med': of the median round")
     width = 20 if runs > 1 else 9
     header = f"{'model':<7} {'cadence':<10} {'config':<16} {'µs/step':>8} {'CPU µs':>8} " + " ".join(
-        f"{title:>{width}}" for _, title in COLUMNS)
+        f"{title:>{width}}" for _, title in COLUMNS
+    )
     print(header)
     print("-" * len(header))
     for group in result["groups"]:
@@ -251,11 +273,15 @@ def print_table(result: dict[str, Any]) -> None:
             named.append(("hookbus/floor", group["hookbus_x_floor"]))
         for name, row in named:
             us = "" if name == "hookbus/floor" else f"{row['wall_us']['median']:>8.1f} {row['cpu_us']['median']:>8.1f}"
-            print(f"{group['model']:<7} {group['cadence']:<10} {name:<16} {us:>17} "
-                  + " ".join(f"{cell(row[key]):>{width}}" for key, _ in COLUMNS))
+            print(
+                f"{group['model']:<7} {group['cadence']:<10} {name:<16} {us:>17} "
+                + " ".join(f"{cell(row[key]):>{width}}" for key, _ in COLUMNS)
+            )
         share = group["hookbus_share_of_native_overhead"]
-        print(f"{'':<35}hookbus overhead / native overhead: wall {cell(share['x_wall'], 2)}, "
-              f"CPU {cell(share['x_cpu'], 2)}")
+        print(
+            f"{'':<35}hookbus overhead / native overhead: wall {cell(share['x_wall'], 2)}, "
+            f"CPU {cell(share['x_cpu'], 2)}"
+        )
     print("targets (median of the runs, ratio of totals; met when met in wall and in CPU time):")
     for text, ok in result["targets"]:
         print(f"  [{'met' if ok else 'MISSED'}] {text}")

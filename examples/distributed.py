@@ -97,10 +97,16 @@ def train(directory: Path, steps: int, ready_file: Path | None) -> None:
         while not ready_file.exists():  # (--local) skip TF's 30 s wait for the chief's initialisation
             time.sleep(0.1)
     local = 0
-    with bus, hookbus.monitored_training_session(
-        master=server.target, is_chief=bool(task.is_chief), hooks=[hook], config=session_config,
-        checkpoint_dir=str(directory / "ckpt") if task.is_chief else None,
-    ) as sess:  # fmt: skip
+    with (
+        bus,
+        hookbus.monitored_training_session(
+            master=server.target,
+            is_chief=bool(task.is_chief),
+            hooks=[hook],
+            config=session_config,
+            checkpoint_dir=str(directory / "ckpt") if task.is_chief else None,
+        ) as sess,
+    ):
         if ready_file is not None and task.is_chief:
             ready_file.touch()
         while not sess.should_stop():
@@ -152,8 +158,9 @@ def train_mirrored(directory: Path, steps: int) -> None:
     bus.attach(CheckpointSink(directory / "ckpt", every_n_steps=200, every_n_secs=None))
     bus.attach(CSVSink(directory / "workers.csv", every_n_steps=20, runs_on="each"))
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
-    loop = hookbus.LoopPublisher(bus, ["loss"], step_counter=optimizer.iterations, checkpoint=checkpoint,
-                                 restore=True, strategy=strategy)  # fmt: skip
+    loop = hookbus.LoopPublisher(
+        bus, ["loss"], step_counter=optimizer.iterations, checkpoint=checkpoint, restore=True, strategy=strategy
+    )
     with bus, loop:
         while not loop.should_stop:
             loop.step(train_step(batches))
@@ -179,8 +186,18 @@ def run_local(directory: Path, steps: int, strategy: str = "ps", timeout: float 
 
     def start(kind: str, index: int) -> subprocess.Popen[bytes]:
         env = {**os.environ, "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": kind, "index": index}})}
-        args = [sys.executable, __file__, "--dir", str(directory), "--steps", str(steps), "--ready-file", str(ready),
-                "--strategy", strategy]  # fmt: skip
+        args = [
+            sys.executable,
+            __file__,
+            "--dir",
+            str(directory),
+            "--steps",
+            str(steps),
+            "--ready-file",
+            str(ready),
+            "--strategy",
+            strategy,
+        ]
         return subprocess.Popen(args, env=env)
 
     servers = [start("ps", 0)] if strategy == "ps" else []
@@ -203,8 +220,12 @@ def main() -> int:
         "--dir", type=Path, default=None, help="output directory (default runs/distributed, runs/distributed-mirrored)"
     )
     parser.add_argument("--steps", type=int, default=500, help="global step to stop at (default 500)")
-    parser.add_argument("--strategy", choices=("ps", "mirrored"), default="ps",
-                        help="parameter servers (default) or MultiWorkerMirroredStrategy")  # fmt: skip
+    parser.add_argument(
+        "--strategy",
+        choices=("ps", "mirrored"),
+        default="ps",
+        help="parameter servers (default) or MultiWorkerMirroredStrategy",
+    )
     parser.add_argument("--local", action="store_true", help="start a 2-worker cluster (+1 ps) on 127.0.0.1")
     parser.add_argument("--ready-file", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -70,9 +70,15 @@ def train(directory: str, epochs: int, *, resume: bool) -> tuple[int, str | None
     initial_epoch = int(latest.rsplit("-", 1)[1]) // STEPS_PER_EPOCH if resume and latest else 0
     with bus:
         model.fit(
-            x, y, batch_size=BATCH, epochs=initial_epoch + epochs, initial_epoch=initial_epoch,
-            validation_data=validation, verbose=0, callbacks=[callback],
-        )  # fmt: skip
+            x,
+            y,
+            batch_size=BATCH,
+            epochs=initial_epoch + epochs,
+            initial_epoch=initial_epoch,
+            validation_data=validation,
+            verbose=0,
+            callbacks=[callback],
+        )
     return callback.step, bus.stop_reason
 
 

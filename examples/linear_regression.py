@@ -78,9 +78,7 @@ def main() -> None:
             print(f"eval at step {event.step}: {dict(event.values)}")
 
         bus.attach(CheckpointSink(directory, every_n_steps=500, keep=2))
-        train = hookbus.EventBusHook(
-            bus, fetches={"loss": t["loss"], "accuracy": "accuracy:0"}, train_op=t["train_op"]
-        )
+        train = hookbus.EventBusHook(bus, fetches={"loss": t["loss"], "accuracy": "accuracy:0"}, train_op=t["train_op"])
         evaluate = hookbus.EventBusHook(
             bus, fetches={"loss": t["eval_loss"], "accuracy": t["eval_accuracy"]}, mode="eval"
         )

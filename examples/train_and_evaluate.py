@@ -54,15 +54,21 @@ def main() -> None:
         bus.attach(EarlyStoppingSink(monitor="eval/loss", patience=args.patience, min_delta=1e-4))
         bus.attach(StopAtStepSink(last_step=args.last_step))
         bus.attach(CSVSink(os.path.join(directory, "metrics.csv"), every_n_steps=50))
-        bus.on("after_run", lambda e: print(f"eval at step {e.step}: loss {e.values['eval/loss']:.6f}"),
-               keys="eval/loss")
+        bus.on(
+            "after_run", lambda e: print(f"eval at step {e.step}: loss {e.values['eval/loss']:.6f}"), keys="eval/loss"
+        )
         bus.on("stop_requested", lambda r: print(f"stop at step {r.step}: {r.reason}"))
         train = hookbus.EventBusHook(bus, {"loss": loss}, train_op=train_op)
         evaluate = hookbus.EventBusHook(bus, {"loss": eval_loss}, mode="eval")
         with bus:
             rounds = hookbus.train_and_evaluate(
-                bus, train_op=train_op, eval_fetches=eval_loss, checkpoint_dir=checkpoints,
-                steps_per_round=args.steps_per_round, train_hooks=[train], eval_hooks=[evaluate],
+                bus,
+                train_op=train_op,
+                eval_fetches=eval_loss,
+                checkpoint_dir=checkpoints,
+                steps_per_round=args.steps_per_round,
+                train_hooks=[train],
+                eval_hooks=[evaluate],
                 eval_steps=1,
             )
     print(f"{rounds} evaluation(s); latest checkpoint {tf.train.latest_checkpoint(checkpoints)}")

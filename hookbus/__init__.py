@@ -48,8 +48,17 @@ from hookbus._writers._writer import BackgroundWriter, WriterWarning
 __version__ = "0.1.0"
 
 for _public in (
-    EventBus, Subscription, UnknownKeyError, Task, EventBusHook, EventBusCallback, LoopPublisher, ReplayResult,
-    BusStats, SubscriberStats, SubscriberView,
+    EventBus,
+    Subscription,
+    UnknownKeyError,
+    Task,
+    EventBusHook,
+    EventBusCallback,
+    LoopPublisher,
+    ReplayResult,
+    BusStats,
+    SubscriberStats,
+    SubscriberView,
 ):
     _public.__module__ = __name__  # repr and help name the public path, not the private module
 del _public

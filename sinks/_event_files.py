@@ -32,10 +32,14 @@ def histogram(array: np.ndarray[Any, Any], bins: int = 30) -> HistogramProto | N
         return None
     counts, edges = np.histogram(values, bins=bins)
     return HistogramProto(
-        min=float(values.min()), max=float(values.max()), num=float(values.size),
-        sum=float(values.sum()), sum_squares=float(np.dot(values, values)),
-        bucket_limit=edges[1:].tolist(), bucket=counts.astype(np.float64).tolist(),
-    )  # fmt: skip
+        min=float(values.min()),
+        max=float(values.max()),
+        num=float(values.size),
+        sum=float(values.sum()),
+        sum_squares=float(np.dot(values, values)),
+        bucket_limit=edges[1:].tolist(),
+        bucket=counts.astype(np.float64).tolist(),
+    )
 
 
 def new_event_file(logdir: str, flush_secs: float, max_queue_size: int) -> EventFileWriter:

@@ -94,16 +94,24 @@ class CSVSink(Sink):
         runs_on: str | None = None,
     ) -> None:
         super().__init__(
-            keys=keys, every_n_steps=every_n_steps, every_n_secs=every_n_secs,
-            priority=priority, on_error=on_error, name=name, runs_on=runs_on,
-        )  # fmt: skip
+            keys=keys,
+            every_n_steps=every_n_steps,
+            every_n_secs=every_n_secs,
+            priority=priority,
+            on_error=on_error,
+            name=name,
+            runs_on=runs_on,
+        )
         self._base_path = self.path = WriterKit.file_path("path", path)
         self.eval_path = self.path.with_name(self.path.stem + ".eval.csv")
         #: Options, locks and the background writer: :class:`hookbus.WriterKit`.
         self.output: WriterKit[Item] = WriterKit(
-            self.name, flush_secs=flush_secs, max_queue_size=max_queue_size,
-            close_deadline=close_deadline, flush_deadline=flush_deadline,
-        )  # fmt: skip
+            self.name,
+            flush_secs=flush_secs,
+            max_queue_size=max_queue_size,
+            close_deadline=close_deadline,
+            flush_deadline=flush_deadline,
+        )
         flag("epochs", epochs)
         if not epochs and self.keys is not None and any(k.startswith(EPOCH_PREFIX) for k in self.keys):
             raise ValueError(f"keys {sorted(self.keys)} name epoch keys; pass epochs=True to write epoch rows")
@@ -143,10 +151,13 @@ class CSVSink(Sink):
             f.read_header()  # a foreign file fails here, before training
         self._lock_files(event)
         self.output.start(
-            self._write, self._flush_files, self._close_files,
-            landed=lambda: sum(f.landed for f in self._files.values()), write_batch=self._write_batch,
+            self._write,
+            self._flush_files,
+            self._close_files,
+            landed=lambda: sum(f.landed for f in self._files.values()),
+            write_batch=self._write_batch,
             target=" and ".join(repr(str(f.path)) for f in self._files.values()),
-        )  # fmt: skip
+        )
 
     def _lock_files(self, event: Event) -> None:
         """Take the lock of every file this publisher writes (one writer per file), before step 1.

@@ -100,9 +100,12 @@ class EventLogSink(Sink):
         self.hparams = dict(hparams) if hparams is not None else None
         #: Options, the lock and the background writer: :class:`hookbus.WriterKit`.
         self.output: WriterKit[Item] = WriterKit(
-            self.name, flush_secs=flush_secs, max_queue_size=max_queue_size,
-            close_deadline=close_deadline, flush_deadline=flush_deadline,
-        )  # fmt: skip
+            self.name,
+            flush_secs=flush_secs,
+            max_queue_size=max_queue_size,
+            close_deadline=close_deadline,
+            flush_deadline=flush_deadline,
+        )
         self._file: LogFile | None = None
         self._train_seen = False  # whether this run had a train session: the first one cuts
         self._started = False  # whether this run's records have a place in the file yet
@@ -121,8 +124,15 @@ class EventLogSink(Sink):
         totals = [p.total_steps for p in context.peers() if p.total_steps is not None]
         shapes = {k: (None if (s := context.static_shape(k)) is None else list(s)) for k in sorted(context.known_keys)}
         task = None if context.task is None else f"{context.task.type}:{context.task.index}"
-        self._put(event, keys=sorted(context.known_keys), shapes=shapes, total_steps=min(totals, default=None),
-                  hparams=self.hparams, task=task, flush_secs=self.output.flush_secs)  # fmt: skip
+        self._put(
+            event,
+            keys=sorted(context.known_keys),
+            shapes=shapes,
+            total_steps=min(totals, default=None),
+            hparams=self.hparams,
+            task=task,
+            flush_secs=self.output.flush_secs,
+        )
 
     def _open(self) -> None:
         self.output.prepare(self.path.parent)  # fail now, with the path, rather than on the writer's thread

@@ -148,9 +148,7 @@ class ProfilerSink(Sink):
         if window is None:
             return
         first, last = self._asked = window
-        self.context.profiler.profile(
-            ProfileWindow(first, last, self.logdir, self.options, self._run_name, self._done)
-        )
+        self.context.profiler.profile(ProfileWindow(first, last, self.logdir, self.options, self._run_name, self._done))
 
     def _run_name(self, first: int, last: int) -> str:
         stamp = time.strftime("%Y_%m_%d_%H_%M_%S", time.localtime(self._clock()))  # TensorFlow's run names
@@ -162,8 +160,13 @@ class ProfilerSink(Sink):
         if result.path is not None:
             self.report = ProfileReport((*self.report.saved, result.path), self.report.skipped)
             self._status = f"trace of steps {steps} saved: tensorboard --logdir {self.logdir} (Profile tab)"
-            logger.info("%s: trace of steps %s saved to %s; view it with tensorboard --logdir %s (Profile tab)",
-                        self.name, steps, result.path, self.logdir)
+            logger.info(
+                "%s: trace of steps %s saved to %s; view it with tensorboard --logdir %s (Profile tab)",
+                self.name,
+                steps,
+                result.path,
+                self.logdir,
+            )
         else:
             line = f"steps {_steps(self._asked or ())} not profiled: {result.problem}"
             self.report = ProfileReport(self.report.saved, (*self.report.skipped, line))

@@ -66,9 +66,7 @@ class StopAtStepSink(Sink):
         self.max_seconds = optional_seconds("max_seconds", max_seconds)
         # Due only at the target step (n = target: step // n first grows there) and when the
         # budget may be spent; num_steps re-targets at the first session (see on_session_created).
-        super().__init__(
-            every_n_steps=self.last_step or self.num_steps, every_n_secs=self.max_seconds, name=name
-        )
+        super().__init__(every_n_steps=self.last_step or self.num_steps, every_n_secs=self.max_seconds, name=name)
         self._clock = clock
         self._target: int | None = self.last_step
         self._started: float | None = None

@@ -92,15 +92,23 @@ class TensorBoardSink(Sink):
         runs_on: str | None = None,
     ) -> None:
         super().__init__(
-            keys=keys, every_n_steps=every_n_steps, every_n_secs=every_n_secs,
-            priority=priority, on_error=on_error, name=name, runs_on=runs_on,
-        )  # fmt: skip
+            keys=keys,
+            every_n_steps=every_n_steps,
+            every_n_secs=every_n_secs,
+            priority=priority,
+            on_error=on_error,
+            name=name,
+            runs_on=runs_on,
+        )
         self.logdir = self._base_logdir = WriterKit.directory_path("logdir", logdir)
         #: Options, the locks and TensorBoard's writers under the deadlines: :class:`hookbus.WriterKit`.
         self.output: WriterKit[None] = WriterKit(
-            self.name, flush_secs=flush_secs, max_queue_size=max_queue_size,
-            close_deadline=close_deadline, flush_deadline=flush_deadline,
-        )  # fmt: skip
+            self.name,
+            flush_secs=flush_secs,
+            max_queue_size=max_queue_size,
+            close_deadline=close_deadline,
+            flush_deadline=flush_deadline,
+        )
         self.histogram_bins = positive_int("histogram_bins", histogram_bins)
         if hparams is not None and not (
             isinstance(hparams, Mapping)
@@ -123,9 +131,10 @@ class TensorBoardSink(Sink):
             writers: dict[str, EventFileWriter] = {}
             self._writers = writers  # this run's; closed on the kit's thread, unwaited for after a stall
             self.output.adopt(
-                functools.partial(flush_all, writers), functools.partial(close_all, writers),
+                functools.partial(flush_all, writers),
+                functools.partial(close_all, writers),
                 target=f"the event files in {self.logdir!r}",
-            )  # fmt: skip
+            )
             self._graph_written = False
         # One writer per run directory, locked before step 1: a train publisher writes the train
         # run (and the eval run when eval keys are known), an eval publisher only the eval run, so

@@ -100,10 +100,16 @@ def main(config: dict[str, Any]) -> None:
             time.sleep(0.05)
     local, error = 0, None
     try:
-        with bus, hookbus.monitored_training_session(
-            master=server.target, is_chief=is_chief, hooks=[hook], config=session_config,
-            checkpoint_dir=str(own / "ckpt") if is_chief else None,
-        ) as sess:  # fmt: skip
+        with (
+            bus,
+            hookbus.monitored_training_session(
+                master=server.target,
+                is_chief=is_chief,
+                hooks=[hook],
+                config=session_config,
+                checkpoint_dir=str(own / "ckpt") if is_chief else None,
+            ) as sess,
+        ):
             if is_chief:
                 ready.touch()
             while not sess.should_stop():
@@ -123,8 +129,13 @@ def main(config: dict[str, Any]) -> None:
     except Exception as caught:  # the NaN guard raises on the worker that saw the NaN
         error = f"{type(caught).__name__}: {caught}"
     report = {
-        "index": index, "local": local, "stop_reason": bus.stop_reason, "error": error, "end_step": bus.step, **seen,
-    }  # fmt: skip
+        "index": index,
+        "local": local,
+        "stop_reason": bus.stop_reason,
+        "error": error,
+        "end_step": bus.step,
+        **seen,
+    }
     if steer is not None:
         report.update(rates=steer.seen, changes=steer.changes, dropped=steer.dropped)
     print("REPORT " + json.dumps(report), flush=True)
@@ -191,9 +202,14 @@ def evaluate(tf: Any, out: Path) -> None:
     hook = hookbus.EventBusHook(bus, {"flat": flat}, mode="eval")
     with bus:
         rounds = hookbus.evaluate_checkpoints(
-            bus, eval_fetches=flat, checkpoint_dir=str(out / "w0" / "ckpt"), eval_hooks=[hook],
-            eval_steps=1, poll_secs=0.1, timeout_secs=120,
-        )  # fmt: skip
+            bus,
+            eval_fetches=flat,
+            checkpoint_dir=str(out / "w0" / "ckpt"),
+            eval_hooks=[hook],
+            eval_steps=1,
+            poll_secs=0.1,
+            timeout_secs=120,
+        )
     report = {"rounds": rounds, "evaluated": steps, "stop_reason": bus.stop_reason}
     print("REPORT " + json.dumps(report), flush=True)
 

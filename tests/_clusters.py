@@ -83,8 +83,14 @@ def run_example(*args: str, timeout: float = 120) -> str:
     example = Path(__file__).resolve().parents[1] / "examples" / "distributed.py"
     env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
     # A session of its own: on a hang, the whole group (the example and its tasks) is killed.
-    proc = subprocess.Popen([sys.executable, str(example), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=env, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, str(example), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     try:
         output, _ = proc.communicate(timeout=timeout)
     finally:

@@ -96,9 +96,15 @@ def main(config: dict[str, Any]) -> None:
     wait_for_chief(out, index)
     local, error = 0, None
     try:
-        with bus, hookbus.monitored_training_session(
-            master=task.server.target, is_chief=index == 0, hooks=hooks, config=task.session_config,
-        ) as sess:  # fmt: skip
+        with (
+            bus,
+            hookbus.monitored_training_session(
+                master=task.server.target,
+                is_chief=index == 0,
+                hooks=hooks,
+                config=task.session_config,
+            ) as sess,
+        ):
             if index == 0:
                 (out / "chief-ready").touch()
             while not sess.should_stop():
@@ -114,8 +120,14 @@ def main(config: dict[str, Any]) -> None:
     except Exception as caught:
         error = f"{type(caught).__name__}: {caught}"
     console_file.close()
-    report = {"index": index, "local": local, "stop_reason": bus.stop_reason, "error": error, "end_step": bus.step,
-              **seen}  # fmt: skip
+    report = {
+        "index": index,
+        "local": local,
+        "stop_reason": bus.stop_reason,
+        "error": error,
+        "end_step": bus.step,
+        **seen,
+    }
     print("REPORT " + json.dumps(report), flush=True)
 
 

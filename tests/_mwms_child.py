@@ -172,9 +172,14 @@ def _loop(tf: Any, strategy: Any, model: Any, optimizer: Any, x: Any, y: Any, bu
     train_step = mse_train_step(tf, strategy, model, optimizer)
 
     loop = hookbus.LoopPublisher(
-        bus, ["loss"], step_counter=optimizer.iterations, strategy=strategy, learning_rate=optimizer.learning_rate,
-        checkpoint=tf.train.Checkpoint(model=model, optimizer=optimizer), restore=True,
-    )  # fmt: skip
+        bus,
+        ["loss"],
+        step_counter=optimizer.iterations,
+        strategy=strategy,
+        learning_rate=optimizer.learning_rate,
+        checkpoint=tf.train.Checkpoint(model=model, optimizer=optimizer),
+        restore=True,
+    )
     assert loop.checkpoint_backend is not None
     _recording(loop.checkpoint_backend, saved)
     with bus, loop:

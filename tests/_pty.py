@@ -110,15 +110,22 @@ def run_in_pty(
     environ.update(env or {})
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
     def controlling_terminal() -> None:  # in the child: its own session, the pty its terminal
         os.setsid()
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
     try:
         process = subprocess.Popen(
-            list(argv), stdin=slave, stdout=slave, stderr=slave, env=environ, cwd=cwd, close_fds=True,
+            list(argv),
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=environ,
+            cwd=cwd,
+            close_fds=True,
             preexec_fn=controlling_terminal if ctrl_c_when is not None or own_terminal else None,
-        )  # fmt: skip
+        )
     except BaseException:
         os.close(master)
         raise

@@ -92,11 +92,16 @@ def main(out: Path) -> None:
             for _ in range(8):
                 values = train_step(next(batches), tf.constant(4, tf.int64))
                 kinds.append(type(values["loss"]).__name__)
-                reduced.append({
-                    "step": int(optimizer.iterations.numpy()),
-                    **{k: float(strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None)) for k, v in values.items()},
-                    "parts": [_float(float(p)) for p in strategy.experimental_local_results(values["loss"])],
-                })  # fmt: skip
+                reduced.append(
+                    {
+                        "step": int(optimizer.iterations.numpy()),
+                        **{
+                            k: float(strategy.reduce(tf.distribute.ReduceOp.MEAN, v, axis=None))
+                            for k, v in values.items()
+                        },
+                        "parts": [_float(float(p)) for p in strategy.experimental_local_results(values["loss"])],
+                    }
+                )
                 if loop.step(values):
                     break
     except Exception as error:  # the NaN guard's NonFiniteError, reported to the test

@@ -61,9 +61,15 @@ def cluster(config: dict[str, Any]) -> None:
     wait_for_chief(out, index)
     local_steps = config.get("local_steps")
     local = 0
-    with bus, hookbus.monitored_training_session(
-        master=task.server.target, is_chief=index == 0, hooks=[hook], config=task.session_config,
-    ) as sess:  # fmt: skip
+    with (
+        bus,
+        hookbus.monitored_training_session(
+            master=task.server.target,
+            is_chief=index == 0,
+            hooks=[hook],
+            config=task.session_config,
+        ) as sess,
+    ):
         (out / "chief-ready").touch()
         while not sess.should_stop() and not (out / "stop").exists():
             if local_steps is not None and local >= int(local_steps):

@@ -65,15 +65,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     """A test that fails for want of TensorFlow is told how to say that it needs it."""
     report = yield
-    if report.failed and not tensorflow_installed() and any(
-        text in report.longreprtext for text in _MISSING_TENSORFLOW
+    if (
+        report.failed
+        and not tensorflow_installed()
+        and any(text in report.longreprtext for text in _MISSING_TENSORFLOW)
     ):
-        report.sections.append((
-            "hookbus: this test needs TensorFlow",
-            "TensorFlow is not installed here. Say that the test needs it (see tests/conftest.py): "
-            "tf = pytest.importorskip('tensorflow') in the test or at module level, @pytest.mark.tf when "
-            "hookbus reaches TensorFlow for it, @pytest.mark.subprocess when a process it starts does.",
-        ))
+        report.sections.append(
+            (
+                "hookbus: this test needs TensorFlow",
+                "TensorFlow is not installed here. Say that the test needs it (see tests/conftest.py): "
+                "tf = pytest.importorskip('tensorflow') in the test or at module level, @pytest.mark.tf when "
+                "hookbus reaches TensorFlow for it, @pytest.mark.subprocess when a process it starts does.",
+            )
+        )
     return report
 
 

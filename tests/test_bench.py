@@ -50,7 +50,14 @@ def check_overhead(result: dict[str, Any]) -> None:
     assert set(groups) == {(m, c) for m in ("linear", "mlp") for c in ("realistic", "every")}
     configs = {
         "realistic": {
-            "bare", "native", "floor", "hookbus", "hookbus-quiet", "hookbus-quiet-lr", "fetch-floor", "empty-hook",
+            "bare",
+            "native",
+            "floor",
+            "hookbus",
+            "hookbus-quiet",
+            "hookbus-quiet-lr",
+            "fetch-floor",
+            "empty-hook",
         },
         "every": {"bare", "native", "hookbus", "fetch-floor"},
     }

@@ -203,8 +203,11 @@ def test_every_sink_file_is_written_on_the_sink_authors_modules(path: Path) -> N
     wrong = sorted(m for m in ours if m not in _SINK_SURFACE and not m.startswith("hookbus.sinks."))
     assert wrong == [], f"{path.name} imports {wrong}: grow hookbus.sink_api instead"
     dotted = sorted(
-        node.attr for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "hookbus"
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "hookbus"
         and node.attr.startswith("_")
     )
     assert dotted == [], path.name
@@ -221,7 +224,8 @@ def test_the_numpy_publisher_uses_no_private_name() -> None:
     ours = sorted(m for m in _imports(path) if m.split(".")[0] == "hookbus")
     assert ours == ["hookbus", "hookbus.publisher_api", "hookbus.sinks"]
     private = sorted(
-        node.attr for node in ast.walk(ast.parse(path.read_text()))
+        node.attr
+        for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
     )
     assert private == []
@@ -287,10 +291,19 @@ def test_the_sink_authors_surface_is_pinned() -> None:
     api = hookbus.sink_api
     for name in api.__all__:
         assert hasattr(api, name), name
-    assert [api.Priority.NAN_GUARD, api.Priority.EARLY_STOPPING, api.Priority.STOP_AT_STEP,
-            api.Priority.CHECKPOINT, api.Priority.DEFAULT] == [
-        hookbus.PRIORITY_NAN_GUARD, hookbus.PRIORITY_EARLY_STOPPING, hookbus.PRIORITY_STOP_AT_STEP,
-        hookbus.PRIORITY_CHECKPOINT, hookbus.PRIORITY_DEFAULT]
+    assert [
+        api.Priority.NAN_GUARD,
+        api.Priority.EARLY_STOPPING,
+        api.Priority.STOP_AT_STEP,
+        api.Priority.CHECKPOINT,
+        api.Priority.DEFAULT,
+    ] == [
+        hookbus.PRIORITY_NAN_GUARD,
+        hookbus.PRIORITY_EARLY_STOPPING,
+        hookbus.PRIORITY_STOP_AT_STEP,
+        hookbus.PRIORITY_CHECKPOINT,
+        hookbus.PRIORITY_DEFAULT,
+    ]
 
 
 def test_the_publisher_authors_surface_is_pinned() -> None:

@@ -143,7 +143,11 @@ def _run(tmp_path: Path, tensorflow: str, *files: str) -> dict[str, tuple[str, s
     args = ["-c", str(ROOT / "pyproject.toml"), "--rootdir", str(suite), "-p", "no:cacheprovider", "-q"]
     result = subprocess.run(
         [sys.executable, "-c", WITHOUT_TENSORFLOW, tensorflow, *args, f"--junitxml={junit}", str(suite)],
-        capture_output=True, text=True, timeout=120, check=False, cwd=suite,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=suite,
     )
     assert junit.exists(), result.stdout + result.stderr
     outcomes: dict[str, tuple[str, str]] = {}
@@ -185,7 +189,11 @@ def test_the_failure_of_an_unmarked_test_says_how_to_mark_it(tmp_path: Path) -> 
     args = ["-c", str(ROOT / "pyproject.toml"), "--rootdir", str(suite), "-p", "no:cacheprovider", "-q", str(suite)]
     result = subprocess.run(
         [sys.executable, "-c", WITHOUT_TENSORFLOW, "without", *args],
-        capture_output=True, text=True, timeout=120, check=False, cwd=suite,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=suite,
     )
     assert result.returncode == 1, result.stdout + result.stderr
     assert "hookbus: this test needs TensorFlow" in result.stdout

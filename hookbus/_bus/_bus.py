@@ -138,18 +138,41 @@ class EventBus:
         profiling = Profiling()
         barrier = Barrier(roster, dispatcher.announce_error)
         services = SinkServices(
-            roster=roster, keys=keys, state=state, dispatcher=dispatcher, barrier=barrier, offers=offers,
-            clock=clock, stats=self.stats, profiling=profiling,
-        )  # fmt: skip
-        self._scope = scope = RunScope(
-            state=state, roster=roster, stops=stops, dispatcher=dispatcher, keys=keys,
-            contexts=services.context_for, clock=clock, wall_clock=wall_clock, stop_signals=stop_signals_checked,
-        )  # fmt: skip
-        self._port = BusPort(
-            roster=roster, keys=keys, state=state, stops=stops, dispatcher=dispatcher, barrier=barrier,
-            scope=scope, offers=offers, clock=clock, wall_clock=wall_clock, set_task=self._set_task,
+            roster=roster,
+            keys=keys,
+            state=state,
+            dispatcher=dispatcher,
+            barrier=barrier,
+            offers=offers,
+            clock=clock,
+            stats=self.stats,
             profiling=profiling,
-        )  # fmt: skip
+        )
+        self._scope = scope = RunScope(
+            state=state,
+            roster=roster,
+            stops=stops,
+            dispatcher=dispatcher,
+            keys=keys,
+            contexts=services.context_for,
+            clock=clock,
+            wall_clock=wall_clock,
+            stop_signals=stop_signals_checked,
+        )
+        self._port = BusPort(
+            roster=roster,
+            keys=keys,
+            state=state,
+            stops=stops,
+            dispatcher=dispatcher,
+            barrier=barrier,
+            scope=scope,
+            offers=offers,
+            clock=clock,
+            wall_clock=wall_clock,
+            set_task=self._set_task,
+            profiling=profiling,
+        )
         self.task: Task | None = None
 
     def _set_task(self, task: Task | None) -> None:
@@ -383,9 +406,13 @@ class EventBus:
             self._add(record)
             roster = self._roster
             return Subscription(
-                self, signal, func, name=record.name,
-                connected=lambda: record in roster, disconnect=lambda: roster.remove(record),
-            )  # fmt: skip
+                self,
+                signal,
+                func,
+                name=record.name,
+                connected=lambda: record in roster,
+                disconnect=lambda: roster.remove(record),
+            )
 
         return subscribe if fn is None else subscribe(fn)
 

@@ -26,7 +26,7 @@ def did_you_mean(key: str, known: Iterable[str]) -> str:
     hook's tensor names get).
     """
     known = sorted(known)
-    keras = f"eval/{key[len(_KERAS_VAL):]}" if key.startswith(_KERAS_VAL) else f"epoch/{key}"
+    keras = f"eval/{key[len(_KERAS_VAL) :]}" if key.startswith(_KERAS_VAL) else f"epoch/{key}"
     found = [keras] if keras in known else []
     for spelling in (keras, key) if key.startswith(_KERAS_VAL) else (key,):
         found += [k for k in difflib.get_close_matches(spelling, known, n=3) if k not in found]

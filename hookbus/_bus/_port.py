@@ -53,8 +53,20 @@ class BusPort:
         profiling: The profiling seam.
     """
 
-    __slots__ = ("_clock", "_set_task", "_wall_clock", "barrier", "dispatcher", "keys", "offers", "profiling",
-                 "roster", "scope", "state", "stops")  # fmt: skip
+    __slots__ = (
+        "_clock",
+        "_set_task",
+        "_wall_clock",
+        "barrier",
+        "dispatcher",
+        "keys",
+        "offers",
+        "profiling",
+        "roster",
+        "scope",
+        "state",
+        "stops",
+    )
 
     def __init__(
         self,
@@ -94,9 +106,15 @@ class BusPort:
         self._set_task(task)
 
     def event(
-        self, signal: str, *, step: int, mode: str = "train", values: Mapping[str, Any] = _EMPTY, final: bool = False,
+        self,
+        signal: str,
+        *,
+        step: int,
+        mode: str = "train",
+        values: Mapping[str, Any] = _EMPTY,
+        final: bool = False,
         **fields: Any,
-    ) -> Event:  # fmt: skip
+    ) -> Event:
         """An :class:`Event` stamped with the bus's clocks (and the task, in multi-worker training)."""
         task = self.roster.task
         wall_time, elapsed = self._wall_clock(), self.state.elapsed(self._clock())

@@ -195,9 +195,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         logdir = args.logdir or Path("runs") / time.strftime("demo-%Y%m%d-%H%M%S")
         try:
             return demo(
-                logdir, steps=args.steps, eval_every=args.eval_every, patience=args.patience, delay=args.delay,
+                logdir,
+                steps=args.steps,
+                eval_every=args.eval_every,
+                patience=args.patience,
+                delay=args.delay,
                 reduce_lr=args.reduce_lr,
-            )  # fmt: skip
+            )
         except KeyboardInterrupt:
             print(
                 f"interrupted; the files and the last checkpoint are in {logdir}. Resume with: "
@@ -306,10 +310,17 @@ def replay_command(args: argparse.Namespace) -> int:
             from hookbus._publishing._replay import recorded_run_key
             from hookbus.sinks import MLflowSink
 
-            tracker = bus.attach(MLflowSink(
-                args.mlflow, experiment=args.mlflow_experiment, run_name=args.mlflow_run_name, hparams=hparams,
-                every_n_steps=1, run_key=recorded_run_key(records), continue_ended=True,
-            ))  # fmt: skip
+            tracker = bus.attach(
+                MLflowSink(
+                    args.mlflow,
+                    experiment=args.mlflow_experiment,
+                    run_name=args.mlflow_run_name,
+                    hparams=hparams,
+                    every_n_steps=1,
+                    run_key=recorded_run_key(records),
+                    continue_ended=True,
+                )
+            )
         early = None
         if args.early_stopping is not None:
             early = bus.attach(EarlyStoppingSink(**_spec(args.early_stopping)))

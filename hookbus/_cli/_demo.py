@@ -58,6 +58,7 @@ def build_linear_regression(
     with the rate in a variable (``learning_rate``), for sinks that steer it.
     """
     import numpy as np
+
     tf = require_tensorflow("the demo model")
 
     v1 = tf.compat.v1

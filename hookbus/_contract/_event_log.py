@@ -63,9 +63,13 @@ def _summary(array: np.ndarray[Any, Any]) -> dict[str, Any]:
 
 def _step_record(event: Event) -> dict[str, Any]:
     record: dict[str, Any] = {
-        "v": EVENT_LOG_VERSION, "record": "step", "step": event.step, "wall_time": event.wall_time,
-        "elapsed": event.elapsed, "mode": event.mode,
-    }  # fmt: skip
+        "v": EVENT_LOG_VERSION,
+        "record": "step",
+        "step": event.step,
+        "wall_time": event.wall_time,
+        "elapsed": event.elapsed,
+        "mode": event.mode,
+    }
     if event.final:
         record["final"] = True
     if event.task_type is not None:
@@ -104,20 +108,33 @@ def _record(payload: Payload | str, fields: Mapping[str, Any]) -> dict[str, Any]
         head.update(record="checkpoint_saved", step=payload.step, path=payload.path, value=payload.value)
     elif isinstance(payload, StopRequest):
         head.update(
-            record="stop_requested", step=payload.step, wall_time=payload.wall_time,
-            reason=payload.reason, source=payload.source,
-        )  # fmt: skip
+            record="stop_requested",
+            step=payload.step,
+            wall_time=payload.wall_time,
+            reason=payload.reason,
+            source=payload.source,
+        )
     elif isinstance(payload, SubscriberError):
         head.update(
-            record="subscriber_error", step=payload.step, subscriber=payload.subscriber, signal=payload.signal,
-            error=f"{type(payload.error).__name__}: {payload.error}", count=payload.count, policy=payload.policy,
-        )  # fmt: skip
+            record="subscriber_error",
+            step=payload.step,
+            subscriber=payload.subscriber,
+            signal=payload.signal,
+            error=f"{type(payload.error).__name__}: {payload.error}",
+            count=payload.count,
+            policy=payload.policy,
+        )
     elif isinstance(payload, WaitForStep):
         head.update(
-            record="waiting_for_step", step=payload.step, wall_time=payload.wall_time, state=payload.state,
-            until_step=payload.until_step, waited_secs=payload.waited_secs, timeout_secs=payload.timeout_secs,
+            record="waiting_for_step",
+            step=payload.step,
+            wall_time=payload.wall_time,
+            state=payload.state,
+            until_step=payload.until_step,
+            waited_secs=payload.waited_secs,
+            timeout_secs=payload.timeout_secs,
             starts=payload.starts,
-        )  # fmt: skip
+        )
     elif isinstance(payload, ExceptionRaised):
         head.update(record="exception", step=payload.step, error=f"{type(payload.error).__name__}: {payload.error}")
     else:

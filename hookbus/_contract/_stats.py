@@ -131,4 +131,3 @@ class BusStats:
                 return stats
         known = ", ".join(repr(s.name) for s in self.subscribers)
         raise KeyError(f"no subscriber named {name!r}; the subscribers are {known}")
-

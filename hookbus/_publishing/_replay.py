@@ -149,10 +149,13 @@ class _Replayer:
                 self.eval.session_created(step, bool(record.get("restored")))
         elif kind == "waiting_for_step" and isinstance(step, int) and self.in_session:
             self.train.publish_waiting(
-                record["state"], until_step=int(record["until_step"]), step=step,
-                waited_secs=float(record["waited_secs"]), timeout_secs=record.get("timeout_secs"),
+                record["state"],
+                until_step=int(record["until_step"]),
+                step=step,
+                waited_secs=float(record["waited_secs"]),
+                timeout_secs=record.get("timeout_secs"),
                 starts=bool(record.get("starts")),
-            )  # fmt: skip
+            )
         elif kind == "step" and isinstance(step, int) and self._step(record, mode, step):
             return self._stop()
         elif kind == "end" and isinstance(step, int):

@@ -62,9 +62,7 @@ class VariableWeights:
         self.variables = list(variables)
         for variable in self.variables:
             if not (callable(getattr(variable, "numpy", None)) and callable(getattr(variable, "assign", None))):
-                raise TypeError(
-                    f"weights must be TensorFlow variables (with .numpy() and .assign()); got {variable!r}"
-                )
+                raise TypeError(f"weights must be TensorFlow variables (with .numpy() and .assign()); got {variable!r}")
         if not self.variables:
             raise ValueError("weights must name at least one variable (got none)")
 

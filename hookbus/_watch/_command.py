@@ -61,17 +61,26 @@ def add_watch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     watch.add_argument("--once", action="store_true", help="print one plain snapshot and exit with the run's status")
     watch.add_argument("--follow", action="store_true", help="after the run ends, wait for a next run in PATH")
     watch.add_argument(
-        "--stale-after", type=_seconds("--stale-after"), default=None, metavar="SECS",
+        "--stale-after",
+        type=_seconds("--stale-after"),
+        default=None,
+        metavar="SECS",
         help="no record for this long: stale (default: 3 expected intervals, at least 3 flush intervals)",
-    )  # fmt: skip
+    )
     watch.add_argument(
-        "--dead-after", type=_seconds("--dead-after"), default=120.0, metavar="SECS",
+        "--dead-after",
+        type=_seconds("--dead-after"),
+        default=120.0,
+        metavar="SECS",
         help="no record for this long (and no close): presumed dead (default 120)",
-    )  # fmt: skip
+    )
     watch.add_argument(
-        "--interval", type=_seconds("--interval"), default=0.5, metavar="SECS",
+        "--interval",
+        type=_seconds("--interval"),
+        default=0.5,
+        metavar="SECS",
         help="seconds between polls (default 0.5)",
-    )  # fmt: skip
+    )
 
 
 def _make_sink(console: Console, clock: Callable[[], float], name: str) -> Sink:
@@ -126,9 +135,15 @@ def watch_command(args: argparse.Namespace) -> int:
     """``hookbus watch``: returns the process exit status."""
     console = Console(file=sys.stdout, highlight=False)
     watch = Watch(
-        args.path, RENDERING, live=not args.once and wants_live(console), console=console,
-        stale_after=args.stale_after, dead_after=args.dead_after, interval=args.interval, follow=args.follow,
-    )  # fmt: skip
+        args.path,
+        RENDERING,
+        live=not args.once and wants_live(console),
+        console=console,
+        stale_after=args.stale_after,
+        dead_after=args.dead_after,
+        interval=args.interval,
+        follow=args.follow,
+    )
     try:
         return watch.once() if args.once else watch.run()
     except NotAnEventLogError as error:

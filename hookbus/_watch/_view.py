@@ -238,9 +238,15 @@ class LogView:
             reason, source = str(record.get("reason")), str(record.get("source"))
             shown.sink.on_stop_requested(StopRequest(reason, source, step, clock.now))
         elif kind == "subscriber_error":
-            shown.sink.on_subscriber_error(SubscriberError(
-                str(record.get("subscriber")), str(record.get("signal")), step,
-                recorded_error(str(record.get("error"))), int(record.get("count") or 1), str(record.get("policy")),
-            ))  # fmt: skip
+            shown.sink.on_subscriber_error(
+                SubscriberError(
+                    str(record.get("subscriber")),
+                    str(record.get("signal")),
+                    step,
+                    recorded_error(str(record.get("error"))),
+                    int(record.get("count") or 1),
+                    str(record.get("policy")),
+                )
+            )
         elif kind == "exception":
             shown.sink.on_exception(ExceptionRaised(recorded_error(str(record.get("error"))), step))

@@ -126,8 +126,11 @@ class Watch:
         known = {view.path for view in self.views}
         for path in found:
             if path not in known:
-                self.views.append(LogView(path, log_name(path)[1], self.rendering.make_sink, Gate(self._stream, False),
-                                          clock=self.clock))  # fmt: skip
+                self.views.append(
+                    LogView(
+                        path, log_name(path)[1], self.rendering.make_sink, Gate(self._stream, False), clock=self.clock
+                    )
+                )
         self.views.sort(key=lambda view: (log_name(view.path)[0], view.path.name))
         for view in self.views:  # off a terminal, only the chief prints the console sink's lines
             view.loud = not self.live and view is self.views[0]
@@ -235,4 +238,3 @@ class Watch:
         finally:
             self._summaries([view for view in self.views if view.close()])
         return EXIT_STATUS[self.state]
-

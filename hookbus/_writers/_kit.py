@@ -194,10 +194,20 @@ class WriterKit(Generic[T]):
         ``write``, ``flush`` and ``close`` run on its thread only (see ``BackgroundWriter`` for
         them, ``landed`` and ``write_batch``); ``target`` names the output in reports (e.g. ``"'/logs/m.csv'"``).
         """
-        self._open(BackgroundWriter(
-            self.name, write, flush, close, landed=landed, write_batch=write_batch, max_queue_size=self.max_queue_size,
-            flush_secs=self.flush_secs, flush_deadline=self.flush_deadline, target=target,
-        ))  # fmt: skip
+        self._open(
+            BackgroundWriter(
+                self.name,
+                write,
+                flush,
+                close,
+                landed=landed,
+                write_batch=write_batch,
+                max_queue_size=self.max_queue_size,
+                flush_secs=self.flush_secs,
+                flush_deadline=self.flush_deadline,
+                target=target,
+            )
+        )
 
     def adopt(self, flush: Callable[[], None], close: Callable[[], None], *, target: str, unit: str = "events") -> None:
         """Start this run with a writer that has a thread of its own, as a :class:`hookbus.OwnThreadWriter`.
@@ -205,10 +215,17 @@ class WriterKit(Generic[T]):
         Its queue must hold ``max_queue_size`` items (make it with the kit's options); items go
         through :meth:`add`, blocking calls through :meth:`run`.
         """
-        self._open(OwnThreadWriter(
-            self.name, flush, close, capacity=self.max_queue_size, flush_deadline=self.flush_deadline,
-            target=target, unit=unit,
-        ))  # fmt: skip
+        self._open(
+            OwnThreadWriter(
+                self.name,
+                flush,
+                close,
+                capacity=self.max_queue_size,
+                flush_deadline=self.flush_deadline,
+                target=target,
+                unit=unit,
+            )
+        )
 
     def _open(self, writer: _Writer) -> None:
         if self._writer is not None:

@@ -58,8 +58,13 @@ def fall_back_from_unreadable(name: str, directory: str, checkpoints: Checkpoint
         logger.warning(
             "%s: checkpoint %s cannot be restored: %s. It is moved to %s; training resumes from the "
             "previous checkpoint %s (step %s), with the sinks' states saved beside that one",
-            name, path, problem, moved, kept[-1], step_of(kept[-1]),
-        )  # fmt: skip
+            name,
+            path,
+            problem,
+            moved,
+            kept[-1],
+            step_of(kept[-1]),
+        )
     checkpoints.keep_only(directory, kept, [])
 
 

@@ -23,9 +23,14 @@ if TYPE_CHECKING:
 __all__ = ["Worker", "cluster_lines", "watch_frame", "watch_snapshot"]
 
 _STYLES = {
-    "live": "green", "stale": "bold yellow", "presumed dead": "bold red", "crashed": "bold red",
-    "stopped": "yellow", "finished": "cyan", "waiting": "dim",
-}  # fmt: skip
+    "live": "green",
+    "stale": "bold yellow",
+    "presumed dead": "bold red",
+    "crashed": "bold red",
+    "stopped": "yellow",
+    "finished": "cyan",
+    "waiting": "dim",
+}
 
 
 class Worker(Protocol):

@@ -57,8 +57,7 @@ class _Line:
                 out.append((label, style))
             elif mentions:  # a group nobody joined is left out
                 parts = [
-                    " ".join(p for p in m[:2] if p) + (f" ({', '.join(m[2:])})" if len(m) > 2 else "")
-                    for m in mentions
+                    " ".join(p for p in m[:2] if p) + (f" ({', '.join(m[2:])})" if len(m) > 2 else "") for m in mentions
                 ]
                 out.append((label + ", ".join(parts), style))
         return out

@@ -42,9 +42,14 @@ _PRE = (
 def render_bundle(renderable: RenderableType, width: int) -> dict[str, str]:
     """``renderable`` drawn in ``width`` cells as a notebook output: ``text/plain`` and ``text/html``."""
     console = Console(
-        file=io.StringIO(), record=True, width=width, color_system="truecolor",
-        force_terminal=False, force_jupyter=False, legacy_windows=False,
-    )  # fmt: skip
+        file=io.StringIO(),
+        record=True,
+        width=width,
+        color_system="truecolor",
+        force_terminal=False,
+        force_jupyter=False,
+        legacy_windows=False,
+    )
     console.print(renderable)
     text = console.export_text(clear=False)
     html = console.export_html(inline_styles=True, code_format=_PRE)

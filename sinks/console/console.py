@@ -396,4 +396,3 @@ class ConsoleSink(Sink):
         if self._phase in ("starting", "running", "stopping"):
             self._phase = "stopped" if self._stop else "finished"
         self.display.stop(plain_summary(self._publish()))
-

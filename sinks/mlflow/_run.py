@@ -241,8 +241,13 @@ class TrackedRun:
         self.ship()
         self._client.set_terminated(self.run_id, status=status, end_time=end_time_ms)
 
-    def _log(self, *, metrics: list[Metric] | None = None, params: Mapping[str, str] | None = None,
-             tags: Mapping[str, str] | None = None) -> None:  # fmt: skip
+    def _log(
+        self,
+        *,
+        metrics: list[Metric] | None = None,
+        params: Mapping[str, str] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> None:
         """``log_batch`` calls within MLflow's limits: params and tags 100 a call, the last tags
         (the shipped steps, put last) in the call with the metrics, so they land together."""
         from mlflow.entities import Param, RunTag

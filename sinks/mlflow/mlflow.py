@@ -144,9 +144,14 @@ class MLflowSink(Sink):
                 "or 'each' (one run per worker)"
             )
         super().__init__(
-            keys=keys, every_n_steps=every_n_steps, every_n_secs=every_n_secs,
-            priority=priority, on_error=on_error, name=name, runs_on=runs_on,
-        )  # fmt: skip
+            keys=keys,
+            every_n_steps=every_n_steps,
+            every_n_secs=every_n_secs,
+            priority=priority,
+            on_error=on_error,
+            name=name,
+            runs_on=runs_on,
+        )
         if tracking_uri is not None and (not isinstance(tracking_uri, str) or not tracking_uri):
             raise ValueError(f"tracking_uri must be a non-empty MLflow tracking URI or None (got {tracking_uri!r})")
         if tracking_uri is not None and urlsplit(tracking_uri).scheme in ("", "file"):
@@ -179,9 +184,12 @@ class MLflowSink(Sink):
         self.continue_ended = bool(flag("continue_ended", continue_ended))
         #: Options and the background writer: :class:`hookbus.WriterKit`.
         self.output: WriterKit[Point] = WriterKit(
-            self.name, flush_secs=flush_secs, max_queue_size=max_queue_size,
-            close_deadline=close_deadline, flush_deadline=flush_deadline,
-        )  # fmt: skip
+            self.name,
+            flush_secs=flush_secs,
+            max_queue_size=max_queue_size,
+            close_deadline=close_deadline,
+            flush_deadline=flush_deadline,
+        )
         self._suffix: str | None = None
         self._start_clean()
         _require_mlflow()  # after the arguments' checks, which need no MLflow
@@ -228,9 +236,12 @@ class MLflowSink(Sink):
             self.output.prepare(self.directory, "its MLflow store")
         self.run = TrackedRun(self._plan(), self._report)
         self.output.start(
-            self.run.add, self.run.ship, None,
-            landed=lambda: 0 if self.run is None else self.run.landed, target=repr(self.resolved_tracking_uri),
-        )  # fmt: skip
+            self.run.add,
+            self.run.ship,
+            None,
+            landed=lambda: 0 if self.run is None else self.run.landed,
+            target=repr(self.resolved_tracking_uri),
+        )
 
     def _plan(self) -> RunPlan:
         task = self.context.task
@@ -247,9 +258,15 @@ class MLflowSink(Sink):
             key = hashlib.sha256(identity.encode()).hexdigest()[:32]
         location = None if self.tracking_uri is not None else (self.directory / "artifacts").absolute().as_uri()
         return RunPlan(
-            self.resolved_tracking_uri, self.experiment, location, run_name, key, tags, self._params,
+            self.resolved_tracking_uri,
+            self.experiment,
+            location,
+            run_name,
+            key,
+            tags,
+            self._params,
             continue_ended=self.continue_ended,
-        )  # fmt: skip
+        )
 
     def on_session_created(self, event: Event) -> None:
         self._wall_ms = int(event.wall_time * 1000)
@@ -292,8 +309,11 @@ class MLflowSink(Sink):
         if other is not None and other != key:
             logger.warning(
                 "%s: key %r maps to the MLflow name %r of key %r (hookbus.sinks.mlflow_name); it is not logged",
-                self.name, key, name, other,
-            )  # fmt: skip
+                self.name,
+                key,
+                name,
+                other,
+            )
             self._names[key] = ""  # reported once; never logged
             return ""
         self._names[key], self._owners[name] = name, key

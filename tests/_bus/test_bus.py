@@ -840,7 +840,9 @@ def test_a_custom_sink_is_checked_when_attached() -> None:
         def on_after_run(self, event: Event, *extra: Any) -> None: ...
 
     bus = EventBus()
-    with pytest.raises(TypeError, match="Typo.on_after_runs looks like a misspelled handler .did you mean on_after_run"):  # noqa: E501 - the message
+    with pytest.raises(
+        TypeError, match="Typo.on_after_runs looks like a misspelled handler .did you mean on_after_run"
+    ):  # noqa: E501 - the message
         bus.attach(Typo())
     with pytest.raises(TypeError, match="NoBase.__init__ did not run hookbus.Sink.__init__"):
         bus.attach(NoBase())

@@ -102,9 +102,14 @@ def test_two_fits_on_one_bus_each_stop_where_keras_early_stopping_stops(tmp_path
         keras_stop = keras.callbacks.EarlyStopping("val_loss", patience=PATIENCE)
         with bus:
             history = model.fit(
-                x, y, batch_size=BATCH, epochs=40, validation_data=validation, verbose=0,
+                x,
+                y,
+                batch_size=BATCH,
+                epochs=40,
+                validation_data=validation,
+                verbose=0,
                 callbacks=[callback, keras_stop],
-            )  # fmt: skip
+            )
         epochs = len(history.history["loss"])
         trained.append(epochs)
         assert epochs > PATIENCE  # Keras: each fit trains at least patience epochs past its first
@@ -126,15 +131,23 @@ def test_a_second_fit_that_restores_its_checkpoint_is_a_resume(tmp_path: Path) -
     output = io.StringIO()
     bus.attach(ConsoleSink(Console(file=output, width=120), live=False, plain_every_n_secs=0))
     with bus:
-        model.fit(x, y, batch_size=BATCH, epochs=40, validation_data=validation, verbose=0,
-                  callbacks=[hookbus.EventBusCallback(bus, keys=["loss"])])  # fmt: skip
+        model.fit(
+            x,
+            y,
+            batch_size=BATCH,
+            epochs=40,
+            validation_data=validation,
+            verbose=0,
+            callbacks=[hookbus.EventBusCallback(bus, keys=["loss"])],
+        )
     stopped_at, reason = sink.stopped_at, bus.stop_reason
     assert stopped_at is not None
     assert reason is not None
     resumed = hookbus.EventBusCallback(bus, keys=["loss"], restore=True)
     with bus:
-        history = model.fit(x, y, batch_size=BATCH, epochs=40, validation_data=validation, verbose=0,
-                            callbacks=[resumed])  # fmt: skip
+        history = model.fit(
+            x, y, batch_size=BATCH, epochs=40, validation_data=validation, verbose=0, callbacks=[resumed]
+        )
     assert resumed.restored_from is not None
     assert resumed.restored_from.endswith(f"-{stopped_at}")
     assert history.history == {}  # patience ran out before the checkpoint: no further epoch

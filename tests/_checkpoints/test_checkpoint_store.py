@@ -46,8 +46,9 @@ def test_the_pointer_names_existing_checkpoints_relative_to_its_directory(tmp_pa
     assert store.checkpoints(str(tmp_path / "d")) == []  # no pointer yet
     store.set_pointer(str(tmp_path / "d"), [a, b])
     assert json.loads((tmp_path / "d" / "checkpoint.json").read_text()) == {
-        "latest": "model.ckpt-2", "all": ["model.ckpt-1", "model.ckpt-2"],
-    }  # fmt: skip
+        "latest": "model.ckpt-2",
+        "all": ["model.ckpt-1", "model.ckpt-2"],
+    }
     os.rename(tmp_path / "d", tmp_path / "moved")  # relative names: the directory can move
     moved = str(tmp_path / "moved")
     assert store.checkpoints(moved) == [os.path.join(moved, "model.ckpt-1"), os.path.join(moved, "model.ckpt-2")]
@@ -63,8 +64,10 @@ def test_remove_takes_a_checkpoints_files_and_no_longer_prefixs(tmp_path: Path) 
     (tmp_path / "model.ckpt-1.notes").write_text("a person's file")
     store.remove(prefix)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "model.ckpt-1.notes", "model.ckpt-10.hookbus.json", "model.ckpt-10.npz",
-    ]  # fmt: skip
+        "model.ckpt-1.notes",
+        "model.ckpt-10.hookbus.json",
+        "model.ckpt-10.npz",
+    ]
     assert store.read_state(longer) == {"step": 10}
     assert store.read_state(prefix) is None
 

@@ -102,8 +102,12 @@ def test_plain_output_says_what_happens_and_a_second_run_resumes(tmp_path: Path)
     replayed = tmp_path / "replayed" / "metrics.csv"
     rebuilt = subprocess.run(
         [*_MAIN, "replay", str(logdir / "events.jsonl"), "--csv", str(replayed)],
-        capture_output=True, text=True, env=_env(), timeout=120, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=120,
+        check=False,
+    )
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert replayed.read_text() == (logdir / "metrics.csv").read_text()
     assert replayed.with_name("metrics.eval.csv").read_text() == (logdir / "metrics.eval.csv").read_text()

@@ -84,9 +84,14 @@ def test_a_steps_values_convert_as_publishable_converts_each_and_fail_on_the_fir
     # it is), and the same refusal naming the key and the step.
     raw: dict[str, Any] = {kind.__name__: kind(1) for kind in _SCALARS}
     raw |= {
-        "float": 0.25, "float64": np.float64(0.5), "0-d": np.array(2.0, dtype=np.float32), "array": np.ones(3),
-        "bytes": b"summary", "nan": math.nan, "uint8": np.uint8(7),
-    }  # fmt: skip
+        "float": 0.25,
+        "float64": np.float64(0.5),
+        "0-d": np.array(2.0, dtype=np.float32),
+        "array": np.ones(3),
+        "bytes": b"summary",
+        "nan": math.nan,
+        "uint8": np.uint8(7),
+    }
     converted = publishable_values(raw, 4)
     assert list(converted) == list(raw)
     for key, value in raw.items():

@@ -250,11 +250,18 @@ def test_the_planners_due_set_is_every_enabled_subscriber_whose_rule_is_due(
     from hookbus._publishing._planner import Planner
 
     subs = [
-        Subscriber(name=f"s{i}", handlers={"after_run": lambda e: None}, keys=None, priority=0, on_error="log",
-                   order=i, schedule=Schedule(every_n_steps=n, every_n_secs=secs, at_begin=begin))
+        Subscriber(
+            name=f"s{i}",
+            handlers={"after_run": lambda e: None},
+            keys=None,
+            priority=0,
+            on_error="log",
+            order=i,
+            schedule=Schedule(every_n_steps=n, every_n_secs=secs, at_begin=begin),
+        )
         for i, (n, secs, begin) in enumerate(rules)
         if n is not None or secs is not None or begin
-    ]  # fmt: skip
+    ]
     planner = Planner(("loss",), frozenset({"loss"}))
     planner.refresh(subs)
     step, now = 0, 0.0

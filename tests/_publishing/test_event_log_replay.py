@@ -47,9 +47,16 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, hookbus.Ev
         evaluate = hookbus.EventBusHook(bus, {"loss": eval_loss}, mode="eval")
         with bus:
             hookbus.train_and_evaluate(
-                bus, train_op=m.train_op, eval_fetches=eval_loss, checkpoint_dir=checkpoints,
-                steps_per_round=100, train_hooks=[train], eval_hooks=[evaluate], eval_steps=1, max_rounds=20,
-            )  # fmt: skip
+                bus,
+                train_op=m.train_op,
+                eval_fetches=eval_loss,
+                checkpoint_dir=checkpoints,
+                steps_per_round=100,
+                train_hooks=[train],
+                eval_hooks=[evaluate],
+                eval_steps=1,
+                max_rounds=20,
+            )
     assert bus.step == 500
     return tmp, bus
 

@@ -50,8 +50,14 @@ def test_a_key_nothing_can_decide_fails_before_step_1_asking_for_mode() -> None:
     bus.attach(EarlyStoppingSink("eval/foo"))  # constructing is fine: a publisher may declare it at begin
     train = ScriptedPublisher(bus, keys=["loss"])
     ScriptedPublisher(bus, keys=["foo"], mode="eval")
-    with pytest.raises(ValueError, match=r"EarlyStoppingSink: mode='auto' cannot tell whether 'eval/foo' should go "
-                       r"down or up .*pass mode='min' or mode='max'"), bus:
+    with (
+        pytest.raises(
+            ValueError,
+            match=r"EarlyStoppingSink: mode='auto' cannot tell whether 'eval/foo' should go "
+            r"down or up .*pass mode='min' or mode='max'",
+        ),
+        bus,
+    ):
         train.run([{"loss": 1.0}] * 3)
     assert published == []
     assert train.step == 0
@@ -59,8 +65,11 @@ def test_a_key_nothing_can_decide_fails_before_step_1_asking_for_mode() -> None:
 
 def test_what_the_publisher_declares_settles_auto_and_an_explicit_mode_stays() -> None:
     declared = {"eval/hits": "max", "eval/misses": "min"}
-    auto, explicit, named = EarlyStoppingSink("eval/hits"), EarlyStoppingSink("eval/hits", mode="min"), \
-        EarlyStoppingSink("eval/misses", name="misses")  # fmt: skip
+    auto, explicit, named = (
+        EarlyStoppingSink("eval/hits"),
+        EarlyStoppingSink("eval/hits", mode="min"),
+        EarlyStoppingSink("eval/misses", name="misses"),
+    )
     bus = EventBus()
     for sink in (auto, explicit, named):
         bus.attach(sink)

@@ -564,18 +564,24 @@ def test_the_usual_rows_path_leaves_repeats_and_new_keys_to_the_general_one(tmp_
     path = tmp_path / "m.csv"
     f = csv_file(path, ["a", "b"])
     f.start_session(0)
-    f.write_rows([
-        (1, 1.0, {"a": 1.0, "b": 2.0}),
-        (1, 1.5, {"a": 9.0, "b": 9.0}),  # a repeat of step 1
-        (2, 2.0, {"a": 3.0, "b": 4.0}),
-        (1, 2.5, {"a": 9.0, "b": 9.0}),  # an earlier step
-        (3, 3.0, {"a": 5.0, "c": 6.0}),  # two values, one of them new
-        (4, 4.0, {"a": 7.0, "b": 8.0, "c": 9.0}),
-        (4, 4.5, {"a": 9.0, "b": 9.0, "c": 9.0}),  # a repeat once the columns changed
-    ])  # fmt: skip
+    f.write_rows(
+        [
+            (1, 1.0, {"a": 1.0, "b": 2.0}),
+            (1, 1.5, {"a": 9.0, "b": 9.0}),  # a repeat of step 1
+            (2, 2.0, {"a": 3.0, "b": 4.0}),
+            (1, 2.5, {"a": 9.0, "b": 9.0}),  # an earlier step
+            (3, 3.0, {"a": 5.0, "c": 6.0}),  # two values, one of them new
+            (4, 4.0, {"a": 7.0, "b": 8.0, "c": 9.0}),
+            (4, 4.5, {"a": 9.0, "b": 9.0, "c": 9.0}),  # a repeat once the columns changed
+        ]
+    )
     f.flush()
     assert f.landed == 7  # each row's end offset is where the file ends after it: 4 written, 3 dropped
     f.close()
     assert path.read_text().splitlines() == [
-        "step,wall_time,a,b,c", "1,1.0,1.0,2.0,", "2,2.0,3.0,4.0,", "3,3.0,5.0,,6.0", "4,4.0,7.0,8.0,9.0",
-    ]  # fmt: skip
+        "step,wall_time,a,b,c",
+        "1,1.0,1.0,2.0,",
+        "2,2.0,3.0,4.0,",
+        "3,3.0,5.0,,6.0",
+        "4,4.0,7.0,8.0,9.0",
+    ]

@@ -185,8 +185,11 @@ def test_restore_best_without_a_publisher_holding_a_model_fails_at_begin() -> No
     bus = EventBus()
     bus.attach(EarlyStoppingSink("loss", restore_best=True))
     publisher = ScriptedPublisher(bus, keys=["loss"])
-    with pytest.raises(ValueError, match="restore_best=True puts the best weights back into the live model, and this "
-                       "training publisher holds none"):
+    with pytest.raises(
+        ValueError,
+        match="restore_best=True puts the best weights back into the live model, and this "
+        "training publisher holds none",
+    ):
         publisher.begin()
 
 
@@ -224,8 +227,9 @@ class FinalSave(Sink):
         self.context.defer(lambda: self.saved.append(self.model.step))
 
 
-def train_with_weights(values: list[float], *, start: int = 0, states: dict[str, Any] | None = None,
-                       **kwargs: Any) -> tuple[EventBus, EarlyStoppingSink, StepWeights, FinalSave]:
+def train_with_weights(
+    values: list[float], *, start: int = 0, states: dict[str, Any] | None = None, **kwargs: Any
+) -> tuple[EventBus, EarlyStoppingSink, StepWeights, FinalSave]:
     bus = EventBus()
     model = StepWeights()
     model.step = start
@@ -236,7 +240,7 @@ def train_with_weights(values: list[float], *, start: int = 0, states: dict[str,
     with bus:
         publisher.begin()
         publisher.session(start, restored=start > 0)
-        for value in ([] if bus.should_stop else values):
+        for value in [] if bus.should_stop else values:
             model.step += 1
             if publisher.advance({"loss": value}, step=model.step):
                 break

@@ -86,9 +86,14 @@ def test_the_log_records_every_kind_of_event_with_its_format_version(tmp_path: P
     assert begin["total_steps"] == 20
     assert begin["hparams"] == {"lr": 0.1, "optimizer": "sgd"}
     assert found[1] | {"wall_time": 0} == {
-        "v": 1, "record": "session_created", "step": 0, "wall_time": 0, "mode": "train",
-        "restored": False, "rewound": False,
-    }  # fmt: skip
+        "v": 1,
+        "record": "session_created",
+        "step": 0,
+        "wall_time": 0,
+        "mode": "train",
+        "restored": False,
+        "rewound": False,
+    }
     assert train_steps(path) == [4, 8, 12, 16, 20]  # the function's steps, and the stop-at-step's
     assert [(r["step"], r["values"]) for r in found if r.get("mode") == "eval" and r["record"] == "step"] == [
         (10, {"eval/loss": 0.2})
@@ -136,13 +141,22 @@ def test_arrays_are_summarised_bytes_skipped_and_keys_named_like_fields_nested(t
     bus.on("after_run", lambda e: None)
     pub = ScriptedPublisher(bus, keys=["weights", "summary", "record", "loss"])
     with bus:
-        pub.run([{"weights": np.array([[1.0, np.nan], [3.0, 5.0]], dtype=np.float32), "summary": b"\x00proto",
-                  "record": 7.0, "loss": 0.5}])  # fmt: skip
+        pub.run(
+            [
+                {
+                    "weights": np.array([[1.0, np.nan], [3.0, 5.0]], dtype=np.float32),
+                    "summary": b"\x00proto",
+                    "record": 7.0,
+                    "loss": 0.5,
+                }
+            ]
+        )
     line = json.loads(next(ln for ln in path.read_text().splitlines() if '"record":"step"' in ln))
     assert line["loss"] == 0.5
     assert line["values"] == {"record": 7.0}
-    assert line["arrays"] == {"weights": {"shape": [2, 2], "dtype": "float32", "nonfinite": 1,
-                                          "min": 1.0, "max": 5.0, "mean": 3.0}}  # fmt: skip
+    assert line["arrays"] == {
+        "weights": {"shape": [2, 2], "dtype": "float32", "nonfinite": 1, "min": 1.0, "max": 5.0, "mean": 3.0}
+    }
     assert line["skipped"] == ["summary"]
     (step,) = records(path, "step")
     assert step["values"] == {"loss": 0.5, "record": 7.0}

@@ -26,8 +26,7 @@ X, Y = data(64, 0)
 def model() -> Any:
     keras.utils.set_random_seed(0)
     m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
-    m.compile(optimizer=keras.optimizers.Adam(1e-2),
-              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))  # fmt: skip
+    m.compile(optimizer=keras.optimizers.Adam(1e-2), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return m
 
 

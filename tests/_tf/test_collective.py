@@ -166,7 +166,7 @@ def _check_cluster_run(clusters: dict[str, Any], scenario: str) -> None:
     assert chief["saved"] == [str(ckpt / f"model.ckpt-{s}") for s in (10, 20, 30)]
     assert other["saved"] == [str(ckpt / ".hookbus-tmp-worker-1" / f"model.ckpt-{s}") for s in (10, 20, 30)]
     assert sorted(p.name for p in ckpt.iterdir() if p.name.startswith(".hookbus-tmp")) == []
-    assert "model_checkpoint_path: \"model.ckpt-30\"" in (ckpt / "checkpoint").read_text()
+    assert 'model_checkpoint_path: "model.ckpt-30"' in (ckpt / "checkpoint").read_text()
 
 
 @pytest.mark.subprocess
@@ -234,9 +234,17 @@ def test_the_mirrored_example_stops_at_its_last_step_and_resumes(tmp_path: Path)
 def test_the_keras_callback_agrees_on_stops_under_a_real_one_worker_strategy(tmp_path: Path) -> None:
     """Keras's fit under a real one-worker MultiWorkerMirroredStrategy (real all-reduces), the
     callback's task forced to a collective one (a two-worker fit fails inside Keras)."""
-    proc = start(CHILD, {"cluster": {"worker": [f"127.0.0.1:{free_ports(1)[0]}"]}, "index": 0,
-                         "scenario": "one-worker", "out": str(tmp_path), "stop_at": STOP_AT,
-                         "rate_at": RATE_AT})  # fmt: skip
+    proc = start(
+        CHILD,
+        {
+            "cluster": {"worker": [f"127.0.0.1:{free_ports(1)[0]}"]},
+            "index": 0,
+            "scenario": "one-worker",
+            "out": str(tmp_path),
+            "stop_at": STOP_AT,
+            "rate_at": RATE_AT,
+        },
+    )
     try:
         proc.wait(timeout=120)
     finally:

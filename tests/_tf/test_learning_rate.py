@@ -323,9 +323,16 @@ def test_a_rate_asked_for_at_an_evaluation_trains_the_next_rounds_of_train_and_e
         evaluate = hookbus.EventBusHook(bus, {"loss": w * w}, mode="eval")
         with bus:
             hookbus.train_and_evaluate(
-                bus, train_op=train_op, eval_fetches=w * w, checkpoint_dir=str(tmp_path), steps_per_round=3,
-                train_hooks=[train], eval_hooks=[evaluate], eval_steps=1, max_rounds=3,
-            )  # fmt: skip
+                bus,
+                train_op=train_op,
+                eval_fetches=w * w,
+                checkpoint_dir=str(tmp_path),
+                steps_per_round=3,
+                train_hooks=[train],
+                eval_hooks=[evaluate],
+                eval_steps=1,
+                max_rounds=3,
+            )
     rates = dict(steer.seen)
     assert sorted(rates) == list(range(1, 10))
     expected = {s: pytest.approx(0.1 * (FACTOR if s > 3 else 1.0), rel=1e-5) for s in rates}
@@ -351,8 +358,9 @@ def test_the_loops_final_event_publishes_the_rate_that_trained_the_last_step(how
             final.append((event.step, event.values["learning_rate"]))
 
     bus.on("after_run", at_end, keys="learning_rate", every_n_steps=1000, at_end=True)
-    loop = hookbus.LoopPublisher(bus, keys=["loss", "learning_rate"], eval_keys=["loss"],
-                                 step_counter=optimizer.iterations, **offered)  # fmt: skip
+    loop = hookbus.LoopPublisher(
+        bus, keys=["loss", "learning_rate"], eval_keys=["loss"], step_counter=optimizer.iterations, **offered
+    )
 
     train_step = _square_step(w, optimizer)
 

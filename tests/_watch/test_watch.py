@@ -272,14 +272,32 @@ def _worker_log(path: Path, *, rate: float, steps: int, closed: bool, start: flo
     """A worker's log as EventLogSink(runs_on="each") writes it: global steps, local steps, times."""
     index = int(path.name.split("worker-")[1].split(".")[0])
     records: list[dict[str, Any]] = [
-        {"v": 1, "record": "begin", "step": 0, "wall_time": start, "mode": "train", "keys": ["loss"],
-         "task": f"worker:{index}", "flush_secs": 0.1},
+        {
+            "v": 1,
+            "record": "begin",
+            "step": 0,
+            "wall_time": start,
+            "mode": "train",
+            "keys": ["loss"],
+            "task": f"worker:{index}",
+            "flush_secs": 0.1,
+        },
         {"v": 1, "record": "session_created", "step": 0, "wall_time": start, "mode": "train", "restored": False},
-    ]  # fmt: skip
+    ]
     for local in range(1, steps + 1):
         step = local * 2 + index  # the other worker advances the global step too
-        records.append({"v": 1, "record": "step", "step": step, "wall_time": start + local / rate, "mode": "train",
-                        "task": f"worker:{index}", "local_step": local, "loss": 1.0 / local})  # fmt: skip
+        records.append(
+            {
+                "v": 1,
+                "record": "step",
+                "step": step,
+                "wall_time": start + local / rate,
+                "mode": "train",
+                "task": f"worker:{index}",
+                "local_step": local,
+                "loss": 1.0 / local,
+            }
+        )
     if closed:
         records.append({"v": 1, "record": "close", "step": records[-1]["step"], "wall_time": start + steps / rate})
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -336,8 +354,10 @@ def test_off_a_terminal_it_follows_with_plain_lines_until_the_run_closes(tmp_pat
     log = tmp_path / "events.jsonl"
     watcher = subprocess.Popen(
         [sys.executable, "-m", "hookbus._cli._cli", "watch", str(log), "--interval", "0.05"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         assert watcher.stdout is not None
         assert watcher.stdout.readline().startswith(f"waiting for {log}")
@@ -365,8 +385,9 @@ def test_follow_waits_for_a_next_run_in_the_same_place(tmp_path: Path) -> None:
     _record(log, steps=3)
     watcher = subprocess.Popen(
         [sys.executable, "-m", "hookbus._cli._cli", "watch", str(log), "--follow", "--interval", "0.05"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     seen = b""
 
     def read_until(text: str) -> None:
@@ -403,8 +424,9 @@ def test_off_a_terminal_only_the_chief_prints_its_dashboards_lines(tmp_path: Pat
 
     _worker_log(tmp_path / "events.worker-1.jsonl", rate=5.0, steps=10, closed=True, start=1000.0)
     out = io.StringIO()
-    watch = Watch(tmp_path, RENDERING, live=False, console=Console(file=out), stale_after=60.0, dead_after=120.0,
-                  interval=0.01)  # fmt: skip
+    watch = Watch(
+        tmp_path, RENDERING, live=False, console=Console(file=out), stale_after=60.0, dead_after=120.0, interval=0.01
+    )
     watch.poll()
     _worker_log(tmp_path / "events.worker-0.jsonl", rate=20.0, steps=40, closed=True, start=1000.0)
     assert watch.run() == 0

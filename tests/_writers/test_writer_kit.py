@@ -26,8 +26,13 @@ from hookbus.testing import ScriptedPublisher
 class TSVSink(Sink):
     """Writes ``step<TAB>loss`` lines to ``path``; ``options`` are the kit's (``flush_secs``, ...)."""
 
-    def __init__(self, path: str | os.PathLike[str], opener: Callable[[Path], IO[str]] | None = None,
-                 name: str | None = None, **options: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        opener: Callable[[Path], IO[str]] | None = None,
+        name: str | None = None,
+        **options: Any,
+    ) -> None:
         super().__init__(keys=["loss"], every_n_steps=1, name=name)
         self.path = WriterKit.file_path("path", path)
         self.output: WriterKit[str] = WriterKit(self.name, **options)
@@ -67,8 +72,11 @@ def test_the_sink_is_written_on_public_names_only() -> None:
         for alias in node.names
     }
     assert sorted(m for m in imports if m.startswith("hookbus")) == ["hookbus", "hookbus.sink_api", "hookbus.testing"]
-    (sink,) = (n for n in ast.walk(ast.parse(Path(__file__).read_text())) if isinstance(n, ast.ClassDef)
-               and n.name == "TSVSink")  # fmt: skip
+    (sink,) = (
+        n
+        for n in ast.walk(ast.parse(Path(__file__).read_text()))
+        if isinstance(n, ast.ClassDef) and n.name == "TSVSink"
+    )
     # The sink itself names nothing but the sink authors' module (the tests drive it with hookbus.EventBus).
     assert not [n.lineno for n in ast.walk(sink) if isinstance(n, ast.Name) and n.id == "hookbus"]
 

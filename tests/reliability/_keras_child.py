@@ -91,9 +91,15 @@ def main() -> None:
     callback = hookbus.EventBusCallback(bus, restore=True)
     with bus:
         model.fit(
-            x, y, batch_size=8, epochs=EPOCHS, shuffle=False, verbose=0,
-            validation_data=(val_x, val_y), callbacks=[callback, Killer()],
-        )  # fmt: skip
+            x,
+            y,
+            batch_size=8,
+            epochs=EPOCHS,
+            shuffle=False,
+            verbose=0,
+            validation_data=(val_x, val_y),
+            callbacks=[callback, Killer()],
+        )
     print(f"done at step {callback.step}", flush=True)
 
 

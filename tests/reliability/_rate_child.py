@@ -67,9 +67,15 @@ def main() -> None:
     callback = hookbus.EventBusCallback(bus, keys=["loss", "learning_rate"], restore=True)
     with bus:
         model.fit(
-            x, y, batch_size=32, epochs=EPOCHS, shuffle=False, verbose=0,
-            validation_data=(val_x, val_y), callbacks=[callback, Killer()],
-        )  # fmt: skip
+            x,
+            y,
+            batch_size=32,
+            epochs=EPOCHS,
+            shuffle=False,
+            verbose=0,
+            validation_data=(val_x, val_y),
+            callbacks=[callback, Killer()],
+        )
     print(f"done at step {callback.step}", flush=True)
 
 

@@ -123,111 +123,260 @@ def _nested_run(tmp: Path, run: Run) -> None:
 
 CASES: list[Case] = [
     # -- schedules ----------------------------------------------------------------------------
-    ("every_n_steps=0", lambda t, r: CSVSink(t / "m.csv", every_n_steps=0), ValueError,
-     r"every_n_steps must be a positive int \(got 0\)"),
-    ("every_n_steps negative", lambda t, r: TensorBoardSink(t, every_n_steps=-5), ValueError,
-     r"every_n_steps must be a positive int \(got -5\)"),
-    ("every_n_steps not an int", lambda t, r: r.bus.on("after_run", _fn, every_n_steps=2.5),  # type: ignore[call-overload]
-     ValueError,
-     r"every_n_steps must be a positive int \(got 2.5\)"),
-    ("every_n_steps=True", lambda t, r: EarlyStoppingSink("loss", every_n_steps=True), ValueError,
-     r"every_n_steps must be a positive int \(got True\)"),
-    ("every_n_steps as a string", lambda t, r: NanGuardSink("loss", every_n_steps="10"), ValueError,
-     r"every_n_steps must be a positive int \(got '10'\)"),
-    ("every_n_secs=NaN", lambda t, r: ConsoleSink(every_n_secs=math.nan), ValueError,
-     r"every_n_secs must be a positive finite number of seconds \(got nan\)"),
-    ("every_n_secs=0", lambda t, r: CheckpointSink(t / "c", every_n_secs=0), ValueError,
-     r"every_n_secs must be a positive finite number of seconds \(got 0\)"),
-    ("every_n_secs=inf", lambda t, r: r.bus.on("after_run", _fn, every_n_secs=math.inf), ValueError,
-     r"every_n_secs must be a positive finite number of seconds \(got inf\)"),
-    ("schedule on a non-step signal", lambda t, r: r.bus.on("begin", _fn, every_n_steps=5), ValueError,
-     r"schedule arguments apply to 'before_run' and 'after_run' only \(got them for 'begin'\)"),
+    (
+        "every_n_steps=0",
+        lambda t, r: CSVSink(t / "m.csv", every_n_steps=0),
+        ValueError,
+        r"every_n_steps must be a positive int \(got 0\)",
+    ),
+    (
+        "every_n_steps negative",
+        lambda t, r: TensorBoardSink(t, every_n_steps=-5),
+        ValueError,
+        r"every_n_steps must be a positive int \(got -5\)",
+    ),
+    (
+        "every_n_steps not an int",
+        lambda t, r: r.bus.on("after_run", _fn, every_n_steps=2.5),  # type: ignore[call-overload]
+        ValueError,
+        r"every_n_steps must be a positive int \(got 2.5\)",
+    ),
+    (
+        "every_n_steps=True",
+        lambda t, r: EarlyStoppingSink("loss", every_n_steps=True),
+        ValueError,
+        r"every_n_steps must be a positive int \(got True\)",
+    ),
+    (
+        "every_n_steps as a string",
+        lambda t, r: NanGuardSink("loss", every_n_steps="10"),
+        ValueError,
+        r"every_n_steps must be a positive int \(got '10'\)",
+    ),
+    (
+        "every_n_secs=NaN",
+        lambda t, r: ConsoleSink(every_n_secs=math.nan),
+        ValueError,
+        r"every_n_secs must be a positive finite number of seconds \(got nan\)",
+    ),
+    (
+        "every_n_secs=0",
+        lambda t, r: CheckpointSink(t / "c", every_n_secs=0),
+        ValueError,
+        r"every_n_secs must be a positive finite number of seconds \(got 0\)",
+    ),
+    (
+        "every_n_secs=inf",
+        lambda t, r: r.bus.on("after_run", _fn, every_n_secs=math.inf),
+        ValueError,
+        r"every_n_secs must be a positive finite number of seconds \(got inf\)",
+    ),
+    (
+        "schedule on a non-step signal",
+        lambda t, r: r.bus.on("begin", _fn, every_n_steps=5),
+        ValueError,
+        r"schedule arguments apply to 'before_run' and 'after_run' only \(got them for 'begin'\)",
+    ),
     # -- stop settings ------------------------------------------------------------------------
-    ("last_step and num_steps", lambda t, r: StopAtStepSink(last_step=100, num_steps=10), ValueError,
-     r"give exactly one of last_step or num_steps \(got last_step=100, num_steps=10\)"),
-    ("neither last_step nor num_steps", lambda t, r: StopAtStepSink(), ValueError,
-     r"give exactly one of last_step or num_steps \(got last_step=None, num_steps=None\)"),
-    ("max_seconds=NaN", lambda t, r: StopAtStepSink(last_step=5, max_seconds=math.nan), ValueError,
-     r"max_seconds must be a positive finite number of seconds \(got nan\)"),
-    ("stop_below >= stop_above", lambda t, r: EarlyStoppingSink("loss", stop_above=1.0, stop_below=2.0), ValueError,
-     r"stop_below \(2\) must be less than stop_above \(1\)"),
-    ("patience negative", lambda t, r: EarlyStoppingSink("loss", patience=-1), ValueError,
-     r"patience must be a non-negative int \(got -1\)"),
+    (
+        "last_step and num_steps",
+        lambda t, r: StopAtStepSink(last_step=100, num_steps=10),
+        ValueError,
+        r"give exactly one of last_step or num_steps \(got last_step=100, num_steps=10\)",
+    ),
+    (
+        "neither last_step nor num_steps",
+        lambda t, r: StopAtStepSink(),
+        ValueError,
+        r"give exactly one of last_step or num_steps \(got last_step=None, num_steps=None\)",
+    ),
+    (
+        "max_seconds=NaN",
+        lambda t, r: StopAtStepSink(last_step=5, max_seconds=math.nan),
+        ValueError,
+        r"max_seconds must be a positive finite number of seconds \(got nan\)",
+    ),
+    (
+        "stop_below >= stop_above",
+        lambda t, r: EarlyStoppingSink("loss", stop_above=1.0, stop_below=2.0),
+        ValueError,
+        r"stop_below \(2\) must be less than stop_above \(1\)",
+    ),
+    (
+        "patience negative",
+        lambda t, r: EarlyStoppingSink("loss", patience=-1),
+        ValueError,
+        r"patience must be a non-negative int \(got -1\)",
+    ),
     # -- paths --------------------------------------------------------------------------------
     ("CSV path is a directory", lambda t, r: CSVSink(t), ValueError, r"path must be a file, not a directory"),
-    ("CSV path under a file", lambda t, r: (t / "f").write_text("") or CSVSink(t / "f" / "m.csv"), ValueError,
-     r"path's directory '.*/f' cannot be created: '.*/f' is not a directory"),
-    ("TensorBoard logdir is a file", lambda t, r: (t / "f").write_text("") or TensorBoardSink(t / "f"), ValueError,
-     r"logdir must be a directory, but '.*/f' is an existing file"),
-    ("checkpoint directory is a file", lambda t, r: (t / "f").write_text("") or CheckpointSink(t / "f"), ValueError,
-     r"directory must be a directory, but '.*/f' is an existing file"),
-    ("checkpoint directory under a file",
-     lambda t, r: (t / "f").write_text("") or CheckpointSink(t / "f" / "ckpt"), ValueError,
-     r"directory '.*/f/ckpt' cannot be created: '.*/f' is not a directory"),
-    ("CSV directory cannot be created", lambda t, r: r.start(CSVSink("/proc/hookbus-reliability/m.csv")), OSError,
-     r"CSVSink cannot write in '/proc/hookbus-reliability'"),
+    (
+        "CSV path under a file",
+        lambda t, r: (t / "f").write_text("") or CSVSink(t / "f" / "m.csv"),
+        ValueError,
+        r"path's directory '.*/f' cannot be created: '.*/f' is not a directory",
+    ),
+    (
+        "TensorBoard logdir is a file",
+        lambda t, r: (t / "f").write_text("") or TensorBoardSink(t / "f"),
+        ValueError,
+        r"logdir must be a directory, but '.*/f' is an existing file",
+    ),
+    (
+        "checkpoint directory is a file",
+        lambda t, r: (t / "f").write_text("") or CheckpointSink(t / "f"),
+        ValueError,
+        r"directory must be a directory, but '.*/f' is an existing file",
+    ),
+    (
+        "checkpoint directory under a file",
+        lambda t, r: (t / "f").write_text("") or CheckpointSink(t / "f" / "ckpt"),
+        ValueError,
+        r"directory '.*/f/ckpt' cannot be created: '.*/f' is not a directory",
+    ),
+    (
+        "CSV directory cannot be created",
+        lambda t, r: r.start(CSVSink("/proc/hookbus-reliability/m.csv")),
+        OSError,
+        r"CSVSink cannot write in '/proc/hookbus-reliability'",
+    ),
     ("a foreign CSV file", _foreign_csv, ValueError, r"m.csv exists and is not a CSVSink file"),
     ("unwritable directory", _read_only_dir, PermissionError, r"path's directory '.*/locked' is not writable"),
     # -- keys ---------------------------------------------------------------------------------
-    ("monitor key no publisher provides", lambda t, r: r.start(EarlyStoppingSink("eval/loss")), hookbus.UnknownKeyError,
-     r"subscriber 'EarlyStoppingSink' needs key 'eval/loss', which no publisher attached to this bus provides "
-     r"\(did you mean 'loss'\?\); known keys: \['loss'\]"),
-    ("checkpoint monitor no publisher provides",
-     lambda t, r: r.start(CheckpointSink(t / "c", keep_best=2, monitor="eval/acc", mode="max")),
-     hookbus.UnknownKeyError, r"CheckpointSink monitors 'eval/acc', which no publisher .* known keys: \['loss'\]"),
+    (
+        "monitor key no publisher provides",
+        lambda t, r: r.start(EarlyStoppingSink("eval/loss")),
+        hookbus.UnknownKeyError,
+        r"subscriber 'EarlyStoppingSink' needs key 'eval/loss', which no publisher attached to this bus provides "
+        r"\(did you mean 'loss'\?\); known keys: \['loss'\]",
+    ),
+    (
+        "checkpoint monitor no publisher provides",
+        lambda t, r: r.start(CheckpointSink(t / "c", keep_best=2, monitor="eval/acc", mode="max")),
+        hookbus.UnknownKeyError,
+        r"CheckpointSink monitors 'eval/acc', which no publisher .* known keys: \['loss'\]",
+    ),
     ("keys=[]", lambda t, r: CSVSink(t / "m.csv", keys=[]), ValueError, r"keys must be non-empty strings \(got \[\]\)"),
-    ("fetch key 'step' is reserved", lambda t, r: ScriptedPublisher(r.bus, ["loss", "step"]), ValueError,
-     r"fetch key 'step' is reserved .* rename it, e.g. 'step_value'"),
-    ("fetch key with the eval/ prefix", lambda t, r: ScriptedPublisher(r.bus, ["eval/loss"]), ValueError,
-     r"fetch key 'eval/loss' must not start with 'eval/'"),
-    ("non-scalar monitor (static shape)",
-     lambda t, r: Run(("loss", "weights"), shapes={"weights": (3, 1)}).start(EarlyStoppingSink("weights", mode="min")),
-     ValueError, r"EarlyStoppingSink monitors 'weights', a tensor of shape \(3, 1\); it needs a scalar"),
-    ("non-scalar checkpoint monitor (static shape)",
-     lambda t, r: Run(("loss", "f1"), shapes={"f1": (None,)}).start(CheckpointSink(t / "c", keep_best=1, monitor="f1",
-                                                                                  mode="max")),
-     ValueError, r"CheckpointSink monitors 'f1', a tensor of shape \(None,\); it needs a scalar"),
+    (
+        "fetch key 'step' is reserved",
+        lambda t, r: ScriptedPublisher(r.bus, ["loss", "step"]),
+        ValueError,
+        r"fetch key 'step' is reserved .* rename it, e.g. 'step_value'",
+    ),
+    (
+        "fetch key with the eval/ prefix",
+        lambda t, r: ScriptedPublisher(r.bus, ["eval/loss"]),
+        ValueError,
+        r"fetch key 'eval/loss' must not start with 'eval/'",
+    ),
+    (
+        "non-scalar monitor (static shape)",
+        lambda t, r: Run(("loss", "weights"), shapes={"weights": (3, 1)}).start(
+            EarlyStoppingSink("weights", mode="min")
+        ),
+        ValueError,
+        r"EarlyStoppingSink monitors 'weights', a tensor of shape \(3, 1\); it needs a scalar",
+    ),
+    (
+        "non-scalar checkpoint monitor (static shape)",
+        lambda t, r: Run(("loss", "f1"), shapes={"f1": (None,)}).start(
+            CheckpointSink(t / "c", keep_best=1, monitor="f1", mode="max")
+        ),
+        ValueError,
+        r"CheckpointSink monitors 'f1', a tensor of shape \(None,\); it needs a scalar",
+    ),
     # -- modes and policies -------------------------------------------------------------------
-    ("publisher mode", lambda t, r: ScriptedPublisher(r.bus, ["loss"], mode="predict"), ValueError,
-     r"mode must be 'train' or 'eval' \(got 'predict'\)"),
-    ("early stopping mode", lambda t, r: EarlyStoppingSink("loss", mode="up"), ValueError,
-     r"mode must be 'min', 'max' or 'auto' \(got 'up'\)"),
-    ("mode='auto' (the default) on an ambiguous key",
-     lambda t, r: Run(("loss", "score")).start(EarlyStoppingSink("score")), ValueError,
-     r"EarlyStoppingSink: mode='auto' cannot tell whether 'score' should go down or up.*pass mode='min'"),
-    ("keep_best's mode='auto' on an ambiguous key",
-     lambda t, r: Run(("loss", "score")).start(CheckpointSink(t / "c", keep_best=1, monitor="score")),
-     ValueError, r"CheckpointSink: mode='auto' cannot tell whether 'score' should go down or up.*pass mode='min'"),
-    ("on_nan", lambda t, r: NanGuardSink(on_nan="ignore"), ValueError,
-     r"on_nan must be 'raise' or 'stop' \(got 'ignore'\)"),
-    ("on_error", lambda t, r: CSVSink(t / "m.csv", on_error="ignore"), ValueError,
-     r"on_error must be one of 'raise', 'isolate', 'disable' \(got 'ignore'\)"),
-    ("unknown signal", lambda t, r: r.bus.on("after_step", _fn), ValueError,
-     r"unknown signal 'after_step'; expected one of begin, "),
+    (
+        "publisher mode",
+        lambda t, r: ScriptedPublisher(r.bus, ["loss"], mode="predict"),
+        ValueError,
+        r"mode must be 'train' or 'eval' \(got 'predict'\)",
+    ),
+    (
+        "early stopping mode",
+        lambda t, r: EarlyStoppingSink("loss", mode="up"),
+        ValueError,
+        r"mode must be 'min', 'max' or 'auto' \(got 'up'\)",
+    ),
+    (
+        "mode='auto' (the default) on an ambiguous key",
+        lambda t, r: Run(("loss", "score")).start(EarlyStoppingSink("score")),
+        ValueError,
+        r"EarlyStoppingSink: mode='auto' cannot tell whether 'score' should go down or up.*pass mode='min'",
+    ),
+    (
+        "keep_best's mode='auto' on an ambiguous key",
+        lambda t, r: Run(("loss", "score")).start(CheckpointSink(t / "c", keep_best=1, monitor="score")),
+        ValueError,
+        r"CheckpointSink: mode='auto' cannot tell whether 'score' should go down or up.*pass mode='min'",
+    ),
+    (
+        "on_nan",
+        lambda t, r: NanGuardSink(on_nan="ignore"),
+        ValueError,
+        r"on_nan must be 'raise' or 'stop' \(got 'ignore'\)",
+    ),
+    (
+        "on_error",
+        lambda t, r: CSVSink(t / "m.csv", on_error="ignore"),
+        ValueError,
+        r"on_error must be one of 'raise', 'isolate', 'disable' \(got 'ignore'\)",
+    ),
+    (
+        "unknown signal",
+        lambda t, r: r.bus.on("after_step", _fn),
+        ValueError,
+        r"unknown signal 'after_step'; expected one of begin, ",
+    ),
     # -- wiring -------------------------------------------------------------------------------
     ("the same sink attached twice", _sink_twice, ValueError, r"<CSVSink 'CSVSink'> is already attached to this bus"),
-    ("a function passed to attach", lambda t, r: r.bus.attach(_fn), TypeError,  # type: ignore[type-var]
-     r"attach\(\) takes a hookbus.Sink \(got <function _fn .*\); use bus.on\(\) for a function"),
-    ("attaching after begin", _attach_after_begin, RuntimeError,
-     r"cannot subscribe 'Late' after the run began; attach every sink and function before the first session starts"),
+    (
+        "a function passed to attach",
+        lambda t, r: r.bus.attach(_fn),  # type: ignore[type-var]
+        TypeError,
+        r"attach\(\) takes a hookbus.Sink \(got <function _fn .*\); use bus.on\(\) for a function",
+    ),
+    (
+        "attaching after begin",
+        _attach_after_begin,
+        RuntimeError,
+        r"cannot subscribe 'Late' after the run began; attach every sink and function before the first session starts",
+    ),
     ("bus.on after begin", _on_after_begin, RuntimeError, r"cannot subscribe '_fn' after the run began"),
-    ("a checkpoint sink without a train publisher",
-     lambda t, r: r.start(CheckpointSink(t / "c"), backend=False), ValueError,
-     r"CheckpointSink needs a publisher that provides a checkpoint backend"),
-    ("restore_best without a model in memory", lambda t, r: r.start(EarlyStoppingSink("loss", restore_best=True)),
-     ValueError, r"restore_best=True puts the best weights back into the live model, and this training publisher "
-     r"holds none .*CheckpointSink\(keep_best=1, monitor='loss'\)"),
-    ("two stateful sinks with one name",
-     lambda t, r: r.start(CheckpointSink(t / "c"), EarlyStoppingSink("loss"), EarlyStoppingSink("loss")), ValueError,
-     r"two sinks with state are named 'EarlyStoppingSink'.*pass name=\.\.\. to tell them apart"),
+    (
+        "a checkpoint sink without a train publisher",
+        lambda t, r: r.start(CheckpointSink(t / "c"), backend=False),
+        ValueError,
+        r"CheckpointSink needs a publisher that provides a checkpoint backend",
+    ),
+    (
+        "restore_best without a model in memory",
+        lambda t, r: r.start(EarlyStoppingSink("loss", restore_best=True)),
+        ValueError,
+        r"restore_best=True puts the best weights back into the live model, and this training publisher "
+        r"holds none .*CheckpointSink\(keep_best=1, monitor='loss'\)",
+    ),
+    (
+        "two stateful sinks with one name",
+        lambda t, r: r.start(CheckpointSink(t / "c"), EarlyStoppingSink("loss"), EarlyStoppingSink("loss")),
+        ValueError,
+        r"two sinks with state are named 'EarlyStoppingSink'.*pass name=\.\.\. to tell them apart",
+    ),
     ("keep=0", lambda t, r: CheckpointSink(t / "c", keep=0), ValueError, r"keep must be a positive int \(got 0\)"),
-    ("keep_best without monitor", lambda t, r: CheckpointSink(t / "c", keep_best=2), ValueError,
-     r"keep_best=2 needs monitor=<key> to rank checkpoints by"),
+    (
+        "keep_best without monitor",
+        lambda t, r: CheckpointSink(t / "c", keep_best=2),
+        ValueError,
+        r"keep_best=2 needs monitor=<key> to rank checkpoints by",
+    ),
     ("a run inside a run", _nested_run, RuntimeError, r"this bus is already running; one `with bus:` at a time"),
-    ("priority not an int", lambda t, r: r.bus.on("after_run", _fn, priority="high"),  # type: ignore[call-overload]
-     ValueError,
-     r"priority must be an int \(got 'high'\)"),
-]  # fmt: skip
+    (
+        "priority not an int",
+        lambda t, r: r.bus.on("after_run", _fn, priority="high"),  # type: ignore[call-overload]
+        ValueError,
+        r"priority must be an int \(got 'high'\)",
+    ),
+]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
@@ -291,26 +440,55 @@ def _weights_monitored(tf: Any, model: Any, bus: hookbus.EventBus) -> Any:
 
 
 TF_CASES: list[TfCase] = [
-    ("unknown tensor name",
-     lambda tf, m, bus: hookbus.EventBusHook(bus, {"accuracy": "acuracy:0"}, train_op=m.train_op), ValueError,
-     r"fetch 'acuracy:0' is not in the graph; did you mean 'accuracy:0'"),
-    ("train_op from another graph", _other_graph_train_op, ValueError,
-     r"train_op 'GradientDescent' belongs to another graph than the one being run"),
-    ("a fetch that is not a tensor", lambda tf, m, bus: hookbus.EventBusHook(bus, {"lr": 0.1}), TypeError,
-     r"fetches\['lr'\] must be a tensor, an operation, a variable or a tensor name \(got 0.1\)"),
-    ("non-scalar tensor to a scalar-only sink", _weights_monitored, ValueError,
-     r"EarlyStoppingSink monitors 'weights', a tensor of shape \(3, 1\); it needs a scalar \(shape \(\)\)"),
-    ("eval publisher with a train_op",
-     lambda tf, m, bus: hookbus.EventBusHook(bus, {"loss": m.eval_loss}, train_op=m.train_op, mode="eval"),
-     ValueError, r"an eval EventBusHook takes no train_op"),
-    ("hook mode", lambda tf, m, bus: hookbus.EventBusHook(bus, {"loss": m.loss}, mode="training"), ValueError,
-     r"mode must be 'train' or 'eval' \(got 'training'\)"),
-    ("aggregate", lambda tf, m, bus: hookbus.EventBusHook(bus, {"loss": m.eval_loss}, mode="eval", aggregate="median"),
-     ValueError, r"aggregate for 'loss' must be 'mean' or 'final' \(got 'median'\)"),
-    ("TensorFlow's own checkpoint hook turned back on",
-     lambda tf, m, bus: hookbus.monitored_training_session(save_checkpoint_steps=100), TypeError,
-     r"monitored_training_session\(\) does not take 'save_checkpoint_steps'"),
-]  # fmt: skip
+    (
+        "unknown tensor name",
+        lambda tf, m, bus: hookbus.EventBusHook(bus, {"accuracy": "acuracy:0"}, train_op=m.train_op),
+        ValueError,
+        r"fetch 'acuracy:0' is not in the graph; did you mean 'accuracy:0'",
+    ),
+    (
+        "train_op from another graph",
+        _other_graph_train_op,
+        ValueError,
+        r"train_op 'GradientDescent' belongs to another graph than the one being run",
+    ),
+    (
+        "a fetch that is not a tensor",
+        lambda tf, m, bus: hookbus.EventBusHook(bus, {"lr": 0.1}),
+        TypeError,
+        r"fetches\['lr'\] must be a tensor, an operation, a variable or a tensor name \(got 0.1\)",
+    ),
+    (
+        "non-scalar tensor to a scalar-only sink",
+        _weights_monitored,
+        ValueError,
+        r"EarlyStoppingSink monitors 'weights', a tensor of shape \(3, 1\); it needs a scalar \(shape \(\)\)",
+    ),
+    (
+        "eval publisher with a train_op",
+        lambda tf, m, bus: hookbus.EventBusHook(bus, {"loss": m.eval_loss}, train_op=m.train_op, mode="eval"),
+        ValueError,
+        r"an eval EventBusHook takes no train_op",
+    ),
+    (
+        "hook mode",
+        lambda tf, m, bus: hookbus.EventBusHook(bus, {"loss": m.loss}, mode="training"),
+        ValueError,
+        r"mode must be 'train' or 'eval' \(got 'training'\)",
+    ),
+    (
+        "aggregate",
+        lambda tf, m, bus: hookbus.EventBusHook(bus, {"loss": m.eval_loss}, mode="eval", aggregate="median"),
+        ValueError,
+        r"aggregate for 'loss' must be 'mean' or 'final' \(got 'median'\)",
+    ),
+    (
+        "TensorFlow's own checkpoint hook turned back on",
+        lambda tf, m, bus: hookbus.monitored_training_session(save_checkpoint_steps=100),
+        TypeError,
+        r"monitored_training_session\(\) does not take 'save_checkpoint_steps'",
+    ),
+]
 
 
 @pytest.mark.parametrize("case", TF_CASES, ids=[c[0] for c in TF_CASES])
@@ -387,8 +565,12 @@ TIME_ARGUMENTS: list[tuple[str, str, Callable[[Path, float], Any], str]] = [
     ("MLflowSink", "flush_deadline", lambda t, v: _mlflow_sink(t, flush_deadline=v), SECONDS),
     ("BackgroundWriter", "flush_secs", lambda t, v: hookbus.BackgroundWriter("w", _fn, _flush, flush_secs=v), SECONDS),
     ("FlushDeadline", "deadline", lambda t, v: hookbus.FlushDeadline("w", v, "its output"), SECONDS),
-    ("BackgroundWriter", "flush_deadline", lambda t, v: hookbus.BackgroundWriter("w", _fn, _flush, flush_deadline=v),
-     SECONDS),  # fmt: skip
+    (
+        "BackgroundWriter",
+        "flush_deadline",
+        lambda t, v: hookbus.BackgroundWriter("w", _fn, _flush, flush_deadline=v),
+        SECONDS,
+    ),
     ("BackgroundWriter.close", "deadline", lambda t, v: _close_writer(v), SECONDS),
     ("WriterKit", "flush_secs", lambda t, v: hookbus.WriterKit("w", flush_secs=v), SECONDS),
     ("WriterKit", "close_deadline", lambda t, v: hookbus.WriterKit("w", close_deadline=v), SECONDS),
@@ -405,13 +587,19 @@ TIME_ARGUMENTS: list[tuple[str, str, Callable[[Path, float], Any], str]] = [
     ("StopAtStepSink", "max_seconds", lambda t, v: StopAtStepSink(last_step=5, max_seconds=v), SECONDS),
     ("evaluate_checkpoints", "poll_secs", lambda t, v: _evaluate(poll_secs=v), SECONDS),
     ("evaluate_checkpoints", "timeout_secs", lambda t, v: _evaluate(timeout_secs=v), SECONDS),
-    ("monitored_training_session", "stop_grace_period_secs",
-     lambda t, v: hookbus.monitored_training_session(stop_grace_period_secs=v),  # type: ignore[arg-type]
-     SECONDS_OR_0),
-    ("monitored_training_session", "max_wait_secs",
-     lambda t, v: hookbus.monitored_training_session(max_wait_secs=v),  # type: ignore[arg-type]
-     SECONDS_OR_0),
-]  # fmt: skip
+    (
+        "monitored_training_session",
+        "stop_grace_period_secs",
+        lambda t, v: hookbus.monitored_training_session(stop_grace_period_secs=v),  # type: ignore[arg-type]
+        SECONDS_OR_0,
+    ),
+    (
+        "monitored_training_session",
+        "max_wait_secs",
+        lambda t, v: hookbus.monitored_training_session(max_wait_secs=v),  # type: ignore[arg-type]
+        SECONDS_OR_0,
+    ),
+]
 
 _TIME_NAME = re.compile(r"secs|deadline|timeout|delay|interval|seconds|per_second|period")
 #: Names the pattern finds that are not durations: a flag, and a choice of what a timeout does.
@@ -431,10 +619,15 @@ def _public_parameters(skip: set[str]) -> Iterator[tuple[str, inspect.Parameter]
     for module in (hookbus, hookbus.sinks):
         for name in set(module.__all__) - skip:
             obj = getattr(module, name)
-            members = [(name, obj)] if not inspect.isclass(obj) else [
-                (name if member == "__init__" else f"{name}.{member}", getattr(obj, member))
-                for member in dir(obj) if member == "__init__" or not member.startswith("_")
-            ]  # fmt: skip
+            members = (
+                [(name, obj)]
+                if not inspect.isclass(obj)
+                else [
+                    (name if member == "__init__" else f"{name}.{member}", getattr(obj, member))
+                    for member in dir(obj)
+                    if member == "__init__" or not member.startswith("_")
+                ]
+            )
             for owner, function in members:
                 if owner in skip or not callable(function):
                     continue
@@ -513,9 +706,15 @@ FLAG_OR_DIRECTORY = "must be True, False or a directory"
 
 def _train_and_evaluate(**flags: Any) -> Any:
     return hookbus.train_and_evaluate(
-        hookbus.EventBus(), train_op=None, eval_fetches=None, checkpoint_dir="unused", steps_per_round=1,
-        train_hooks=[], eval_hooks=[], **flags,
-    )  # fmt: skip
+        hookbus.EventBus(),
+        train_op=None,
+        eval_fetches=None,
+        checkpoint_dir="unused",
+        steps_per_round=1,
+        train_hooks=[],
+        eval_hooks=[],
+        **flags,
+    )
 
 
 def _session_created(restored: Any = None, in_memory: Any = False) -> None:
@@ -552,14 +751,22 @@ FLAG_ARGUMENTS: list[tuple[str, str, Callable[[Path, Any], Any], str]] = [
     ("Task.runs", "joins_collectives", lambda t, v: hookbus.Task("worker", 1).runs("chief", joins_collectives=v), FLAG),
     ("PublisherCore.session_created", "restored", lambda t, v: _session_created(v), FLAG_OR_NONE),
     ("PublisherCore.session_created", "in_memory", lambda t, v: _session_created(in_memory=v), FLAG),
-    ("PublisherCore.offer_epochs", "ends_epochs",
-     lambda t, v: hookbus.PublisherCore(hookbus.EventBus(), ["loss"]).offer_epochs(v), FLAG),
-    ("LoopPublisher", "restore", lambda t, v: hookbus.LoopPublisher(hookbus.EventBus(), ["loss"], restore=v),
-     FLAG_OR_DIRECTORY),
+    (
+        "PublisherCore.offer_epochs",
+        "ends_epochs",
+        lambda t, v: hookbus.PublisherCore(hookbus.EventBus(), ["loss"]).offer_epochs(v),
+        FLAG,
+    ),
+    (
+        "LoopPublisher",
+        "restore",
+        lambda t, v: hookbus.LoopPublisher(hookbus.EventBus(), ["loss"], restore=v),
+        FLAG_OR_DIRECTORY,
+    ),
     ("EventBusCallback", "restore", lambda t, v: _keras_callback(v), FLAG_OR_DIRECTORY),
     ("monitored_training_session", "is_chief", lambda t, v: hookbus.monitored_training_session(is_chief=v), FLAG),
     ("train_and_evaluate", "evaluate_after_stop", lambda t, v: _train_and_evaluate(evaluate_after_stop=v), FLAG),
-]  # fmt: skip
+]
 
 #: Parameters typed bool that are not arguments a user gives: records hookbus builds and reports.
 _RECORDS = {"Event", "ReplayResult", "SubscriberStats", "BusStats", "WriterStats"} | _START_GATE_REPORTS
@@ -635,8 +842,7 @@ KEY_ARGUMENTS: list[tuple[str, Callable[[Path, Any], Any]]] = [
     ("PublisherCore eval", lambda t, k: hookbus.PublisherCore(hookbus.EventBus(), k, mode="eval").keys),
     ("ScriptedPublisher", lambda t, k: ScriptedPublisher(hookbus.EventBus(), k).core.keys),
     ("LoopPublisher", lambda t, k: hookbus.LoopPublisher(hookbus.EventBus(), k).keys),
-    ("LoopPublisher eval_keys",
-     lambda t, k: hookbus.LoopPublisher(hookbus.EventBus(), ["x"], eval_keys=k)._eval.keys),  # type: ignore[union-attr]
+    ("LoopPublisher eval_keys", lambda t, k: hookbus.LoopPublisher(hookbus.EventBus(), ["x"], eval_keys=k)._eval.keys),  # type: ignore[union-attr]
     ("EventBusCallback", lambda t, k: _keras_keys(k)),
     ("Sink", lambda t, k: hookbus.Sink(keys=k).keys),
     ("EventBus.on", lambda t, k: _keys_of_a_function(k)),
@@ -644,7 +850,7 @@ KEY_ARGUMENTS: list[tuple[str, Callable[[Path, Any], Any]]] = [
     ("TensorBoardSink", lambda t, k: TensorBoardSink(t / "tb", keys=k).keys),
     ("ConsoleSink", lambda t, k: ConsoleSink(keys=k).keys),
     ("NanGuardSink", lambda t, k: NanGuardSink(k).keys),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("make", [m for _, m in KEY_ARGUMENTS], ids=[owner for owner, _ in KEY_ARGUMENTS])

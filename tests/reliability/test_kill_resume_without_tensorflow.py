@@ -90,8 +90,12 @@ def run(boot: Path, directory: Path, kill_at: int = 0) -> subprocess.CompletedPr
     env["KILL_AT"] = str(kill_at)
     return subprocess.run(
         [sys.executable, "-I", "-S", str(boot), "--steps", "3000", "--dir", str(directory)],
-        capture_output=True, text=True, timeout=120, env=env, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
 
 
 def rows(path: Path) -> list[dict[str, str]]:

@@ -59,11 +59,16 @@ def test_each_step_is_in_mlflow_once_with_the_csvs_values_and_the_status_of_each
                 assert result.returncode == -signal.SIGKILL, (kill, result.stderr[-3000:])
         runs = _runs(client)
         assert len(runs) == 1, (kill, [(r.info.run_id, r.info.status) for r in runs])  # never a second run
-        seen.append({
-            "kill": kill, "seconds": round(time.monotonic() - began, 1), "run_id": runs[0].info.run_id,
-            "status": runs[0].info.status, "checkpoint": latest_checkpoint_step(tmp_path / "ckpt"),
-            "tags": dict(runs[0].data.tags),
-        })  # fmt: skip
+        seen.append(
+            {
+                "kill": kill,
+                "seconds": round(time.monotonic() - began, 1),
+                "run_id": runs[0].info.run_id,
+                "status": runs[0].info.status,
+                "checkpoint": latest_checkpoint_step(tmp_path / "ckpt"),
+                "tags": dict(runs[0].data.tags),
+            }
+        )
     final = run_child(tmp_path, LAST, len(kills))
     assert final.returncode == 0, final.stderr[-3000:]
 

@@ -99,9 +99,13 @@ def evaluate_checkpoints(
         step = step_of(latest) if latest else None
         if latest is not None and step is not None and step > evaluated:
             evaluate_checkpoint(
-                latest, eval_fetches=eval_fetches, eval_hooks=eval_hooks, eval_steps=eval_steps, scaffold=scaffold,
+                latest,
+                eval_fetches=eval_fetches,
+                eval_hooks=eval_hooks,
+                eval_steps=eval_steps,
+                scaffold=scaffold,
                 config=config,
-            )  # fmt: skip
+            )
             evaluated, rounds, waiting_since = step, rounds + 1, wall_clock()
             if bus.should_stop and not asked:
                 run_files.request_stop(bus.stop_reason or "the evaluator asked to stop", step, wall_clock())

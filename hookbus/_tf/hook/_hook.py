@@ -147,9 +147,14 @@ class EventBusHook:
         keys = [*self._fetches, LEARNING_RATE_KEY] if graph_rate is not None else self._fetches.keys()
         self._core = PublisherCore(bus, keys, mode=mode)
         steps_per_run, self._final_fetches = check_run_arguments(
-            tf, self._core.mode, train_op=train_op, steps_per_run=steps_per_run, batch_size=batch_size,
-            fetches=self._fetches, final_fetches=final_fetches,
-        )  # fmt: skip
+            tf,
+            self._core.mode,
+            train_op=train_op,
+            steps_per_run=steps_per_run,
+            batch_size=batch_size,
+            fetches=self._fetches,
+            final_fetches=final_fetches,
+        )
         self._estimate = StepEstimate(steps_per_run)
         self._exact = False  # whether the last training run read the step
         self._session: Any = None
@@ -173,8 +178,9 @@ class EventBusHook:
         self._rate = HookRate(graph_rate, task) if graph_rate is not None else None  # the rate across sessions
         self._shared_stop = SharedStop(task, check_stop_every_n_steps) if task and self.mode == "train" else None
         self._stop_args: Any = None
-        self._gate = start_gate(wait_for_step, timeout_secs=wait_timeout_secs, on_timeout=on_timeout,
-                                task=task, mode=self.mode)  # fmt: skip
+        self._gate = start_gate(
+            wait_for_step, timeout_secs=wait_timeout_secs, on_timeout=on_timeout, task=task, mode=self.mode
+        )
         # Train mode offers its session to checkpoint sinks (through the core, in begin, with
         # TensorFlow's checkpoint layout as the store).
         self.checkpoint_backend = SaverBackend() if self._core.mode == "train" else None
@@ -260,8 +266,9 @@ class EventBusHook:
             self._shared_stop.session_created(session, self._core.stops, first=self._core.sessions == 1)
         if self._gate is not None and self._shared_stop is not None:
             shared, stops = self._shared_stop, self._core.stops
-            step = self._gate.wait_in(session, lambda flag: shared.observe(flag, stops),
-                                      lambda: stops.requested, self._core.publish_waiting)  # fmt: skip
+            step = self._gate.wait_in(
+                session, lambda flag: shared.observe(flag, stops), lambda: stops.requested, self._core.publish_waiting
+            )
             self._core.advance(self._estimate.correct(step))
             self._core.should_stop()  # a signal that ended the wait is published now, at the step read
         if self._core.mode == "train" and self.bus.should_stop:

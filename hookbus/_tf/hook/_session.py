@@ -40,8 +40,13 @@ def monitored_training_session(
     non_negative_seconds("stop_grace_period_secs", stop_grace_period_secs)
     non_negative_seconds("max_wait_secs", max_wait_secs)
     tf = require_tensorflow("monitored_training_session")
-    owned = {"save_checkpoint_secs", "save_checkpoint_steps", "save_summaries_steps",
-             "save_summaries_secs", "log_step_count_steps"}
+    owned = {
+        "save_checkpoint_secs",
+        "save_checkpoint_steps",
+        "save_summaries_steps",
+        "save_summaries_secs",
+        "log_step_count_steps",
+    }
     clash = sorted(owned & set(kwargs))
     if clash:
         raise TypeError(

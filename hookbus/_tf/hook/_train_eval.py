@@ -101,9 +101,13 @@ def train_and_evaluate(
             )
         if not _evaluated(latest):  # a session that trained nothing ends on an evaluated checkpoint
             evaluate_checkpoint(
-                latest, eval_fetches=eval_fetches, eval_hooks=eval_hooks, eval_steps=eval_steps, scaffold=scaffold,
+                latest,
+                eval_fetches=eval_fetches,
+                eval_hooks=eval_hooks,
+                eval_steps=eval_steps,
+                scaffold=scaffold,
                 config=config,
-            )  # fmt: skip
+            )
             mark_evaluated(bus, latest, files.TENSORFLOW)  # durable: a kill before this is made up on restart
             rounds += 1
         elif not stopped:

@@ -39,8 +39,9 @@ def _model_config(model: Any) -> str | None:
     try:
         config: str = model.to_json()
     except Exception:  # as Keras: a model that fails to serialize is not drawn, and trains on
-        logger.warning("the model's configuration does not serialize to JSON; TensorBoard shows no graph of it",
-                       exc_info=True)
+        logger.warning(
+            "the model's configuration does not serialize to JSON; TensorBoard shows no graph of it", exc_info=True
+        )
         return None
     return config
 

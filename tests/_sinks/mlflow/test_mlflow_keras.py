@@ -65,8 +65,15 @@ def fit(directory: Path, *callbacks: Any) -> EventBus:
     bus.attach(MLflowSink(directory=directory, run_name="fit", every_n_steps=1, flush_secs=0.1))
     with bus:
         hook = EventBusCallback(bus, keys=["loss"], restore=True)
-        model.fit(*TRAIN, epochs=EPOCHS, validation_data=VAL, batch_size=32, shuffle=False, verbose=0,
-                  callbacks=[hook, *callbacks])  # fmt: skip
+        model.fit(
+            *TRAIN,
+            epochs=EPOCHS,
+            validation_data=VAL,
+            batch_size=32,
+            shuffle=False,
+            verbose=0,
+            callbacks=[hook, *callbacks],
+        )
     return bus
 
 

@@ -60,8 +60,14 @@ def bus_with(sink: MLflowSink, *more: Any) -> hookbus.EventBus:
 
 
 def test_params_metrics_eval_and_rate_by_step_with_the_events_wall_times(mlflow_store: Path) -> None:
-    sink = MLflowSink(directory=mlflow_store, run_name="r", hparams={"lr": 0.1, "opt": "adam", "layers": 3},
-                      tags={"team": "vision"}, every_n_steps=5, flush_secs=0.1)  # fmt: skip
+    sink = MLflowSink(
+        directory=mlflow_store,
+        run_name="r",
+        hparams={"lr": 0.1, "opt": "adam", "layers": 3},
+        tags={"team": "vision"},
+        every_n_steps=5,
+        flush_secs=0.1,
+    )
     bus = bus_with(sink)
     train, evaluate = ScriptedPublisher(bus, ["loss", "acc"]), ScriptedPublisher(bus, ["loss"], mode="eval")
     with bus:
@@ -325,9 +331,15 @@ def test_a_running_run_of_a_live_process_is_not_taken_over(
         with bus:
             pub.begin()
             key = first.run.plan.run_key if first.run is not None else ""
-            client.create_run(experiment, run_name="job", tags={
-                "hookbus.run_key": key, "hookbus.host": socket.gethostname(), "hookbus.pid": str(live.pid),
-            })  # fmt: skip
+            client.create_run(
+                experiment,
+                run_name="job",
+                tags={
+                    "hookbus.run_key": key,
+                    "hookbus.host": socket.gethostname(),
+                    "hookbus.pid": str(live.pid),
+                },
+            )
             pub.session(0)
             for _ in range(5):
                 pub.advance({"loss": 1.0})

@@ -365,7 +365,9 @@ def test_a_worker_with_no_subscriber_of_its_own_trains_while_the_hook_learns_the
     ps, w0, w1 = (f"127.0.0.1:{port}" for port in free_ports(3))
     done = subprocess.run(
         [sys.executable, "-c", LONE_WORKER, ps, w0, w1, str(tmp_path / "metrics.csv")],
-        capture_output=True, text=True, timeout=DEADLINE,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-3:] == ["trained", "25", "25"]

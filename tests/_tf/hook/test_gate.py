@@ -89,8 +89,10 @@ def test_a_timeout_starts_or_raises_naming_the_task_the_step_and_the_timeout(on_
     if on_timeout == "start":
         assert cluster.wait(gate) == 12
     else:
-        message = (r"^worker-1 waited 2\.0 s for global step 1000 and the global step is still 12: is the chief "
-                   r"training\? \(wait_timeout_secs=2, on_timeout='raise'")  # fmt: skip
+        message = (
+            r"^worker-1 waited 2\.0 s for global step 1000 and the global step is still 12: is the chief "
+            r"training\? \(wait_timeout_secs=2, on_timeout='raise'"
+        )
         with pytest.raises(TimeoutError, match=message):
             cluster.wait(gate)
     assert cluster.states() == ["waiting", "timed_out"]
@@ -128,20 +130,27 @@ def test_the_chief_one_machine_and_step_zero_never_wait() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"wait_for_step": -1}, r"wait_for_step must be a non-negative int \(a global step\) or a function of the "
-                                r"task, e.g. hookbus.staggered_start\(10\) \(got -1\)"),
+        (
+            {"wait_for_step": -1},
+            r"wait_for_step must be a non-negative int \(a global step\) or a function of the "
+            r"task, e.g. hookbus.staggered_start\(10\) \(got -1\)",
+        ),
         ({"wait_for_step": 2.5}, r"wait_for_step must be a non-negative int .* \(got 2\.5\)"),
         ({"wait_for_step": "100"}, r"wait_for_step must be a non-negative int .* \(got '100'\)"),
         ({"wait_for_step": True}, r"wait_for_step must be a non-negative int .* \(got True\)"),
-        ({"wait_for_step": lambda task: -3},
-         r"wait_for_step\(worker-1\) \(from .*<lambda>\) must be a non-negative int \(got -3\)"),
+        (
+            {"wait_for_step": lambda task: -3},
+            r"wait_for_step\(worker-1\) \(from .*<lambda>\) must be a non-negative int \(got -3\)",
+        ),
         ({"wait_for_step": 10, "on_timeout": "wait"}, r"on_timeout must be one of 'start', 'raise' \(got 'wait'\)"),
-        ({"wait_for_step": 10, "wait_timeout_secs": 0},
-         r"wait_timeout_secs must be a positive finite number of seconds \(got 0\)"),
+        (
+            {"wait_for_step": 10, "wait_timeout_secs": 0},
+            r"wait_timeout_secs must be a positive finite number of seconds \(got 0\)",
+        ),
         ({"wait_timeout_secs": 5}, r"wait_timeout_secs and on_timeout apply to the start gate: give wait_for_step too"),
         ({"wait_for_step": 10, "mode": "eval"}, r"wait_for_step delays training: it takes mode='train'"),
     ],
-)  # fmt: skip
+)
 def test_bad_gate_arguments_fail_at_construction_naming_the_value(kwargs: dict[str, Any], message: str) -> None:
     pytest.importorskip("tensorflow")
     with pytest.raises(ValueError, match=message):
@@ -151,16 +160,23 @@ def test_bad_gate_arguments_fail_at_construction_naming_the_value(kwargs: dict[s
 def test_lockstep_workers_are_refused_before_training(tf_graph: Any) -> None:
     tf = pytest.importorskip("tensorflow")
     collective = hookbus.Task("worker", 1, collective=True)
-    with pytest.raises(ValueError, match=r"wait_for_step is refused for task worker-1: its workers train in lockstep "
-                       r"\(MultiWorkerMirroredStrategy"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"wait_for_step is refused for task worker-1: its workers train in lockstep "
+        r"\(MultiWorkerMirroredStrategy",
+    ):
         hookbus.EventBusHook(hookbus.EventBus(), wait_for_step=10, task=collective)
     # A global step that is not on a parameter server (a collective strategy's, on the workers): at begin.
     with tf.device("/job:worker/task:0"):
         step = tf.compat.v1.train.get_or_create_global_step()
-    hook = hookbus.EventBusHook(hookbus.EventBus(), train_op=tf.compat.v1.assign_add(step, 1), task=WORKER,
-                                wait_for_step=10)  # fmt: skip
-    with pytest.raises(ValueError, match=r"wait_for_step needs the global step on a parameter server \(it is on "
-                       r"'/job:worker/task:0'\): its workers train in lockstep"):  # fmt: skip
+    hook = hookbus.EventBusHook(
+        hookbus.EventBus(), train_op=tf.compat.v1.assign_add(step, 1), task=WORKER, wait_for_step=10
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"wait_for_step needs the global step on a parameter server \(it is on "
+        r"'/job:worker/task:0'\): its workers train in lockstep",
+    ):
         hook.begin()
 
 
@@ -220,8 +236,10 @@ def test_the_dashboard_shows_the_wait_as_a_status_line_and_says_how_it_ended() -
     with bus:
         _publish_a_wait(bus)
     assert seen == [
-        ("waiting for global step 40 (at 5, 0 s of 60 s)",), ("waiting for global step 40 (at 22, 5 s of 60 s)",), (),
-    ]  # fmt: skip
+        ("waiting for global step 40 (at 5, 0 s of 60 s)",),
+        ("waiting for global step 40 (at 22, 5 s of 60 s)",),
+        (),
+    ]
     text = out.getvalue()
     assert "waiting for global step 40 (at 5, 0 s of 60 s)" in text
     assert "reached global step 40 (at 41, after 8 s): training starts" in text
@@ -236,8 +254,10 @@ def test_the_event_log_records_the_wait_and_replay_publishes_it_again(tmp_path: 
         _publish_a_wait(bus, outcome="stopped")
     records = [r for r in hookbus.read_event_log(path) if r["record"] == "waiting_for_step"]
     assert [(r["state"], r["step"], r["until_step"], r["waited_secs"], r["starts"]) for r in records] == [
-        ("waiting", 5, 40, 0.0, False), ("waiting", 22, 40, 5.0, False), ("stopped", 41, 40, 7.5, False),
-    ]  # fmt: skip
+        ("waiting", 5, 40, 0.0, False),
+        ("waiting", 22, 40, 5.0, False),
+        ("stopped", 41, 40, 7.5, False),
+    ]
     assert all(r["timeout_secs"] == 60.0 and isinstance(r["wall_time"], float) for r in records)
     replayed: list[hookbus.WaitForStep] = []
     again = hookbus.EventBus()

@@ -109,7 +109,7 @@ def test_the_wait_is_on_the_workers_dashboard_and_in_its_event_log(clusters: dic
     assert "): training starts" in shown
     log = out / "events.worker-1.jsonl"
     records = [r for r in hookbus.read_event_log(log) if r["record"] == "waiting_for_step"]
-    assert [r["state"] for r in records][0::len(records) - 1] == ["waiting", "reached"]
+    assert [r["state"] for r in records][0 :: len(records) - 1] == ["waiting", "reached"]
     assert [r["step"] for r in records] == [step for _, _, step, _ in worker(clusters, "start", 1)["gate"]]
     replayed: list[Any] = []
     bus = hookbus.EventBus()
@@ -122,8 +122,11 @@ def test_the_wait_is_on_the_workers_dashboard_and_in_its_event_log(clusters: dic
 def test_when_the_chief_is_gone_the_wait_times_out_and_raises_or_starts(clusters: dict[str, Any]) -> None:
     raised, started = worker(clusters, "timeout", 1), worker(clusters, "timeout", 2)
     assert clusters["timeout"]["reports"][0] is None  # the chief was killed
-    assert re.match(rf"TimeoutError: worker-1 waited \d+\.\d s for global step {NEVER} and the global step is still "
-                    r"\d+: is the chief training\? \(wait_timeout_secs=2, on_timeout='raise'", raised["error"]), raised
+    assert re.match(
+        rf"TimeoutError: worker-1 waited \d+\.\d s for global step {NEVER} and the global step is still "
+        r"\d+: is the chief training\? \(wait_timeout_secs=2, on_timeout='raise'",
+        raised["error"],
+    ), raised
     assert [state for state, *_ in raised["gate"]] == ["waiting", "timed_out"]
     assert raised["local"] == 0
     assert raised["gate"][-1][3] is False

@@ -389,8 +389,13 @@ def test_train_op_without_a_global_step_fails(tf_graph: Any) -> None:
 def test_resume_publishes_the_restored_step_and_continues_at_the_next(tf_graph: Any, tmp_path: Path) -> None:
     m = build_linear_regression()
     bus = EventBus()
-    train(bus, [EventBusHook(bus, {"loss": m.loss}, train_op=m.train_op), SaveHook(tmp_path)], m.train_op, 7,
-          checkpoint_dir=str(tmp_path))
+    train(
+        bus,
+        [EventBusHook(bus, {"loss": m.loss}, train_op=m.train_op), SaveHook(tmp_path)],
+        m.train_op,
+        7,
+        checkpoint_dir=str(tmp_path),
+    )
     files = sorted(p.name for p in tmp_path.iterdir())
     # TensorFlow's own hooks are off: no model.ckpt-0, no event files, no graph.pbtxt.
     assert not [f for f in files if f.startswith("model.ckpt-0") or "tfevents" in f or f.endswith(".pbtxt")]
@@ -432,9 +437,7 @@ class AbortOnce(v1.train.SessionRunHook):  # type: ignore[misc,name-defined]
             raise tf.errors.AbortedError(None, None, "preempted (test)")
 
 
-def test_recoverable_recreation_publishes_session_created_with_the_rewound_step(
-    tf_graph: Any, tmp_path: Path
-) -> None:
+def test_recoverable_recreation_publishes_session_created_with_the_rewound_step(tf_graph: Any, tmp_path: Path) -> None:
     m = build_linear_regression()
     bus = EventBus()
     sessions: list[tuple[int, bool]] = []
@@ -457,9 +460,7 @@ def test_recoverable_recreation_publishes_session_created_with_the_rewound_step(
 
 
 # -- evaluation --------------------------------------------------------------------------------------
-def test_eval_publishes_the_mean_at_the_restored_step_after_a_stopped_training(
-    tf_graph: Any, tmp_path: Path
-) -> None:
+def test_eval_publishes_the_mean_at_the_restored_step_after_a_stopped_training(tf_graph: Any, tmp_path: Path) -> None:
     m = build_linear_regression()
     bus = EventBus()
     evals: list[Event] = []
@@ -609,8 +610,16 @@ def test_packed_scalars_arrive_as_unpacked_values_would(tf_graph: Any, sets: int
     train_op, fetches = _typed_fetches()
     bus = EventBus()
     got: dict[str, list[tuple[int, dict[str, Any]]]] = {}
-    choices = [("loss",), ("n", "flag"), ("big", "vec", "summary"), ("loss", "n"), ("flag",), ("big",), ("vec",),
-               ("loss", "summary")][:sets]  # fmt: skip
+    choices = [
+        ("loss",),
+        ("n", "flag"),
+        ("big", "vec", "summary"),
+        ("loss", "n"),
+        ("flag",),
+        ("big",),
+        ("vec",),
+        ("loss", "summary"),
+    ][:sets]
     for i, keys in enumerate(choices):
         got[str(i)] = rows = list[tuple[int, dict[str, Any]]]()
 
@@ -666,9 +675,12 @@ def test_evaluation_means_weighted_by_batch_size_equal_tensorflow_streaming_mean
         seen: list[Any] = []
         bus.on("after_run", seen.append, keys="eval/x")
         hook = hookbus.EventBusHook(
-            bus, {"x": batch_mean, "tf_mean": streaming}, mode="eval", aggregate={"tf_mean": "final"},
+            bus,
+            {"x": batch_mean, "tf_mean": streaming},
+            mode="eval",
+            aggregate={"tf_mean": "final"},
             batch_size=tf.size(batch),
-        )  # fmt: skip
+        )
         with bus, tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
             while not session.should_stop():
                 session.run(batch_mean)

@@ -43,9 +43,15 @@ def rounds(directory: Path, *, tensor: bool) -> tuple[dict[int, float], list[Any
         evaluate = hookbus.EventBusHook(bus, fetches={"score": tf.constant(1.0)}, mode="eval")
         with bus:
             hookbus.train_and_evaluate(
-                bus, train_op=train_op, eval_fetches=[], checkpoint_dir=str(directory),
-                steps_per_round=ROUND, train_hooks=[train], eval_hooks=[evaluate], eval_steps=1,
-            )  # fmt: skip
+                bus,
+                train_op=train_op,
+                eval_fetches=[],
+                checkpoint_dir=str(directory),
+                steps_per_round=ROUND,
+                train_hooks=[train],
+                eval_hooks=[evaluate],
+                eval_steps=1,
+            )
     return trained, changes, plateau
 
 

@@ -68,8 +68,14 @@ def test_train_and_evaluate_needs_a_checkpoint_to_evaluate(tf_graph: Any, tmp_pa
     evaluate = hookbus.EventBusHook(bus, {"loss": m.eval_loss}, mode="eval")
     with bus, pytest.raises(RuntimeError, match="attach a hookbus.sinks.CheckpointSink"):
         hookbus.train_and_evaluate(
-            bus, train_op=m.train_op, eval_fetches=m.eval_loss, checkpoint_dir=str(tmp_path),
-            steps_per_round=10, train_hooks=[train], eval_hooks=[evaluate], eval_steps=1,
+            bus,
+            train_op=m.train_op,
+            eval_fetches=m.eval_loss,
+            checkpoint_dir=str(tmp_path),
+            steps_per_round=10,
+            train_hooks=[train],
+            eval_hooks=[evaluate],
+            eval_steps=1,
         )
 
 
@@ -85,8 +91,13 @@ def test_bad_loop_settings_fail_before_training(argument: str, value: object, me
     settings: dict[str, Any] = {"steps_per_round": 10, "eval_steps": None, "max_rounds": None, argument: value}
     with pytest.raises(ValueError, match=message):
         hookbus.train_and_evaluate(
-            hookbus.EventBus(), train_op=None, eval_fetches=None, checkpoint_dir="unused",
-            train_hooks=[], eval_hooks=[], **settings,
+            hookbus.EventBus(),
+            train_op=None,
+            eval_fetches=None,
+            checkpoint_dir="unused",
+            train_hooks=[],
+            eval_hooks=[],
+            **settings,
         )
 
 
@@ -107,8 +118,14 @@ def test_a_stop_during_training_still_evaluates_the_final_checkpoint_unless_told
     evaluate = hookbus.EventBusHook(bus, {"loss": m.eval_loss}, mode="eval")
     with bus:
         hookbus.train_and_evaluate(
-            bus, train_op=m.train_op, eval_fetches=m.eval_loss, checkpoint_dir=checkpoints,
-            steps_per_round=100, train_hooks=[train], eval_hooks=[evaluate], eval_steps=1,
+            bus,
+            train_op=m.train_op,
+            eval_fetches=m.eval_loss,
+            checkpoint_dir=checkpoints,
+            steps_per_round=100,
+            train_hooks=[train],
+            eval_hooks=[evaluate],
+            eval_steps=1,
             evaluate_after_stop=evaluate_after_stop,
         )
     assert steps == evaluated
@@ -116,7 +133,7 @@ def test_a_stop_during_training_still_evaluates_the_final_checkpoint_unless_told
     assert "250" in bus.stop_reason
 
 
-_KILL_CHILD = '''
+_KILL_CHILD = """
 import json, os, signal, sys
 import tensorflow as tf
 import hookbus
@@ -150,7 +167,7 @@ with tf.Graph().as_default():
         )
     with open(os.path.join(out, "result.json"), "w") as f:
         json.dump({"state": stopper.state_dict(), "stop_reason": bus.stop_reason, "step": bus.step}, f)
-'''.replace("__SCRIPT__", repr(SCRIPT))
+""".replace("__SCRIPT__", repr(SCRIPT))
 
 
 def _run_child(out: Path, kill_at: int) -> int:
@@ -160,9 +177,13 @@ def _run_child(out: Path, kill_at: int) -> int:
 
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     done = subprocess.run(
-        [sys.executable, "-c", _KILL_CHILD, str(out), str(kill_at)], capture_output=True, text=True, env=env,
-        timeout=240, check=False,
-    )  # fmt: skip
+        [sys.executable, "-c", _KILL_CHILD, str(out), str(kill_at)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+        check=False,
+    )
     assert done.returncode in (0, -9), done.stderr[-3000:]
     return done.returncode
 

@@ -112,9 +112,14 @@ def test_epoch_events_reach_only_subscribers_that_ask(tmp_path: Path) -> None:
     x, y = data()
     with bus:
         model().fit(
-            x, y, batch_size=16, epochs=4, verbose=0, validation_data=data(32, 1),
+            x,
+            y,
+            batch_size=16,
+            epochs=4,
+            verbose=0,
+            validation_data=data(32, 1),
             callbacks=[EventBusCallback(bus, keys=["loss", "accuracy"], every_n_epochs=2)],
-        )  # fmt: skip
+        )
     assert "epoch" not in everything
     assert [(s, v["epoch"]) for s, v in epochs] == [(8, 1.0), (16, 3.0)]
     assert set(epochs[0][1]) == {"epoch", "epoch/loss", "epoch/accuracy", "epoch/val_loss", "epoch/val_accuracy"}
@@ -259,9 +264,14 @@ def test_epoch_csv_has_csvloggers_columns_even_for_metrics_the_keys_do_not_name(
     logger = keras.callbacks.CSVLogger(str(tmp_path / "keras.csv"))
     with bus:
         model().fit(
-            x, y, batch_size=16, epochs=3, verbose=0, validation_data=data(32, 1),
+            x,
+            y,
+            batch_size=16,
+            epochs=3,
+            verbose=0,
+            validation_data=data(32, 1),
             callbacks=[EventBusCallback(bus, keys=["loss"]), logger],
-        )  # fmt: skip
+        )
     with open(tmp_path / "epochs.csv") as f:
         mine = [{k: v for k, v in row.items() if k not in ("step", "wall_time")} for row in csv.DictReader(f)]
     with open(tmp_path / "keras.csv") as f:
@@ -288,9 +298,14 @@ def test_epoch_csv_writes_na_where_csvlogger_does_for_epochs_without_validation(
     logger = keras.callbacks.CSVLogger(str(tmp_path / "keras.csv"))
     with bus:
         model().fit(
-            x, y, batch_size=16, epochs=3, verbose=0, **validation,
+            x,
+            y,
+            batch_size=16,
+            epochs=3,
+            verbose=0,
+            **validation,
             callbacks=[EventBusCallback(bus, keys=["loss"]), logger],
-        )  # fmt: skip
+        )
     with open(tmp_path / "epochs.csv") as f:
         mine = [{k: v for k, v in row.items() if k not in ("step", "wall_time")} for row in csv.DictReader(f)]
     with open(tmp_path / "keras.csv") as f:

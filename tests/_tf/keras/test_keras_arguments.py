@@ -78,13 +78,17 @@ def test_a_compiled_model_driven_by_a_callback_list_without_params_runs() -> Non
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda tmp: EarlyStoppingSink(monitor="val_loss"),
-         r"subscriber 'EarlyStoppingSink' needs key 'val_loss', which no publisher attached to this bus provides "
-         r"\(did you mean 'eval/loss' or .*\? Keras's 'val_loss' is 'eval/loss' on the bus\); known keys: "),
+        (
+            lambda tmp: EarlyStoppingSink(monitor="val_loss"),
+            r"subscriber 'EarlyStoppingSink' needs key 'val_loss', which no publisher attached to this bus provides "
+            r"\(did you mean 'eval/loss' or .*\? Keras's 'val_loss' is 'eval/loss' on the bus\); known keys: ",
+        ),
         (lambda tmp: EarlyStoppingSink(monitor="eval/los"), r"needs key 'eval/los', .* \(did you mean 'eval/loss'"),
-        (lambda tmp: CheckpointSink(tmp / "c", keep_best=1, monitor="val_loss", mode="min"),
-         r"CheckpointSink monitors 'val_loss', which no publisher attached to this bus provides \(did you mean "
-         r"'eval/loss' or .*\? Keras's 'val_loss' is 'eval/loss' on the bus\); known keys: "),
+        (
+            lambda tmp: CheckpointSink(tmp / "c", keep_best=1, monitor="val_loss", mode="min"),
+            r"CheckpointSink monitors 'val_loss', which no publisher attached to this bus provides \(did you mean "
+            r"'eval/loss' or .*\? Keras's 'val_loss' is 'eval/loss' on the bus\); known keys: ",
+        ),
     ],
     ids=["early stopping on val_loss", "a close spelling", "best checkpoints on val_loss"],
 )
@@ -103,8 +107,11 @@ def test_a_keras_metric_name_is_answered_with_the_bus_name(tmp_path: Path, make:
 @pytest.mark.parametrize(
     ("keys", "message"),
     [
-        (["loss", "val_loss"], r"\['val_loss'\] are not in Keras's batch logs \['loss'\] \('val_loss' is a validation "
-                               r"value: declare 'loss', published as 'eval/loss'\)"),
+        (
+            ["loss", "val_loss"],
+            r"\['val_loss'\] are not in Keras's batch logs \['loss'\] \('val_loss' is a validation "
+            r"value: declare 'loss', published as 'eval/loss'\)",
+        ),
         (["los"], r"\['los'\] are not in Keras's batch logs \['loss'\] \(did you mean 'loss'\?\)"),
     ],
     ids=["val_loss declared", "a close spelling"],

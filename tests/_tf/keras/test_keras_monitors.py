@@ -164,8 +164,13 @@ def test_a_short_fit_killed_mid_epoch_resumes_from_the_last_epoch_end(tmp_path: 
     script.write_text(CHILD)
     per_epoch, epochs = 5, 6
     kill_at = 3 * per_epoch + 2
-    killed = subprocess.run([sys.executable, str(script), str(tmp_path), str(kill_at)], capture_output=True, text=True,
-                            timeout=120, check=False)
+    killed = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), str(kill_at)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert killed.returncode == -9, killed.stderr  # SIGKILLed two batches into the fourth epoch
     done = subprocess.run(
         [sys.executable, str(script), str(tmp_path), "0"], capture_output=True, text=True, timeout=120, check=False

@@ -170,6 +170,7 @@ def test_the_keras_model_graph_is_what_keras_tensorboard_writes(tmp_path: Path) 
     """Keras's ``TensorBoard(write_graph=True)`` and TensorBoardSink on the same fit: TensorBoard's
     reader finds the same model configuration for the graph tab in both (Keras 3 on TensorFlow
     writes no op graph of ``train_function``, a plain Python function)."""
+
     def keras_configs(logdir: Path) -> list[tuple[int, str]]:
         reader = accumulator(logdir)
         assert reader.PluginTagToContent("graph_keras_model") == {"keras": b"1"}

@@ -173,7 +173,6 @@ def test_exported() -> None:
     assert hookbus.LoopPublisher is LoopPublisher
 
 
-
 def test_a_call_running_several_optimizer_steps_is_numbered_by_the_step_counter(tmp_path: Path) -> None:
     """A tf.function with an inner loop runs 3 optimizer steps per call: steps come from the
     counter, so schedules fire where the step crosses their multiples (as in TF's own hooks)."""

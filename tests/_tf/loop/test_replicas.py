@@ -53,8 +53,9 @@ def test_a_nan_on_one_replica_stops_the_run_at_that_step(mirrored: dict[str, Any
     assert math.isfinite(_number(at_4["parts"][0]))
     assert math.isnan(_number(at_4["parts"][1]))  # replica 1 alone
     assert mirrored.get("nan_error") == [
-        "NonFiniteError", "loss is non-finite (nan) at step 4; no checkpoint was saved from this step",
-    ]  # fmt: skip
+        "NonFiniteError",
+        "loss is non-finite (nan) at step 4; no checkpoint was saved from this step",
+    ]
     assert [p["step"] for p in mirrored["published"]] == [1, 2, 3, 4]
 
 
