@@ -5,10 +5,10 @@ last), keeps the sinks' states beside each checkpoint (``<prefix>.hookbus.json``
 moves and copies a checkpoint's files. It never decides anything: *when* to save and *what* to
 keep are :class:`~hookbus.sinks.CheckpointSink`'s (as ignite's ``DiskSaver`` stores what its
 ``Checkpoint`` decides). A publisher offers a store with its backend
-(:meth:`hookbus.PublisherCore.offer_checkpoints`); TensorFlow's layout is the default
-(:class:`hookbus._tf._checkpoint_tf1.TensorFlowStore`), and :class:`FileCheckpointStore` is the layout of
-a framework without its own (NumPy, ``examples/custom_publisher.py``). Nothing here imports
-TensorFlow.
+(:meth:`hookbus.PublisherCore.offer_checkpoints`): the TensorFlow publishers give TensorFlow's
+layout (:class:`hookbus._tf._checkpoint_tf1.TensorFlowStore`), and :class:`FileCheckpointStore` is
+the layout of a framework without its own (NumPy, ``examples/custom_publisher.py``). Nothing
+here imports TensorFlow, and the bus assumes no layout.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ One object, :attr:`hookbus.SinkContext.checkpoints`. The sink decides when to sa
 keep; through this seam it asks the bus to run the barrier for a step (vetoes, flush, states, the
 model through the publisher's backend, the states beside it), to make a list of checkpoints the
 pointer's and prune the rest, and to publish ``checkpoint_saved``. Every file it touches goes
-through :attr:`Checkpoints.store`, the publisher's store (TensorFlow's layout unless the
-publisher gave its own), so the sink never assumes a layout. The bus's side of the seam is
+through :attr:`Checkpoints.store`, the store the publisher gave with its backend (TensorFlow's
+layout under the TensorFlow publishers), so the sink never assumes a layout. The bus's side of the seam is
 :class:`hookbus._bus._services.BusCheckpoints`.
 """
 

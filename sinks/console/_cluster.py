@@ -3,7 +3,7 @@ workers (global step, each one's rate, its lag behind the furthest, who is stale
 stop and why, each one's last error).
 
 Pure functions of the watcher's statuses (anything with the attributes of :class:`Worker`),
-drawn with the dashboard's own formatting (:mod:`._console_render`).
+drawn with the dashboard's own formatting (:mod:`._render`).
 """
 
 from __future__ import annotations
