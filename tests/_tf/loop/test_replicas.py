@@ -138,7 +138,7 @@ class Opaque:
         ({"top1": 0.5}, "a dict"),
         ("0.5", "a str"),
         (None, "a NoneType"),
-        (Opaque(), "a test_replicas.Opaque"),
+        (Opaque(), f"a {Opaque.__module__}.Opaque"),
         (1 + 2j, "a complex"),
         (np.array([1 + 1j, 2]), "an array of dtype complex128"),
         (np.array(["a", "b"]), "an array of dtype <U1"),
