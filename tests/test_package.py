@@ -620,21 +620,24 @@ def test_every_relative_link_in_the_readme_and_the_guides_resolves(name: str) ->
 
 
 def test_every_test_the_guarantees_name_exists() -> None:
-    """tests/reliability/README.md names each guarantee's tests; a renamed or removed test fails here."""
+    """tests/reliability/README.md names each guarantee's tests, a file by its name (one file under
+    tests/ has it) or its path; a renamed, moved or removed test fails here."""
     text = (ROOT / "tests" / "reliability" / "README.md").read_text()
     tests = ROOT / "tests"
-    defined = {m for f in tests.rglob("test_*.py") for m in re.findall(r"^\s*def (test_\w+)", f.read_text(), re.M)}
-    files = {f.name for f in tests.rglob("test_*.py")}
+    found = sorted(tests.rglob("test_*.py"))
+    defined = {m for f in found for m in re.findall(r"^\s*def (test_\w+)", f.read_text(), re.M)}
+    files = {f.name for f in found}
     named_files = set(re.findall(r"\b(test_\w+\.py)\b", text))
     named_tests = set(re.findall(r"(?:::|`)(test_\w+)\b(?!\.py)", text))
     assert named_files
     assert named_tests
     assert named_files <= files, sorted(named_files - files)
     assert named_tests <= defined, sorted(named_tests - defined)
-    bullets = re.findall(r"^- \*\*(.+?)\*\*", text, re.MULTILINE)
-    readme = (ROOT / "README.md").read_text().split("## Guarantees", 1)[1]
-    for title in bullets:  # the README lists each guarantee, one line each
-        assert title.rstrip(".").split(" (")[0] in readme, f"README's Guarantees lacks {title!r}"
+    shared = sorted(n for n in named_files if [f.name for f in found].count(n) > 1)
+    assert shared == [], f"more than one test file has each of these names: name them by their path {shared}"
+    paths = set(re.findall(r"\b(tests/[\w/]+\.py)\b", text))
+    assert paths
+    assert all((ROOT / p).is_file() for p in paths), sorted(p for p in paths if not (ROOT / p).is_file())
 
 
 def test_every_readme_section_the_code_cites_exists() -> None:
@@ -654,17 +657,36 @@ def test_every_readme_section_the_code_cites_exists() -> None:
     assert cited
 
 
-def test_the_readme_is_a_front_page_its_guarantees_one_line_each() -> None:
-    """The README stays a front page; a guarantee's full text and its tests go in tests/reliability/README.md."""
+def test_the_readme_is_a_front_page_its_guarantees_a_bullet_per_theme() -> None:
+    """The README stays a front page. Its guarantees are a bullet per theme of
+    tests/reliability/README.md, in its order, linking to the theme's heading and naming each of its
+    promises by its title; a promise's full text and its tests are there, under that heading."""
     readme = (ROOT / "README.md").read_text()
-    assert len(readme.splitlines()) <= 330, "the README is a front page: put guides in examples/README.md"
+    assert len(readme.splitlines()) <= 300, "the README is a front page: put guides in examples/README.md"
     section = readme.split("\n## Guarantees\n", 1)[1].split("\n## ", 1)[0]
-    lines = [line for line in section.splitlines() if line.startswith(("- ", "  "))]
-    assert all(line.startswith("- **") for line in lines), [line for line in lines if not line.startswith("- **")]
+    bullets: list[str] = []
+    for line in section.splitlines():
+        if line.startswith("- "):
+            bullets.append(line)
+        elif line.startswith("  "):
+            assert bullets, line
+            bullets[-1] += " " + line.strip()
     full = (ROOT / "tests" / "reliability" / "README.md").read_text()
-    titles = re.findall(r"^- \*\*(.+?)\*\*", section, re.MULTILINE)
-    for title in titles:  # each one-liner has its full text, with its tests, there
-        assert title.rstrip(".").split(" (")[0] in full, f"tests/reliability/README.md lacks {title!r}"
+    intro, *parts = re.split(r"^## (.+)\n", full, flags=re.MULTILINE)
+    assert not re.search(r"^- \*\*", intro, re.MULTILINE), "every guarantee sits under a theme's heading"
+    themes = list(zip(parts[::2], parts[1::2], strict=True))
+    assert len(bullets) == len(themes), [b[:60] for b in bullets]
+    link = re.compile(r"- \*\*\[(.+?)\]\(tests/reliability/README\.md#([\w-]+)\)\.\*\* ")
+    for bullet, (theme, body) in zip(bullets, themes, strict=True):
+        found = link.match(bullet)
+        assert found, f"README's Guarantees: {bullet[:60]!r} does not begin with its theme's link"
+        assert found.groups() == (theme, github_anchor(theme)), (found.groups(), theme)
+        titles = re.findall(r"^- \*\*(.+?)\*\*", body, re.MULTILINE)
+        assert titles, f"tests/reliability/README.md: the theme {theme!r} holds no guarantee"
+        for title in titles:  # each promise is named in its theme's bullet, by its title
+            assert title.rstrip(".").split(" (")[0] in bullet, f"README's {theme!r} lacks {title!r}"
+    for path in re.findall(r"\b((?:hookbus|sinks|tests|examples|bench)/[\w/]+\.py)\b", readme):
+        assert (ROOT / path).is_file(), f"the README names {path}, which does not exist"
 
 
 def test_pyproject_lists_every_package_folder() -> None:
