@@ -644,7 +644,7 @@ def test_every_readme_section_the_code_cites_exists() -> None:
     """Code cites a section as ``README "<heading>"`` or ``examples/README.md "<heading>"``: it exists."""
     cite = re.compile(r"\b((?:examples/|bench/|tests/reliability/)?README)(?:\.md)?(?:'s)?[\s#]+\"([^\"\n<][^\"\n]*)\"")
     cited = 0
-    code = ("hookbus/*.py", "sinks/*.py", "tests/**/*.py", "bench/*.py", "examples/*.py", ".ci/run")
+    code = ("hookbus/**/*.py", "sinks/**/*.py", "tests/**/*.py", "bench/*.py", "examples/*.py", ".ci/run")
     for path in (p for pattern in code for p in ROOT.glob(pattern)):
         for guide, section in cite.findall(path.read_text()):
             prose = re.sub(r"^```.*?^```", "", (ROOT / f"{guide}.md").read_text(), flags=re.MULTILINE | re.DOTALL)
@@ -771,3 +771,22 @@ def test_no_private_type_leaks_into_a_public_signature() -> None:
                 if named.__module__.split(".")[0] == "hookbus" and id(named) not in public:
                     leaks.append(f"{label} {parameter}: {named.__module__}.{named.__qualname__}")
     assert sorted(set(leaks)) == []
+
+
+def test_ci_tests_the_lowest_tensorflow_the_project_claims() -> None:
+    """pyproject claims ``tensorflow>=X``: .ci/run installs X with the dev extra in one resolve and
+    runs the TensorFlow tests of every publisher there, from paths that exist."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    bounds = {re.fullmatch(r"tensorflow(?:-cpu)?>=([\d.]+)", d) for d in (*project["tf"], *project["tf-cpu"])}
+    assert None not in bounds, project
+    (lowest,) = {bound.group(1) for bound in bounds if bound is not None}
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert f"-e '.[dev]' 'tensorflow-cpu=={lowest}.*' 'numpy<2'" in ci
+    tier = ci.split(f"== the lowest TensorFlow: {lowest}", 1)[1]
+    paths = re.findall(r"\btests/\S+", tier)
+    assert len(paths) >= 10, paths
+    assert [p for p in paths if not (ROOT / p).exists()] == []
+    for publisher in ("tests/_tf/hook/test_hook.py", "tests/_tf/keras", "tests/_tf/loop/test_loop.py"):
+        assert publisher in paths
