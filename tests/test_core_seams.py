@@ -118,6 +118,19 @@ def test_no_part_holds_the_bus() -> None:
     assert held == []
 
 
+def _assigned(tree: ast.Module) -> list[ast.Attribute]:
+    """Every attribute a module assigns (``x.a = ``, ``x.a += ``, ``x.a: T = ``, in tuples too)."""
+    found: list[ast.Attribute] = []
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        found.extend(part for target in targets for part in ast.walk(target) if isinstance(part, ast.Attribute))
+    return found
+
+
 def _writers() -> dict[str, set[str]]:
     """Each ``RunState`` field -> the modules assigning it on something named ``state``/``_state``."""
     fields = set(RunState.__slots__)
@@ -125,19 +138,11 @@ def _writers() -> dict[str, set[str]]:
     for name, tree in _trees().items():
         if name == "hookbus._bus._state":  # its own reset
             continue
-        for node in ast.walk(tree):
-            targets: list[ast.expr] = []
-            if isinstance(node, ast.Assign):
-                targets = list(node.targets)
-            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-                targets = [node.target]
-            for target in targets:
-                for part in ast.walk(target):
-                    if isinstance(part, ast.Attribute) and part.attr in fields:
-                        owner = part.value
-                        named = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", "")
-                        if named in ("state", "_state"):
-                            writers[part.attr].add(name)
+        for part in _assigned(tree):
+            owner = part.value
+            named = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", "")
+            if part.attr in fields and named in ("state", "_state"):
+                writers[part.attr].add(name)
     return writers
 
 
@@ -157,16 +162,9 @@ def _health_writers(trees: dict[str, ast.Module]) -> dict[str, set[str]]:
     """``disabled`` and ``errors`` -> the modules assigning an attribute of that name."""
     writers: dict[str, set[str]] = {"disabled": set(), "errors": set()}
     for name, tree in trees.items():
-        for node in ast.walk(tree):
-            targets: list[ast.expr] = []
-            if isinstance(node, ast.Assign):
-                targets = list(node.targets)
-            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-                targets = [node.target]
-            for target in targets:
-                for part in ast.walk(target):
-                    if isinstance(part, ast.Attribute) and part.attr in writers:
-                        writers[part.attr].add(name)
+        for part in _assigned(tree):
+            if part.attr in writers:
+                writers[part.attr].add(name)
     return writers
 
 
