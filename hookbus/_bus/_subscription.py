@@ -63,13 +63,11 @@ class Subscriber:
         self.passive = sink.passive if sink is not None else False
 
     # -- its health: written here only (the dispatcher, the barrier and the roster ask) ---------
-    def failed(self, *, disable: bool) -> int:
-        """Count one failure of this subscriber, and stop calling it when ``disable``; returns
-        the failures so far in this run."""
+    def failed(self, *, disable: bool) -> None:
+        """Count one failure of this subscriber in this run, and stop calling it when ``disable``."""
         self.errors += 1
         if disable:
             self.disabled = True
-        return self.errors
 
     def start_run(self) -> None:
         """A run begins: a fresh timer, no failures, enabled again, its usage from zero."""
