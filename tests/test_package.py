@@ -705,17 +705,17 @@ _DUNDERS_USED = ("__init__", "__call__", "__enter__", "__iter__", "__getitem__",
 
 
 def _annotation_namespace(function: Any) -> dict[str, Any]:
-    """What ``function``'s annotations name: its module's globals and the names its module
-    imports under ``if TYPE_CHECKING:`` (imported here, as mypy reads them)."""
-    module = importlib.import_module(function.__module__ if function.__module__ in sys.modules else "hookbus")
-    namespace: dict[str, Any] = dict(getattr(function, "__globals__", vars(module)))
-    source = sys.modules[namespace.get("__name__", module.__name__)]
+    """What ``function``'s annotations name: the globals of the module that defines it (its
+    ``__globals__``: a public class's ``__module__`` names its face, not where it is defined) and
+    the names that module imports under ``if TYPE_CHECKING:`` (imported here, as mypy reads them)."""
+    namespace: dict[str, Any] = dict(function.__globals__)
+    source = sys.modules[namespace["__name__"]]
+    namespace["__package__"] = source.__package__
     tree = ast.parse(Path(str(source.__file__)).read_text())
     for node in tree.body:
         if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
             for statement in node.body:
                 if isinstance(statement, (ast.Import, ast.ImportFrom)):
-                    namespace["__package__"] = source.__package__
                     code = compile(ast.Module(body=[statement], type_ignores=[]), str(source.__file__), "exec")
                     exec(code, namespace)
     return namespace
