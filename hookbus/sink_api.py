@@ -31,7 +31,8 @@ What it holds:
   :data:`EVAL_PREFIX` and :data:`EPOCH_PREFIX` (evaluation's and Keras epochs' keys),
   :func:`is_real_dtype` (which values are numbers), :func:`step_of` and :func:`recover`
   (a checkpoint's step, and what a checkpoint directory keeps as a run starts), and the event
-  log's line format :func:`event_log_line`;
+  log's line format :func:`event_log_line`, and how a run ended in one word, :func:`how_ended`
+  (:data:`ENDINGS`, a tracker's :data:`TRACKER_STATUS`);
 - the learning rate (``SinkContext.learning_rate``): :class:`LearningRate` (read it, request a
   new one), :func:`require_learning_rate` (fails before step 1 naming what to pass where no
   publisher offers one), :data:`LEARNING_RATE_KEY`.
@@ -51,6 +52,7 @@ from hookbus._bus._keys import UnknownKeyError, did_you_mean
 from hookbus._checkpoints._store import CheckpointStore, FileCheckpointStore, recover, step_of
 from hookbus._contract._checkpoint_seam import Checkpoints
 from hookbus._contract._context import EpochProgress, PeerReport, SinkContext, require_learning_rate
+from hookbus._contract._ending import ENDINGS, TRACKER_STATUS, how_ended
 from hookbus._contract._event_log import event_log_line
 from hookbus._contract._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError, WaitForStep
 from hookbus._contract._learning_rate import LEARNING_RATE_KEY, LearningRate, LearningRateChange, RateRequest
@@ -78,10 +80,12 @@ from hookbus._writers._writer import BackgroundWriter, WriterWarning
 
 __all__ = [
     "DEFAULT_FLUSH_DEADLINE",
+    "ENDINGS",
     "EPOCH_PREFIX",
     "EVAL_PREFIX",
     "LEARNING_RATE_KEY",
     "SIGNALS",
+    "TRACKER_STATUS",
     "BackgroundWriter",
     "BusStats",
     "CheckpointSaved",
@@ -122,6 +126,7 @@ __all__ = [
     "check_writable_dir",
     "did_you_mean",
     "event_log_line",
+    "how_ended",
     "is_real_dtype",
     "recover",
     "require_learning_rate",
