@@ -10,6 +10,7 @@ costs nothing here. :meth:`hookbus.EventBus.stats` freezes the counters into
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 __all__ = ["BusStats", "SubscriberStats", "Usage", "WriterStats"]
@@ -111,6 +112,9 @@ class BusStats:
         step: The training step the run has reached.
         due_steps: ``after_run`` events published in this run (due steps and evaluations).
         subscribers: One :class:`SubscriberStats` per subscriber running on this task.
+
+    Iterating it yields those :class:`SubscriberStats`; ``stats[name]`` finds one by name and
+    ``name in stats`` says whether there is one.
     """
 
     step: int
@@ -124,8 +128,30 @@ class BusStats:
         total = sum(s.seconds for s in self.subscribers)
         return total / self.due_steps if self.due_steps else 0.0
 
+    def __iter__(self) -> Iterator[SubscriberStats]:
+        """Every subscriber's stats, in dispatch order (``for s in bus.stats(): print(s.name)``)."""
+        return iter(self.subscribers)
+
+    def __len__(self) -> int:
+        """How many subscribers run on this task."""
+        return len(self.subscribers)
+
+    def __contains__(self, name: object) -> bool:
+        """Whether a subscriber is named ``name`` (``"CSVSink" in bus.stats()``)."""
+        return any(stats.name == name for stats in self.subscribers)
+
     def __getitem__(self, name: str) -> SubscriberStats:
-        """The stats of the subscriber named ``name`` (the first, if several share it)."""
+        """The stats of the subscriber named ``name`` (the first, if several share it).
+
+        Raises:
+            TypeError: ``name`` is not a string (iterate the stats for every subscriber).
+            KeyError: No subscriber is named ``name``; the message lists the names.
+        """
+        if not isinstance(name, str):
+            raise TypeError(
+                f"bus.stats() is looked up by a subscriber's name (got {name!r}); iterate it for every "
+                "subscriber's stats, in dispatch order"
+            )
         for stats in self.subscribers:
             if stats.name == name:
                 return stats

@@ -138,3 +138,22 @@ def test_the_health_line_names_a_failing_sink_a_slow_one_and_a_writer_falling_be
     fine = hookbus.BusStats(100, 10, (sub("quick", 0.0001),))
     assert dict(health_items(fine)) == {"sinks: 1 ok": "green", "0.01 ms per due step": "", "most: quick 0.01 ms": ""}
     assert health_summary(stats).endswith("CSV queue 900/1024 (100 rows)")
+
+
+def test_stats_iterate_their_subscribers_and_are_looked_up_by_name(tmp_path: Path) -> None:
+    # Issue 36: `for s in bus.stats():` raised KeyError("no subscriber named 0") (indexing by name only).
+    bus = hookbus.EventBus(clock=FakeClock())
+    bus.attach(CSVSink(tmp_path / "m.csv", every_n_steps=5))
+    bus.on("after_run", lambda e: None, every_n_steps=2, name="report")
+    with bus:
+        ScriptedPublisher(bus, ["loss"]).run({"loss": 1.0} for _ in range(10))
+    stats = bus.stats()
+    assert [(s.name, s.step_calls) for s in stats] == [("CSVSink", 2), ("report", 5)]
+    assert len(stats) == 2
+    assert "report" in stats
+    assert "nobody" not in stats
+    assert list(stats) == list(stats.subscribers)
+    with pytest.raises(TypeError, match=r"by a subscriber's name \(got 0\); iterate it"):
+        stats[0]  # type: ignore[index]
+    with pytest.raises(KeyError, match="no subscriber named 'nobody'; the subscribers are 'CSVSink', 'report'"):
+        stats["nobody"]
