@@ -110,7 +110,9 @@ class Snapshot:
     """Everything the dashboard shows at one moment; never mutated after it is made.
 
     ``elapsed`` and ``rate`` are measured at ``taken_at`` (the sink's clock); while ``running``,
-    the drawing adds the time since then to ``elapsed``.
+    the drawing adds the time since then to ``elapsed``. ``rate`` is recent (a moving average
+    over a few seconds, shown "recent" while running); ``average`` is the run's (the steps its
+    train sessions trained over ``elapsed``), shown once the run is over and in the summary.
     """
 
     run_name: str
@@ -122,6 +124,7 @@ class Snapshot:
     epoch: int | None = None  # under fit: the epoch being trained, from 1, of ``epochs``
     epochs: int | None = None
     rate: float | None = None
+    average: float | None = None
     elapsed: float = 0.0
     taken_at: float = 0.0
     train: tuple[MetricRow, ...] = ()
@@ -223,7 +226,7 @@ def _header(snap: Snapshot, now: float, width: int) -> Text:
     them narrow (three spaces, two, one) before the line would wrap."""
     mode = Text(snap.mode, style="bold cyan")
     if snap.phase != "running":
-        mode.append(f" ({snap.phase})", style="bold red" if snap.phase in ("failed", "interrupted") else "yellow")
+        mode.append(f" ({snap.phase})", style="bold red" if snap.phase == "crashed" else "yellow")
     parts = [mode]
     if snap.epoch is not None:
         epoch = Text("epoch ")
@@ -234,7 +237,8 @@ def _header(snap: Snapshot, now: float, width: int) -> Text:
     step.append(_step(snap.step), style="bold")
     if snap.total is not None:
         step.append(f"/{snap.total:,}")
-    parts += [step, Text(f"{format_rate(snap.rate)} steps/s"), Text(f"elapsed {format_duration(snap.elapsed_at(now))}")]
+    rate = f"recent {format_rate(snap.rate)} steps/s" if snap.running else f"average {format_rate(snap.average)} steps/s"
+    parts += [step, Text(rate), Text(f"elapsed {format_duration(snap.elapsed_at(now))}")]
     length = sum(part.cell_len for part in parts)
     gap = next((g for g in (3, 2) if length + g * (len(parts) - 1) <= width), 1)
     return Text(" " * gap).join(parts)
@@ -362,13 +366,13 @@ def _epoch(snap: Snapshot) -> str:
 
 
 def plain_line(snap: Snapshot) -> str:
-    """``step 100/2000 | loss 0.123 | accuracy 0.97 | 52.3 steps/s | ETA 0:00:36``; under fit
+    """``step 100/2000 | loss 0.123 | accuracy 0.97 | recent 52.3 steps/s | ETA 0:00:36``; under fit
     ``epoch 3/12 | step 100/2000 | ...``."""
     parts = [] if snap.epoch is None else [_epoch(snap)]
     parts.append(f"step {snap.step}" + (f"/{snap.total}" if snap.total is not None else ""))
     if snap.train:
         parts.append(_pairs(snap.train))
-    parts.append(f"{format_rate(snap.rate)} steps/s")
+    parts.append(f"recent {format_rate(snap.rate)} steps/s")
     if snap.eta is not None:
         parts.append(f"ETA {format_duration(snap.eta)}")
     return " | ".join(parts)
@@ -380,11 +384,12 @@ def plain_eval_line(snap: Snapshot) -> str:
 
 
 def plain_summary(snap: Snapshot) -> list[str]:
-    """The lines printed when a plain-mode run closes."""
+    """The lines printed when a plain-mode run closes: how it ended, at which step, after how
+    long, at the run's average rate."""
     epoch = "" if snap.epoch is None else f" ({_epoch(snap)})"
     lines = [
         f"{snap.run_name}: {snap.phase} at step {snap.step}{epoch} after {format_duration(snap.elapsed)}"
-        f" ({format_rate(snap.rate)} steps/s)"
+        f" ({format_rate(snap.average)} steps/s)"
     ]
     for rows, best in ((snap.train, "best seen"), (snap.evals, "best")):
         for row in rows:

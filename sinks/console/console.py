@@ -21,6 +21,7 @@ from hookbus.sink_api import (
     StopRequest,
     SubscriberError,
     WaitForStep,
+    how_ended,
 )
 from hookbus.validate import flag, key_name, non_negative_seconds, positive_int, positive_number
 
@@ -165,13 +166,17 @@ class ConsoleSink(Sink):
         self._step = 0
         self._mode = "train"
         self._phase = "starting"
-        self._rate: float | None = None
+        self._rate: float | None = None  # recent: a moving average over about _RATE_SECS
         self._last_rate_point: tuple[int, float] | None = None
+        self._trained = 0  # steps trained in this run's earlier sessions (for the run's average)
+        self._session_start: int | None = None  # the step the current train session began at
         self._train: dict[str, MetricTracker] = {}
         self._evals: dict[str, MetricTracker] = {}
         self._eval_step: int | None = None
         self._checkpoint: CheckpointSaved | None = None
         self._stop: str | None = None
+        self._first_stop: StopRequest | None = None
+        self._error: BaseException | None = None
         self._errors: dict[str, int] = {}
         self._resumed: str | None = None
         self._activity: str | None = None  # what happens now, between training steps
@@ -220,6 +225,7 @@ class ConsoleSink(Sink):
             epoch=progress.epoch if progress is not None else None,
             epochs=progress.epochs if progress is not None else None,
             rate=self._rate,
+            average=self._average(now),
             elapsed=now - self._start,
             taken_at=now,
             train=tuple(m.row() for m in self._train.values()),
@@ -239,6 +245,13 @@ class ConsoleSink(Sink):
         if metric is None:
             metric = table[key] = MetricTracker(key, self.goals.get(key) or best_direction(key), self.history)
         return metric
+
+    def _average(self, now: float) -> float | None:
+        """The run's average rate: the steps its train sessions trained over the run's elapsed time."""
+        elapsed = now - self._start
+        if self._session_start is None or elapsed <= 0:
+            return None
+        return (self._trained + max(0, self._step - self._session_start)) / elapsed
 
     def _measure_rate(self, step: int) -> None:
         now = self.clock()
@@ -271,6 +284,9 @@ class ConsoleSink(Sink):
         if event.mode != "train":
             return
         self._sessions += 1
+        if self._session_start is not None:  # what the session before this one trained
+            self._trained += max(0, self._step - self._session_start)
+        self._session_start = event.step
         self._activity = None
         self._last_rate_point, self._rate = None, None  # a resume point: the rate starts anew
         # Say "resumed" only for what a user did or must know: a run that starts from an earlier
@@ -325,6 +341,7 @@ class ConsoleSink(Sink):
 
     def on_stop_requested(self, event: StopRequest) -> None:
         if self._stop is None:  # the first reason stops the run, as bus.stop_reason
+            self._first_stop = event
             self._stop = f"stop at step {event.step:,}: {event.reason} ({event.source})"
             self._plain(self._stop)
             # The header shows the step the stop happened at, also when the last due step was earlier.
@@ -350,8 +367,8 @@ class ConsoleSink(Sink):
         self._publish()
 
     def on_exception(self, event: ExceptionRaised) -> None:
-        interrupted = isinstance(event.error, KeyboardInterrupt)
-        self._phase = "interrupted" if interrupted else "failed"
+        self._error = event.error
+        self._phase = how_ended(self._first_stop, event.error)  # stopped (KeyboardInterrupt) or crashed
         self._step = max(self._step, event.step)
         detail = f": {event.error}" if str(event.error) else ""
         self._failure = f"{self._phase} at step {event.step:,}: {type(event.error).__name__}{detail}"
@@ -394,5 +411,5 @@ class ConsoleSink(Sink):
             return
         self._active = False
         if self._phase in ("starting", "running", "stopping"):
-            self._phase = "stopped" if self._stop else "finished"
+            self._phase = how_ended(self._first_stop, self._error)
         self.display.stop(plain_summary(self._publish()))

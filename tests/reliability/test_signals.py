@@ -78,7 +78,7 @@ def test_an_exception_from_the_training_code_surfaces_unchanged_and_closes_every
     text = _everything_shown(result)
     assert result.returncode == 1, text
     assert result.cursor_visible
-    assert "(failed)" in text
+    assert "(crashed)" in text
     assert "ValueError: training code failed at step 30" in text
     assert 'raise ValueError(f"training code failed at step {bus.step}")' in text  # the user's frame
     log = read_log(tmp_path)

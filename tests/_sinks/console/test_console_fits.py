@@ -124,7 +124,7 @@ def test_the_dashboard_fits_the_terminal_while_running_and_after_the_end(tmp_pat
     text = result.text
     _check_fits(final, cols)
     assert text.count("╭─ fits") == 1
-    assert "(stopped)" in text
+    assert "(finished)" in text
     assert _header_step(final) == 400
     assert text.count("stop at step 400: reached step 400") == 1
     assert "stop at step 400 (" not in text  # the stop-at-step target is not repeated after the stop

@@ -113,7 +113,7 @@ def test_in_a_notebook_the_dashboard_updates_one_output_in_place_and_keeps_the_f
     shown_html = html.unescape(re.sub(r"<[^>]*>", "", frames[0].data["text/html"]))
     assert shown_html.strip() == final.strip()  # what a browser shows is the text
     # The saved frame is the one the run ended with: the last step, its values, stopped.
-    assert "train (stopped)   step 264/264" in final, final
+    assert "train (finished)   step 264/264" in final, final
     assert "stop at step 264: reached step 264" in final
     rows = _rows(final)
     assert rows["loss"][1] == format_value(1.0 / 264)

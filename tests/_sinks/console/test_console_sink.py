@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import math
@@ -92,6 +93,41 @@ def make(
 # -- the dashboard's content -----------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("stop", "error", "word"),
+    [
+        (None, None, "finished"),  # its last step
+        ("StopAt", None, "finished"),  # a sink stopped it at the step it was asked to
+        ("signal", None, "stopped"),  # preempted: resumable
+        ("thread watchdog", None, "stopped"),  # a stop requested from outside
+        (None, KeyboardInterrupt(), "stopped"),
+        (None, RuntimeError("boom"), "crashed"),
+    ],
+)
+def test_the_summary_says_how_the_run_ended_in_one_word_at_the_runs_average_rate(
+    clock: FakeClock, stop: str | None, error: BaseException | None, word: str
+) -> None:
+    # Issue 36: the summary said "stopped" for a run a sink stopped at its last step, and its
+    # rate was the last few seconds' (4,345.7 steps/s for a run that averaged 3,466).
+    bus, sink, console = make(clock, live=None, every_n_steps=1, plain_every_n_secs=3600)
+    pub = ScriptedPublisher(bus, ["loss"])
+    with pytest.raises(type(error)) if error is not None else contextlib.nullcontext(), bus:
+        pub.begin()
+        clock.advance(10.0)  # start-up (a graph, a session) is part of the run
+        pub.session(0)
+        for step in range(1, 201):
+            clock.advance(0.01 if step <= 100 else 0.1)  # 100 steps/s, then 10
+            pub.advance({"loss": 1.0})
+            if step == 200 and stop is not None:
+                bus.request_stop("asked", source=stop)
+        if error is not None:
+            raise error
+        pub.end()
+    (summary,) = [line for line in console.file.getvalue().splitlines() if line.startswith("exp-1: ")]  # type: ignore[attr-defined]
+    # 200 steps in 10 + 1 + 10 s: 9.5 steps/s on average (the recent rate is about 10).
+    assert summary == f"exp-1: {word} at step 200 after 0:00:21 (9.5 steps/s)"
+
+
 def test_header_shows_step_rate_total_progress_and_eta(clock: FakeClock) -> None:
     bus, sink, _ = make(clock, every_n_steps=1)
     bus.attach(StopAt(1000))
@@ -106,7 +142,7 @@ def test_header_shows_step_rate_total_progress_and_eta(clock: FakeClock) -> None
     assert "exp-1" in text
     assert "train" in text
     assert "step 100/1,000" in text
-    assert "10.0 steps/s" in text  # 1 step per 0.1 s
+    assert "recent 10.0 steps/s" in text  # 1 step per 0.1 s
     assert "10%" in text
     assert "ETA 0:01:30" in text  # 900 steps at 10 steps/s
     assert "elapsed 0:00:10" in text
@@ -235,7 +271,7 @@ def test_status_line_shows_checkpoint_stop_other_sinks_and_errors(clock: FakeClo
     assert "errors: uploader ×6" in text
     assert "sinks: 2 ok, 1 failing" in text
     assert "(stopping)" in text
-    assert "(stopped)" in text_of(sink, width=200)
+    assert "(finished)" in text_of(sink, width=200)
 
 
 class Status(hookbus.Sink):
@@ -275,7 +311,7 @@ def test_a_rewind_resets_the_rate_and_is_noted(clock: FakeClock) -> None:
         assert sink.snapshot.step == 3
         text = text_of(sink)
     assert "rewound to step 3 (session re-created)" in text
-    assert "- steps/s" in text
+    assert "recent - steps/s" in text
 
 
 def test_a_run_resumed_from_an_earlier_checkpoint_says_so(clock: FakeClock) -> None:
@@ -414,13 +450,14 @@ def test_plain_mode_prints_periodic_lines_without_cursor_codes(clock: FakeClock)
     lines = output.splitlines()
     progress = [line for line in lines if line.startswith("step ")]
     # one line at the first step, then at most one per 10 s of (fake) time: 100 s -> 10 more
-    assert progress[0] == "step 1/100 | loss 1 | accuracy 0.01 | - steps/s"
+    assert progress[0] == "step 1/100 | loss 1 | accuracy 0.01 | recent - steps/s"
     assert len(progress) == 10
-    assert "step 11/100 | loss 0.09091 | accuracy 0.11 | 1.0 steps/s | ETA 0:01:29" in progress
+    assert "step 11/100 | loss 0.09091 | accuracy 0.11 | recent 1.0 steps/s | ETA 0:01:29" in progress
     assert "eval at step 50 | eval/loss 0.123" in lines
     assert "checkpoint step 50: ckpt/model-50" in lines
     assert "stop at step 100: reached step 100 (StopAt)" in lines
-    assert "exp-1: stopped at step 100 after 0:01:40 (1.0 steps/s)" in lines
+    # StopAt (a sink) stopped it at the step it was asked to: finished, at the run's average rate.
+    assert "exp-1: finished at step 100 after 0:01:40 (1.0 steps/s)" in lines
     assert "  loss: last 0.01, best seen (min) 0.01 at step 100" in lines  # over the steps it was sent
     assert "  eval/loss: last 0.123, best (min) 0.123 at step 50" in lines
 
@@ -489,7 +526,7 @@ def test_live_dashboard_runs_and_leaves_the_final_frame_and_a_visible_cursor(clo
     shown = "\n".join(screen.display)
     assert not screen.cursor.hidden
     assert "step 20/20" in shown
-    assert "(stopped)" in shown
+    assert "(finished)" in shown
     assert "0.05" in shown  # loss at step 20
 
 
@@ -519,16 +556,16 @@ def test_close_is_idempotent_and_restores_the_terminal_after_an_exception(clock:
     assert console.file.getvalue() == output  # type: ignore[attr-defined]
     screen = terminal(output)
     assert not screen.cursor.hidden
-    assert "failed at step 1: RuntimeError: boom" in "\n".join(screen.display)
+    assert "crashed at step 1: RuntimeError: boom" in "\n".join(screen.display)
 
 
-def test_keyboard_interrupt_is_shown_as_interrupted(clock: FakeClock) -> None:
+def test_keyboard_interrupt_is_shown_as_stopped(clock: FakeClock) -> None:
     bus, sink, console = make(clock, live=True, terminal_console=True, every_n_steps=1)
     with pytest.raises(KeyboardInterrupt):
         run_then_raise(bus, KeyboardInterrupt())
     screen = terminal(console.file.getvalue())  # type: ignore[attr-defined]
     assert not screen.cursor.hidden
-    assert "(interrupted)" in "\n".join(screen.display)
+    assert "(stopped)" in "\n".join(screen.display)
 
 
 class _AbslLikeHandler(logging.Handler):
@@ -649,7 +686,7 @@ def test_dashboard_in_a_real_terminal(tmp_path: Path) -> None:
     assert result.cursor_visible
     assert "pty-run" in text
     assert "step 150/150" in text
-    assert "(stopped)" in text
+    assert "(finished)" in text
     assert "100%" in text
     rows = {line.split()[1]: line.split() for line in result.lines if line.startswith("│ ") and len(line.split()) > 5}
     assert rows["loss"][2:4] == ["0.006667", "0.006667"]
