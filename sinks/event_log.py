@@ -17,7 +17,10 @@ from hookbus.sink_api import (
     CheckpointSaved,
     Event,
     ExceptionRaised,
+    Schedule,
+    ScheduleTimer,
     Sink,
+    SinkContext,
     StopRequest,
     SubscriberError,
     WaitForStep,
@@ -35,8 +38,8 @@ HParamValue = bool | int | float | str
 
 
 class EventLogSink(Sink):
-    """Records every event the bus publishes as one JSON object per line (see examples/README.md
-    "Record and replay" for the format); ``hookbus.replay`` and ``hookbus replay`` read it back.
+    """Records the run's events as one JSON object per line (see examples/README.md "Record and
+    replay" for the format); ``hookbus.replay`` and ``hookbus replay`` read it back.
 
     Passive (:attr:`hookbus.Sink.passive`): it receives every step event published for the other
     subscribers, with the values fetched for them, and never makes a publisher fetch anything:
@@ -49,6 +52,19 @@ class EventLogSink(Sink):
     (the other sinks' status lines when they change, at evaluations, checkpoints, stops and
     ends), ``end`` (per session) and ``close`` (the run closed).
 
+    Its own schedule (``every_n_steps``, ``every_n_secs``) thins the train steps it records: of
+    the train steps published for the others, it records those its schedule is due at (a step
+    where ``step // every_n_steps`` grew since the last one recorded, or the first step seen and
+    then the first one ``every_n_secs`` after the last recorded; both: whichever comes first).
+    It stays passive: a multiple of ``every_n_steps`` on which no other subscriber is due is not
+    published, so the first step published after it is recorded instead (with ``NanGuardSink``,
+    due every step, every multiple is recorded). Everything else is recorded whatever the
+    schedule: evaluations, epoch events, the at-end events, and every record that is not a step
+    (sessions, checkpoints, stops, errors, statuses, ends, the close), so ``hookbus watch`` still
+    sees how the run goes and ends, and a resume still cuts the log at its checkpoint. A session
+    counts the schedule from its step, as the bus counts every subscriber's, so a run resumed
+    from a checkpoint records the steps an uninterrupted one would have.
+
     Exactly once across kills and resumes: its ``state_dict()`` is the log's length at the
     checkpoint barrier; a session restored from that checkpoint cuts the log back to it (keeping
     the ``checkpoint_saved`` record of the checkpoint restored) and appends. Without a saved
@@ -60,6 +76,12 @@ class EventLogSink(Sink):
 
     Args:
         path: The log file (``str`` or path-like); its directory is created at begin.
+        every_n_steps: Record a train step when ``step // every_n_steps`` grew since the last
+            one recorded (default ``None``). Given with ``every_n_secs`` or alone, the schedule
+            replaces the default as a whole; with neither (the default), every train step
+            published for the other subscribers is recorded.
+        every_n_secs: Record the first train step seen, then the first one this many seconds
+            (the bus's clock) after the last one recorded (default ``None``).
         hparams: Hyperparameters (name to bool, int, float or str) recorded in ``begin``
             (default ``None``). ``hookbus replay --tensorboard`` writes them for TensorBoard.
         flush_secs: Longest time records stay unflushed (default 5.0).
@@ -71,15 +93,23 @@ class EventLogSink(Sink):
         priority, on_error, name: See :class:`hookbus.Sink` (default ``on_error="isolate"``).
         runs_on: Multi-worker training: ``"chief"`` (default), ``"all"`` or ``"each"`` (every
             worker writes ``<stem>.worker-<i><suffix>``).
+
+    Raises:
+        ValueError: at construction, naming the argument and the value, when one is invalid
+            (``every_n_steps must be a positive int (got 0)``).
     """
 
     passive: ClassVar[bool] = True
     default_runs_on: ClassVar[str] = "chief"
+    #: No schedule of its own: every train step published for the other subscribers is recorded.
+    default_schedule: ClassVar[Schedule] = Schedule()
 
     def __init__(
         self,
         path: str | os.PathLike[str],
         *,
+        every_n_steps: int | None = None,
+        every_n_secs: float | None = None,
         hparams: Mapping[str, HParamValue] | None = None,
         flush_secs: float = 5.0,
         max_queue_size: int = 1024,
@@ -90,7 +120,14 @@ class EventLogSink(Sink):
         name: str | None = None,
         runs_on: str | None = None,
     ) -> None:
-        super().__init__(priority=priority, on_error=on_error, name=name, runs_on=runs_on)
+        super().__init__(
+            every_n_steps=every_n_steps,
+            every_n_secs=every_n_secs,
+            priority=priority,
+            on_error=on_error,
+            name=name,
+            runs_on=runs_on,
+        )
         self._base_path = self.path = WriterKit.file_path("path", path)
         if hparams is not None and not (
             isinstance(hparams, Mapping)
@@ -111,6 +148,12 @@ class EventLogSink(Sink):
         self._started = False  # whether this run's records have a place in the file yet
         self._loaded: int | None = None  # the offset a checkpoint's state gave, for the next session
         self._statuses: dict[str, str] = {}
+        self._timer: ScheduleTimer | None = None  # the run's schedule of train steps; None: record all
+
+    def setup(self, context: SinkContext) -> None:
+        """A run begins: its schedule counts afresh."""
+        super().setup(context)
+        self._timer = None if self.schedule.is_empty else self.schedule.timer()
 
     def set_output_suffix(self, suffix: str) -> None:
         """Write ``<stem>.<suffix><ext>`` instead: per-worker output."""
@@ -169,6 +212,8 @@ class EventLogSink(Sink):
         if not self.output.writing or file is None:
             return
         if event.mode == "train":
+            if self._timer is not None:  # the schedule counts from the session's step, as the bus's do
+                self._timer.reset(event.step, self.context.clock())
             first, self._train_seen = not self._train_seen, True
             offset, self._loaded = self._loaded, None
             if offset is not None:
@@ -188,9 +233,17 @@ class EventLogSink(Sink):
         self._put(event)
 
     def on_after_run(self, event: Event) -> None:
-        self._put(event)
         if event.mode != "train":
+            self._put(event)
             self._status(event.step, event.wall_time)
+            return
+        timer = self._timer
+        if timer is not None and not event.final:  # the at-end events are rare: always recorded
+            now = self.context.clock()
+            if not timer.is_due(event.step, now):
+                return
+            timer.fire(event.step, now)
+        self._put(event)
 
     def on_checkpoint_saved(self, event: CheckpointSaved) -> None:
         now = time.time()

@@ -12,7 +12,15 @@ import pytest
 
 import hookbus
 from hookbus._cli._demo import build_linear_regression
-from hookbus.sinks import CheckpointSink, CSVSink, EarlyStoppingSink, EventLogSink, NanGuardSink, TensorBoardSink
+from hookbus.sinks import (
+    CheckpointSink,
+    CSVSink,
+    EarlyStoppingSink,
+    EventLogSink,
+    NanGuardSink,
+    StopAtStepSink,
+    TensorBoardSink,
+)
 
 tf = pytest.importorskip("tensorflow")
 
@@ -120,3 +128,66 @@ def test_replay_without_an_output_option_says_what_the_log_holds_and_what_to_ask
     assert f"hookbus replay: nothing asked for; {log} holds {len(steps)} step records up to step {max(steps)}" in err
     for option in ("--csv FILE", "--tensorboard DIR", "--early-stopping SPEC"):
         assert option in err
+
+
+@pytest.fixture(scope="module")
+def scheduled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real training (400 steps, NanGuardSink due every step) recorded twice at once: by a
+    log with its own schedule (every 50 steps) and by one without (every step published)."""
+    tmp = tmp_path_factory.mktemp("scheduled")
+    with tf.Graph().as_default():
+        m = build_linear_regression()
+        bus = hookbus.EventBus()
+        checkpoints = str(tmp / "ckpt")
+        bus.attach(CheckpointSink(checkpoints, every_n_steps=125, every_n_secs=None, keep=5))
+        bus.attach(NanGuardSink("loss"))  # every step: every step is published
+        bus.attach(StopAtStepSink(last_step=400))
+        bus.attach(CSVSink(tmp / "live" / "metrics.csv", every_n_steps=100))
+        bus.attach(TensorBoardSink(tmp / "live" / "tb", every_n_steps=100))
+        bus.attach(EventLogSink(tmp / "every50.jsonl", every_n_steps=50, name="every50"))
+        bus.attach(EventLogSink(tmp / "all.jsonl", name="all"))
+        hook = hookbus.EventBusHook(bus, {"loss": m.loss, "accuracy": m.accuracy}, train_op=m.train_op)
+        with bus, hookbus.monitored_training_session(hooks=[hook], checkpoint_dir=checkpoints) as sess:
+            while not sess.should_stop():
+                sess.run(m.train_op)
+    assert bus.step == 400
+    return tmp
+
+
+def test_a_log_with_its_own_schedule_records_its_steps_of_a_real_training_and_replays_them(
+    scheduled: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hookbus._cli._cli import main
+
+    def records(name: str) -> list[dict[str, Any]]:
+        return hookbus.read_event_log(scheduled / name)
+
+    def train_steps(found: list[dict[str, Any]]) -> list[int]:
+        return [r["step"] for r in found if r["record"] == "step" and r["mode"] == "train" and not r.get("final")]
+
+    every50, everything = records("every50.jsonl"), records("all.jsonl")
+    assert train_steps(everything) == list(range(1, 401))  # no schedule: every step published (the default)
+    assert train_steps(every50) == list(range(50, 401, 50))
+    by_step = {r["step"]: r for r in everything if r["record"] == "step"}
+    assert all(r == by_step[r["step"]] for r in every50 if r["record"] == "step")  # the same values
+
+    def others(found: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [(r["record"], r["step"]) for r in found if r["record"] != "step"]
+
+    assert others(every50) == others(everything)  # sessions, checkpoints, the stop, the end, the close
+    assert [s for kind, s in others(every50) if kind == "checkpoint_saved"] == [125, 250, 375, 400]
+    assert (every50[-1]["record"], every50[-1]["step"]) == ("close", 400)
+    assert (scheduled / "every50.jsonl").stat().st_size * 10 < (scheduled / "all.jsonl").stat().st_size
+
+    # Replayed on the recorded schedule, the CSV and TensorBoard sinks write what they wrote live.
+    out = scheduled / "replayed"
+    argv = ["replay", str(scheduled / "every50.jsonl"), "--csv", str(out / "metrics.csv")]
+    argv += ["--csv-every-n-steps", "100", "--tensorboard", str(out / "tb"), "--tensorboard-every-n-steps", "100"]
+    assert main(argv) == 0
+    assert "replayed 8 step records" in capsys.readouterr().out
+    live = scheduled / "live"
+    assert (out / "metrics.csv").read_text() == (live / "metrics.csv").read_text()  # wall times included
+    assert len((live / "metrics.csv").read_text().splitlines()) == 1 + 4
+    shown, replayed = scalars(live / "tb"), scalars(out / "tb")
+    assert shown == replayed
+    assert [s for s, _, _ in shown["loss"]] == [100, 200, 300, 400]
