@@ -27,6 +27,7 @@ from hookbus.sink_api import (
     WriterKit,
     WriterStats,
     event_log_line,
+    how_ended,
 )
 
 from ._event_log_file import LogFile
@@ -50,7 +51,9 @@ class EventLogSink(Sink):
     events: step, wall time, mode, task, scalar values; arrays summarised, bytes skipped),
     ``checkpoint_saved``, ``stop_requested``, ``subscriber_error``, ``exception``, ``status``
     (the other sinks' status lines when they change, at evaluations, checkpoints, stops and
-    ends), ``end`` (per session) and ``close`` (the run closed).
+    ends), ``end`` (per session) and ``close`` (the run closed, with ``ended``: how it ended in
+    one word, ``"finished"``, ``"stopped"`` or ``"crashed"``, from the first stop request and the
+    exception it saw, by :func:`hookbus.sink_api.how_ended`).
 
     Its own schedule (``every_n_steps``, ``every_n_secs``) thins the train steps it records: of
     the train steps published for the others, it records those its schedule is due at (a step
@@ -149,11 +152,14 @@ class EventLogSink(Sink):
         self._loaded: int | None = None  # the offset a checkpoint's state gave, for the next session
         self._statuses: dict[str, str] = {}
         self._timer: ScheduleTimer | None = None  # the run's schedule of train steps; None: record all
+        self._first_stop: StopRequest | None = None  # what the close record's "ended" is read from
+        self._error: BaseException | None = None
 
     def setup(self, context: SinkContext) -> None:
-        """A run begins: its schedule counts afresh."""
+        """A run begins: its schedule counts afresh, no stop or exception seen yet."""
         super().setup(context)
         self._timer = None if self.schedule.is_empty else self.schedule.timer()
+        self._first_stop, self._error = None, None
 
     def set_output_suffix(self, suffix: str) -> None:
         """Write ``<stem>.<suffix><ext>`` instead: per-worker output."""
@@ -254,6 +260,8 @@ class EventLogSink(Sink):
         self.output.flush()
 
     def on_stop_requested(self, event: StopRequest) -> None:
+        if self._first_stop is None:  # the first request is the one the run stopped for
+            self._first_stop = event
         self._put(event)
         self._status(event.step, event.wall_time)
 
@@ -261,6 +269,7 @@ class EventLogSink(Sink):
         self._put(event, wall_time=time.time())
 
     def on_exception(self, event: ExceptionRaised) -> None:
+        self._error = event.error
         self._put(event, wall_time=time.time())
 
     def on_end(self, event: Event) -> None:
@@ -294,11 +303,13 @@ class EventLogSink(Sink):
         return self.output.stats()
 
     def close(self) -> None:
-        """Write a ``close`` record and what is queued (within ``close_deadline``); idempotent."""
+        """Write a ``close`` record (``step``, ``wall_time`` and ``ended``: ``"finished"``,
+        ``"stopped"`` or ``"crashed"``) and what is queued (within ``close_deadline``); idempotent."""
         try:
             if self.output.writing and not self.output.stalled:  # a stalled writer takes nothing more
                 context = self._context
                 step = context.current_step() if context is not None else None
-                self.output.put(("close", {"step": step, "wall_time": time.time()}))
+                ended = how_ended(self._first_stop, self._error)
+                self.output.put(("close", {"step": step, "wall_time": time.time(), "ended": ended}))
         finally:
             self.output.close()  # and the lock: the next run, in this process or another, may write the log

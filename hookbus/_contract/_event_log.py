@@ -9,6 +9,12 @@ and pandas read as floats). A key that would collide with a record field is nest
 max, mean and the count of non-finite entries); ``bytes`` (serialized summaries) and other
 values are not recorded, only named in ``skipped``.
 
+The ``close`` record (the run closed) carries ``ended``: how the run ended in one word,
+``"finished"``, ``"stopped"`` or ``"crashed"`` (:func:`hookbus.sink_api.how_ended`). Logs written
+before it have no ``ended``: a reader takes its absence as "not said". A field added to a record
+keeps the version (a reader ignores the fields it does not know); the version grows only when
+an older reader would misread a record.
+
 The writer writes whole lines only; a reader ignores a last line without its newline (a write
 in progress, or one a kill tore). :func:`read_event_log` is that reader.
 """
@@ -150,7 +156,7 @@ def event_log_line(payload: Payload | str, **fields: Any) -> str:
             ``session_created`` and ``end`` keep their signal's name), a
             :class:`CheckpointSaved`, :class:`StopRequest`, :class:`SubscriberError`,
             :class:`ExceptionRaised` or :class:`WaitForStep`; or a record kind (``"status"``, ``"close"``) given with
-            all its ``fields``.
+            all its ``fields`` (``close``: ``step``, ``wall_time``, ``ended``).
         **fields: More fields for the record (``begin``: keys, shapes, ...; ``wall_time`` for
             payloads that have none).
     """
