@@ -172,7 +172,7 @@ def demo(logdir: Path, *, steps: int, eval_every: int, patience: int, delay: flo
                 eval_steps=1,
                 run_step=run_step,
             )
-    print(f"stopped after {rounds} evaluation(s): {bus.stop_reason or 'no stop requested'}")
+    print(f"ended after {rounds} evaluation(s): {bus.stop_reason or 'its last step'}")  # the word is the summary's
     print(f"metrics: {logdir / 'metrics.csv'}   checkpoints: {ckpt}   event log: {logdir / 'events.jsonl'}")
     print(f"open in TensorBoard: {_command('tensorboard')} --logdir {shlex.quote(str(logdir / 'tb'))}")
     return 0
