@@ -46,7 +46,9 @@ class TF2CheckpointBackend:
     ``save`` is ``checkpoint.write`` (no ``save_counter``, no state file: the sink records and
     prunes), traced once while the checkpoint's objects stay the same
     (:class:`~hookbus._tf._checkpoint_write.CompiledWrite`); ``restore`` is ``checkpoint.read`` and
-    asserts that every object of the live checkpoint found its value. The publisher attaches
+    asserts that every object of the live checkpoint found its value (variables made later, by a
+    model Keras builds at its first batch, take theirs as they are made: :meth:`check_deferred`
+    asserts they did). The publisher attaches
     the checkpoint when training begins and detaches it at the end; it is ``ready`` in between.
 
     Args:
@@ -56,6 +58,7 @@ class TF2CheckpointBackend:
     def __init__(self, checkpoint: Any = None) -> None:
         self._checkpoint = check_checkpoint(checkpoint)
         self._write: CompiledWrite | None = None  # the checkpoint's write, kept across attaches
+        self._deferred: tuple[str, Any] | None = None  # the last restore's prefix and TensorFlow's status of it
         self._live = False
 
     def attach(self, checkpoint: Any = None) -> None:
@@ -84,7 +87,33 @@ class TF2CheckpointBackend:
         return self._write(path)
 
     def restore(self, path: str) -> None:
-        self._check().read(path).assert_existing_objects_matched()
+        status = self._check().read(path)
+        status.assert_existing_objects_matched()
+        # Variables made after the read (a model Keras builds at its first batch) take their values
+        # as they are made (TensorFlow's deferred restoration); check_deferred asserts they did.
+        self._deferred = (path, status)
+
+    def check_deferred(self) -> None:
+        """Assert that the variables made since the last :meth:`restore` took values from its checkpoint.
+
+        Called once the model exists (after its first trained batch) where it did not at the
+        restore; a second call checks nothing.
+
+        Raises:
+            RuntimeError: naming the checkpoint, where a variable made since found no value in it
+                (a model other than the one that was saved).
+        """
+        deferred, self._deferred = self._deferred, None
+        if deferred is None:
+            return
+        path, status = deferred
+        try:
+            status.assert_existing_objects_matched()
+        except AssertionError as error:
+            raise RuntimeError(
+                f"checkpoint {path} has no value for variables the model made at its first batch: it was saved "
+                f"from another model. {error}"
+            ) from error
 
 
 def _directory(bus: EventBus, restore: Restore) -> str:

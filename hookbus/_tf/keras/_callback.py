@@ -21,7 +21,7 @@ from hookbus._tf._weights_tf import ModelWeights
 from hookbus._tf.keras._hold import HeldWork
 from hookbus._tf.keras._logs import EpochKeys, LogChecks, epoch_values, validation_values
 from hookbus._tf.keras._metrics import CompiledDirections
-from hookbus._tf.keras._resume import cut_short, pass_over, restore_train_function, start_epoch
+from hookbus._tf.keras._resume import cut_short, pass_over, prepare_restore, restore_train_function, start_epoch
 
 if TYPE_CHECKING:
     from hookbus._bus._bus import EventBus
@@ -85,6 +85,10 @@ class EventBusCallback:
     checkpoint of the attached :class:`~hookbus.sinks.CheckpointSink`'s directory (or of the
     directory ``restore`` names) into the model and optimizer; steps continue from the restored
     ``iterations``, and sinks resume there (CSV drops rows after it, sink states come back).
+    A model Keras builds at its first batch (a ``Sequential`` without ``Input``) needs nothing
+    more: with an empty directory ``fit`` just starts; from a checkpoint, its variables take the
+    restored values as Keras makes them, before the first step's update
+    (:mod:`hookbus._tf.keras._resume` says why not after it).
     A run killed and restarted with the same ``fit`` and ``restore=True`` writes every step
     exactly once. ``fit`` continues at the epoch of the restored step (``step // steps_per_epoch``,
     as Keras's ``BackupAndRestore`` does; exact when checkpoints fall on epoch ends; with an
@@ -175,6 +179,7 @@ class EventBusCallback:
         self._held = HeldWork(self._core.hold, self._core.release)
         self._resume_batch = 0  # batches of the resumed epoch trained before the restart
         self._skipped = False  # the batch Keras just reported was passed over, not trained
+        self._deferred = False  # a restore into a model Keras builds at its first batch, to check after it
         self._batches = 0  # batches Keras ran of the current epoch (passed over ones included)
         self._epoch: int | None = None  # the epoch being trained (0-based), from its on_epoch_begin
         self._in_fit = False
@@ -238,11 +243,9 @@ class EventBusCallback:
             if offered is not None:
                 offered.local = False  # applied where the workers agree (CollectiveStop)
         self._core.begin()
-        if self.restore is not False and not getattr(optimizer, "built", True):
-            # As Keras's BackupAndRestore: the optimizer's variables must exist to take their
-            # values now (a deferred restore would leave them unrestored if no batch runs).
-            optimizer.build(model.trainable_variables)
+        unbuilt = self.restore is not False and prepare_restore(model, optimizer)
         self.restored_from = restore_latest(self.bus, self.checkpoint_backend, self.restore)
+        self._deferred = unbuilt and self.restored_from is not None  # checked after the first trained batch
         self._step = self._epoch_start = self._read_step()
         self._core.count_local_step(0)
         self._core.session_created(self._step, True if self.restored_from else None, in_memory=True)
@@ -307,6 +310,9 @@ class EventBusCallback:
         if self._skipped:  # a batch trained before the restart, passed over: not a step
             self._skipped = False
             return
+        if self._deferred:  # a model built at this batch: its variables took the restored values (or fail here)
+            self._deferred = False
+            self.checkpoint_backend.check_deferred()
         if not self._checks.names_checked:  # Keras's log names arrive with the first batch: check them
             self._checks.check_names(logs)  # and the declared keys, also when no subscriber is due then
             if logs is not None:

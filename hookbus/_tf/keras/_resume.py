@@ -10,6 +10,23 @@ epoch's first calls: each reads its batches from the iterator and returns withou
 then puts Keras's function back. The epoch keeps its length and Keras its batch numbering;
 the callback publishes nothing for the batches passed over. The epoch the stop cut short
 publishes no validation and no epoch record (:func:`cut_short`): the resume completes it.
+
+A model Keras builds at its first batch (a ``Sequential`` without ``Input``, the model of
+Keras's own callback tests) has no variables when ``fit`` calls ``on_train_begin``
+(:func:`prepare_restore`). With no checkpoint to restore, ``fit`` just starts, as with Keras's
+``ModelCheckpoint``. With one, the checkpoint is read at ``on_train_begin`` all the same: the
+optimizer's ``iterations`` and rate exist from its construction and take their values at once,
+so the step and the epoch to resume at are known before the first batch; the model's variables
+and the optimizer's slots, which Keras makes while tracing the first train step, take theirs
+from TensorFlow's deferred restoration as each is made, inside that step and before its
+gradients are applied. The first step trains from the restored weights, exactly as it would
+had the model been built beforehand, and the run continues as an uninterrupted one. Once that
+step has trained, and before anything is published or saved from it, every variable made is
+checked to have found its value (a checkpoint of another model fails there, naming it).
+Keras's ``BackupAndRestore`` refuses an unbuilt model instead; a restore *after* the first
+batch would be wrong: that batch would train from fresh weights and be thrown away, so the
+resumed epoch would lose a batch of its input, and its loss would stay in the epoch's running
+means and in the logs other callbacks saw.
 """
 
 from __future__ import annotations
@@ -18,11 +35,32 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["cut_short", "pass_over", "restore_train_function", "start_epoch"]
+__all__ = ["cut_short", "pass_over", "prepare_restore", "restore_train_function", "start_epoch"]
 
 logger = logging.getLogger("hookbus")
 
 _WRAPPED = "_hookbus_trains"  # the attribute of a wrapper that holds Keras's own train function
+
+
+def prepare_restore(model: Any, optimizer: Any) -> bool:
+    """Make the variables a restore at ``on_train_begin`` gives values to; whether some are made later.
+
+    A built model: the optimizer's variables are built over the model's trainable variables
+    where they do not exist yet (as Keras's ``BackupAndRestore`` does), so that they take their
+    values now, also if no batch runs. A model Keras builds at its first batch: nothing is built
+    (an optimizer built over its still empty list of variables would refuse them at the first
+    batch); its variables and the optimizer's slots take their values as they are made (see the
+    module).
+
+    Returns:
+        ``True`` where the model is not built yet: the restore is completed at its first batch,
+        and checked after it (:meth:`~hookbus._tf._checkpoint_tf2.TF2CheckpointBackend.check_deferred`).
+    """
+    if not getattr(model, "built", True):
+        return True
+    if not getattr(optimizer, "built", True):
+        optimizer.build(model.trainable_variables)
+    return False
 
 
 def start_epoch(model: Any, params: Mapping[str, Any] | None, step: int, restored: bool) -> tuple[int, int]:
