@@ -17,6 +17,10 @@ StopAtStepSink, and appends what the test compares to ``DIR/log.jsonl``.
 - ``prune:n``: at the first save from step n that prunes, after the pointer names the new
   checkpoint and before the one beyond ``keep`` is deleted.
 
+``HOOKBUS_TEST_EVENT_LOG=1`` adds an EventLogSink (``DIR/events.jsonl``), and with
+``HOOKBUS_TEST_EVENT_LOG_EVERY=n`` a second one on its own schedule (``every_n_steps=n``,
+``DIR/events.every-<n>.jsonl``; ``test_event_log_kill.py``).
+
 ``HOOKBUS_TEST_MLFLOW="URI EXPERIMENT"`` adds an MLflowSink logging every step there
 (``test_mlflow_kill.py``).
 
@@ -81,6 +85,10 @@ def main() -> None:
             from hookbus.sinks import EventLogSink
 
             sinks.append(EventLogSink(os.path.join(directory, "events.jsonl"), flush_secs=0.05))
+            every = os.environ.get("HOOKBUS_TEST_EVENT_LOG_EVERY")  # and one on its own schedule
+            if every:
+                path = os.path.join(directory, f"events.every-{every}.jsonl")
+                sinks.append(EventLogSink(path, every_n_steps=int(every), flush_secs=0.05, name=f"every {every}"))
         if os.environ.get("HOOKBUS_TEST_MLFLOW"):  # the MLflow kill test (test_mlflow_kill.py): URI, experiment
             from hookbus.sinks import MLflowSink
 
