@@ -11,13 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import numpy as np
-
 from hookbus.validate import finite_number, non_negative_int
 
 from .._monitor import Monitor
+from ._steering import as_held
 
-__all__ = ["PlateauDecision", "PlateauRule", "PlateauState", "decide", "plateau_rule"]
+__all__ = ["PlateauDecision", "PlateauRule", "PlateauState", "above_min_lr", "below_min_lr", "decide", "plateau_rule"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +83,18 @@ class PlateauDecision(NamedTuple):
     rate: float | None
 
 
+def above_min_lr(rule: PlateauRule, rate: float) -> bool:
+    """Whether ``rate`` is above ``min_lr``, compared at float32 (:func:`~._steering.as_held`): a
+    rate set to ``min_lr`` and read back from a float32 variable is at ``min_lr``, not below it."""
+    return bool(as_held(rate) > as_held(rule.min_lr))
+
+
+def below_min_lr(rule: PlateauRule, rate: float) -> bool:
+    """Whether ``rate`` is below ``min_lr``, compared as :func:`above_min_lr` compares (a ``min_lr``
+    above the rate in effect never lets the rule reduce it)."""
+    return bool(as_held(rate) < as_held(rule.min_lr))
+
+
 def decide(rule: PlateauRule, state: PlateauState, value: float, rate: float, step: int = 0) -> PlateauDecision:
     """Decide on one evaluation of ``value`` (at ``step``) while ``rate`` is the learning rate in effect; pure.
 
@@ -93,9 +104,10 @@ def decide(rule: PlateauRule, state: PlateauState, value: float, rate: float, st
     reduces on the ``patience``-th evaluation without improvement (at once with
     ``patience=0``); improvement is ``value < best - min_delta`` in min mode (NaN never
     improves, and a first NaN is a best nothing beats). A reduction sets ``max(rate * factor,
-    min_lr)``, and happens only while ``rate > min_lr`` compared as float32 (as Keras compares
-    the optimizer's rate with ``np.float32(min_lr)``): otherwise nothing
-    changes, the cooldown does not start and ``wait`` keeps growing.
+    min_lr)``, and happens only while the rate is above ``min_lr`` (:func:`above_min_lr`):
+    otherwise nothing changes, the cooldown does not start and ``wait`` keeps growing. A rate
+    reduced to ``min_lr`` is held as ``min_lr`` is at float32 (rounding to float32 keeps order),
+    so it is never reduced below it, nor again.
     """
     cooldown, wait = state.cooldown, state.wait
     if cooldown > 0:
@@ -105,7 +117,7 @@ def decide(rule: PlateauRule, state: PlateauState, value: float, rate: float, st
     if cooldown > 0:
         return PlateauDecision(PlateauState(state.best, state.best_step, wait, cooldown, state.reductions), None)
     wait += 1
-    if wait >= rule.patience and np.float32(rate) > np.float32(rule.min_lr):
+    if wait >= rule.patience and above_min_lr(rule, rate):
         reduced = max(rate * rule.factor, rule.min_lr)
         return PlateauDecision(
             PlateauState(state.best, state.best_step, 0, rule.cooldown, state.reductions + 1), reduced

@@ -12,12 +12,25 @@ from hookbus.sink_api import require_learning_rate
 if TYPE_CHECKING:
     from hookbus.sink_api import LearningRate, LearningRateChange, SinkContext
 
-__all__ = ["RateSteering", "change_line", "same_rate"]
+__all__ = ["RateSteering", "as_held", "change_line", "same_rate"]
+
+
+def as_held(rate: float) -> np.float32:
+    """``rate`` at the precision every comparison of rates is made at: float32.
+
+    The one rule for comparing rates (with each other, with ``min_lr``): a rate read back from a
+    float32 rate variable (Keras's optimizers', TensorFlow's default) is the float32 nearest to
+    the rate that was set, so ``0.005`` set is ``0.004999999888`` read, below ``0.005`` as a
+    Python float. Compared at float32 they are one, as Keras's ``ReduceLROnPlateau`` compares
+    the optimizer's rate with ``np.float32(min_lr)``. A float64 rate variable is compared at
+    float32 too: rates closer than float32 tells apart count as the same.
+    """
+    return np.float32(rate)
 
 
 def same_rate(a: float, b: float) -> bool:
-    """Whether two rates are one to a float32 rate variable (what every backend holds)."""
-    return bool(np.float32(a) == np.float32(b))
+    """Whether two rates are one at the precision rates are compared at (:func:`as_held`)."""
+    return bool(as_held(a) == as_held(b))
 
 
 def change_line(change: LearningRateChange) -> str:

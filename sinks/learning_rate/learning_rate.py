@@ -16,7 +16,7 @@ from hookbus.sink_api import LEARNING_RATE_KEY, Priority, Schedule, Sink
 from hookbus.validate import finite_number
 
 from .._monitor import Monitor, check_scalar
-from ._plateau import PlateauState, decide, plateau_rule
+from ._plateau import PlateauState, below_min_lr, decide, plateau_rule
 from ._steering import RateSteering, same_rate
 
 if TYPE_CHECKING:
@@ -70,7 +70,9 @@ class ReduceLROnPlateauSink(_RateSink):
         min_delta: A change smaller than this is no improvement (default 1e-4).
         cooldown: Evaluations after a reduction during which nothing is counted (default 0).
         min_lr: The rate is never reduced below this (default 0.0). Above the rate in effect,
-            nothing is ever reduced: a warning says so, once a run.
+            nothing is ever reduced: a warning says so, once a run. Rates and ``min_lr`` are
+            compared at float32, the rate variable's precision (a rate at ``min_lr`` is at it,
+            not below it, though the float32 rate read back is a little less than ``min_lr``).
         every_n_steps, every_n_secs: The schedule for a training key (default every step).
         name: Name in reports and in checkpoint state (default the class name).
         runs_on: Where it runs in multi-worker training (default ``"chief"``: the chief decides,
@@ -138,7 +140,7 @@ class ReduceLROnPlateauSink(_RateSink):
             return
         lr = self._steering.require(self.context)
         rate, _ = self._steering.in_effect(lr)
-        if not self._warned and rate < self.rule.min_lr:
+        if not self._warned and below_min_lr(self.rule, rate):
             self._warned = True
             logger.warning(
                 "%s: min_lr %.6g is above the learning rate in effect (%.6g), so it never reduces the rate",

@@ -142,6 +142,26 @@ def test_a_min_lr_above_the_rate_warns_once(caplog: pytest.LogCaptureFixture) ->
     assert "min_lr 0.5 is above the learning rate in effect (0.1)" in record.getMessage()
 
 
+def test_a_rate_at_min_lr_is_at_it_not_below_it_and_a_reduction_to_min_lr_stays_there(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """0.005 in a float32 rate variable reads back as 0.004999999888, less than the float 0.005:
+    compared at float32 it is min_lr (issue 36, item 5: it warned "min_lr 0.005 is above the
+    learning rate in effect (0.005)")."""
+    evals = {s: 1.0 for s in range(1, 11)}  # the first is the best: a plateau from then on
+    with caplog.at_level(logging.WARNING, "hookbus"):
+        at_min, no_changes = run(ReduceLROnPlateauSink(patience=0, min_lr=0.005), backend=Rate(0.005), evals=evals)
+        reduced, changes = run(
+            ReduceLROnPlateauSink(patience=1, factor=0.1, min_lr=0.005), backend=Rate(0.05), evals=evals
+        )
+    assert [r.getMessage() for r in caplog.records if "min_lr" in r.getMessage()] == []
+    assert no_changes == []
+    assert at_min == [f32(0.005)] * 10
+    # Reduced once, to exactly min_lr as the rate variable holds it, then never again (nor below).
+    assert [(c.step, c.old, c.new) for c in changes] == [(2, f32(0.05), f32(0.005))]
+    assert reduced == [f32(0.05)] * 2 + [f32(0.005)] * 8
+
+
 def test_an_unknown_monitor_fails_before_step_1_naming_the_known_keys() -> None:
     with pytest.raises(hookbus.UnknownKeyError, match="eval/los") as error:
         run(ReduceLROnPlateauSink(monitor="eval/los"))

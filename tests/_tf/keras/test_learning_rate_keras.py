@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import numpy as np
 import pytest
 from _keras_data import KERAS_NP_ARRAY, classifier, data
 
@@ -84,6 +86,31 @@ def test_plateau_sink_reduces_at_the_epochs_and_to_the_rates_keras_reduce_lr_on_
     assert [published[s] for s in range(1, 10 * STEPS_PER_EPOCH + 1)] == ours.batches
     assert sink.status().startswith(f"lr {changes[-1].old:.3g} → {changes[-1].new:.3g} at step {changes[-1].step}: ")
     assert "eval/loss did not improve for 1 evaluation" in sink.status()
+
+
+@pytest.mark.parametrize("start", [0.005, 0.05], ids=["starting-at-min_lr", "reduced-to-min_lr"])
+def test_a_rate_at_min_lr_stays_there_without_a_warning_as_keras_reduce_lr_on_plateau_keeps_it(
+    start: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 36, item 5: the float32 rate read back (0.004999999888) is min_lr (0.005), not below
+    it: no "min_lr 0.005 is above the learning rate in effect (0.005)" warning, and no reduction
+    below it, as Keras's ReduceLROnPlateau (which compares with np.float32(min_lr))."""
+    # min_delta so large that only the first evaluation improves: patience=1 reduces at epoch 1's end.
+    settings = {"factor": 0.1, "patience": 1, "min_delta": 1e9, "min_lr": 0.005}
+    keras_model = model(keras.optimizers.SGD(start))
+    theirs = fit(keras_model, [keras.callbacks.ReduceLROnPlateau(monitor="val_loss", **settings)], epochs=5)
+    with caplog.at_level(logging.WARNING, "hookbus"):
+        ours, changes, _ = with_bus(
+            model(keras.optimizers.SGD(start)), ReduceLROnPlateauSink(monitor="eval/loss", **settings), epochs=5
+        )
+    assert [r.getMessage() for r in caplog.records if "min_lr" in r.getMessage()] == []
+    at_min = float(np.float32(0.005))
+    expected = [float(np.float32(start))] * 2 + [at_min] * 3 if start > 0.005 else [at_min] * 5
+    assert keras_model.history.history["learning_rate"] == expected  # the rate each epoch trained with
+    assert theirs.epochs == [*expected, at_min]  # the same at each epoch's begin, then at train end
+    assert ours.epochs == theirs.epochs
+    assert ours.losses == theirs.losses  # the same training, batch for batch
+    assert [(c.step, c.new) for c in changes] == ([(2 * STEPS_PER_EPOCH, at_min)] if start > 0.005 else [])
 
 
 def test_scheduler_sink_per_epoch_sets_the_rates_keras_learning_rate_scheduler_does() -> None:
