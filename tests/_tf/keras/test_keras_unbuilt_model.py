@@ -24,7 +24,7 @@ tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
 from hookbus import EventBus, EventBusCallback  # noqa: E402 - after the importorskip
-from hookbus.sinks import CheckpointSink  # noqa: E402
+from hookbus.sinks import CheckpointSink, StopAtStepSink  # noqa: E402
 
 STEPS = 4  # 64 examples in batches of 16
 EPOCHS = 4
@@ -46,10 +46,13 @@ def unbuilt(*layers: Any) -> Any:
     return m
 
 
-def fit_with_bus(m: Any, directory: Path, epochs: int, *extra: Any) -> Any:
-    """Fit ``m`` under a bus whose CheckpointSink saves each epoch end, with ``restore=True``; the history."""
+def fit_with_bus(m: Any, directory: Path, epochs: int, *extra: Any, stop_at: int | None = None) -> Any:
+    """Fit ``m`` under a bus whose CheckpointSink saves each epoch end (and at a stop at step
+    ``stop_at``), with ``restore=True``; the history."""
     bus = EventBus()
     bus.attach(CheckpointSink(directory))
+    if stop_at is not None:
+        bus.attach(StopAtStepSink(last_step=stop_at))
     with bus:
         return m.fit(
             *TRAIN, validation_data=VAL, epochs=epochs, callbacks=[EventBusCallback(bus, restore=True), *extra], **FIT
@@ -136,3 +139,17 @@ def test_a_checkpoint_of_another_model_fails_at_the_first_batch_naming_it_and_sa
     assert [f for f in sorted(os.listdir(tmp_path / "ckpt")) if "model.ckpt" in f] == [
         f for f in saved if "model.ckpt" in f
     ]
+
+
+def test_an_unbuilt_model_resumed_in_the_middle_of_an_epoch_ends_as_an_uninterrupted_fit(tmp_path: Path) -> None:
+    """The batches of the resumed epoch trained before the stop are read without training (the
+    model is still unbuilt then); the first batch trained builds it from the checkpoint's values."""
+    whole = unbuilt()
+    whole.fit(*TRAIN, validation_data=VAL, epochs=EPOCHS, **FIT)
+    stop = STEPS + 2  # the 3rd batch of epoch 1
+    fit_with_bus(unbuilt(), tmp_path / "ckpt", EPOCHS, stop_at=stop)
+    assert latest(tmp_path / "ckpt") == f"model.ckpt-{stop}"
+    resumed = unbuilt()
+    assert fit_with_bus(resumed, tmp_path / "ckpt", EPOCHS).epoch == list(range(1, EPOCHS))
+    assert int(resumed.optimizer.iterations.numpy()) == EPOCHS * STEPS
+    assert_same_weights(resumed.get_weights(), whole.get_weights())
