@@ -67,7 +67,8 @@ def test_the_default_demo_shows_learning_and_early_stopping_decides(tmp_path: Pa
     # The end: early stopping decided before the step budget, said once; one final frame whose
     # header and footer agree; nobody resumed anything, so no "resumed" anywhere.
     assert everything.count("╭─ demo") == 1
-    stop = next(line for line in result.scrolled if "stop at step" in line)
+    stop = next((line for line in result.scrolled if "stop at step" in line), None)
+    assert stop is not None, everything  # the screen, when the final frame lacks the stop line
     stopped_at = int(stop.split("stop at step ")[1].split(":")[0].replace(",", ""))
     assert 1000 < stopped_at < 4000
     assert _header_step(result.scrolled) == stopped_at
@@ -154,7 +155,8 @@ def test_after_ctrl_c_the_printed_resume_command_resumes(tmp_path: Path) -> None
     everything = "\n".join(result.scrolled)
     assert result.returncode == 130, everything
     assert everything.count("╭─ demo") == 1  # the final frame drawn once, under no stale copy
-    stop = next(line for line in result.scrolled if "stop at step" in line)
+    stop = next((line for line in result.scrolled if "stop at step" in line), None)
+    assert stop is not None, everything  # the screen, when the final frame lacks the stop line
     stopped_at = int(stop.split("stop at step ")[1].split(":")[0].replace(",", ""))
     assert _header_step(result.scrolled) == stopped_at
     assert "received SIGINT" in stop
