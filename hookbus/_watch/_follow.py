@@ -56,7 +56,7 @@ class LogFollower:
         """Read what the file gained since the last poll (see :class:`Poll`)."""
         try:
             handle = open(self.path, "rb")  # noqa: SIM115 - closed below; fstat needs the open file
-        except FileNotFoundError:
+        except (FileNotFoundError, IsADirectoryError):  # not there yet, or PATH became a directory of logs
             return Poll(exists=False)
         with handle:
             stat = os.fstat(handle.fileno())  # the file opened, not whatever the path names a moment later

@@ -121,6 +121,9 @@ class Watch:
     def _discover(self) -> None:
         if self.path.is_dir():
             found = sorted(self.path.glob("*.jsonl"), key=lambda p: (log_name(p)[0], p.name))
+            # PATH named nothing when the watcher started, so it was followed as a log to come;
+            # now a directory, it is a directory of logs: the logs that appear in it are watched.
+            self.views = [view for view in self.views if view.path != self.path]
         else:
             found = [self.path]
         known = {view.path for view in self.views}
