@@ -556,6 +556,7 @@ TIME_ARGUMENTS: list[tuple[str, str, Callable[[Path, float], Any], str]] = [
     ("TensorBoardSink", "flush_secs", lambda t, v: TensorBoardSink(t / "tb", flush_secs=v), SECONDS),
     ("TensorBoardSink", "close_deadline", lambda t, v: TensorBoardSink(t / "tb", close_deadline=v), SECONDS),
     ("TensorBoardSink", "flush_deadline", lambda t, v: TensorBoardSink(t / "tb", flush_deadline=v), SECONDS),
+    ("EventLogSink", "every_n_secs", lambda t, v: EventLogSink(t / "e.jsonl", every_n_secs=v), SECONDS),
     ("EventLogSink", "flush_secs", lambda t, v: EventLogSink(t / "e.jsonl", flush_secs=v), SECONDS),
     ("EventLogSink", "close_deadline", lambda t, v: EventLogSink(t / "e.jsonl", close_deadline=v), SECONDS),
     ("EventLogSink", "flush_deadline", lambda t, v: EventLogSink(t / "e.jsonl", flush_deadline=v), SECONDS),
