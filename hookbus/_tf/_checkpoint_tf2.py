@@ -68,8 +68,9 @@ class TF2CheckpointBackend:
         self._live = self._checkpoint is not None
 
     def detach(self) -> None:
-        """Training ended: nothing is saved after this."""
+        """Training ended: nothing is saved after this (nor checked: see :meth:`check_deferred`)."""
         self._live = False
+        self._deferred = None
 
     @property
     def ready(self) -> bool:
