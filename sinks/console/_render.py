@@ -237,7 +237,9 @@ def _header(snap: Snapshot, now: float, width: int) -> Text:
     step.append(_step(snap.step), style="bold")
     if snap.total is not None:
         step.append(f"/{snap.total:,}")
-    rate = f"recent {format_rate(snap.rate)} steps/s" if snap.running else f"average {format_rate(snap.average)} steps/s"
+    # While running the rate is recent; once over, the run's average (as the summary's).
+    rate = f"recent {format_rate(snap.rate)}" if snap.running else f"average {format_rate(snap.average)}"
+    rate += " steps/s"
     parts += [step, Text(rate), Text(f"elapsed {format_duration(snap.elapsed_at(now))}")]
     length = sum(part.cell_len for part in parts)
     gap = next((g for g in (3, 2) if length + g * (len(parts) - 1) <= width), 1)
