@@ -7,19 +7,32 @@ facts liveness needs, all from the records: the newest step, the worker's own ra
 deltas within this one file, never the watcher's clock against another host's), its stop and
 its last error.
 
-A run is, in this order: ``crashed`` (an ``exception`` record), ``stopped`` (closed after a stop
-request, with its reason), ``finished`` (closed), and otherwise ``live``, ``stale`` (no new record
-for ``stale_after`` seconds of the watcher's clock) or ``presumed dead`` (none for
-``dead_after``); ``waiting`` before its first record.
+How a run ended is the one word of :mod:`hookbus._contract._ending`: the ``close`` record's
+``ended`` where it says it; in a log written before that field (or one with an ``exception``
+record and no close yet) the same rule, :func:`~hookbus._contract._ending.how_ended`, applied to
+the records: the first ``stop_requested`` (its ``source``: a signal or another thread stopped
+it; a subscriber, the user or the cluster finished it) and the ``exception`` record (a
+``KeyboardInterrupt``: stopped; any other: crashed). A run that has not ended is ``live``,
+``stale`` (no new record for ``stale_after`` seconds of the watcher's clock) or ``presumed dead``
+(none for ``dead_after``); ``waiting`` before its first record.
+
+Two rates: :attr:`RunLog.average`, the run's (its own steps trained over the wall time from its
+first record to its newest, as the dashboard's summary says it after "after T"), and
+:attr:`RunLog.rate`, recent (over the last step records), which tells a straggler.
 """
 
 from __future__ import annotations
 
+import builtins
 import statistics
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from hookbus._contract._ending import CRASHED, ENDINGS, FINISHED, STOPPED, how_ended
+from hookbus._contract._ending import EXIT_STATUS as ENDED_STATUS
+from hookbus._contract._events import StopRequest
 
 __all__ = [
     "CRASHED",
@@ -33,12 +46,15 @@ __all__ = [
     "RunLog",
     "WorkerStatus",
     "overall",
+    "recorded_error",
 ]
 
 LIVE, STALE, DEAD = "live", "stale", "presumed dead"
-FINISHED, STOPPED, CRASHED, WAITING = "finished", "stopped", "crashed", "waiting"
-#: The exit status of ``hookbus watch`` (``--once``, or a run's end) for each state of the run.
-EXIT_STATUS = {FINISHED: 0, CRASHED: 1, STOPPED: 3, LIVE: 4, STALE: 5, DEAD: 6, WAITING: 7}
+WAITING = "waiting"
+#: The exit status of ``hookbus watch`` (``--once``, or a run's end) for each state of the run:
+#: an ended run's from the one table (:data:`hookbus._contract._ending.EXIT_STATUS`), then the
+#: watcher's own states.
+EXIT_STATUS = {**ENDED_STATUS, LIVE: 4, STALE: 5, DEAD: 6, WAITING: 7}
 # Which state a cluster is in: the first of these any of its logs is in.
 _PRECEDENCE = (CRASHED, DEAD, STALE, LIVE, WAITING, STOPPED, FINISHED)
 _FLUSH_SECS = 5.0  # EventLogSink's default flush interval, for logs whose begin does not say
@@ -54,19 +70,21 @@ class WorkerStatus:
         name: The log's name (``worker 1``, or the file's name).
         state: One of the states above.
         step: Its newest recorded global step (``None`` before one).
-        rate: Its own steps per second over its last records (local steps in multi-worker
-            training), from the records' wall times.
+        rate: The run's average: its own steps (local steps in multi-worker training) per
+            second of wall time from its first record to its newest (the records' times).
+        recent: Its own steps per second over its last records (``None`` before two).
         lag: Steps its newest record is behind the furthest log's (``None`` alone).
         age: Seconds since its newest record reached the watcher (``None`` before one).
         stop: Who asked it to stop and why (``None`` when nobody did).
         error: Its last error: a sink's error or the exception it crashed with.
-        straggler: Live, yet at under half the fastest live worker's rate.
+        straggler: Live, yet at under half the fastest live worker's recent rate.
     """
 
     name: str
     state: str
     step: int | None = None
     rate: float | None = None
+    recent: float | None = None
     lag: int | None = None
     age: float | None = None
     stop: str | None = None
@@ -79,6 +97,18 @@ def overall(states: Iterable[str]) -> str:
     stale, live, waiting, stopped, finished among them; ``waiting`` for none)."""
     found = set(states)
     return next((state for state in _PRECEDENCE if state in found), WAITING)
+
+
+def recorded_error(text: str) -> BaseException:
+    """An exception whose type name and message read as the recorded ``"Type: message"``
+    (a builtin type is itself, so a recorded ``KeyboardInterrupt`` is one)."""
+    name, _, message = str(text).partition(": ")
+    known = getattr(builtins, name, None)
+    if isinstance(known, type) and issubclass(known, BaseException):
+        error: BaseException = known(message) if message else known()
+        return error
+    kind: type[Exception] = type(name if name.isidentifier() else "Error", (Exception,), {})
+    return kind(message)
 
 
 def _after(record: dict[str, Any], step: int) -> bool:
@@ -96,9 +126,16 @@ class RunLog:
     def _clear_facts(self) -> None:
         self.step: int | None = None
         self.closed = False
-        self.crashed = False
+        self.ended: str | None = None  # the close record's word (None: not said, an older log)
         self.stop: str | None = None
         self.error: str | None = None
+        self._first_stop: StopRequest | None = None
+        self._exception: BaseException | None = None  # the exception record's, as its type
+        self._first_time: float | None = None  # the run's first record's wall time
+        self._done = 0  # own steps trained in the run's earlier train sessions
+        self._session_from: int | None = None  # the own step the current train session counts from
+        self._own: int | None = None  # the newest own step of the current train session
+        self._local = False  # whether own steps are a worker's local steps
         self.flush_secs = _FLUSH_SECS
         self._points: deque[tuple[float, int]] = deque(maxlen=_RATE_WINDOW)  # (wall time, own step)
         self._gaps: deque[float] = deque(maxlen=_RATE_WINDOW)
@@ -135,6 +172,8 @@ class RunLog:
     def _note(self, record: dict[str, Any]) -> None:
         kind, step, when = record["record"], record.get("step"), record.get("wall_time")
         if isinstance(when, int | float):
+            if self._first_time is None:
+                self._first_time = float(when)
             if self._last_time is not None and when >= self._last_time:
                 self._gaps.append(when - self._last_time)
             self._last_time = float(when)
@@ -144,24 +183,63 @@ class RunLog:
                 self.flush_secs = float(flush)
         elif kind == "session_created" and record.get("mode", "train") == "train":
             self._points.clear()  # a resume point: the rate starts anew
+            self._end_session()
+            self._session_from, self._own = (step if isinstance(step, int) else 0), None
         elif kind == "step" and isinstance(step, int):
             if record.get("mode", "train") == "train" and not record.get("final"):
-                own = record.get("local_step")
+                local = record.get("local_step")
+                self._local = isinstance(local, int)
+                own = local if isinstance(local, int) else step
+                if self._own is None and (isinstance(local, int) or self._session_from is None):
+                    self._session_from = 0  # a worker counts its own (local) steps from its start
+                self._own = own
                 if isinstance(when, int | float):
-                    self._points.append((float(when), own if isinstance(own, int) else step))
+                    self._points.append((float(when), own))
             self.step = step if self.step is None else max(self.step, step)
         elif kind == "stop_requested" and self.stop is None:
-            self.stop = f"{record.get('reason')} ({record.get('source')}, step {step})"
+            reason, source = str(record.get("reason")), str(record.get("source"))
+            self.stop = f"{reason} ({source}, step {step})"
+            self._first_stop = StopRequest(reason, source, step if isinstance(step, int) else 0, float(when or 0.0))
         elif kind == "subscriber_error":
             self.error = f"{record.get('subscriber')}: {record.get('error')}"
         elif kind == "exception":
-            self.crashed, self.error = True, str(record.get("error"))
+            self.error = str(record.get("error"))
+            self._exception = recorded_error(self.error)
+        elif kind == "end" and record.get("mode", "train") == "train" and isinstance(step, int):
+            if self._own is not None and not self._local:
+                self._own = max(self._own, step)  # the step training ended at (a sampled log: after the last record)
         elif kind == "close":
             self.closed = True
+            ended = record.get("ended")
+            self.ended = ended if ended in ENDINGS else None
+
+    def _end_session(self) -> None:
+        if self._session_from is not None and self._own is not None:
+            self._done += max(0, self._own - self._session_from)
+
+    @property
+    def how_ended(self) -> str | None:
+        """How the run ended (finished, stopped, crashed), ``None`` while it has not: the close
+        record's word, or the one rule applied to its stop and exception records."""
+        if self.closed and self.ended is not None:
+            return self.ended
+        if self.closed or self._exception is not None:
+            return how_ended(self._first_stop, self._exception)
+        return None
+
+    @property
+    def average(self) -> float | None:
+        """The run's average rate: own steps its train sessions trained, per second of wall time
+        from its first record to its newest (``None`` before a train step)."""
+        if self._session_from is None or self._own is None or self._first_time is None or self._last_time is None:
+            return None
+        elapsed = self._last_time - self._first_time
+        trained = self._done + max(0, self._own - self._session_from)
+        return trained / elapsed if elapsed > 0 else None
 
     @property
     def rate(self) -> float | None:
-        """Own steps per second over the last step records (their wall times), if two or more."""
+        """Recent: own steps per second over the last step records (their wall times), if two or more."""
         if len(self._points) < 2:
             return None
         (t0, s0), (t1, s1) = self._points[0], self._points[-1]
@@ -177,10 +255,9 @@ class RunLog:
         """The run's state, ``age`` seconds after its newest record reached the watcher."""
         if not self.records:
             return WAITING
-        if self.crashed:
-            return CRASHED
-        if self.closed:
-            return STOPPED if self.stop is not None else FINISHED
+        ended = self.how_ended
+        if ended is not None:
+            return ended
         if age is not None and age > dead_after:
             return DEAD
         if age is not None and age > stale_after:

@@ -11,7 +11,6 @@ bus and sink, quietly, so the dashboard shows each step once.
 
 from __future__ import annotations
 
-import builtins
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from hookbus._contract._events import CheckpointSaved, ExceptionRaised, StopRequ
 from hookbus._contract._sink import Sink
 from hookbus._publishing._replay import FollowedReplay
 from hookbus._watch._follow import LogFollower
-from hookbus._watch._run import RunLog, WorkerStatus
+from hookbus._watch._run import RunLog, WorkerStatus, recorded_error
 
 __all__ = ["Gate", "LogView", "MakeSink", "NotAnEventLogError"]
 
@@ -54,17 +53,6 @@ class Gate:
     def flush(self) -> None:
         if self.open:
             self.target.flush()
-
-
-def recorded_error(text: str) -> BaseException:
-    """An exception whose type name and message read as the recorded ``"Type: message"``."""
-    name, _, message = str(text).partition(": ")
-    known = getattr(builtins, name, None)
-    if isinstance(known, type) and issubclass(known, BaseException):
-        error: BaseException = known(message) if message else known()
-        return error
-    kind: type[Exception] = type(name if name.isidentifier() else "Error", (Exception,), {})
-    return kind(message)
 
 
 class _RecordedTotal(Sink):
@@ -181,7 +169,8 @@ class LogView:
             name=self.name,
             state=self.run.state(age, threshold, dead_after),
             step=self.run.step,
-            rate=self.run.rate,
+            rate=self.run.average,
+            recent=self.run.rate,
             age=age,
             stop=self.run.stop,
             error=self.run.error,

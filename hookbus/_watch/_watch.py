@@ -145,13 +145,13 @@ class Watch:
             view.poll()
         statuses = tuple(view.status(self.stale_after, self.dead_after) for view in self.views)
         steps = [s.step for s in statuses if s.step is not None]
-        rates = [s.rate for s in statuses if s.state == LIVE and s.rate]
+        rates = [s.recent for s in statuses if s.state == LIVE and s.recent]
         fastest = max(rates, default=None)
         self.statuses = tuple(
             replace(
                 s,
                 lag=None if s.step is None or len(statuses) < 2 else max(steps) - s.step,
-                straggler=bool(fastest and s.state == LIVE and s.rate is not None and s.rate < fastest / 2),
+                straggler=bool(fastest and s.state == LIVE and s.recent is not None and s.recent < fastest / 2),
             )
             for s in statuses
         )

@@ -172,12 +172,13 @@ def test_once_exit_status_for_a_finished_run(tmp_path: Path, capsys: pytest.Capt
     assert "loss: last 0.2" in out  # the dashboard's own summary: the last value recorded
 
 
-def test_once_exit_status_for_a_stopped_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_once_exit_status_for_a_run_stopped_at_a_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A stop at a step is the run doing what it was asked: finished (issue 36 item 4), its reason shown."""
     log = tmp_path / "events.jsonl"
     _record(log, steps=10, stop_at=3)
     status, out, _ = _once(capsys, str(log))
-    assert status == 3
-    assert "events.jsonl: stopped | step 3" in out
+    assert status == 0
+    assert "events.jsonl: finished | step 3" in out
     assert "reached step 3" in out
 
 
@@ -230,11 +231,11 @@ def test_the_states_follow_the_records() -> None:
     assert run.state(None, 1.0, 2.0) == WAITING
     run.add({"record": "begin", "step": 0, "wall_time": 0.0})
     assert [run.state(age, 1.0, 2.0) for age in (0.5, 1.5, 2.5)] == [LIVE, STALE, DEAD]
-    run.add({"record": "stop_requested", "step": 3, "reason": "enough", "source": "me", "wall_time": 1.0})
+    run.add({"record": "stop_requested", "step": 3, "reason": "enough", "source": "signal", "wall_time": 1.0})
     assert run.state(0.0, 1.0, 2.0) == LIVE  # asked to stop, still writing
     run.add({"record": "close", "step": 3, "wall_time": 2.0})
-    assert run.state(100.0, 1.0, 2.0) == STOPPED
-    assert run.stop == "enough (me, step 3)"
+    assert run.state(100.0, 1.0, 2.0) == STOPPED  # preempted (a signal)
+    assert run.stop == "enough (signal, step 3)"
     finished = RunLog()
     for record in ({"record": "begin", "step": 0}, {"record": "close", "step": 3}):
         finished.add(record)
