@@ -35,13 +35,10 @@ from hookbus._contract._ending import EXIT_STATUS as ENDED_STATUS
 from hookbus._contract._events import StopRequest
 
 __all__ = [
-    "CRASHED",
     "DEAD",
     "EXIT_STATUS",
-    "FINISHED",
     "LIVE",
     "STALE",
-    "STOPPED",
     "WAITING",
     "RunLog",
     "WorkerStatus",
