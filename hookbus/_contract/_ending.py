@@ -1,4 +1,4 @@
-"""How a run ended, in one word that every output uses (DESIGN.md, "How a run ended is one word").
+"""How a run ended, in one word that every output uses.
 
 ``finished``: the run did what it was asked: its last step, a stop at a step, early stopping, a
 stop decided by a subscriber or by the training thread's own code, the end of its input, or a
