@@ -51,6 +51,9 @@ class WriterStats:
         capacity: The queue's size: a full queue blocks training until the disk catches up.
         stalled: ``None``, or once a flush missed its deadline (a stalled disk), the report: the
             sink, its path and what it could not write. The sink is then disabled.
+        unreachable: ``None``, or while a writer's remote destination (a tracker's server) does
+            not take what it is sent, the report: the sink, the server's URI (credentials
+            redacted), the error and what waits locally. The sink stays enabled.
     """
 
     rows: int
@@ -58,6 +61,7 @@ class WriterStats:
     queued: int | None
     capacity: int | None
     stalled: str | None = None
+    unreachable: str | None = None
 
     @property
     def backlog(self) -> float | None:

@@ -92,6 +92,9 @@ def _line(stats: BusStats, errors: Sequence[tuple[str, int]], rows: bool) -> _Li
         if s.writer is not None and s.writer.stalled is not None:
             stalled = "stalled: " + s.writer.stalled.split(": ", 1)[-1]  # what its flush could not write
             line.mention(line.group("", "bold red"), s.name, stalled, "bold red")
+        if s.writer is not None and s.writer.unreachable is not None:
+            unreachable = s.writer.unreachable.split(": ", 1)[-1]  # its server, the error, what waits locally
+            line.mention(line.group("", "bold yellow"), s.name, unreachable, "bold yellow")
         backlog = s.writer.backlog if s.writer is not None else None
         if backlog is not None and backlog >= _BACKLOG and s.writer is not None:
             queue = f"queue {s.writer.queued}/{s.writer.capacity}"
@@ -108,7 +111,8 @@ def health_items(stats: BusStats, errors: Sequence[tuple[str, int]] = ()) -> lis
     """The health line's parts as ``(text, style)``: how many subscribers are fine, their time on
     the training thread per due step, each failing one (red: ``errors: name ×n (disabled)``),
     the costliest one (yellow when slow), each writer stalled (red: what its flush could not
-    write) and each writer falling behind (yellow). Each sink is
+    write), each writer whose server does not answer (yellow: its URI, the error, what waits)
+    and each writer falling behind (yellow). Each sink is
     named once: what else is said about it follows its name in parentheses.
 
     Args:
