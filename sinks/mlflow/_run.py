@@ -1,11 +1,11 @@
-"""The MLflow run as :class:`~hookbus.sinks.MLflowSink`'s background writer drives it.
+"""The MLflow run as :class:`~hookbus.sinks.MLflowSink`'s shipper drives it.
 
-Everything here runs on the writer's thread (never on the training thread): finding or creating
+Everything here runs on the shipper's thread (never on the training thread): finding or creating
 the run, shipping points in ``log_batch`` calls within MLflow's limits, and ending the run. The
 exactly-once rule lives here: every batch carries, in the same ``log_batch`` call (one
 transaction in a SQL store, one request to a server), the tags ``hookbus.shipped.<mode>`` with
 the last step of each mode it completes; a run that continues drops every point at or before the
-step its store (or the checkpoint's state) says was shipped.
+step its store says was shipped.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from mlflow.entities import Metric, Run
@@ -34,6 +34,7 @@ SHIPPED_TAG = "hookbus.shipped."
 RUN_KEY_TAG = "hookbus.run_key"
 HOST_TAG = "hookbus.host"
 PID_TAG = "hookbus.pid"
+TRAINING_TAG = "hookbus.training"  # the training a run belongs to (the sink's id file names it)
 _RUNNING = "RUNNING"
 
 
@@ -48,7 +49,7 @@ class RunPlan:
     run_key: str
     tags: Mapping[str, str]
     params: Mapping[str, str]
-    continue_ended: bool = False  # an ended run of the run key is continued too (replay uploads)
+    shown_uri: str = ""  # the URI as messages show it (its credentials redacted)
 
 
 @dataclass
@@ -63,18 +64,24 @@ class Point:
 
 
 class TrackedRun:
-    """One MLflow run: resolved at the first session, fed points, ended at close (writer thread).
+    """One MLflow run as the shipper drives it: opened when the server answers, fed points, ended.
 
     Args:
         plan: The run's settings.
-        report: Logs a message (a changed param, a run taken over).
+        report: Logs a message (a changed param, a checkpoint's run that is gone); redacted.
+        record: Keeps the run's id beside the run's outputs (the sink's id file), called the
+            moment a run is created or continued, with the training and the run id.
     """
 
-    def __init__(self, plan: RunPlan, report: Callable[[str], None]) -> None:
+    def __init__(
+        self, plan: RunPlan, report: Callable[[str], None], record: Callable[[str, str], None] | None = None
+    ) -> None:
         self.plan = plan
         self._report = report
+        self._record = record
         self._client: MlflowClient | None = None
         self.run_id: str | None = None
+        self.training: str | None = None
         self.resumed = False
         #: The last step of each mode MLflow holds (acknowledged by a ``log_batch``).
         self.shipped: dict[str, int] = dict.fromkeys(MODES, -1)
@@ -82,20 +89,56 @@ class TrackedRun:
         self._pending: list[Point] = []
         self._waiting = 0  # metrics in _pending
         self._pending_tags: dict[str, str] = {}
-        #: Events in MLflow (or dropped as already there), for the writer's stats.
+        #: Points in MLflow (or dropped as already there).
         self.landed = 0
 
     # -- resolving the run ----------------------------------------------------------------
-    def open(self, state: Mapping[str, Any] | None, start_ms: int | None = None) -> None:
-        """Find the run to continue (the checkpoint's, else a dead process's RUNNING run of the
-        same run key) or create one, starting at ``start_ms`` (the session's wall time); continue
-        it as RUNNING, its params checked."""
-        client = self._client = _client(self.plan.tracking_uri)
+    def open(
+        self,
+        training: str,
+        *,
+        run_id: str | None = None,
+        known_run_id: str | None = None,
+        new: bool = False,
+        by_run_key: bool = False,
+        start_ms: int | None = None,
+        run_name: str | None = None,
+        params: Mapping[str, str] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> None:
+        """Continue or create the run of ``training``, starting at ``start_ms``; RUNNING, params checked.
+
+        Which run, in order: ``run_id`` (the restored checkpoint's), ``known_run_id`` (the id
+        file's, for this training), the run tagged with this training (created by a request whose
+        answer was lost), with ``by_run_key`` the newest run of the run key (replay uploads), else
+        a new one (``new``: the directory's previous training ended, so only its own tag counts).
+        ``run_name``, ``params`` and ``tags`` are that training's (default: this plan's).
+        """
+        client = self._client = self._client or _client(self.plan.tracking_uri)
         experiment_id = self._experiment_id(client)
-        run = self._from_state(client, state) or self._orphan(client, experiment_id)
-        identity = {RUN_KEY_TAG: self.plan.run_key, HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
+        run = None
+        for candidate in (run_id, known_run_id):
+            run = run or self._existing(client, candidate)
         if run is None:
-            run = client.create_run(experiment_id, start_time=start_ms, run_name=self.plan.run_name, tags=identity)
+            run = self._tagged(client, experiment_id, f"tags.`{TRAINING_TAG}` = '{training}'")
+        if run is None and by_run_key and not new:
+            run = self._tagged(client, experiment_id, f"tags.`{RUN_KEY_TAG}` = '{self.plan.run_key}'")
+            if run is not None:
+                self._report(
+                    f"continuing MLflow run {run.info.run_id} ({run.info.status}) of run_key {self.plan.run_key!r}"
+                )
+        identity = {
+            RUN_KEY_TAG: self.plan.run_key,
+            TRAINING_TAG: training,
+            HOST_TAG: socket.gethostname(),
+            PID_TAG: str(os.getpid()),
+        }
+        changed = run is None or run.info.run_id != self.run_id
+        if changed:
+            self.shipped = dict.fromkeys(MODES, -1)
+        if run is None:
+            name = self.plan.run_name if params is None else run_name
+            run = client.create_run(experiment_id, start_time=start_ms, run_name=name, tags=identity)
             self.resumed = False
         else:
             self.resumed = True
@@ -104,17 +147,15 @@ class TrackedRun:
                 stored = run.data.tags.get(SHIPPED_TAG + mode)
                 if stored is not None and stored.lstrip("-").isdigit():
                     self.shipped[mode] = max(self.shipped[mode], int(stored))
-        self.run_id = run.info.run_id
-        saved = state.get("shipped") if state else None
-        if isinstance(saved, Mapping):
-            for mode in MODES:
-                value = saved.get(mode)
-                if isinstance(value, int) and not isinstance(value, bool):
-                    self.shipped[mode] = max(self.shipped[mode], value)
-        self._queued = dict(self.shipped)
-        tags = {**self.plan.tags, **identity}
-        params = self._new_params(run if self.resumed else None, tags)
-        self._log(params=params, tags=tags)
+        self.run_id, self.training = run.info.run_id, training
+        if self._record is not None:
+            self._record(training, run.info.run_id)  # the moment it exists: a restart here continues it
+        self.reset()
+        given = {**(self.plan.tags if tags is None else tags), **identity}
+        new_params = self._new_params(
+            run if self.resumed else None, given, self.plan.params if params is None else params
+        )
+        self._log(params=new_params, tags=given)
 
     def _experiment_id(self, client: MlflowClient) -> str:
         from mlflow.exceptions import MlflowException
@@ -126,66 +167,48 @@ class TrackedRun:
             return str(found.experiment_id)
         try:
             return str(client.create_experiment(self.plan.experiment, artifact_location=self.plan.artifact_location))
-        except MlflowException:  # another worker made it between the two calls
+        except MlflowException as error:  # another worker made it between the two calls
             again = client.get_experiment_by_name(self.plan.experiment)
             if again is None:
-                raise
+                raise error from None
             return str(again.experiment_id)
 
-    def _from_state(self, client: MlflowClient, state: Mapping[str, Any] | None) -> Run | None:
-        run_id = state.get("run_id") if state else None
-        if not isinstance(run_id, str):
+    def _existing(self, client: MlflowClient, run_id: str | None) -> Run | None:
+        if run_id is None:
             return None
         from mlflow.exceptions import MlflowException
 
         try:
             run = client.get_run(run_id)
         except MlflowException as error:
-            self._report(f"the checkpoint's MLflow run {run_id} is not in {self.plan.tracking_uri} ({error}): new run")
+            if error.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise  # the server did not answer: try again later, never a second run
+            self._report(f"the MLflow run {run_id} is not in {self.plan.shown_uri}: a new run")
             return None
         if run.info.lifecycle_stage == "deleted":
-            self._report(f"the checkpoint's MLflow run {run_id} was deleted; a new run")
+            self._report(f"the MLflow run {run_id} was deleted: a new run")
             return None
         return run
 
-    def _orphan(self, client: MlflowClient, experiment_id: str) -> Run | None:
-        """The newest RUNNING run of this run key whose process is gone (a kill before the first
-        checkpoint), or with ``continue_ended`` the newest ended one, if that is newer."""
-        key = self.plan.run_key
-        running = "" if self.plan.continue_ended else f" and attributes.status = '{_RUNNING}'"
+    def _tagged(self, client: MlflowClient, experiment_id: str, condition: str) -> Run | None:
         runs = client.search_runs(
-            [experiment_id],
-            filter_string=f"tags.`{RUN_KEY_TAG}` = '{key}'{running}",
-            order_by=["attributes.start_time DESC"],
-            max_results=20,
+            [experiment_id], filter_string=condition, order_by=["attributes.start_time DESC"], max_results=1
         )
-        host = socket.gethostname()
-        for run in runs:
-            if run.info.status != _RUNNING:  # continue_ended: its process ended it
-                self._report(f"continuing MLflow run {run.info.run_id} ({run.info.status}) of run_key {key!r}")
-                return run
-            tags = run.data.tags
-            pid = tags.get(PID_TAG, "")
-            if tags.get(HOST_TAG) == host and pid.isdigit():
-                if int(pid) == os.getpid():
-                    continue  # an earlier run of this process that did not end: not ours to continue
-                if _alive(int(pid)):
-                    raise RuntimeError(
-                        f"the MLflow run {run.info.run_id} of run_key {key!r} is RUNNING in live process {pid} on "
-                        f"{host}; two trainings would write one run: stop it, or give this one another run_key="
-                    )
-            self._report(f"continuing MLflow run {run.info.run_id} (RUNNING, its process {pid or '?'} is gone)")
-            return run
-        return None
+        return runs[0] if runs else None
 
-    def _new_params(self, run: Run | None, tags: dict[str, str]) -> dict[str, str]:
+    def reset(self) -> None:
+        """Forget what waits unshipped (after a failed call: the shipper reads it again from the spool)."""
+        self._pending, self._waiting, self._pending_tags = [], 0, {}
+        self._queued = dict(self.shipped)
+
+    def _new_params(self, run: Run | None, tags: dict[str, str], params: Mapping[str, str]) -> dict[str, str]:
         """The params to log: all on a new run; on a continued one, those it lacks (a changed
         value keeps the first, as MLflow refuses to change a param, and is tagged)."""
         if run is None:
-            return dict(self.plan.params)
+            return dict(params)
         logged = run.data.params
         new: dict[str, str] = {}
-        for name, value in self.plan.params.items():
+        for name, value in params.items():
             first = logged.get(name)
             if first is None:
                 new[name] = value
@@ -265,16 +288,6 @@ class TrackedRun:
             client.log_batch(run_id, tags=tag_chunk, synchronous=True)
         if metrics or param_list or tag_list:
             client.log_batch(run_id, metrics=metrics or [], params=param_list, tags=tag_list, synchronous=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's live process
-    return True
 
 
 def _client(tracking_uri: str) -> MlflowClient:

@@ -7,34 +7,41 @@ made, never by ``import hookbus.sinks``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
 import logging
 import os
 import re
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
 
 from hookbus.sink_api import (
     DEFAULT_FLUSH_DEADLINE,
     EPOCH_PREFIX,
+    TRACKER_STATUS,
     Event,
     ExceptionRaised,
+    OutputLock,
     Schedule,
     Sink,
     SinkContext,
     StopRequest,
     WriterKit,
     WriterStats,
+    how_ended,
 )
 from hookbus.validate import flag
 
 from ._names import check_names, mlflow_name, names_tags
 from ._run import MODES, Point, RunPlan, TrackedRun
+from ._shipper import Shipper
+from ._spool import Spool, SpoolWriter
+from ._uri import Redactor, check_tracking_uri
 
 __all__ = ["MLflowSink"]
 
@@ -43,6 +50,15 @@ logger = logging.getLogger("hookbus")
 HParamValue = bool | int | float | str
 RATE_NAME = "steps/sec"
 _RUN_KEY = re.compile(r"^[\w.\-:/]{1,250}$")
+#: MLflow's HTTP client's bounds while a sink runs, where the user set none (see MLflowSink).
+HTTP_BOUNDS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",  # the shipper retries, with its own pauses
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
+}
+_bounds_lock = threading.Lock()
+_bounds_users = 0
+_bounds_set: dict[str, str] = {}
 
 
 class MLflowSink(Sink):
@@ -55,32 +71,52 @@ class MLflowSink(Sink):
     :func:`mlflow_name` (one rule; a collision fails at begin naming both keys; the run's tag
     ``hookbus.names`` records every changed name). Scalars only (arrays and bytes are not logged).
 
-    Exactly once: points ship at once, on the background writer (``log_batch``, at most 900
-    metrics and 100 tags a call), each batch tagged in the same call with the last step of each
-    mode it holds (``hookbus.shipped.train`` / ``.eval`` / ``.epoch``). The MLflow run id and those
-    steps are the sink's state through the checkpoint barrier; a session restored from a
-    checkpoint continues the same run, and drops every point whose step the run already holds
-    (the larger of the checkpoint's state and the run's tags). Trade-off: the steps re-run after a
-    restore keep their first values in MLflow (the same values when training is deterministic;
-    CSV files keep the re-run's); in exchange the tracker is live, not a checkpoint behind. One
-    point per mode and step: evaluating a step twice ships the first.
+    Never waits for the network: each point goes first to a local spool in ``directory`` (JSON
+    lines, written by the background writer and flushed to the OS at the checkpoint barrier like
+    any local file), and a shipper thread of the sink's own ships the spool in ``log_batch`` calls
+    (at most 900 metrics and 100 tags a call), each batch tagged in the same call with the last
+    step of each mode it holds (``hookbus.shipped.train`` / ``.eval`` / ``.epoch``). A server that
+    is down or slow costs training nothing and loses nothing: the shipper retries (pauses of 0.5
+    s doubling to 15 s), the sink stays enabled, ``bus.stats()`` and the dashboard's health line
+    say ``MLflowSink: http://host:5000 unreachable (ConnectionError: ...): 37 points wait in the
+    spool``, and what the spool holds ships when the server answers: later in the run, within
+    ``close_deadline`` at the close, or at the next start of the same training (same
+    ``directory``), the run's end included. The spool is bounded on disk: its segments (1 MiB)
+    are deleted once shipped, all of them once the run's end has shipped.
 
-    The run: with no state to continue, the newest RUNNING run of the experiment with the same
-    run key (tag ``hookbus.run_key``) whose process is gone (tags ``hookbus.host``,
-    ``hookbus.pid``) is continued, so a kill before the first checkpoint leaves no orphan beside
-    a new run; a live process's run fails the sink. Else a new run. A continued run is RUNNING
-    again; a param whose value changed keeps its first value (MLflow refuses a change) and the
-    change is tagged ``hookbus.param_changed.<name>``. At close: FINISHED (a normal end, early
-    stopping, stop-at-step), KILLED (a stop by signal: SIGTERM, Ctrl-C), FAILED (an exception),
-    with tags ``hookbus.stop_reason``, ``hookbus.end`` and ``hookbus.final_step``.
+    Exactly once: the run (its MLflow id and the training's own id, tag ``hookbus.training``) and
+    the steps shipped are the sink's state through the checkpoint barrier; every point at or
+    before the last step of its mode that the spool or the run holds is dropped, so a resume that
+    re-runs steps never duplicates one. Trade-off: the steps re-run after a restore keep their
+    first values (the same values when training is deterministic; CSV files keep the re-run's).
+    One point per mode and step: evaluating a step twice ships the first.
 
-    Never slows or stops training: every call to MLflow runs on the background writer; a failing
-    or unreachable store fails the writer, which the bus reports and isolates (``bus.stats()``),
-    and a flush past ``flush_deadline`` (the barrier, a session's end) disables the sink.
+    The run: continued only by the training that made it. Which run, in order: the restored
+    checkpoint's; else the one named in ``directory``'s id file (written the moment the run is
+    created, before any checkpoint), when the training there did not end (a kill before the
+    first checkpoint gives one run); else a new run. Another training with the same experiment
+    and ``run_name`` but its own directory gets a run of its own; two trainings on one directory
+    at once fail before step 1 naming the holder. A continued run is RUNNING again; a param
+    whose value changed keeps its first value (MLflow refuses a change) and the change is tagged
+    ``hookbus.param_changed.<name>``. At close the run's status says how it ended, in the one
+    word of :func:`hookbus.sink_api.how_ended` (tag ``hookbus.end``): finished → FINISHED,
+    stopped (a signal, Ctrl-C, a stop from another thread) → KILLED, crashed → FAILED, with tags
+    ``hookbus.stop_reason``, ``hookbus.error`` and ``hookbus.final_step``.
+
+    Credentials: a URI's user information (``http://alice:TOKEN@host``) is used by the client
+    and never shown: messages, stats, the status line and tags show ``http://***@host``. Prefer
+    MLflow's own variables, ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD`` or
+    ``MLFLOW_TRACKING_TOKEN``, over credentials in the URI. MLflow's HTTP client would retry a
+    request for minutes (7 retries with backoff, 120 s timeouts), and the shipper retries anyway:
+    from the first sink's begin to the last one's close it sets ``MLFLOW_HTTP_REQUEST_MAX_RETRIES=0``,
+    ``MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR=0`` and ``MLFLOW_HTTP_REQUEST_TIMEOUT=15`` in the
+    environment where they are not set already (a user's own values are kept; they apply to every
+    MLflow client of the process meanwhile), and removes them at close.
 
     Args:
-        tracking_uri: Where the runs go (any MLflow tracking URI: ``sqlite:///...``,
-            ``http://host:5000``, ...). Default ``None``: ``sqlite:///<directory>/mlflow.db``, with
+        tracking_uri: Where the runs go: an MLflow tracking URI whose scheme MLflow's client
+            accepts (``http``, ``https``, ``sqlite``, ``postgresql``, ``mysql``, ``mssql``,
+            ``databricks``, a plugin's). Default ``None``: ``sqlite:///<directory>/mlflow.db``, with
             artifacts in ``<directory>/artifacts`` (``mlflow ui --backend-store-uri
             sqlite:///<directory>/mlflow.db`` shows it).
         experiment: The experiment's name, created when missing (default ``"hookbus"``).
@@ -90,19 +126,22 @@ class MLflowSink(Sink):
         every_n_steps: Log train values every n steps (default 10 when no schedule argument is
             given; schedule arguments replace the default as a whole).
         keys: Keys to log (default ``None``: every scalar key).
-        directory: The run's directory, for the default SQLite store (default ``"mlruns"``).
-        run_key: The run's identity, to continue a RUNNING run left by a killed process (default:
-            a digest of ``experiment``, ``run_name`` and the worker under ``runs_on="each"``).
-            Characters ``[\\w.\\-:/]``, at most 250.
-        continue_ended: Also continue an ended run (FINISHED, KILLED, FAILED) of the same
-            ``run_key``, adding only the steps it lacks (default ``False``: a second training is
-            a new run). For uploads of one recorded run: ``hookbus replay --mlflow`` run twice
+        directory: The sink's own files: its spool, its run's id, and the default SQLite store
+            (default ``"mlruns"``). A training restarted with the same directory continues its
+            run; give each training its own.
+        run_key: The run's identity within ``directory`` (default: a digest of ``experiment``,
+            ``run_name`` and the worker under ``runs_on="each"``): its files are named by it, so
+            workers sharing a directory keep theirs apart. Characters ``[\\w.\\-:/]``, at most 250.
+        continue_ended: Also continue the newest run of the same ``run_key`` in the store when
+            this directory names none, ended or not, adding only the steps it lacks (default
+            ``False``). For uploads of one recorded run: ``hookbus replay --mlflow`` run twice
             adds nothing the first upload shipped.
         every_n_secs: Also (or instead) log every t seconds (default ``None``).
         flush_secs: Longest time points wait before they ship (default 5.0).
         max_queue_size: Events that may wait before training blocks (default 1024).
-        close_deadline: Seconds ``close`` waits for the writer (default 10.0).
-        flush_deadline: Seconds a flush may take (default 30.0).
+        close_deadline: Seconds ``close`` waits for the spool's writer and then the shipper
+            (default 10.0); what has not shipped by then waits in the spool for the next start.
+        flush_deadline: Seconds a flush of the spool may take (default 30.0).
         priority, on_error, name: See :class:`hookbus.Sink` (default ``on_error="isolate"``).
         runs_on: ``"chief"`` (default: one run, from the chief) or ``"each"`` (one run per worker,
             tagged ``hookbus.task``); ``"all"`` is refused (every worker in one run).
@@ -154,15 +193,11 @@ class MLflowSink(Sink):
         )
         if tracking_uri is not None and (not isinstance(tracking_uri, str) or not tracking_uri):
             raise ValueError(f"tracking_uri must be a non-empty MLflow tracking URI or None (got {tracking_uri!r})")
-        if tracking_uri is not None and urlsplit(tracking_uri).scheme in ("", "file"):
-            raise ValueError(
-                f"tracking_uri {tracking_uri!r} names MLflow's file store, which MLflow refuses since 3.13: use a "
-                "database (sqlite:///path/mlflow.db), a server (http://host:5000), or None (SQLite under directory)"
-            )
+        if tracking_uri is not None:
+            check_tracking_uri(tracking_uri)
         self.tracking_uri = tracking_uri
-        if tracking_uri is None:
-            directory = WriterKit.directory_path("directory", directory)
-        self.directory = Path(directory)
+        self.directory = Path(WriterKit.directory_path("directory", directory))
+        self._redactor = Redactor(self.resolved_tracking_uri)
         self.experiment = _text("experiment", experiment)
         self.run_name = None if run_name is None else _text("run_name", run_name)
         if hparams is not None and not (
@@ -195,7 +230,13 @@ class MLflowSink(Sink):
         _require_mlflow()  # after the arguments' checks, which need no MLflow
 
     def _start_clean(self) -> None:
+        #: The MLflow run the shipper drives (its ``run_id`` once the server answered).
         self.run: TrackedRun | None = None
+        self._spool: SpoolWriter | None = None
+        self._lock: OutputLock | None = None  # the spool's, from begin to close
+        self._shipper: Shipper | None = None
+        self._training: str | None = None  # this training's own id, once its spool is opened
+        self._raised_refusal = False
         self._names: dict[str, str] = {}  # key -> MLflow name
         self._owners: dict[str, str] = {}  # MLflow name -> key
         self._loaded: Mapping[str, Any] | None = None
@@ -232,16 +273,49 @@ class MLflowSink(Sink):
             raise ValueError(f"{self.name} logs {RATE_NAME!r} itself; a publisher's key of that name collides with it")
         self._names = check_names([*known, RATE_NAME])
         self._owners = {n: k for k, n in self._names.items()}
-        if self.tracking_uri is None:
-            self.output.prepare(self.directory, "its MLflow store")
-        self.run = TrackedRun(self._plan(), self._report)
-        self.output.start(
-            self.run.add,
-            self.run.ship,
-            None,
-            landed=lambda: 0 if self.run is None else self.run.landed,
-            target=repr(self.resolved_tracking_uri),
-        )
+        self.output.prepare(self.directory, "its MLflow spool")
+        plan = self._plan()
+        spool = Spool(self.directory, plan.run_key, self.name)
+        spool.lock.acquire()  # one training per directory and run key: a second fails before step 1
+        self._lock = spool.lock
+        try:
+            writer = self._spool = SpoolWriter(spool)
+            self.run = TrackedRun(plan, self._report, lambda training, run_id: spool.write_record(
+                training=training, run_id=run_id, ended=None))  # fmt: skip
+            self._shipper = Shipper(self.name, spool, self.run, self._redactor, self._waiting)
+            self.output.start(
+                self._spool_point,
+                self._flush_spool,
+                writer.close,
+                target=f"its spool {str(self.directory)!r} for {self._redactor.shown}",
+            )
+        except BaseException:
+            self._lock = None
+            spool.lock.release()
+            raise
+        _bound_http_retries()
+        self._shipper.start()
+
+    def _spool_point(self, point: Point) -> None:
+        assert self._spool is not None
+        self._spool.add(point)
+
+    def _flush_spool(self) -> None:
+        assert self._spool is not None
+        self._spool.flush()
+        if self._shipper is not None:
+            self._shipper.wake()
+
+    def _open_spool(self, state: Mapping[str, Any] | None, start_ms: int | None) -> None:
+        assert self._spool is not None
+        assert self.run is not None
+        self._training = self._spool.start(self.run.plan, state, start_ms, self.continue_ended).training
+
+    def _waiting(self) -> int:
+        writer, shipper = self._spool, self._shipper
+        if writer is None or shipper is None:
+            return 0
+        return max(0, writer.points + writer.backlog - shipper.processed)
 
     def _plan(self) -> RunPlan:
         task = self.context.task
@@ -265,7 +339,7 @@ class MLflowSink(Sink):
             key,
             tags,
             self._params,
-            continue_ended=self.continue_ended,
+            shown_uri=self._redactor.shown,
         )
 
     def on_session_created(self, event: Event) -> None:
@@ -276,11 +350,16 @@ class MLflowSink(Sink):
         if run is None or self._opened or not self.output.writing:
             return
         self._opened = True  # the checkpoint sink (earlier in order) has loaded this session's state
-        self.output.call(functools.partial(run.open, self._loaded, self._wall_ms))
+        self.output.call(functools.partial(self._open_spool, self._loaded, self._wall_ms))
 
     def on_after_run(self, event: Event) -> None:
         if not self.output.writing:
             return
+        shipper = self._shipper
+        refused = shipper is not None and shipper.problem is not None and not shipper.unreachable
+        if refused and not self._raised_refusal and shipper is not None:
+            self._raised_refusal = True  # once: the bus reports the sink; the points stay in the spool
+            raise RuntimeError(shipper.report())
         stamp = self._wall_ms = int(event.wall_time * 1000)
         mode = event.mode if event.mode in MODES else "train"
         values: dict[str, float] = {}
@@ -328,55 +407,120 @@ class MLflowSink(Sink):
         self._error = event.error
 
     def state_dict(self) -> dict[str, Any]:
-        """The MLflow run and the last step of each mode it holds (after :meth:`flush`)."""
-        run = self.run
-        if run is None or run.run_id is None or not self.output.writing:
+        """This training's id, its MLflow run (``None`` while the server has not answered yet)
+        and the last step of each mode the run holds (after :meth:`flush`)."""
+        run, training = self.run, self._training
+        if run is None or training is None or not self.output.writing:
             return {}
-        return {"run_id": run.run_id, "shipped": dict(run.shipped)}
+        mine = run.training == training and run.run_id is not None
+        return {
+            "training": training,
+            "run_id": run.run_id if mine else None,
+            "shipped": dict(run.shipped) if mine else {},
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """The run to continue at this run's first session (saved by :meth:`state_dict`)."""
         self._loaded = dict(state)
 
     def flush(self) -> None:
-        """Block until every point received so far is in MLflow (the checkpoint barrier)."""
+        """Block until every point received so far is in the spool, handed to the OS (the
+        checkpoint barrier); never waits for the network."""
         self.output.flush()
 
     def writer_stats(self) -> WriterStats | None:
-        """Events queued and shipped by this run's writer (see :meth:`hookbus.EventBus.stats`)."""
-        return self.output.stats()
+        """Points queued and spooled by this run's writer, and while MLflow does not take them, why
+        (``unreachable``; see :meth:`hookbus.EventBus.stats`)."""
+        stats = self.output.stats()
+        shipper = self._shipper
+        report = shipper.report() if shipper is not None else None
+        if stats is None or report is None:
+            return stats
+        return dataclasses.replace(stats, unreachable=report)
+
+    def status(self) -> str | None:
+        """While MLflow does not take the points: the server (redacted) and why; else ``None``."""
+        shipper = self._shipper
+        if shipper is None or shipper.problem is None:
+            return None
+        what = "unreachable" if shipper.unreachable else "refuses requests"
+        return f"MLflow {self._redactor.shown} {what} ({shipper.problem}); points wait in the spool"
 
     def close(self) -> None:
-        """Ship what is queued, end the MLflow run with its status (within ``close_deadline``); idempotent."""
+        """End the run (its status in the spool), then ship the spool within ``close_deadline``;
+        what could not ship waits in the spool for the next start of this training; idempotent."""
+        shipper, spool, lock = self._shipper, self._spool, self._lock
+        self._lock = None
+        began = time.monotonic()
         try:
-            run = self.run
-            if run is not None and self.output.writing and not self.output.stalled:
-                status, tags = self._ending()
-                end = self._wall_ms if self._wall_ms is not None else int(time.time() * 1000)  # a replay's too
-                self.output.call(functools.partial(run.finish, status, tags, end))
+            try:
+                if self._opened and self.output.writing and not self.output.stalled and spool is not None:
+                    status, tags = self._ending()
+                    end = self._wall_ms if self._wall_ms is not None else int(time.time() * 1000)  # a replay's too
+                    self.output.call(functools.partial(spool.end, status, tags, end))
+            finally:
+                self.output.close()
+            if shipper is not None and lock is not None:
+                left = self.output.close_deadline - (time.monotonic() - began)
+                if not shipper.finish(left):
+                    self._left_in_spool(shipper)
         finally:
-            self.output.close()
+            if lock is not None:  # the shipper stays readable: its last report stays in bus.stats()
+                lock.release()
+                _release_http_retries()
+
+    def _left_in_spool(self, shipper: Shipper) -> None:
+        waiting = self._waiting()
+        problem = f" {'unreachable' if shipper.unreachable else 'refused a request'} ({shipper.problem})"
+        logger.warning(
+            "%s: %s%s; %d point%s and the run's end wait in the spool in %s: they ship at the next start of "
+            "this training (same directory)",
+            self.name,
+            self._redactor.shown,
+            problem if shipper.problem is not None else " did not take them within the close deadline",
+            waiting,
+            "s" if waiting != 1 else "",
+            repr(str(self.directory)),
+        )
 
     def _ending(self) -> tuple[str, dict[str, str]]:
-        """How the run ended: its MLflow status and the tags that say so."""
+        """How the run ended: its MLflow status and the tags that say so (the one word, ``hookbus.end``)."""
         stop, error = self._stop, self._error
         context = self._context
         tags = {"hookbus.final_step": str(context.current_step() if context is not None else 0)}
         if stop is not None:
             tags["hookbus.stop_reason"] = stop.reason[:8000]
-        if isinstance(error, KeyboardInterrupt) or (error is None and stop is not None and stop.source == "signal"):
-            status, end = "KILLED", "killed"
-        elif error is not None:
-            status, end = "FAILED", "failed"
-            tags["hookbus.error"] = f"{type(error).__name__}: {error}"[:8000]
-        else:
-            status, end = "FINISHED", "finished"
-        tags["hookbus.end"] = end
-        return status, tags
+        word = how_ended(stop, error)
+        if error is not None and not isinstance(error, KeyboardInterrupt):
+            tags["hookbus.error"] = self._redactor.scrub(f"{type(error).__name__}: {error}")[:8000]
+        tags["hookbus.end"] = word
+        return TRACKER_STATUS[word], tags
 
     def _report(self, message: str) -> None:
-        # From the writer's thread: logged like the bus's own reports of a sink's errors.
-        logger.warning("%s: %s", self.name, message)
+        # From the shipper's thread: logged like the bus's own reports of a sink's errors.
+        logger.warning("%s: %s", self.name, self._redactor.scrub(message))
+
+
+def _bound_http_retries() -> None:
+    """Bound MLflow's HTTP retries while a sink runs, where the user set none (see MLflowSink)."""
+    global _bounds_users
+    with _bounds_lock:
+        if _bounds_users == 0:
+            for name, value in HTTP_BOUNDS.items():
+                if name not in os.environ:
+                    os.environ[name] = _bounds_set[name] = value
+        _bounds_users += 1
+
+
+def _release_http_retries() -> None:
+    global _bounds_users
+    with _bounds_lock:
+        _bounds_users = max(0, _bounds_users - 1)
+        if _bounds_users == 0:
+            for name, value in list(_bounds_set.items()):
+                if os.environ.get(name) == value:
+                    del os.environ[name]
+                del _bounds_set[name]
 
 
 def _require_mlflow() -> None:

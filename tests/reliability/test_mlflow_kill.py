@@ -40,6 +40,7 @@ def _runs(client: Any) -> list[Any]:
 def test_each_step_is_in_mlflow_once_with_the_csvs_values_and_the_status_of_each_end(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_server: MlflowServer
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # the children's MLflowSink keeps its spool and run id in ./mlruns: the same each time
     monkeypatch.setenv("HOOKBUS_TEST_MLFLOW", f"{mlflow_server.uri} {EXPERIMENT}")
     monkeypatch.setenv("HOOKBUS_TEST_EVENT_LOG", "1")  # and the event log, uploaded at the end
     client = mlflow_server.client()

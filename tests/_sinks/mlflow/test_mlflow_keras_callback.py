@@ -53,7 +53,15 @@ def fluent_on(mlflow_server: MlflowServer) -> Iterator[MlflowServer]:
 def _fit_beside(server: MlflowServer, tmp_path: Path, name: str, theirs: Any) -> tuple[str, str, list[dict[str, Any]]]:
     """One ``fit`` with MLflow's ``theirs`` callback and hookbus's MLflowSink; (their run, our run, our event log)."""
     bus = hookbus.EventBus()
-    sink = bus.attach(MLflowSink(server.uri, experiment="hookbus-beside-mlflow", run_name=name, every_n_steps=1))
+    sink = bus.attach(
+        MLflowSink(
+            server.uri,
+            experiment="hookbus-beside-mlflow",
+            run_name=name,
+            every_n_steps=1,
+            directory=tmp_path / f"{name}-mlflow",
+        )
+    )
     bus.attach(EventLogSink(tmp_path / f"{name}.jsonl"))  # the events' own wall times, to compare
     ours = hookbus.EventBusCallback(bus, keys=("loss", "accuracy"))
     mlflow.set_experiment("mlflow-keras-callback")
@@ -78,7 +86,7 @@ def _values(client: Any, run_id: str, key: str) -> list[float]:
 
 @pytest.mark.tf
 def test_epoch_and_validation_metrics_are_mlflow_callbacks_values_at_training_steps(
-    fluent_on: MlflowServer, tmp_path: Path
+    fluent_on: MlflowServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client = fluent_on.client()
     theirs, ours, log = _fit_beside(fluent_on, tmp_path, "epochs", mlflow.keras.MlflowCallback())
@@ -102,6 +110,8 @@ def test_epoch_and_validation_metrics_are_mlflow_callbacks_values_at_training_st
     }
     # That log uploaded afterwards (hookbus replay --mlflow) is the live run again, epochs included.
     from hookbus._cli._cli import main
+
+    monkeypatch.chdir(tmp_path)  # the replay's MLflowSink keeps its files in ./mlruns
 
     argv = ["replay", str(tmp_path / "epochs.jsonl"), "--mlflow", fluent_on.uri, "--mlflow-experiment", "fit-replayed"]
     assert main(argv) == 0

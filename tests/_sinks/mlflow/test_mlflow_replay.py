@@ -28,7 +28,9 @@ def _record_live(directory: Path, server: MlflowServer) -> tuple[Path, str]:
     bus = hookbus.EventBus(clock=clock, wall_clock=clock)
     log = directory / "events.jsonl"
     bus.attach(EventLogSink(log, hparams=HPARAMS))
-    live = bus.attach(MLflowSink(server.uri, experiment="replay-live", hparams=HPARAMS, every_n_steps=1))
+    live = bus.attach(
+        MLflowSink(server.uri, experiment="replay-live", hparams=HPARAMS, every_n_steps=1, directory=directory / "live")
+    )
     train = ScriptedPublisher(bus, keys=KEYS)
     evaluate = ScriptedPublisher(bus, keys=["loss"], mode="eval")
     with bus:
@@ -54,9 +56,11 @@ def _everything(client: Any, run_id: str) -> dict[str, Any]:
 
 
 def test_a_replayed_run_is_the_live_runs_metrics_and_a_second_replay_adds_nothing(
-    tmp_path: Path, mlflow_server: MlflowServer, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, mlflow_server: MlflowServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from hookbus._cli._cli import main
+
+    monkeypatch.chdir(tmp_path)  # the replay's MLflowSink keeps its files in ./mlruns
 
     client = mlflow_server.client()
     log, live_id = _record_live(tmp_path, mlflow_server)

@@ -1,0 +1,291 @@
+"""The MLflow sink's own files in its ``directory``: the spool its points wait in, and its run's id.
+
+Per run key (so that ``runs_on="each"`` workers sharing a directory never collide), with
+``<stem>`` = ``mlflow-<run key>`` (a digest of it where it holds other characters than
+``[\\w.-]``):
+
+- ``<stem>.spool-<n>.jsonl``: the spool, JSON lines, one record each: ``{"open": ...}`` where a
+  training starts or continues its run, ``{"point": [mode, step, ms, values, tags]}``,
+  ``{"end": ...}`` with how the run ended. The background writer appends (and flushes to the OS
+  at the checkpoint barrier, like any local writer); the shipper reads complete lines only.
+  Each process writes segments of its own (``n`` grows; a kill's torn last line stays in the
+  killed process's segment, where it is skipped), and starts a new one past 1 MiB.
+- ``<stem>.run.json``: what the shipper has done, written atomically: the training and its
+  MLflow run id (from the moment the run is created), how it ended, the last step of each mode
+  MLflow holds, and the spool position up to which everything has shipped.
+- ``.<stem>.lock``: the lock (``hookbus.OutputLock``): two trainings on one directory at once
+  fail before step 1, naming the holder.
+
+Bounded on disk: a segment whose every record has shipped is deleted once a later one exists,
+and every segment once the run's end has shipped; the id file stays (a restart in the same
+directory continues its run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import threading
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from hookbus.sink_api import OutputLock, write_atomically
+
+from ._run import MODES, Point, RunPlan
+
+__all__ = ["Cursor", "Opening", "Spool", "SpoolWriter"]
+
+SEGMENT_BYTES = 1 << 20  # a new segment past this: what has shipped can be deleted
+_STEM = re.compile(r"^[\w.\-]{1,64}$")
+_SEGMENT = re.compile(r"\.spool-(\d{6,})\.jsonl$")
+#: (segment number, byte offset): the next byte to read.
+Cursor = tuple[int, int]
+
+
+def file_stem(run_key: str) -> str:
+    """The files' common name for ``run_key``: ``mlflow-<run key>``, or its digest where it has ``/`` or ``:``."""
+    if _STEM.match(run_key):
+        return f"mlflow-{run_key}"
+    return "mlflow-" + hashlib.sha256(run_key.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Opening:
+    """A training starting (or continuing) its run: the spool's ``open`` record."""
+
+    training: str  # the training's own id (tag hookbus.training), made when it starts afresh
+    new: bool  # a new MLflow run (the previous training in this directory ended)
+    run_id: str | None  # the restored checkpoint's run
+    start_ms: int | None
+    by_run_key: bool = False  # continue_ended: an ended run of the run key too (replay uploads)
+    run_name: str | None = None  # the run's name, params and tags as this training gave them
+    params: Mapping[str, str] = field(default_factory=dict)
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    def record(self) -> dict[str, Any]:
+        return {"open": {**dataclasses.asdict(self), "params": dict(self.params), "tags": dict(self.tags)}}
+
+    @staticmethod
+    def of(record: Mapping[str, Any]) -> Opening:
+        fields = record["open"]
+        return Opening(
+            str(fields["training"]), bool(fields["new"]), fields.get("run_id"), fields.get("start_ms"),
+            bool(fields.get("by_run_key", False)), fields.get("run_name"), dict(fields.get("params", {})),
+            dict(fields.get("tags", {})),
+        )  # fmt: skip
+
+
+def point_record(point: Point) -> dict[str, Any]:
+    return {"point": [point.mode, point.step, point.timestamp_ms, point.values, point.tags]}
+
+
+def point_of(record: Mapping[str, Any]) -> Point:
+    mode, step, stamp, values, tags = record["point"]
+    return Point(str(mode), int(step), int(stamp), {str(k): float(v) for k, v in values.items()}, dict(tags))
+
+
+class Spool:
+    """The sink's files for one run key in ``directory`` (see the module docstring).
+
+    Args:
+        directory: The sink's directory.
+        run_key: The run's identity.
+        owner: The sink's name, for messages.
+    """
+
+    def __init__(self, directory: Path, run_key: str, owner: str) -> None:
+        self.directory = directory
+        self.stem = file_stem(run_key)
+        self.run_key = run_key
+        self.record_path = directory / f"{self.stem}.run.json"
+        self.lock = OutputLock(
+            directory / self.stem, owner, "its MLflow spool and run id", path=str(directory / f".{self.stem}.lock")
+        )
+        self._record_lock = threading.Lock()
+        self.skipped = 0  # torn or unreadable lines skipped (a kill inside a write)
+
+    # -- the id file --------------------------------------------------------------------------
+    def read_record(self) -> dict[str, Any]:
+        """The id file's fields (``{}`` when there is none or it is unreadable)."""
+        try:
+            data = json.loads(self.record_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def write_record(self, **fields: Any) -> None:
+        """Update the id file atomically with ``fields`` (the shipper's thread)."""
+        with self._record_lock:
+            record = {**self.read_record(), "run_key": self.run_key, **fields}
+            write_atomically(self.record_path, json.dumps(record, sort_keys=True) + "\n")
+
+    # -- the segments -------------------------------------------------------------------------
+    def segments(self) -> list[tuple[int, Path]]:
+        """The spool's segments, oldest first."""
+        found = []
+        for path in self.directory.glob(f"{self.stem}.spool-*.jsonl"):
+            match = _SEGMENT.search(path.name)
+            if match:
+                found.append((int(match.group(1)), path))
+        return sorted(found)
+
+    def segment_path(self, number: int) -> Path:
+        return self.directory / f"{self.stem}.spool-{number:06d}.jsonl"
+
+    def read(self, cursor: Cursor | None, limit: int = 2000) -> Iterator[tuple[dict[str, Any], Cursor]]:
+        """The complete records after ``cursor`` (at most ``limit``), each with the cursor past it.
+
+        A segment followed by a later one is complete: a torn last line there (a kill inside a
+        write) is skipped; the newest segment's last line may still be being written, and waits.
+        """
+        segments = self.segments()
+        start_segment, start_offset = cursor if cursor is not None else (-1, 0)
+        count = 0
+        for index, (number, path) in enumerate(segments):
+            if number < start_segment:
+                continue
+            offset = start_offset if number == start_segment else 0
+            last = index == len(segments) - 1
+            try:
+                with path.open("rb") as file:
+                    file.seek(offset)
+                    data = file.read()
+            except FileNotFoundError:
+                continue  # deleted meanwhile (shipped)
+            end = data.rfind(b"\n") + 1
+            if not last and end < len(data):
+                self.skipped += 1
+            position = offset
+            for line in data[:end].splitlines(keepends=True):
+                position += len(line)
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    self.skipped += 1
+                    continue
+                if isinstance(record, dict):
+                    yield record, (number, position)
+                    count += 1
+                    if count >= limit:
+                        return
+            if not last:
+                yield {}, (segments[index + 1][0], 0)  # past a complete segment: nothing to ship
+
+    def remove_before(self, number: int) -> None:
+        """Delete the segments older than ``number`` (every record in them has shipped)."""
+        for older, path in self.segments():
+            if older < number:
+                path.unlink(missing_ok=True)
+
+    def remove_all(self) -> None:
+        """Delete every segment (the run ended and everything shipped)."""
+        for _, path in self.segments():
+            path.unlink(missing_ok=True)
+
+
+class SpoolWriter:
+    """The background writer's side: appends records to a segment of this process's own.
+
+    Args:
+        spool: The files.
+    """
+
+    def __init__(self, spool: Spool) -> None:
+        self.spool = spool
+        existing = spool.segments()
+        self._number = existing[-1][0] + 1 if existing else 0
+        self._file: IO[str] | None = None
+        self._size = 0
+        #: The last step of each mode in the spool for this training (a re-run step is dropped).
+        self.spooled: dict[str, int] = dict.fromkeys(MODES, -1)
+        self.points = 0  # points written to the spool by this process
+        self.backlog = 0  # points of earlier processes waiting when this one started
+
+    def start(
+        self, plan: RunPlan, state: Mapping[str, Any] | None, start_ms: int | None, continue_ended: bool
+    ) -> Opening:
+        """At the first session: which run this training continues, from the restored state, the
+        id file and what the spool holds; its ``open`` record is written first."""
+        record = self.spool.read_record()
+        cursor = record.get("cursor")
+        latest: str | None = record.get("training") if isinstance(record.get("training"), str) else None
+        ended = bool(record.get("ended"))
+        steps: dict[str, dict[str, int]] = {}  # training -> last step of each mode in the spool
+        floors = record.get("shipped") if isinstance(record.get("shipped"), dict) else {}
+        if latest is not None and isinstance(floors, dict):
+            steps[latest] = {m: int(floors.get(m, -1)) for m in MODES}
+        for entry, _ in self.spool.read(tuple(cursor) if isinstance(cursor, list) else None, limit=10**9):
+            if "open" in entry:
+                opening = Opening.of(entry)
+                latest, ended = opening.training, False
+                if opening.new:
+                    steps[latest] = dict.fromkeys(MODES, -1)
+                steps.setdefault(latest, dict.fromkeys(MODES, -1))
+            elif "point" in entry and latest is not None:
+                point = point_of(entry)
+                mine = steps.setdefault(latest, dict.fromkeys(MODES, -1))
+                mine[point.mode] = max(mine.get(point.mode, -1), point.step)
+                self.backlog += 1
+            elif "end" in entry:
+                ended = True
+        saved = state or {}
+        run_id = saved.get("run_id") if isinstance(saved.get("run_id"), str) else None
+        training = saved.get("training") if isinstance(saved.get("training"), str) else None
+        if training is not None or run_id is not None:  # a restored checkpoint's run
+            who, new, by_run_key = training or latest or uuid.uuid4().hex, False, False
+        elif continue_ended:
+            who, new, by_run_key = latest or uuid.uuid4().hex, False, True
+        elif latest is not None and not ended:  # a kill before the first checkpoint: the same run
+            who, new, by_run_key = latest, False, False
+        else:
+            who, new, by_run_key = uuid.uuid4().hex, True, False
+        opening = Opening(who, new, run_id, start_ms, by_run_key, plan.run_name, plan.params, plan.tags)
+        if not opening.new:
+            self.spooled.update(steps.get(opening.training, {}))
+        shipped = saved.get("shipped")
+        if isinstance(shipped, Mapping):
+            for mode in MODES:
+                value = shipped.get(mode)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    self.spooled[mode] = max(self.spooled[mode], value)
+        self._append(opening.record())
+        return opening
+
+    def add(self, point: Point) -> bool:
+        """Append one point; False (dropped) where the spool already holds its step of its mode."""
+        if point.step <= self.spooled[point.mode]:
+            return False
+        self.spooled[point.mode] = point.step
+        self._append(point_record(point))
+        self.points += 1
+        return True
+
+    def end(self, status: str, tags: Mapping[str, str], end_ms: int) -> None:
+        """Append how the run ended (its MLflow status, the tags that say so, its end time)."""
+        self._append({"end": {"status": status, "tags": dict(tags), "time": end_ms}})
+
+    def _append(self, record: Mapping[str, Any]) -> None:
+        if self._file is not None and self._size >= SEGMENT_BYTES:
+            self._file.close()
+            self._file, self._number = None, self._number + 1
+        if self._file is None:
+            self._file = self.spool.segment_path(self._number).open("a", encoding="utf-8")
+            self._size = 0
+        line = json.dumps(record, separators=(",", ":")) + "\n"
+        self._file.write(line)
+        self._size += len(line)
+
+    def flush(self) -> None:
+        """Hand what was written to the OS (the writer's flush; the checkpoint barrier's)."""
+        if self._file is not None:
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            file, self._file = self._file, None
+            file.close()  # no fsync, as every local writer (DESIGN.md, "Durability")
