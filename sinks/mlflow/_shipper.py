@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from ._run import TrackedRun
@@ -83,6 +84,7 @@ class Shipper:
         self.problem: str | None = None
         self.unreachable = False  # the failure is a connection failure (or a server's temporary one)
         self.processed = 0  # points shipped or dropped as already in MLflow
+        self.failures = 0  # tries that failed
         self.ended: str | None = None  # how the run ended, once its end shipped
         self.cursor: Cursor | None = None
 
@@ -99,14 +101,20 @@ class Shipper:
     def finish(self, deadline: float) -> bool:
         """Ship everything the spool holds (the writer is closed), within ``deadline`` seconds.
 
-        True once all of it, the run's end included, is in MLflow; else the thread is told to
-        quit after its current call (a daemon: it never holds the process) and False.
+        True once all of it, the run's end included, is in MLflow. False, at once, when a try
+        made after this call fails (the server is still away: no point in waiting out the
+        deadline), or at the deadline; the thread is then told to quit after its current call (a
+        daemon: it never holds the process).
         """
+        failures = self.failures
         self._finishing = True
-        self._wake.set()
-        if not self._thread.is_alive() and not self._done.is_set():
-            return False
-        done = self._done.wait(max(0.0, deadline))
+        self._wake.set()  # a shipper pausing between tries tries again now
+        end = time.monotonic() + max(0.0, deadline)
+        done = False
+        while self._thread.is_alive() or self._done.is_set():
+            done = self._done.wait(min(0.05, max(0.0, end - time.monotonic())))
+            if done or time.monotonic() >= end or self.failures > failures:
+                break
         if not done:
             self._quit = True
             self._wake.set()
@@ -166,6 +174,7 @@ class Shipper:
                 self.spool.directory,
             )
         self.problem, self.unreachable = text, unreachable
+        self.failures += 1
 
     def _in_run(self) -> bool:
         """Whether a run takes the records (after a restart mid-spool: the id file's run, reopened)."""

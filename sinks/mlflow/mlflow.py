@@ -79,9 +79,10 @@ class MLflowSink(Sink):
     is down or slow costs training nothing and loses nothing: the shipper retries (pauses of 0.5
     s doubling to 15 s), the sink stays enabled, ``bus.stats()`` and the dashboard's health line
     say ``MLflowSink: http://host:5000 unreachable (ConnectionError: ...): 37 points wait in the
-    spool``, and what the spool holds ships when the server answers: later in the run, within
-    ``close_deadline`` at the close, or at the next start of the same training (same
-    ``directory``), the run's end included. The spool is bounded on disk: its segments (1 MiB)
+    spool``, and what the spool holds ships when the server answers: later in the run, at the
+    close (within ``close_deadline``; a server still away gets one more try, not the whole
+    deadline), or at the next start of the same training (same ``directory``), the run's end
+    included. The spool is bounded on disk: its segments (1 MiB)
     are deleted once shipped, all of them once the run's end has shipped.
 
     Exactly once: the run (its MLflow id and the training's own id, tag ``hookbus.training``) and
