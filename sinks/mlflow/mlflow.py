@@ -56,9 +56,11 @@ HTTP_BOUNDS = {
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
 }
+#: MLflow prints each ended run's URL with the tracking URI as given: not where it holds credentials.
+QUIET_URL = {"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
 _bounds_lock = threading.Lock()
-_bounds_users = 0
-_bounds_set: dict[str, str] = {}
+_bounds_users: dict[str, int] = {}  # name -> sinks holding it
+_bounds_set: dict[str, str] = {}  # name -> the value the sinks set
 
 
 class MLflowSink(Sink):
@@ -112,7 +114,9 @@ class MLflowSink(Sink):
     from the first sink's begin to the last one's close it sets ``MLFLOW_HTTP_REQUEST_MAX_RETRIES=0``,
     ``MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR=0`` and ``MLFLOW_HTTP_REQUEST_TIMEOUT=15`` in the
     environment where they are not set already (a user's own values are kept; they apply to every
-    MLflow client of the process meanwhile), and removes them at close.
+    MLflow client of the process meanwhile), and removes them at close. With credentials in the
+    URI it also sets ``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT=true`` likewise: MLflow prints an
+    ended run's link with the URI as given.
 
     Args:
         tracking_uri: Where the runs go: an MLflow tracking URI whose scheme MLflow's client
@@ -235,6 +239,7 @@ class MLflowSink(Sink):
         self.run: TrackedRun | None = None
         self._spool: SpoolWriter | None = None
         self._lock: OutputLock | None = None  # the spool's, from begin to close
+        self._held_settings: list[str] = []  # MLflow's settings this sink set (HTTP_BOUNDS)
         self._shipper: Shipper | None = None
         self._training: str | None = None  # this training's own id, once its spool is opened
         self._raised_refusal = False
@@ -294,7 +299,8 @@ class MLflowSink(Sink):
             self._lock = None
             spool.lock.release()
             raise
-        _bound_http_retries()
+        settings = {**HTTP_BOUNDS, **(QUIET_URL if self._redactor.shown != self._redactor.uri else {})}
+        self._held_settings = _bound_http_retries(settings)
         self._shipper.start()
 
     def _spool_point(self, point: Point) -> None:
@@ -468,7 +474,8 @@ class MLflowSink(Sink):
         finally:
             if lock is not None:  # the shipper stays readable: its last report stays in bus.stats()
                 lock.release()
-                _release_http_retries()
+                held, self._held_settings = self._held_settings, []
+                _release_http_retries(held)
 
     def _left_in_spool(self, shipper: Shipper) -> None:
         waiting = self._waiting()
@@ -502,26 +509,32 @@ class MLflowSink(Sink):
         logger.warning("%s: %s", self.name, self._redactor.scrub(message))
 
 
-def _bound_http_retries() -> None:
-    """Bound MLflow's HTTP retries while a sink runs, where the user set none (see MLflowSink)."""
-    global _bounds_users
+def _bound_http_retries(settings: Mapping[str, str]) -> list[str]:
+    """Set ``settings`` in the environment where the user set none; the names this sink holds."""
+    held = []
     with _bounds_lock:
-        if _bounds_users == 0:
-            for name, value in HTTP_BOUNDS.items():
-                if name not in os.environ:
-                    os.environ[name] = _bounds_set[name] = value
-        _bounds_users += 1
+        for name, value in settings.items():
+            if name in _bounds_set:
+                _bounds_users[name] += 1
+            elif name not in os.environ:
+                os.environ[name] = _bounds_set[name] = value
+                _bounds_users[name] = 1
+            else:
+                continue  # the user's own value
+            held.append(name)
+    return held
 
 
-def _release_http_retries() -> None:
-    global _bounds_users
+def _release_http_retries(held: list[str]) -> None:
+    """Let go of the settings :func:`_bound_http_retries` returned; the last holder removes them."""
     with _bounds_lock:
-        _bounds_users = max(0, _bounds_users - 1)
-        if _bounds_users == 0:
-            for name, value in list(_bounds_set.items()):
+        for name in held:
+            _bounds_users[name] -= 1
+            if _bounds_users[name] == 0:
+                value = _bounds_set.pop(name)
+                del _bounds_users[name]
                 if os.environ.get(name) == value:
                     del os.environ[name]
-                del _bounds_set[name]
 
 
 def _require_mlflow() -> None:

@@ -39,7 +39,7 @@ def _until_reported(bus: hookbus.EventBus) -> str:
 
 
 def test_credentials_in_the_uri_never_show_in_messages_stats_dashboard_event_log_or_tags(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
 ) -> None:
     caplog.set_level(logging.DEBUG)
     server = MlflowServer(tmp_path / "mlflow")
@@ -79,8 +79,11 @@ def test_credentials_in_the_uri_never_show_in_messages_stats_dashboard_event_log
     assert shown in caplog.text
     events = (tmp_path / "events.jsonl").read_text()
     assert shown in events  # the status line, recorded
+    output = capfd.readouterr()
     texts = {
         "log": caplog.text,
+        "stdout": output.out,  # MLflow's own "View run ... at: <URI>" line
+        "stderr": output.err,
         "stats then": "\n".join(seen),
         "stats after": repr(bus.stats()),
         "dashboard": screen.getvalue(),
