@@ -87,14 +87,14 @@ def test_another_training_gets_its_own_run_and_a_restart_in_its_directory_contin
     killed = _train(mlflow_server, tmp_path / "a", 0.05, kill_at=KILL_AT)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert not (tmp_path / "a" / "ckpt" / "checkpoint").exists()  # killed before its first checkpoint
-    (record_file,) = (tmp_path / "a" / "mlflow").glob("mlflow-*.run.json")
-    a_run_id = json.loads(record_file.read_text())["run_id"]  # the id file, written as the run was created
 
     other = _train(mlflow_server, tmp_path / "b", 0.001)
     assert other.returncode == 0, other.stderr[-3000:]
     runs = _runs(client)
     assert sorted(runs) == ["0.001", "0.05"], {lr: r.info.run_id for lr, r in runs.items()}  # two runs
     a, b = runs["0.05"], runs["0.001"]
+    (record_file,) = (tmp_path / "a" / "mlflow").glob("mlflow-*.run.json")
+    a_run_id = json.loads(record_file.read_text())["run_id"]  # A's id file, written as its run was created
     assert a.info.run_id == a_run_id
     assert a.info.status == "RUNNING"  # killed: its end never came
     assert b.info.status == "FINISHED"
