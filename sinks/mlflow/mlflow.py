@@ -145,7 +145,9 @@ class MLflowSink(Sink):
         flush_secs: Longest time points wait before they ship (default 5.0).
         max_queue_size: Events that may wait before training blocks (default 1024).
         close_deadline: Seconds ``close`` waits for the spool's writer and then the shipper
-            (default 10.0); what has not shipped by then waits in the spool for the next start.
+            (default 10.0; a local SQLite store, whose first use runs MLflow's migrations, gets
+            ``flush_deadline`` if that is longer); what has not shipped by then waits in the spool
+            for the next start.
         flush_deadline: Seconds a flush of the spool may take (default 30.0).
         priority, on_error, name: See :class:`hookbus.Sink` (default ``on_error="isolate"``).
         runs_on: ``"chief"`` (default: one run, from the chief) or ``"each"`` (one run per worker,
@@ -468,7 +470,12 @@ class MLflowSink(Sink):
             finally:
                 self.output.close()
             if shipper is not None and lock is not None:
-                left = self.output.close_deadline - (time.monotonic() - began)
+                deadline = self.output.close_deadline
+                if self.resolved_tracking_uri.startswith("sqlite:"):
+                    # A local store: its first use runs MLflow's migrations, which an exit would cut in
+                    # half; it gets the flush deadline too (a try that fails still ends the wait).
+                    deadline = max(deadline, self.output.flush_deadline)
+                left = deadline - (time.monotonic() - began)
                 if not shipper.finish(left):
                     self._left_in_spool(shipper)
         finally:
