@@ -6,7 +6,8 @@ line without its newline (a write in progress, or one a kill tore) is not data: 
 newline. The file's identity (device and inode) changing — a resume's cut replaces the log
 atomically — or the file getting shorter than what was read (a copy-truncate tool), or the byte
 before the read position no longer being a line's end (truncated and written again between two
-polls), all mean "read again from the start".
+polls), all mean "read again from the start". A poll reads at most ``max_bytes`` (and says
+whether more is there), so a huge log is taken in pieces that each are let go before the next.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from typing import BinaryIO
 
 __all__ = ["LogFollower", "Poll"]
 
-_READ = 1 << 20  # bytes read per call, so a huge log is taken in pieces
+_READ = 1 << 20  # bytes read per call
+#: Bytes one poll reads at most (a little more: up to the end of the last line begun).
+POLL_BYTES = 2 << 20
 
 
 @dataclass(frozen=True)
@@ -31,12 +34,14 @@ class Poll:
             rewritten): ``lines`` then start from the file's beginning.
         lines: The complete lines added since the last poll (without their newlines).
         mtime: The file's modification time (``None`` when it does not exist).
+        more: Whether the file held more than this poll read (poll again for the rest).
     """
 
     exists: bool
     reset: bool = False
     lines: list[str] = field(default_factory=list)
     mtime: float | None = None
+    more: bool = False
 
 
 class LogFollower:
@@ -44,10 +49,12 @@ class LogFollower:
 
     Args:
         path: The log; it need not exist yet.
+        max_bytes: Bytes one poll reads at most (default :data:`POLL_BYTES`).
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], max_bytes: int = POLL_BYTES) -> None:
         self.path = Path(path)
+        self.max_bytes = max_bytes
         self._identity: tuple[int, int] | None = None  # (device, inode) of the file being read
         self._offset = 0  # bytes consumed: every complete line before it
         self._tail = b""  # bytes after the last newline read (not data yet)
@@ -69,14 +76,20 @@ class LogFollower:
             self._identity = identity
             handle.seek(self._offset + len(self._tail))
             chunks = [self._tail]
+            size = len(self._tail)
+            more = False
             while chunk := handle.read(_READ):
                 chunks.append(chunk)
+                size += len(chunk)
+                if size >= self.max_bytes and b"\n" in chunk:
+                    more = True  # perhaps: the next poll finds out
+                    break
         data = b"".join(chunks)  # joined once: adding each piece to the last copies the log again each time
         end = data.rfind(b"\n") + 1
         self._offset += end
         self._tail = data[end:]
         lines = data[:end].decode("utf-8", errors="replace").split("\n")[:-1]
-        return Poll(exists=True, reset=reset, lines=lines, mtime=stat.st_mtime)
+        return Poll(exists=True, reset=reset, lines=lines, mtime=stat.st_mtime, more=more)
 
     def _intact(self, handle: BinaryIO) -> bool:
         """Whether the byte before the read position is still the newline read there."""

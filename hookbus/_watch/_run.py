@@ -1,11 +1,12 @@
 """One watched log's current run, and the liveness model of ``hookbus watch``.
 
-:class:`RunLog` holds the records of the run a log shows now, with its cuts applied: a train
-session created at step S behind steps already recorded (a resume, a rewind) drops the records
-after S, so no curve is doubled; a ``begin`` after a ``close`` starts a new run. It also keeps the
-facts liveness needs, all from the records: the newest step, the worker's own rate (wall-time
-deltas within this one file, never the watcher's clock against another host's), its stop and
-its last error.
+:class:`RunLog` follows the run a log shows now, with its cuts applied: a train session created
+at step S behind steps already recorded (a resume, a rewind) drops the records after S, so no
+curve is doubled; a ``begin`` after a ``close`` starts a new run. It keeps a bounded part of the
+records (:mod:`hookbus._watch._kept`: the window the dashboard draws and the summaries it needs),
+however long the log, and the facts liveness needs, all from the records: the newest step, the
+worker's own rates (wall-time deltas within this one file, never the watcher's clock against
+another host's), its stop and its last error.
 
 How a run ended is the one word of :mod:`hookbus._contract._ending`: the ``close`` record's
 ``ended`` where it says it; in a log written before that field (or one with an ``exception``
@@ -24,6 +25,7 @@ first record to its newest, as the dashboard's summary says it after "after T"),
 from __future__ import annotations
 
 import builtins
+import json
 import statistics
 from collections import deque
 from collections.abc import Iterable
@@ -33,6 +35,7 @@ from typing import Any
 from hookbus._contract._ending import CRASHED, ENDINGS, FINISHED, STOPPED, how_ended
 from hookbus._contract._ending import EXIT_STATUS as ENDED_STATUS
 from hookbus._contract._events import StopRequest
+from hookbus._watch._kept import WINDOW, KeptRecords
 
 __all__ = [
     "DEAD",
@@ -108,17 +111,25 @@ def recorded_error(text: str) -> BaseException:
     return kind(message)
 
 
-def _after(record: dict[str, Any], step: int) -> bool:
-    at = record.get("step")
-    return isinstance(at, int) and at > step
-
-
 class RunLog:
-    """The records of the run one log shows now, cuts applied, and what they say of its liveness."""
+    """The run one log shows now, cuts applied: what it says of its liveness, and the bounded
+    part of its records the dashboard is rebuilt from (:class:`~hookbus._watch._kept.KeptRecords`).
 
-    def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
+    Args:
+        window: Train steps kept for a rebuilt dashboard (default
+            :data:`hookbus._watch._kept.WINDOW`).
+    """
+
+    def __init__(self, window: int = WINDOW) -> None:
+        self.kept = KeptRecords(window)
+        self._seq = 0  # records taken from the log, ever: each one's arrival number
+        self._taken = 0  # records taken in the run shown
         self._clear_facts()
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """The kept records of the run shown, decoded, in order (what a rebuilt dashboard replays)."""
+        return self.kept.records()
 
     def _clear_facts(self) -> None:
         self.step: int | None = None
@@ -140,40 +151,94 @@ class RunLog:
 
     def clear(self) -> None:
         """Forget everything (the file is read again from the start)."""
-        self.records = []
+        self.kept.clear()
+        self._taken = 0
         self._clear_facts()
 
-    def add(self, record: dict[str, Any]) -> bool:
-        """Take one record; whether it cut or replaced what was shown (the view is rebuilt)."""
-        kind, step = record["record"], record.get("step")
+    def add(self, line: str, record: dict[str, Any]) -> bool:
+        """Take one record, ``record`` as written (``line`` parsed: a step's values at the top
+        level, see :func:`~hookbus._watch._kept.parsed`); whether it cut or replaced what was
+        shown (the view is rebuilt)."""
+        kind = record["record"]
+        if kind == "step":  # the bulk of a log: never a cut
+            seq = self._seq = self._seq + 1
+            self._taken += 1
+            step, mode = record.get("step"), record.get("mode", "train")
+            train = mode == "train" and "final" not in record
+            self.kept.keep_step(seq, line, record, step, mode)
+            self._note_step(record, step, train)
+            return False
+        step = record.get("step")
         rebuilt = False
         if kind == "begin" and self.closed:  # a next run in the same log
-            self.records, rebuilt = [], True
+            self.kept.clear()
+            self._taken = 0
+            self._clear_facts()
+            rebuilt = True
         elif (
             kind == "session_created"
             and record.get("mode", "train") == "train"
-            and isinstance(step, int)
-            and any(_after(r, step) for r in self.records if r["record"] == "step")
+            and type(step) is int
+            and self.step is not None
+            and self.step > step
         ):  # a resume or a rewind behind what was shown: what came after S is gone
-            self.records = [r for r in self.records if r["record"] == "begin" or not _after(r, step)]
-            rebuilt = True
-        self.records.append(record)
-        if rebuilt:
+            self.kept.cut(step)
             self._clear_facts()
-            for kept in self.records:
-                self._note(kept)
-        else:
-            self._note(record)
+            for kept in self.kept.lines():
+                self._note(json.loads(kept))
+            rebuilt = True
+        self._seq += 1
+        self._taken += 1
+        self.kept.keep(self._seq, line, record)
+        self._note(record)
         return rebuilt
+
+    def _note_step(self, record: dict[str, Any], step: Any, train: bool) -> None:
+        """:meth:`_note` for a step record (its ``step``; ``train``: a train step, not at-end),
+        the log's bulk: the same facts, in fewer steps."""
+        when = record.get("wall_time")
+        if type(when) is float:
+            last = self._last_time
+            if last is None:
+                self._first_time = when
+            elif when >= last:
+                self._gaps.append(when - last)
+            self._last_time = when
+        elif isinstance(when, int):
+            self._note_time(when)
+        if type(step) is not int:
+            return
+        if train:
+            local = record.get("local_step")
+            if type(local) is int:
+                if self._own is None:
+                    self._session_from = 0  # a worker counts its own (local) steps from its start
+                self._local, own = True, local
+            else:
+                if self._own is None and self._session_from is None:
+                    self._session_from = 0
+                self._local, own = False, step
+            self._own = own
+            if type(when) is float or isinstance(when, int):
+                self._points.append((float(when), own))
+        if self.step is None or step > self.step:
+            self.step = step
+
+    def _note_time(self, when: float) -> None:
+        if self._first_time is None:
+            self._first_time = float(when)
+        if self._last_time is not None and when >= self._last_time:
+            self._gaps.append(when - self._last_time)
+        self._last_time = float(when)
 
     def _note(self, record: dict[str, Any]) -> None:
         kind, step, when = record["record"], record.get("step"), record.get("wall_time")
+        if kind == "step":
+            train = record.get("mode", "train") == "train" and "final" not in record
+            self._note_step(record, record.get("step"), train)
+            return
         if isinstance(when, int | float):
-            if self._first_time is None:
-                self._first_time = float(when)
-            if self._last_time is not None and when >= self._last_time:
-                self._gaps.append(when - self._last_time)
-            self._last_time = float(when)
+            self._note_time(when)
         if kind == "begin":
             flush = record.get("flush_secs")
             if isinstance(flush, int | float) and flush > 0:
@@ -182,17 +247,6 @@ class RunLog:
             self._points.clear()  # a resume point: the rate starts anew
             self._end_session()
             self._session_from, self._own = (step if isinstance(step, int) else 0), None
-        elif kind == "step" and isinstance(step, int):
-            if record.get("mode", "train") == "train" and not record.get("final"):
-                local = record.get("local_step")
-                self._local = isinstance(local, int)
-                own = local if isinstance(local, int) else step
-                if self._own is None and (isinstance(local, int) or self._session_from is None):
-                    self._session_from = 0  # a worker counts its own (local) steps from its start
-                self._own = own
-                if isinstance(when, int | float):
-                    self._points.append((float(when), own))
-            self.step = step if self.step is None else max(self.step, step)
         elif kind == "stop_requested" and self.stop is None:
             reason, source = str(record.get("reason")), str(record.get("source"))
             self.stop = f"{reason} ({source}, step {step})"
@@ -250,7 +304,7 @@ class RunLog:
 
     def state(self, age: float | None, stale_after: float, dead_after: float) -> str:
         """The run's state, ``age`` seconds after its newest record reached the watcher."""
-        if not self.records:
+        if not self._taken:
             return WAITING
         ended = self.how_ended
         if ended is not None:

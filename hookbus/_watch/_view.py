@@ -5,8 +5,10 @@ Each poll reads the complete lines the log gained. New records are published thr
 :class:`~hookbus._publishing._replay.FollowedReplay` in follow mode (train steps, evaluations, sessions,
 ends) or handed to the sink as the payloads the live bus sent (checkpoints, stops, errors, an
 exception). A cut (a resume behind the steps shown, a next run in the log, a replaced or shrunk
-file) or a key the replay did not declare rebuilds the view from the run's records, on a new
-bus and sink, quietly, so the dashboard shows each step once.
+file), a key the replay did not declare, or more new records than are worth publishing one by
+one (a log read for the first time) rebuilds the view from what the run keeps
+(:mod:`hookbus._watch._kept`), on a new bus and sink, quietly, so the dashboard shows each step
+once.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from hookbus._contract._events import CheckpointSaved, ExceptionRaised, StopRequ
 from hookbus._contract._sink import Sink
 from hookbus._publishing._replay import FollowedReplay
 from hookbus._watch._follow import LogFollower
+from hookbus._watch._kept import parsed
 from hookbus._watch._run import RunLog, WorkerStatus, recorded_error
 
 __all__ = ["Gate", "LogView", "MakeSink", "NotAnEventLogError"]
@@ -32,6 +35,7 @@ __all__ = ["Gate", "LogView", "MakeSink", "NotAnEventLogError"]
 #: Makes the dashboard's sink: (console for its plain lines, the recorded clock, a run name).
 MakeSink = Callable[[Console, Callable[[], float], str], Sink]
 _PUBLISHED = frozenset({"begin", "session_created", "step", "end"})
+_ONE_BY_ONE = 256  # new records a poll puts on the dashboard one by one; more rebuild it
 
 
 class NotAnEventLogError(ValueError):
@@ -129,33 +133,50 @@ class LogView:
 
     def poll(self) -> tuple[bool, bool]:
         """Read what the log gained; (whether it gained records, whether the view was rebuilt)."""
-        polled = self._follower.poll()
-        self.exists = polled.exists
-        rebuild = polled.reset
-        if polled.reset:
-            self.run.clear()
-            self._lines = 0
-        for line in polled.lines:
-            self._lines += 1
-            try:
-                record = decode_line(line, f"{self.path} line {self._lines}")
-            except ValueError as error:
-                raise NotAnEventLogError(str(error)) from None
-            if self.run.add(record):
-                rebuild = True
-            elif not rebuild:
-                if self._shown is None or self._shown.closed or not self._shown.replay.knows(record):
-                    rebuild = True
-                else:
-                    self._apply(self._shown, record)
-        if polled.lines:
+        rebuild = gained = reset = False
+        mtime: float | None = None
+        while True:  # a poll reads a bounded piece: each piece is taken in, and let go, in turn
+            polled = self._follower.poll()
+            self.exists = polled.exists
+            if polled.reset:
+                self.run.clear()
+                self._lines = 0
+                rebuild = reset = True
+            if polled.lines:
+                gained, mtime = True, polled.mtime
+                rebuild = self._take(polled.lines, rebuild) or rebuild
+            if not polled.more:
+                break
+        if gained:
             now = self._clock()
-            first = self._seen_at is None or polled.reset
-            lag = max(0.0, self._wall_clock() - polled.mtime) if first and polled.mtime is not None else 0.0
+            first = self._seen_at is None or reset
+            lag = max(0.0, self._wall_clock() - mtime) if first and mtime is not None else 0.0
             self._seen_at = now - lag
         if rebuild:
             self._rebuild()
-        return bool(polled.lines), rebuild
+        return gained, rebuild
+
+    def _take(self, lines: list[str], rebuild: bool) -> bool:
+        """Take complete lines into the run; whether the view must be rebuilt. A few new records
+        go on the dashboard one by one; many (a log read for the first time, a watcher that fell
+        behind) rebuild it from what the run keeps, far quicker than publishing each."""
+        try:
+            records = parsed(lines, self._lines + 1, str(self.path))
+        except ValueError as error:
+            raise NotAnEventLogError(str(error)) from None
+        self._lines += len(lines)
+        shown = self._shown
+        one_by_one = not rebuild and shown is not None and not shown.closed and len(lines) <= _ONE_BY_ONE
+        for line, record in zip(lines, records, strict=True):
+            if self.run.add(line, record):
+                rebuild, one_by_one = True, False
+            elif one_by_one and shown is not None:
+                decoded = decode_line(line)
+                if shown.replay.knows(decoded):
+                    self._apply(shown, decoded)
+                else:
+                    rebuild, one_by_one = True, False
+        return rebuild or not one_by_one
 
     def age(self) -> float | None:
         """Seconds since the newest record reached the watcher (``None`` before one)."""

@@ -52,6 +52,12 @@ def _record(log: Path, steps: int = 5, *, stop_at: int | None = None, fail_at: i
         publisher.end()
 
 
+def _add(run: RunLog, record: dict[str, Any]) -> bool:
+    """Hand ``run`` one record as the watcher does: its line as written, and that line parsed."""
+    line = json.dumps({"v": 1, **record})
+    return run.add(line, json.loads(line))
+
+
 def _lines(log: Path) -> list[str]:
     return log.read_text().splitlines(keepends=True)
 
@@ -122,14 +128,14 @@ def _step(step: int, loss: float, wall_time: float | None = None) -> dict[str, A
 
 def test_a_resumed_session_cuts_the_shown_history_back_to_its_step() -> None:
     run = RunLog()
-    assert not run.add({"record": "begin", "step": 0, "wall_time": 0.0})
-    run.add({"record": "session_created", "step": 0, "mode": "train", "wall_time": 0.0})
+    assert not _add(run, {"record": "begin", "step": 0, "wall_time": 0.0})
+    _add(run, {"record": "session_created", "step": 0, "mode": "train", "wall_time": 0.0})
     for step in range(1, 8):
-        assert not run.add(_step(step, 1.0))
-    assert run.add({"record": "session_created", "step": 4, "mode": "train", "restored": True, "wall_time": 9.0})
+        assert not _add(run, _step(step, 1.0))
+    assert _add(run, {"record": "session_created", "step": 4, "mode": "train", "restored": True, "wall_time": 9.0})
     assert [r["step"] for r in run.records if r["record"] == "step"] == [1, 2, 3, 4]
     assert run.step == 4
-    assert not run.add(_step(5, 0.5, 10.0))
+    assert not _add(run, _step(5, 0.5, 10.0))
     assert [r["step"] for r in run.records if r["record"] == "step"] == [1, 2, 3, 4, 5]
 
 
@@ -230,18 +236,18 @@ def test_a_file_that_is_not_an_event_log_fails_naming_it(tmp_path: Path, capsys:
 def test_the_states_follow_the_records() -> None:
     run = RunLog()
     assert run.state(None, 1.0, 2.0) == WAITING
-    run.add({"record": "begin", "step": 0, "wall_time": 0.0})
+    _add(run, {"record": "begin", "step": 0, "wall_time": 0.0})
     assert [run.state(age, 1.0, 2.0) for age in (0.5, 1.5, 2.5)] == [LIVE, STALE, DEAD]
-    run.add({"record": "stop_requested", "step": 3, "reason": "enough", "source": "signal", "wall_time": 1.0})
+    _add(run, {"record": "stop_requested", "step": 3, "reason": "enough", "source": "signal", "wall_time": 1.0})
     assert run.state(0.0, 1.0, 2.0) == LIVE  # asked to stop, still writing
-    run.add({"record": "close", "step": 3, "wall_time": 2.0})
+    _add(run, {"record": "close", "step": 3, "wall_time": 2.0})
     assert run.state(100.0, 1.0, 2.0) == STOPPED  # preempted (a signal)
     assert run.stop == "enough (signal, step 3)"
     finished = RunLog()
     for record in ({"record": "begin", "step": 0}, {"record": "close", "step": 3}):
-        finished.add(record)
+        _add(finished, record)
     assert finished.state(100.0, 1.0, 2.0) == FINISHED
-    finished.add({"record": "exception", "step": 3, "error": "ValueError: x"})
+    _add(finished, {"record": "exception", "step": 3, "error": "ValueError: x"})
     assert finished.state(0.0, 1.0, 2.0) == CRASHED
     assert finished.error == "ValueError: x"
 
@@ -263,9 +269,9 @@ def test_stale_after_is_three_of_the_longer_of_the_flush_interval_and_the_record
     30 s without a record, not 0.3 s; one flushing every 5 s with a record every 0.1 s, after 15 s."""
     for flush, spacing, stale in ((0.1, 10.0, 30.0), (5.0, 0.1, 15.0)):
         run = RunLog()
-        run.add({"record": "begin", "step": 0, "flush_secs": flush, "wall_time": 0.0})
+        _add(run, {"record": "begin", "step": 0, "flush_secs": flush, "wall_time": 0.0})
         for step in range(1, 6):
-            run.add({"record": "step", "step": step, "wall_time": spacing * step})
+            _add(run, {"record": "step", "step": step, "wall_time": spacing * step})
         assert run.stale_after() == pytest.approx(stale)
 
 
