@@ -7,7 +7,10 @@ sinks' states are written, before the model is saved) and killed at a random mom
 a new child restarts from the directory, and the last one finishes. Then, read back through
 ``MlflowClient``: one MLflow run (the kill before any checkpoint left no orphan beside it), each
 step once in every metric's history with the CSV's value, and the status each end gives: RUNNING
-after a kill, KILLED after SIGTERM, RUNNING again on the resume after that, FINISHED at the end.
+after a kill, KILLED after SIGTERM, FINISHED at the end. A resumed run is RUNNING again once the
+resumed process's start has shipped; a child killed a few steps after its start may die before its
+shipper told the server (training never waits for it), and the server then still says what it last
+heard (KILLED) until the next start ships that record.
 The children's event log, uploaded afterwards with ``hookbus replay --mlflow``, gives the same
 points.
 """
@@ -80,11 +83,12 @@ def test_each_step_is_in_mlflow_once_with_the_csvs_values_and_the_status_of_each
     assert seen[0]["status"] == "RUNNING", context
     assert seen[1]["status"] == "KILLED", context  # SIGTERM: a graceful stop by signal
     assert seen[1]["tags"].get("hookbus.stop_reason") == "received SIGTERM", context
-    assert [s["status"] for s in seen[2:4]] == ["RUNNING", "RUNNING"], context  # resumed after KILLED, then killed
+    # Resumed after KILLED, then killed: RUNNING once the resume's start shipped (see the docstring).
+    assert all(s["status"] in ("RUNNING", "KILLED") for s in seen[2:4]), context
     stopped = seen[1]["checkpoint"]  # SIGTERM's final checkpoint, a few steps after 30 (later on a loaded machine)
     assert seen[2]["checkpoint"] == max(50, stopped), context  # killed at step 60: 50 restores
     assert seen[3]["checkpoint"] == max(75, stopped), context  # killed inside the save at 100: 75 restores
-    assert all(s["status"] in ("RUNNING", "FINISHED") for s in seen[4:]), context  # a late timer finds it done
+    assert all(s["status"] in ("RUNNING", "KILLED", "FINISHED") for s in seen[4:]), context  # a late timer: done
     assert run.info.status == "FINISHED"
 
     csv_loss = csv_column(tmp_path / "metrics.csv", "loss")
