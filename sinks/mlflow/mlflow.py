@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import re
-import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -39,6 +38,7 @@ from hookbus.validate import flag
 
 from ._names import check_names, mlflow_name, names_tags
 from ._run import MODES, Point, RunPlan, TrackedRun
+from ._settings import HTTP_BOUNDS, QUIET_URL, hold_settings, release_settings
 from ._shipper import Shipper
 from ._spool import Spool, SpoolWriter
 from ._uri import Redactor, check_tracking_uri
@@ -50,17 +50,6 @@ logger = logging.getLogger("hookbus")
 HParamValue = bool | int | float | str
 RATE_NAME = "steps/sec"
 _RUN_KEY = re.compile(r"^[\w.\-:/]{1,250}$")
-#: MLflow's HTTP client's bounds while a sink runs, where the user set none (see MLflowSink).
-HTTP_BOUNDS = {
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",  # the shipper retries, with its own pauses
-    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
-}
-#: MLflow prints each ended run's URL with the tracking URI as given: not where it holds credentials.
-QUIET_URL = {"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
-_bounds_lock = threading.Lock()
-_bounds_users: dict[str, int] = {}  # name -> sinks holding it
-_bounds_set: dict[str, str] = {}  # name -> the value the sinks set
 
 
 class MLflowSink(Sink):
@@ -302,7 +291,7 @@ class MLflowSink(Sink):
             spool.lock.release()
             raise
         settings = {**HTTP_BOUNDS, **(QUIET_URL if self._redactor.shown != self._redactor.uri else {})}
-        self._held_settings = _bound_http_retries(settings)
+        self._held_settings = hold_settings(settings)
         self._shipper.start()
 
     def _spool_point(self, point: Point) -> None:
@@ -482,7 +471,7 @@ class MLflowSink(Sink):
             if lock is not None:  # the shipper stays readable: its last report stays in bus.stats()
                 lock.release()
                 held, self._held_settings = self._held_settings, []
-                _release_http_retries(held)
+                release_settings(held)
 
     def _left_in_spool(self, shipper: Shipper) -> None:
         waiting = self._waiting()
@@ -514,34 +503,6 @@ class MLflowSink(Sink):
     def _report(self, message: str) -> None:
         # From the shipper's thread: logged like the bus's own reports of a sink's errors.
         logger.warning("%s: %s", self.name, self._redactor.scrub(message))
-
-
-def _bound_http_retries(settings: Mapping[str, str]) -> list[str]:
-    """Set ``settings`` in the environment where the user set none; the names this sink holds."""
-    held = []
-    with _bounds_lock:
-        for name, value in settings.items():
-            if name in _bounds_set:
-                _bounds_users[name] += 1
-            elif name not in os.environ:
-                os.environ[name] = _bounds_set[name] = value
-                _bounds_users[name] = 1
-            else:
-                continue  # the user's own value
-            held.append(name)
-    return held
-
-
-def _release_http_retries(held: list[str]) -> None:
-    """Let go of the settings :func:`_bound_http_retries` returned; the last holder removes them."""
-    with _bounds_lock:
-        for name in held:
-            _bounds_users[name] -= 1
-            if _bounds_users[name] == 0:
-                value = _bounds_set.pop(name)
-                del _bounds_users[name]
-                if os.environ.get(name) == value:
-                    del os.environ[name]
 
 
 def _require_mlflow() -> None:
