@@ -33,7 +33,7 @@ from typing import Any
 
 from hookbus._contract._event_log import EVENT_LOG_VERSION, decode_line
 
-__all__ = ["EVENTS", "WINDOW", "KeptRecords", "parsed"]
+__all__ = ["EVENTS", "WINDOW", "KeptRecords", "parsed", "shown"]
 
 #: Train steps (and evaluations, and epochs) a rebuilt dashboard replays: its curves' window.
 WINDOW = 256
@@ -71,6 +71,35 @@ def parsed(lines: Sequence[str], first: int, where: str) -> list[dict[str, Any]]
             decode_line(line, f"{where} line {number}")
         raise ValueError(f"{where} lines {first}-{first + len(lines) - 1} are not event log records")
     return records
+
+
+def shown(records: Sequence[dict[str, Any]], tail: int) -> set[int]:
+    """Which of many new ``records`` (as written) a dashboard must be given to show what all of
+    them would: every record but the train steps, the last ``tail`` train steps (the curves),
+    and the train steps holding each key's lowest and highest finite value among them (the
+    bests; the first of equal ones). Their indices."""
+    train = [
+        i
+        for i, r in enumerate(records)
+        if r["record"] == "step" and r.get("mode", "train") == "train" and "final" not in r
+    ]
+    chosen = set(range(len(records))).difference(train)
+    chosen.update(train[-tail:])
+    extremes: dict[str, list[Any]] = {}  # key: [lowest, its index, highest, its index]
+    for i in train:
+        for key, value in _values(records[i]):
+            if value - value != 0.0:  # not finite
+                continue
+            found = extremes.get(key)
+            if found is None:
+                extremes[key] = [value, i, value, i]
+            elif value < found[0]:
+                found[0:2] = value, i
+            elif value > found[2]:
+                found[2:4] = value, i
+    for found in extremes.values():
+        chosen.update((found[1], found[3]))
+    return chosen
 
 
 def _values(record: dict[str, Any]) -> Iterator[tuple[str, float]]:

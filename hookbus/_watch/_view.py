@@ -5,10 +5,10 @@ Each poll reads the complete lines the log gained. New records are published thr
 :class:`~hookbus._publishing._replay.FollowedReplay` in follow mode (train steps, evaluations, sessions,
 ends) or handed to the sink as the payloads the live bus sent (checkpoints, stops, errors, an
 exception). A cut (a resume behind the steps shown, a next run in the log, a replaced or shrunk
-file), a key the replay did not declare, or more new records than are worth publishing one by
-one (a log read for the first time) rebuilds the view from what the run keeps
-(:mod:`hookbus._watch._kept`), on a new bus and sink, quietly, so the dashboard shows each step
-once.
+file), a key the replay did not declare, or the first read of a log rebuilds the view from what
+the run keeps (:mod:`hookbus._watch._kept`), on a new bus and sink, quietly, so the dashboard
+shows each step once. Of many new train steps in one poll, the view is given only what it shows
+(the last ones and each key's extremes among them).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from hookbus._contract._sink import Sink
 from hookbus._publishing._replay import FollowedReplay
 from hookbus._watch._follow import LogFollower
 from hookbus._watch._kept import parsed
+from hookbus._watch._kept import shown as shown_of
 from hookbus._watch._run import RunLog, WorkerStatus, recorded_error
 
 __all__ = ["Gate", "LogView", "MakeSink", "NotAnEventLogError"]
@@ -35,7 +36,9 @@ __all__ = ["Gate", "LogView", "MakeSink", "NotAnEventLogError"]
 #: Makes the dashboard's sink: (console for its plain lines, the recorded clock, a run name).
 MakeSink = Callable[[Console, Callable[[], float], str], Sink]
 _PUBLISHED = frozenset({"begin", "session_created", "step", "end"})
-_ONE_BY_ONE = 256  # new records a poll puts on the dashboard one by one; more rebuild it
+# New train steps a poll puts on the dashboard one by one (tens of microseconds each); of more
+# (a fast run recorded every step), the last ones and each key's extremes among them.
+_ONE_BY_ONE = 256
 
 
 class NotAnEventLogError(ValueError):
@@ -157,20 +160,22 @@ class LogView:
         return gained, rebuild
 
     def _take(self, lines: list[str], rebuild: bool) -> bool:
-        """Take complete lines into the run; whether the view must be rebuilt. A few new records
-        go on the dashboard one by one; many (a log read for the first time, a watcher that fell
-        behind) rebuild it from what the run keeps, far quicker than publishing each."""
+        """Take complete lines into the run; whether the view must be rebuilt. New records go
+        on the dashboard as they come (its plain lines said), but of many train steps at once
+        (a fast run recorded every step) only what it shows (:func:`~hookbus._watch._kept.shown`:
+        the last ones, each key's extremes), far quicker than publishing each."""
         try:
             records = parsed(lines, self._lines + 1, str(self.path))
         except ValueError as error:
             raise NotAnEventLogError(str(error)) from None
         self._lines += len(lines)
         shown = self._shown
-        one_by_one = not rebuild and shown is not None and not shown.closed and len(lines) <= _ONE_BY_ONE
-        for line, record in zip(lines, records, strict=True):
+        one_by_one = not rebuild and shown is not None and not shown.closed
+        chosen = shown_of(records, _ONE_BY_ONE) if one_by_one and len(records) > _ONE_BY_ONE else None
+        for index, (line, record) in enumerate(zip(lines, records, strict=True)):
             if self.run.add(line, record):
                 rebuild, one_by_one = True, False
-            elif one_by_one and shown is not None:
+            elif one_by_one and shown is not None and (chosen is None or index in chosen):
                 decoded = decode_line(line)
                 if shown.replay.knows(decoded):
                     self._apply(shown, decoded)

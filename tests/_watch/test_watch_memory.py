@@ -160,3 +160,39 @@ def test_a_bad_line_deep_in_a_long_log_is_named(tmp_path: Path) -> None:
     view = LogView(log, "events.jsonl", RENDERING.make_sink, Gate(io.StringIO(), False))
     with pytest.raises(NotAnEventLogError, match="line 5001 is not an event log record"):
         view.poll()
+
+
+def test_many_new_steps_in_one_poll_reach_the_dashboard_as_it_would_show_all_of_them(tmp_path: Path) -> None:
+    """A fast run recorded every step: one poll brings 5,000 steps, a dip in the loss in their
+    middle, a checkpoint and an evaluation. The dashboard is given the last steps and each key's
+    extremes, not all: it is not rebuilt, its best is the dip at its step, its history the last
+    values, and the checkpoint's and the evaluation's plain lines are said (a guard: a rebuild
+    from what is kept would be quiet)."""
+    log = tmp_path / "events.jsonl"
+    log.write_text(
+        event_log_line("begin", step=0, wall_time=0.0, mode="train", keys=["loss", "eval/loss"], flush_secs=0.1)
+        + event_log_line("session_created", step=0, wall_time=0.0, mode="train", restored=False, rewound=False)
+        + event_log_line("step", step=1, wall_time=0.001, mode="train", loss=1.0)
+    )
+    out = io.StringIO()
+    view = LogView(log, "events.jsonl", RENDERING.make_sink, Gate(out, True))
+    view.poll()
+
+    def loss(step: int) -> float:
+        return 0.001 if step == 2500 else 1.0 + 1.0 / step
+
+    with log.open("a") as writing:
+        for step in range(2, 5002):
+            writing.write(event_log_line("step", step=step, wall_time=step * 0.001, mode="train", loss=loss(step)))
+            if step == 3000:
+                saved = {"path": "ckpt-3000", "value": None, "wall_time": 3.0}
+                writing.write(event_log_line("checkpoint_saved", step=step, **saved))
+                writing.write(event_log_line("step", step=step, wall_time=3.0, mode="eval", **{"eval/loss": 0.5}))
+    gained, rebuilt = view.poll()
+    assert gained
+    assert not rebuilt
+    row = _row(view, "loss")
+    assert (row.best, row.best_step, row.last) == (0.001, 2500, loss(5001))
+    assert row.history == tuple(loss(s) for s in range(5002 - len(row.history), 5002))
+    assert "checkpoint step 3000: ckpt-3000" in out.getvalue()
+    assert "eval at step 3000 | eval/loss 0.5" in out.getvalue()
