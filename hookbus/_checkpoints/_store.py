@@ -130,7 +130,18 @@ class FileCheckpointStore:
 
     def files(self, prefix: str) -> list[str]:
         """The files of checkpoint ``prefix``, its state file included (not a longer prefix's, ``prefix + "0"``)."""
-        return [name for name in glob.glob(glob.escape(prefix) + ".*") if self._files.fullmatch(name[len(prefix) :])]
+        # A listing, not glob: each glob pattern (a new one per checkpoint name) stays in fnmatch's
+        # cache of 32,768 compiled patterns, ~0.9 KB each (bench/README.md "Memory over a long run").
+        directory, base = os.path.split(prefix)
+        try:
+            names = os.listdir(directory or ".")
+        except (FileNotFoundError, NotADirectoryError):  # as glob: no such directory, no files
+            return []
+        return [
+            os.path.join(directory, name)
+            for name in names
+            if name.startswith(base + ".") and self._files.fullmatch(name[len(base) :])
+        ]
 
     # -- the pointer -------------------------------------------------------------------------
     def checkpoints(self, directory: str) -> list[str]:
