@@ -7,10 +7,12 @@ other missing argument; ``hookbus --help`` prints it on stdout and exits 0.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import shlex
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -287,6 +289,11 @@ def _nothing_to_do(log: Path, records: list[dict[str, Any]]) -> str:
 
 def replay_command(args: argparse.Namespace) -> int:
     """``hookbus replay``: returns the process exit status."""
+    with contextlib.ExitStack() as stack:  # what the upload needs until it is done
+        return _replay(args, stack)
+
+
+def _replay(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     import hookbus
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -307,6 +314,9 @@ def replay_command(args: argparse.Namespace) -> int:
             bus.attach(TensorBoardSink(args.tensorboard, every_n_steps=args.tensorboard_every_n_steps, hparams=hparams))
         tracker = None
         if args.mlflow is not None:
+            # The sink's own files (its spool, its run's id) live for this upload only: the log is
+            # the source, and an upload run again adds only what the run lacks (continue_ended).
+            spool = stack.enter_context(tempfile.TemporaryDirectory(prefix="hookbus-replay-"))
             from hookbus._publishing._replay import recorded_run_key
             from hookbus.sinks import MLflowSink
 
@@ -319,6 +329,7 @@ def replay_command(args: argparse.Namespace) -> int:
                     every_n_steps=1,
                     run_key=recorded_run_key(records),
                     continue_ended=True,
+                    directory=spool,
                 )
             )
         early = None
@@ -329,6 +340,14 @@ def replay_command(args: argparse.Namespace) -> int:
         print(f"hookbus replay: {error}", file=sys.stderr)
         return 2
     print(f"replayed {result.steps} step records of {args.log} (last step {result.last_step})")
+    shipped = tracker.writer_stats() if tracker is not None else None
+    if shipped is not None and shipped.unreachable is not None:
+        print(
+            f"hookbus replay: the MLflow upload did not complete: {shipped.unreachable}; run it again once MLflow "
+            "answers (it adds only what the run lacks)",
+            file=sys.stderr,
+        )
+        return 1
     if tracker is not None:
         run_id = tracker.run.run_id if tracker.run is not None else None
         print(f"MLflow run {run_id} in experiment {args.mlflow_experiment!r} at {args.mlflow}")

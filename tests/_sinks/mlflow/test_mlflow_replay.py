@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _mlflow_server import MlflowServer, metric_history, require_mlflow
+from _mlflow_server import MlflowServer, free_port, metric_history, require_mlflow
 
 import hookbus
 from hookbus.testing import FakeClock, ScriptedPublisher
@@ -60,7 +60,7 @@ def test_a_replayed_run_is_the_live_runs_metrics_and_a_second_replay_adds_nothin
 ) -> None:
     from hookbus._cli._cli import main
 
-    monkeypatch.chdir(tmp_path)  # the replay's MLflowSink keeps its files in ./mlruns
+    monkeypatch.chdir(tmp_path)  # and nothing of the upload is left there (below)
 
     client = mlflow_server.client()
     log, live_id = _record_live(tmp_path, mlflow_server)
@@ -78,3 +78,23 @@ def test_a_replayed_run_is_the_live_runs_metrics_and_a_second_replay_adds_nothin
         assert runs[0].info.status == "FINISHED"
         replayed = _everything(client, runs[0].info.run_id)
         assert replayed == live, upload  # the same names, steps, values and timestamps; each point once
+    assert not (tmp_path / "mlruns").exists()  # the upload's spool and run id lived in a temporary directory
+
+
+def test_a_replay_to_a_tracker_that_does_not_answer_fails_saying_so_and_leaves_nothing(
+    tmp_path: Path, mlflow_server: MlflowServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sink never waits for the network: without this check a replay to a closed port printed
+    # "replayed 30 step records" and exited 0 with nothing uploaded.
+    from hookbus._cli._cli import main
+
+    log, _ = _record_live(tmp_path, mlflow_server)
+    monkeypatch.chdir(tmp_path)
+    closed = f"http://127.0.0.1:{free_port()}"
+    assert main(["replay", str(log), "--mlflow", closed, "--mlflow-experiment", "nowhere"]) == 1
+    err = capsys.readouterr().err
+    assert "hookbus replay: the MLflow upload did not complete: " in err, err
+    assert "http://127.0.0.1:" in err, err
+    assert "unreachable" in err, err
+    assert "run it again once MLflow answers" in err, err
+    assert not (tmp_path / "mlruns").exists()
