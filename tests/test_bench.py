@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHES = ("overhead", "dispatch", "keras_overhead")
+BENCHES = ("overhead", "dispatch", "keras_overhead", "watch")
 ROW_FIELDS = {"wall_us", "cpu_us", "wall_median_us", "x_wall", "x_wall_median", "x_cpu", "x_cpu_median", "x_thread"}
 SPREAD = {"median", "min", "max", "runs"}
 RUNS = 2  # --quick runs two processes: the smallest run count with a spread
@@ -110,7 +110,25 @@ def check_keras(result: dict[str, Any]) -> None:
     assert result["targets"], "the targets are judged"
 
 
-CHECKS = {"overhead": check_overhead, "dispatch": check_dispatch, "keras_overhead": check_keras}
+def check_watch(result: dict[str, Any]) -> None:
+    once = result["once"]
+    for side in ("bare", "watch"):  # the watcher beside a bare json.loads pass over the same log
+        assert once[side]["wall_s"] > 0
+        assert once[side]["peak_rss_mib"] > 0
+        assert len(once[side]["runs"]) == result["rounds"]
+    assert set(once["ratio"]) == {"wall_s", "cpu_s", "peak_rss_mib"}
+    live = result["live"]
+    assert live["exit_status"] == 0
+    assert [s["step"] for s in live["samples"]] == sorted(s["step"] for s in live["samples"])
+    assert live["samples"][-1]["step"] == result["steps"]
+
+
+CHECKS = {
+    "overhead": check_overhead,
+    "dispatch": check_dispatch,
+    "keras_overhead": check_keras,
+    "watch": check_watch,
+}
 
 
 @pytest.mark.subprocess
@@ -128,8 +146,8 @@ def test_every_benchmark_runs_quick_and_writes_its_rows(tmp_path: Path) -> None:
             log.close()
             output = (tmp_path / f"{name}.log").read_text()
             assert code == 0, f"bench/{name}.py --quick failed:\n{output[-3000:]}"
-            assert "targets" in output or name == "dispatch", output[-3000:]  # the table was printed
-            assert "[" in output or name == "dispatch", output[-3000:]  # with the spread between runs
+            assert "targets" in output or name in ("dispatch", "watch"), output[-3000:]  # the table was printed
+            assert "[" in output or name in ("dispatch", "watch"), output[-3000:]  # with the spread between runs
             CHECKS[name](json.loads(out.read_text()))
     finally:
         for process, _, log in runs.values():
