@@ -90,7 +90,7 @@ def test_bracketed_names_are_printed_literally_in_plain_mode() -> None:
     assert line.startswith("step 1 | " + " | ".join(f"{k} {i + 1}" for i, k in enumerate(BRACKETED)))
     for key in BRACKETED:
         assert f"  {key}: last " in out
-    assert "[b]run[/b]: stopped at step 3" in out
+    assert "[b]run[/b]: finished at step 3" in out
     assert "stop at step 3: [bold]enough[/] at [red] ([i]stopper)" in out
 
 
