@@ -195,16 +195,9 @@ class RunLog:
 
     def _note_step(self, record: dict[str, Any], step: Any, train: bool) -> None:
         """:meth:`_note` for a step record (its ``step``; ``train``: a train step, not at-end),
-        the log's bulk: the same facts, in fewer steps."""
+        the log's bulk: the same facts, without the other kinds' branches."""
         when = record.get("wall_time")
-        if type(when) is float:
-            last = self._last_time
-            if last is None:
-                self._first_time = when
-            elif when >= last:
-                self._gaps.append(when - last)
-            self._last_time = when
-        elif isinstance(when, int):
+        if isinstance(when, int | float):
             self._note_time(when)
         if type(step) is not int:
             return
@@ -219,7 +212,7 @@ class RunLog:
                     self._session_from = 0
                 self._local, own = False, step
             self._own = own
-            if type(when) is float or isinstance(when, int):
+            if isinstance(when, int | float):
                 self._points.append((float(when), own))
         if self.step is None or step > self.step:
             self.step = step
