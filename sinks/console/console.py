@@ -174,9 +174,7 @@ class ConsoleSink(Sink):
         self._evals: dict[str, MetricTracker] = {}
         self._eval_step: int | None = None
         self._checkpoint: CheckpointSaved | None = None
-        self._stop: str | None = None
-        self._first_stop: StopRequest | None = None
-        self._error: BaseException | None = None
+        self._first_stop: StopRequest | None = None  # the first reason stops the run, as bus.stop_reason
         self._errors: dict[str, int] = {}
         self._resumed: str | None = None
         self._activity: str | None = None  # what happens now, between training steps
@@ -204,7 +202,7 @@ class ConsoleSink(Sink):
             steps = peer.total_steps
             # A sink that knows the last step shows as the header's total and progress bar, not
             # again in the footer; once stopping, the stop line says it all.
-            if peer.status and steps is None and self._stop is None:
+            if peer.status and steps is None and self._first_stop is None:
                 statuses.append(f"{peer.name}: {peer.status}")
             if steps is not None and steps > 0:
                 total = steps if total is None else min(total, steps)
@@ -239,6 +237,11 @@ class ConsoleSink(Sink):
             health=self._context.stats() if self._context is not None else None,
         )
         return self.snapshot
+
+    @property
+    def _stop(self) -> str | None:
+        """The stop line: the first stop request's step, reason and source."""
+        return None if self._first_stop is None else _stop_line(self._first_stop)
 
     def _metric(self, table: dict[str, MetricTracker], key: str) -> MetricTracker:
         metric = table.get(key)
@@ -340,10 +343,9 @@ class ConsoleSink(Sink):
         self._publish()
 
     def on_stop_requested(self, event: StopRequest) -> None:
-        if self._stop is None:  # the first reason stops the run, as bus.stop_reason
+        if self._first_stop is None:
             self._first_stop = event
-            self._stop = f"stop at step {event.step:,}: {event.reason} ({event.source})"
-            self._plain(self._stop)
+            self._plain(_stop_line(event))
             # The header shows the step the stop happened at, also when the last due step was earlier.
             self._step = max(self._step, event.step)
         self._phase = "stopping"
@@ -367,7 +369,6 @@ class ConsoleSink(Sink):
         self._publish()
 
     def on_exception(self, event: ExceptionRaised) -> None:
-        self._error = event.error
         self._phase = how_ended(self._first_stop, event.error)  # stopped (KeyboardInterrupt) or crashed
         self._step = max(self._step, event.step)
         detail = f": {event.error}" if str(event.error) else ""
@@ -411,5 +412,9 @@ class ConsoleSink(Sink):
             return
         self._active = False
         if self._phase in ("starting", "running", "stopping"):
-            self._phase = how_ended(self._first_stop, self._error)
+            self._phase = how_ended(self._first_stop, None)  # an exception set the phase already
         self.display.stop(plain_summary(self._publish()))
+
+
+def _stop_line(stop: StopRequest) -> str:
+    return f"stop at step {stop.step:,}: {stop.reason} ({stop.source})"
