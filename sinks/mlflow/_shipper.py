@@ -136,6 +136,9 @@ class Shipper:
     def _loop(self) -> None:
         pause = FIRST_PAUSE
         while not self._quit:
+            # Read before the spool: a read that found nothing counts as the last one only if the
+            # writer was already closed when it began (a close between the two would strand points).
+            finishing = self._finishing
             try:
                 more = self._ship_some()
             except Exception as error:  # reported, retried: the points stay in the spool
@@ -151,7 +154,7 @@ class Shipper:
             pause = FIRST_PAUSE
             if more:
                 continue
-            if self._finishing:
+            if finishing:
                 if self.ended is not None:
                     self.spool.remove_all()  # the run ended and everything shipped
                     self.spool.write_record(cursor=None)

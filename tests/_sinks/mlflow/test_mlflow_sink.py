@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -451,3 +452,29 @@ def test_the_run_starts_and_ends_at_its_events_wall_times(mlflow_store: Path) ->
     stamps = [t for _, _, t in history(mlflow_store, run, "loss")]
     assert 1_700_000_000_000 <= run.info.start_time <= stamps[0], (run.info.start_time, stamps)
     assert stamps[-1] <= run.info.end_time < 1_700_000_100_000, (run.info.end_time, stamps)
+
+
+def test_a_close_right_after_the_shippers_empty_read_still_ships_everything(
+    mlflow_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CI failed twice on it: the shipper read the spool (still empty), the close flushed it and said
+    # "finish", and the shipper, seeing "finish" after its empty read, quit with every point unshipped
+    # (no experiment at all, no warning). The window is made wide here: an empty read waits for the close.
+    from hookbus.sinks.mlflow import _shipper
+
+    original = _shipper.Shipper._ship_some
+
+    def empty_read_until_the_close(self: Any) -> bool:
+        more = original(self)
+        give_up = time.monotonic() + 5.0
+        while not more and not self._finishing and time.monotonic() < give_up:
+            time.sleep(0.01)
+        return more
+
+    monkeypatch.setattr(_shipper.Shipper, "_ship_some", empty_read_until_the_close)
+    bus = bus_with(MLflowSink(directory=mlflow_store, every_n_steps=1, flush_secs=30))
+    with bus:
+        ScriptedPublisher(bus, ["loss"]).run([{"loss": 0.5}] * 3)
+    (run,) = runs(mlflow_store)
+    assert steps(mlflow_store, run, "loss") == [1, 2, 3]
+    assert run.info.status == "FINISHED"
