@@ -465,7 +465,7 @@ def test_a_close_right_after_the_shippers_empty_read_still_ships_everything(
     original = _shipper.Shipper._ship_some
 
     def empty_read_until_the_close(self: Any) -> bool:
-        more = original(self)
+        more = bool(original(self))
         give_up = time.monotonic() + 5.0
         while not more and not self._finishing and time.monotonic() < give_up:
             time.sleep(0.01)
