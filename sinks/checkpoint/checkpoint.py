@@ -241,10 +241,30 @@ class CheckpointSink(Sink):
         # step went back: the train/evaluate loop must keep what the evaluation at S added.
         if not event.restored or not (first or event.rewound):
             return
-        restored = [p for p in self._kept if step_of(p) == event.step]
-        data = self._store().read_state(restored[-1]) if restored else None
+        restored = self._restored(event.step)
+        data = self._store().read_state(restored) if restored is not None else None
         if data is not None:
             self.context.checkpoints.load_states(data.get("sinks", {}))
+
+    def _restored(self, step: int) -> str | None:
+        """The checkpoint a session that read ``step`` restored: the one of that step; under parameter
+        servers, where the workers move the global step on between TensorFlow's restore and this read,
+        the pointer's latest (what the chief's session creator restores) when it is below ``step``."""
+        kept = self._kept
+        at_step = [p for p in kept if step_of(p) == step]
+        if at_step:
+            return at_step[-1]
+        task = self.context.task
+        latest = step_of(kept[-1]) if kept else None
+        if task is None or task.collective or latest is None or latest > step:
+            return None
+        logger.info(
+            "%s: the session restored %s; the global step read after it is %d (the workers trained on)",
+            self.name,
+            kept[-1],
+            step,
+        )
+        return kept[-1]
 
     def on_after_run(self, event: Event) -> None:
         if event.mode == "epoch" and not self._at_epochs:
