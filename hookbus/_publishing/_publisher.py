@@ -146,7 +146,7 @@ class PublisherCore:
         previous run ended at is that model going on (a second ``fit``), a new run and no
         restore, so its sinks start clean.
         """
-        port, scope, publish = self._port, self._scope, self._dispatcher.publish
+        scope = self._scope
         flag("restored", restored, allow_none=True)
         flag("in_memory", in_memory)
         if self._run != scope.runs:  # a new run: its first session is not a re-creation of the last run's
@@ -155,6 +155,19 @@ class PublisherCore:
         if restored is None:
             continues = in_memory and self.sessions == 1 and scope.previous_step == step
             restored = not continues and (step > 0 or self.sessions > 1)
+        self._resume(step, restored, created=True)
+
+    def rewound(self, step: int) -> None:
+        """The global step went back under this training publisher in the same session (another task
+        restored an older checkpoint: a parameter-server chief restarted while this worker trained):
+        re-plan every schedule from ``step`` and publish ``session_created(step, restored=True)``,
+        the resume point every sink treats (a CSV drops its rows after ``step``)."""
+        self._resume(step, True, created=False)
+
+    def _resume(self, step: int, restored: bool, *, created: bool) -> None:
+        """A resume point at ``step``: schedules reset there, ``session_created`` published (after
+        ``after_create_session`` when a session was ``created``)."""
+        port, scope, publish = self._port, self._scope, self._dispatcher.publish
         rewound = self.mode == "train" and step < self.bus.step
         if self.mode == "train":
             self._state.step = step
@@ -169,10 +182,11 @@ class PublisherCore:
         rate = self._rate
         if rate is not None:
             rate.refresh()
-        publish("after_create_session", port.event("after_create_session", step=step, mode=self.mode))
+        if created:
+            publish("after_create_session", port.event("after_create_session", step=step, mode=self.mode))
         publish(
             "session_created",
-            port.event("session_created", step=step, mode=self.mode, restored=bool(restored), rewound=rewound),
+            port.event("session_created", step=step, mode=self.mode, restored=restored, rewound=rewound),
         )
         if rate is not None and rate.pending is not None and rate.local:  # a restored multiplier
             self.apply_learning_rate(rate.take(), step)

@@ -134,6 +134,31 @@ def test_resume_in_process_drops_later_rows(tmp_path: Path) -> None:
     assert [r["step"] for r in read(tmp_path / "m.eval.csv")] == ["5"]
 
 
+def test_a_step_that_goes_back_in_a_session_is_a_resume_point_and_the_schedule_replans(tmp_path: Path) -> None:
+    # A parameter-server worker whose chief restored an older checkpoint reads a step below its last
+    # (issue 37): rows after it are the restored timeline's, and an every-10 schedule counts from it
+    # (it waited for its old high, so the file got no row for the rest of that run).
+    path = tmp_path / "m.csv"
+    bus, _, pub = make(path, ["x"], every=10)
+    signals: list[tuple[str, int, bool, bool]] = []
+    bus.on("after_create_session", lambda e: signals.append(("created", e.step, e.restored, e.rewound)))
+    bus.on("session_created", lambda e: signals.append(("session", e.step, e.restored, e.rewound)))
+    with bus:
+        pub.begin()
+        pub.session(0)
+        for _ in range(95):
+            pub.advance(lambda s: {"x": float(s)})
+        pub.core.rewound(33)
+        pub.step = 33
+        for _ in range(40):
+            pub.advance(lambda s: {"x": s + 0.5})
+        pub.end()
+    assert [(r["step"], r["x"]) for r in read(path)] == [(str(s), f"{s}.0") for s in (10, 20, 30)] + [
+        (str(s), f"{s}.5") for s in (40, 50, 60, 70)
+    ]
+    assert signals == [("created", 0, False, False), ("session", 0, False, False), ("session", 33, True, True)]
+
+
 def test_resume_after_restart_drops_later_rows_and_a_torn_line(tmp_path: Path) -> None:
     path = tmp_path / "m.csv"
     path.write_text("step,wall_time,x\n1,1.0,1.0\n2,2.0,2.0\n3,3.0,3.0\n4,4.0,4")  # killed mid-row

@@ -351,6 +351,8 @@ class EventBusHook:
             step, values = self._train_fetches.unpack(plan.keys, results, estimate.coming)
             exact = self._exact = self._step_after is not None
             estimate.ran(step if exact else None)
+            if exact and estimate.went_back:
+                self._core.rewound(step - 1)  # this run's step is the restored timeline's first
             if self._profiling.marking:
                 self._profiling.step_ended(step)
             try:
@@ -365,7 +367,7 @@ class EventBusHook:
             step = estimate.ran(int(results["step"]) if exact else None)
             if self._profiling.marking:
                 self._profiling.step_ended(step)
-            self._core.advance(step)
+            self._advance(step, exact)
         if stop is not None and results and "stop" in results:  # a read of the step alone has no flag
             stop.observe(results["stop"], self._core.stops)
 
@@ -373,8 +375,15 @@ class EventBusHook:
         """The global step read now (a variable read: no input is consumed), for a stop published on a run
         that read nothing: every step that leaves the publisher is the global step read from the graph."""
         step = self._estimate.correct(int(self._session.run(self._global_step)))
-        self._core.advance(step)
+        self._advance(step, True)
         return step
+
+    def _advance(self, step: int, exact: bool) -> None:
+        """The bus's step follows ``step``; one read ``exact`` below the read before it is a rewind."""
+        if exact and self._estimate.went_back:
+            self._core.rewound(step)
+        else:
+            self._core.advance(step)
 
     def end(self, session: Any) -> None:
         if self._core.mode == "eval":
@@ -383,7 +392,7 @@ class EventBusHook:
         if self._reads_step:
             # The end event carries the global step read now (a variable read: no input is
             # consumed); in parameter-server training other workers moved it since the last read.
-            self._core.advance(self._estimate.correct(int(session.run(self._global_step))))
+            self._advance(self._estimate.correct(int(session.run(self._global_step))), True)
         if self._shared_stop is not None and self.bus.should_stop:
             self._shared_stop.announce(session, self._core.stops)
         final = self._core.final_plan(self._step)

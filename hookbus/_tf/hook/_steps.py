@@ -24,7 +24,7 @@ class StepEstimate:
             first exact read.
     """
 
-    __slots__ = ("_exact", "_runs", "coming", "declared", "per_run", "step")
+    __slots__ = ("_exact", "_runs", "coming", "declared", "per_run", "step", "went_back")
 
     def __init__(self, per_run: int | None = None) -> None:
         self.declared = per_run
@@ -37,6 +37,9 @@ class StepEstimate:
         self.coming = 1 if per_run is None else per_run
         self._exact = 0
         self._runs = 0  # runs since the last exact read
+        #: Whether the last exact read was below the one before it, in one session (another task
+        #: restored an older checkpoint under this one).
+        self.went_back = False
 
     @property
     def known(self) -> bool:
@@ -52,6 +55,7 @@ class StepEstimate:
         """A session starts at ``step`` (read exactly); the increment learned so far stays."""
         self.step = self._exact = step
         self._runs = 0
+        self.went_back = False
         self.coming = step + (self.per_run or 1)
 
     def ran(self, exact: int | None) -> int:
@@ -69,7 +73,8 @@ class StepEstimate:
     def correct(self, exact: int) -> int:
         """The step was read exactly after the runs counted so far: learn the increment."""
         runs, delta = self._runs, exact - self._exact
-        if runs > 0:
+        self.went_back = delta < 0
+        if runs > 0 and delta >= 0:  # a step that went back tells nothing about the increment
             self.per_run = max(self.declared or 1, -(-delta // runs))
         self.step = self._exact = exact
         self._runs = 0

@@ -45,3 +45,21 @@ def test_the_coming_step_is_the_step_plus_the_increment_after_every_write(
             estimate.forget()
             assert estimate.per_run == declared
         assert estimate.coming == estimate.step + (estimate.per_run or 1), (op, arg)
+
+
+def test_a_read_below_the_last_read_is_a_rewind_and_teaches_no_increment() -> None:
+    # A parameter-server chief restarted under a running worker restores an older checkpoint: the
+    # worker's next read is below its last (issue 37); the increment learned before stays.
+    estimate = StepEstimate()
+    estimate.start(1000)
+    for _ in range(4):
+        estimate.ran(None)
+    estimate.ran(1010)  # five runs, ten steps: two a run
+    assert (estimate.per_run, estimate.went_back) == (2, False)
+    estimate.ran(None)
+    assert estimate.ran(305) == 305
+    assert (estimate.per_run, estimate.went_back, estimate.coming) == (2, True, 307)
+    estimate.ran(307)
+    assert estimate.went_back is False
+    estimate.start(10)  # a new session starts where it reads: no rewind of this one
+    assert estimate.went_back is False
