@@ -1,0 +1,88 @@
+"""One task of a local parameter-server cluster whose chief the test kills and restarts, for
+tests/reliability/test_chief_restart.py.
+
+Usage: ``python tests/_restart_child.py '<json>'`` with ``cluster``, ``type`` (``ps`` or
+``worker``), ``index``, ``out`` and ``last_step``. Every worker runs the same script (the command a
+restart repeats): the chief (worker 0) keeps checkpoints, early stopping, CSV, an event log and
+MLflow; every worker keeps its own CSV (``runs_on="each"``). The chief prints one ``SESSION {...}``
+line per session (the step it read, whether it restored, early stopping's state as loaded); a
+worker that ends prints ``REPORT {...}``. While ``out/hold-save`` exists, the chief's barrier
+(inside a save: before the states and the pointer are written) touches ``out/saving`` and waits.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _ps_task import ps_task, wait_for_chief  # noqa: E402 - after the path
+
+
+def main(config: dict[str, Any]) -> None:
+    faulthandler.dump_traceback_later(120, exit=False)
+    out = Path(config["out"])
+    task = ps_task(config)  # a parameter server serves here until it is killed
+    tf, index = task.tf, task.index
+
+    import hookbus
+    from hookbus.sink_api import Sink
+    from hookbus.sinks import CheckpointSink, CSVSink, EarlyStoppingSink, EventLogSink, MLflowSink, StopAtStepSink
+
+    class HeldSave(Sink):
+        """Holds the chief inside the barrier while ``out/hold-save`` exists (the test kills it there)."""
+
+        def flush(self) -> None:
+            if (out / "hold-save").exists():
+                (out / "saving").touch()
+                time.sleep(30)
+
+    flat = tf.identity(1.0 + 0.0 * task.loss, name="flat")  # never improves: early stopping only counts
+    bus = hookbus.EventBus()
+    bus.attach(CheckpointSink(out / "ckpt", every_n_steps=100, every_n_secs=None))
+    early = bus.attach(EarlyStoppingSink("flat", mode="min", patience=10**6, every_n_steps=10))
+    early.runs_on = "chief"
+    bus.attach(CSVSink(out / "chief.csv", every_n_steps=10))
+    bus.attach(EventLogSink(out / "events.jsonl", every_n_steps=10, flush_secs=0.2))
+    bus.attach(MLflowSink(directory=out / "mlflow", every_n_steps=10, flush_secs=0.2))
+    bus.attach(CSVSink(out / "each.csv", every_n_steps=10, runs_on="each", flush_secs=0.2))
+    bus.attach(StopAtStepSink(last_step=int(config["last_step"]))).runs_on = "chief"
+    bus.attach(HeldSave()).runs_on = "chief"
+
+    @bus.on("session_created", runs_on="chief")
+    def session(event: Any) -> None:  # after the checkpoint sink (attached first) loaded the states
+        line = {"step": event.step, "restored": event.restored, "wall": time.time(), "early": early.state_dict()}
+        print("SESSION " + json.dumps(line), flush=True)
+
+    hook = hookbus.EventBusHook(bus, {"loss": task.loss, "flat": flat}, train_op=task.train_op)
+    wait_for_chief(out, index)
+    local = 0
+    with (
+        bus,
+        hookbus.monitored_training_session(
+            master=task.server.target,
+            is_chief=index == 0,
+            hooks=[hook],
+            config=task.session_config,
+            checkpoint_dir=str(out / "ckpt") if index == 0 else None,
+        ) as sess,
+    ):
+        if index == 0:
+            (out / "chief-ready").touch()
+        while not sess.should_stop():
+            sess.run(task.train_op)
+            local += 1
+            time.sleep(0.01)  # both tasks at about the same pace; the worker's alone is slower
+    report = {"index": index, "local": local, "end_step": bus.step, "stop_reason": bus.stop_reason}
+    print("REPORT " + json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))

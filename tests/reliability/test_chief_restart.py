@@ -1,0 +1,211 @@
+"""A parameter-server chief SIGKILLed and restarted with the same command while its worker trains on.
+
+One real local cluster (a parameter server, the chief and one worker, each its own process on
+127.0.0.1): the chief is killed between checkpoints, then inside a save (in the barrier, before the
+states and the pointer are written), and started again each time. The worker never stops, so by the
+time the restarted chief reads the global step, the worker has moved it on from the checkpoint
+TensorFlow restored; and the restore moves the step back under the worker.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _clusters import free_ports
+
+pytestmark = pytest.mark.subprocess
+pytest.importorskip("mlflow")  # the chief tracks its run (a dev dependency)
+
+CHILD = Path(__file__).resolve().parents[1] / "_restart_child.py"
+LAST_STEP = 1400
+DEADLINE = 150.0  # the whole cluster run, seconds (a hang fails, it does not block)
+
+
+def _start(config: dict[str, Any], log: str) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "PYTHONPATH")}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    out = Path(config["out"])
+    with (out / f"{log}.out").open("wb") as stdout, (out / f"{log}.err").open("wb") as stderr:
+        return subprocess.Popen([sys.executable, str(CHILD), json.dumps(config)], stdout=stdout, stderr=stderr, env=env)
+
+
+def _wait(what: str, ready: Callable[[], Any], procs: dict[str, subprocess.Popen[bytes]], out: Path) -> Any:
+    """Poll ``ready`` until it gives something truthy; fail with the logs if a task died or time ran out."""
+    end = time.monotonic() + 90
+    while time.monotonic() < end:
+        found = ready()
+        if found:
+            return found
+        dead = [name for name, p in procs.items() if p.poll() is not None]
+        if dead:
+            break
+        time.sleep(0.02)
+    logs = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2500:]}" for p in sorted(out.glob("*.err")))
+    pytest.fail(f"waiting for {what}: {'exited: ' + ', '.join(dead) if dead else 'timed out'}\n{logs}")
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def _latest(out: Path) -> int | None:
+    """The step of the checkpoint the pointer names (what TensorFlow's session creator restores)."""
+    pointer = out / "ckpt" / "checkpoint"
+    if not pointer.exists():
+        return None
+    for line in pointer.read_text().splitlines():
+        if line.startswith("model_checkpoint_path:"):
+            return int(line.split('"')[1].rsplit("-", 1)[1])
+    return None
+
+
+def _saved_beyond(out: Path, step: int) -> bool:
+    return (_latest(out) or 0) >= step
+
+
+def _sessions(out: Path, log: str) -> list[dict[str, Any]]:
+    path = out / f"{log}.out"
+    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+    return [json.loads(line[len("SESSION ") :]) for line in lines if line.startswith("SESSION ")]
+
+
+def _state_beside(out: Path, step: int) -> dict[str, Any]:
+    """Early stopping's state as the checkpoint at ``step`` saved it."""
+    (state,) = (out / "ckpt").glob(f"*-{step}.hookbus.json")
+    sinks = json.loads(state.read_text())["sinks"]
+    (early,) = [v for k, v in sinks.items() if "EarlyStopping" in k]
+    return dict(early)
+
+
+def _own_file(out: Path) -> Path:
+    """Worker 1's own CSV (``runs_on="each"``)."""
+    (own,) = [p for p in out.glob("each*.csv") if "1" in p.name]
+    return own
+
+
+def _rows(path: Path) -> list[tuple[int, float]]:
+    with path.open(newline="") as file:
+        return [(int(row["step"]), float(row["wall_time"])) for row in csv.DictReader(file)]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    ports = free_ports(3)
+    spec = {"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
+    base = {"cluster": spec, "out": str(tmp_path), "last_step": LAST_STEP}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    run = {"base": base, "procs": procs, "out": tmp_path}
+    try:
+        yield run
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+def test_a_restarted_chief_loads_the_restored_checkpoints_states_and_the_worker_replans(
+    cluster: dict[str, Any],
+) -> None:
+    base, procs, out = cluster["base"], cluster["procs"], cluster["out"]
+
+    def task(kind: str, index: int) -> dict[str, Any]:
+        return {**base, "type": kind, "index": index}
+
+    procs["ps"] = _start(task("ps", 0), "ps0")
+    procs["chief"] = _start(task("worker", 0), "chief-1")
+    procs["worker"] = _start(task("worker", 1), "worker1")
+
+    # 1. Killed between checkpoints: just after the one at or past step 200 is complete.
+    _wait("a checkpoint at step 200", lambda: (_latest(out) or 0) >= 200, procs, out)
+    time.sleep(0.2)  # about 30 steps: the next checkpoint is 100 steps on
+    _kill(procs.pop("chief"))
+    time.sleep(1.0)  # the worker trains on alone
+    restores = []
+    for life, inside_save in ((2, False), (3, True)):
+        restored = _latest(out)
+        assert restored is not None
+        began = time.time()
+        procs["chief"] = _start(task("worker", 0), f"chief-{life}")
+        log = f"chief-{life}"
+        (session,) = _wait(f"{log}'s session", functools.partial(_sessions, out, log), procs, out)
+        restores.append((restored, session["step"], began))
+        # The step read is the worker's by now, not the checkpoint's; the states are the checkpoint's.
+        assert session["restored"] is True
+        assert session["step"] >= restored
+        assert session["early"] == _state_beside(out, restored), (restored, session)
+        assert session["early"]["seen"] > 0
+        if inside_save:
+            break
+        # 2. Killed inside a save: held in the barrier of the next checkpoint, then killed there.
+        _wait("two more checkpoints", functools.partial(_saved_beyond, out, restored + 200), procs, out)
+        (out / "hold-save").touch()
+        _wait("the chief inside a save", lambda: (out / "saving").exists(), procs, out)
+        _kill(procs.pop("chief"))
+        (out / "hold-save").unlink()
+        time.sleep(1.0)
+
+    # 3. The worker killed and started again: the cluster goes on.
+    rows_before = len(_rows(_own_file(out)))
+    _kill(procs.pop("worker"))
+    time.sleep(0.5)
+    procs["worker"] = _start(task("worker", 1), "worker1-2")
+
+    # Every task ends by itself at the last step.
+    for name, log in (("chief", "chief-3"), ("worker", "worker1-2")):
+        try:
+            assert procs[name].wait(timeout=DEADLINE) == 0, (out / f"{log}.err").read_text(errors="replace")
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the {name} did not end")
+    reports = [
+        json.loads(line[len("REPORT ") :])
+        for log in ("chief-3", "worker1-2")
+        for line in (out / f"{log}.out").read_text().splitlines()
+        if line.startswith("REPORT ")
+    ]
+    assert [r["index"] for r in reports] == [0, 1]
+    assert LAST_STEP <= reports[0]["end_step"] <= LAST_STEP + 20  # the worker's runs land beside the chief's
+
+    # The chief's outputs: each step once, in order.
+    chief_steps = [s for s, _ in _rows(out / "chief.csv")]
+    assert chief_steps == sorted(set(chief_steps))
+    logged = [
+        r["step"]
+        for r in map(json.loads, (out / "events.jsonl").read_text().splitlines())
+        if r["record"] == "step" and r.get("mode") == "train" and not r.get("final")
+    ]
+    assert logged
+    assert logged == sorted(set(logged))
+
+    from mlflow.tracking import MlflowClient  # the tracker's run, as its client reads it
+
+    client = MlflowClient(f"sqlite:///{out / 'mlflow' / 'mlflow.db'}")
+    (experiment,) = [e for e in client.search_experiments() if e.name != "Default"]
+    (run,) = client.search_runs([experiment.experiment_id])
+    tracked = [m.step for m in client.get_metric_history(run.info.run_id, "loss")]
+    assert len(tracked) == len(set(tracked)) > 0
+    assert run.info.status == "FINISHED"
+
+    # The worker's own file: after each rewind, the rows are the restored timeline's (written after
+    # the restart), each step once in order, up to the end.
+    rows = _rows(_own_file(out))
+    assert len(rows) > rows_before  # the restarted worker's file goes on
+    steps = [s for s, _ in rows]
+    assert steps == sorted(set(steps))
+    last_restore, _, last_began = restores[-1]
+    stale = [(s, t) for s, t in rows if s > last_restore and t < last_began]
+    assert not stale, f"rows of the timeline the restore at step {last_restore} undid: {stale[:5]}"
+    assert steps[-1] >= LAST_STEP - 60, steps[-10:]
+    print("restores (checkpoint step, step read, +moved):", [(c, s, s - c) for c, s, _ in restores])
