@@ -141,4 +141,5 @@ def require_learning_rate(context: SinkContext, who: str) -> LearningRate:
         raise ValueError(
             f"{who} needs a learning rate, and no training publisher of the bus offers one; pass {HOW_TO_OFFER}"
         )
+    rate.steered = True
     return rate

@@ -119,6 +119,9 @@ class LearningRate:
         local: Whether this worker applies requests itself (one machine, a parameter-server
             chief); ``False`` under a collective strategy (the agreement applies them) and on a
             parameter-server worker that is not the chief (its requests are dropped).
+        steered: Whether a sink steers it (:func:`~hookbus.sink_api.require_learning_rate`):
+            under Keras ``fit`` the epoch's logs then carry ``learning_rate``, as Keras's own
+            rate callbacks put it there (``history``, the callbacks after hookbus's, the epoch event).
     """
 
     def __init__(self, backend: RateBackend, *, publisher: str, who: Callable[[], str | None] = lambda: None) -> None:
@@ -130,6 +133,7 @@ class LearningRate:
         self.rate = math.nan
         self.pending: RateRequest | None = None
         self.local = True
+        self.steered = False
         self._dropping = False  # a parameter-server worker that is not the chief
         self._warned = False
 

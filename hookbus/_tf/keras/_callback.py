@@ -348,6 +348,11 @@ class EventBusCallback:
             self._step = real
             self._core.advance(real)
         try:
+            steered = self._core.learning_rate
+            if self._rate is not None and steered is not None and steered.steered and isinstance(logs, dict):
+                # As Keras's ReduceLROnPlateau and LearningRateScheduler: the rate the epoch trained with,
+                # in the logs History and the callbacks after this one read (and in the epoch event).
+                logs[LEARNING_RATE_KEY] = self._rate.used()
             if not cut_short(self.params, self.model, self._batches):  # type: ignore[attr-defined]
                 val = validation_values(logs)
                 if val and self._eval.eval_wanted():

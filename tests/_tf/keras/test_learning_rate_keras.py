@@ -5,9 +5,11 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 from _keras_data import KERAS_NP_ARRAY, classifier, data
 
@@ -15,7 +17,7 @@ tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
 import hookbus  # noqa: E402 - after the importorskip
-from hookbus.sinks import LearningRateSchedulerSink, ReduceLROnPlateauSink  # noqa: E402
+from hookbus.sinks import CSVSink, LearningRateSchedulerSink, ReduceLROnPlateauSink  # noqa: E402
 
 pytestmark = KERAS_NP_ARRAY  # Keras's callbacks read the rate with np.array(variable)
 
@@ -178,3 +180,52 @@ def test_the_final_event_publishes_the_rate_that_trained_the_last_step_not_a_red
     assert [(c.step, c.old, c.new) for c in changes] == [(2 * STEPS_PER_EPOCH, 0.5, 0.25)]
     assert rates.batches[-1] == 0.5
     assert final == [(2 * STEPS_PER_EPOCH, 0.5)]  # step 8 trained with 0.5; 0.25 trains from a next fit's first step
+
+
+@pytest.mark.parametrize("peer", ["plateau", "scheduler"])
+def test_the_rate_a_sink_steers_is_in_history_and_in_the_logs_of_the_callbacks_after_hookbus_as_keras_puts_it(
+    peer: str, tmp_path: Path
+) -> None:
+    """Issue 38, item 3: Keras's ReduceLROnPlateau and LearningRateScheduler put ``learning_rate``
+    (the rate the epoch trained with) into the epoch logs: ``history`` has it, and so has a later
+    ``CSVLogger``. With hookbus's sinks in their place, the same columns, the same values."""
+
+    def schedule(epoch: int, lr: float) -> float:
+        return lr if epoch < 2 else lr * 0.7
+
+    settings = {"factor": 0.5, "patience": 1, "min_delta": 0.01, "cooldown": 1, "min_lr": 0.01}
+    if peer == "plateau":
+        keras_rate: Any = keras.callbacks.ReduceLROnPlateau(monitor="val_loss", **settings)
+        sink: hookbus.Sink = ReduceLROnPlateauSink(monitor="eval/loss", **settings)
+    else:
+        keras_rate, sink = keras.callbacks.LearningRateScheduler(schedule), LearningRateSchedulerSink(schedule)
+    theirs = model(keras.optimizers.SGD(0.5))
+    theirs.fit(
+        *TRAIN,
+        validation_data=VAL,
+        epochs=6,
+        callbacks=[keras_rate, keras.callbacks.CSVLogger(str(tmp_path / "theirs.csv"))],
+        **FIT,
+    )
+
+    bus = hookbus.EventBus()
+    bus.attach(sink)
+    bus.attach(CSVSink(tmp_path / "ours.csv", epochs=True))
+    ours = model(keras.optimizers.SGD(0.5))
+    with bus:
+        ours.fit(
+            *TRAIN,
+            validation_data=VAL,
+            epochs=6,
+            callbacks=[hookbus.EventBusCallback(bus), keras.callbacks.CSVLogger(str(tmp_path / "after.csv"))],
+            **FIT,
+        )
+
+    rates = theirs.history.history["learning_rate"]
+    assert len(set(rates)) >= 2  # the rate changed during the fit
+    assert ours.history.history == theirs.history.history
+    after, keras_csv = pd.read_csv(tmp_path / "after.csv"), pd.read_csv(tmp_path / "theirs.csv")
+    assert list(after.columns) == list(keras_csv.columns)
+    assert after["learning_rate"].tolist() == keras_csv["learning_rate"].tolist()
+    ours_csv = pd.read_csv(tmp_path / "ours.csv")
+    assert ours_csv["learning_rate"].tolist() == rates  # CSVSink(epochs=True) has the column too
