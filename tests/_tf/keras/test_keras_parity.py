@@ -187,3 +187,33 @@ def test_the_keras_model_graph_is_what_keras_tensorboard_writes(tmp_path: Path) 
     assert ours == theirs
     assert len(ours) == 1  # once per event file
     assert '"class_name": "Sequential"' in ours[0][1]
+
+
+@pytest.mark.parametrize("on_nan", ["stop", "raise"])
+def test_nan_guard_stops_a_fit_where_terminate_on_nan_does(on_nan: str) -> None:
+    """Issue 38, item 4: ``TerminateOnNaN`` ends ``fit`` normally after the batch whose loss is not
+    finite; ``NanGuardSink("loss", on_nan="stop")`` ends it at the same batch, with the same history
+    and weights; the default, ``on_nan="raise"``, raises ``NonFiniteError`` there instead."""
+    from hookbus.sinks import NanGuardSink, NonFiniteError
+
+    def diverging() -> Any:  # a rate so large that the second batch's loss is NaN
+        return classifier(keras.optimizers.SGD(1e30))
+
+    theirs = diverging()
+    theirs.fit(*TRAIN, epochs=3, shuffle=False, callbacks=[keras.callbacks.TerminateOnNaN()], **FIT)
+    bus = EventBus()
+    bus.attach(NanGuardSink("loss", on_nan=on_nan))
+    ours = diverging()
+    with bus:
+        if on_nan == "raise":
+            with pytest.raises(NonFiniteError, match="loss is non-finite"):
+                ours.fit(*TRAIN, epochs=3, shuffle=False, callbacks=[EventBusCallback(bus)], **FIT)
+        else:
+            ours.fit(*TRAIN, epochs=3, shuffle=False, callbacks=[EventBusCallback(bus)], **FIT)
+    assert int(ours.optimizer.iterations.numpy()) == int(theirs.optimizer.iterations.numpy()) == 2
+    for a, b in zip(ours.get_weights(), theirs.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)  # NaN where Keras's are NaN
+    if on_nan == "stop":
+        assert ours.history.history.keys() == theirs.history.history.keys()
+        for key, values in theirs.history.history.items():
+            np.testing.assert_array_equal(ours.history.history[key], values)
