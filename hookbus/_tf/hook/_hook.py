@@ -113,6 +113,9 @@ class EventBusHook:
             Default ``None``: no wait. The chief and one machine never wait.
         wait_timeout_secs: The longest wait (default ``None``: as long as it takes).
         on_timeout: Past it, ``"raise"`` (default, :exc:`TimeoutError`) or ``"start"`` (train anyway).
+        feed_fn: ``FeedFnHook``'s job: a function called before every run this hook sees, returning
+            a ``feed_dict`` (placeholders to values) the run gets beside this hook's fetches.
+            Default ``None``: no feeds (and no cost).
 
     Raises:
         ValueError, TypeError: at construction for malformed arguments; in ``begin()``, before
@@ -141,8 +144,14 @@ class EventBusHook:
         wait_for_step: int | Callable[[Task], int] | None = None,
         wait_timeout_secs: float | None = None,
         on_timeout: str = "raise",
+        feed_fn: Callable[[], Mapping[Any, Any]] | None = None,
     ) -> None:
         _tensorflow("EventBusHook")
+        if feed_fn is not None and not callable(feed_fn):
+            raise TypeError(f"feed_fn must be a function returning a feed_dict, or None (got {feed_fn!r})")
+        self._feed_fn = feed_fn
+        if feed_fn is not None:  # an instance attribute: the hook without feeds keeps its plain before_run
+            self.before_run = self._before_run_feeding  # type: ignore[method-assign]
         self._fetches, graph_rate = check_fetches(tf, fetches, mode=mode, learning_rate=learning_rate)
         keys = [*self._fetches, LEARNING_RATE_KEY] if graph_rate is not None else self._fetches.keys()
         self._core = PublisherCore(bus, keys, mode=mode)
@@ -306,6 +315,19 @@ class EventBusHook:
         # run, a stop step or a save would come up to k times late), and every step rule is
         # planned as if due: the step read after the run decides who is.
         return self._plan(self._estimate.coming, learn=not self._estimate.known and self._step_after is not None)
+
+    def _before_run_feeding(self, run_context: Any) -> Any:
+        """``before_run`` with ``feed_fn``'s feeds added to every run (``FeedFnHook``)."""
+        args = type(self).before_run(self, run_context)
+        assert self._feed_fn is not None
+        feeds = self._feed_fn()
+        if not isinstance(feeds, Mapping):
+            raise TypeError(f"feed_fn must return a feed_dict mapping placeholders to values (got {feeds!r})")
+        if args is None:
+            return tf.compat.v1.train.SessionRunArgs(None, feed_dict=dict(feeds))
+        return tf.compat.v1.train.SessionRunArgs(
+            args.fetches, feed_dict={**(args.feed_dict or {}), **feeds}, options=args.options
+        )
 
     def _plan(self, coming: int, *, learn: bool) -> Any:
         """The fetches of a training run planned for step ``coming`` (``learn``: as if all were due)."""
