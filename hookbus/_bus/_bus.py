@@ -101,6 +101,7 @@ class EventBus:
     stop_requested: blinker.NamedSignal
     subscriber_error: blinker.NamedSignal
     exception: blinker.NamedSignal
+    checkpoint_saving: blinker.NamedSignal
     checkpoint_saved: blinker.NamedSignal
     learning_rate_changed: blinker.NamedSignal
 

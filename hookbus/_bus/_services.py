@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from hookbus._checkpoints._store import step_of
 from hookbus._contract._context import PeerReport, SinkContext
+from hookbus._contract._events import CheckpointSaved
 from hookbus._contract._sink import Sink
 
 if TYPE_CHECKING:
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     from hookbus._bus._state import RunState
     from hookbus._checkpoints._backend import CheckpointBackend
     from hookbus._checkpoints._store import CheckpointStore
-    from hookbus._contract._events import CheckpointSaved
     from hookbus._contract._profiling import Profiling
     from hookbus._contract._stats import BusStats
 
@@ -74,6 +74,7 @@ class SinkServices:
             sinks=lambda: roster.sinks,
             load_states=self._load_states,
             publish=lambda saved: dispatcher.publish("checkpoint_saved", saved),
+            announce=lambda saving: dispatcher.publish("checkpoint_saving", saving),
         )
 
     def context_for(self, sink: Sink) -> SinkContext:
@@ -136,6 +137,7 @@ class BusCheckpoints:
         sinks: The bus's sinks on this task, in dispatch order.
         load_states: Gives each sink its saved state.
         publish: Publishes ``checkpoint_saved``.
+        announce: Publishes ``checkpoint_saving``.
     """
 
     def __init__(
@@ -145,8 +147,10 @@ class BusCheckpoints:
         sinks: Callable[[], Iterable[Sink]],
         load_states: Callable[[Mapping[str, Any]], None],
         publish: Callable[[CheckpointSaved], None],
+        announce: Callable[[CheckpointSaved], None],
     ) -> None:
         self._barrier = barrier
+        self._announce = announce
         self._offer = offer
         self._sinks = sinks
         self._load_states = load_states
@@ -175,6 +179,7 @@ class BusCheckpoints:
         check_state_names(self._sinks())
 
     def save(self, step: int, prefix: str, value: float | None, taken: Container[int] = ()) -> str | None:
+        self._announce(CheckpointSaved(prefix, step, value))  # before the flush: what it writes is in
         prepared = self._barrier.prepare(step)
         if prepared is None:
             return None

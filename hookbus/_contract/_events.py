@@ -34,6 +34,10 @@ SIGNAL_DOCS = {
     "stop_requested": "A subscriber or a signal asked to stop. Payload: event=StopRequest.",
     "subscriber_error": "A subscriber raised. Payload: event=SubscriberError.",
     "exception": "Training raised; subscribers are closed next. Payload: event=ExceptionRaised.",
+    "checkpoint_saving": (
+        "A checkpoint is about to be saved, before the barrier (CheckpointSaverListener.before_save). "
+        "Payload: event=CheckpointSaved(the path it is saved at, step, value)."
+    ),
     "checkpoint_saved": "A checkpoint became visible. Payload: event=CheckpointSaved.",
     "learning_rate_changed": "A new learning rate was applied. Payload: event=LearningRateChange.",
 }
@@ -176,10 +180,13 @@ class ExceptionRaised:
 
 @dataclass(frozen=True)
 class CheckpointSaved:
-    """Payload of ``checkpoint_saved``: a checkpoint became visible.
+    """Payload of ``checkpoint_saved``: a checkpoint became visible; and of ``checkpoint_saving``:
+    one is about to be saved.
 
     Attributes:
-        path: The checkpoint prefix (what ``tf.train.latest_checkpoint`` returns).
+        path: The checkpoint prefix (what ``tf.train.latest_checkpoint`` returns); for
+            ``checkpoint_saving``, the prefix it is saved at (under parameter servers the saved one
+            is renamed after the step it holds, which ``checkpoint_saved`` then carries).
         step: The step it holds.
         value: The monitored value at that step, if a monitor is set.
     """

@@ -50,6 +50,7 @@ SIGNALS: tuple[str, ...] = (
     "stop_requested",
     "subscriber_error",
     "exception",
+    "checkpoint_saving",
     "checkpoint_saved",
     "learning_rate_changed",
 )
@@ -340,6 +341,9 @@ class Sink:
 
     def on_exception(self, event: ExceptionRaised) -> None:
         """Training raised; :meth:`close` follows."""
+
+    def on_checkpoint_saving(self, event: CheckpointSaved) -> None:
+        """A checkpoint is about to be saved at ``event.path`` (before the barrier flushes the writers)."""
 
     def on_checkpoint_saved(self, event: CheckpointSaved) -> None:
         """A checkpoint became visible."""

@@ -184,6 +184,51 @@ def test_checkpoints_fall_on_the_steps_checkpoint_saver_hook_saves(tmp_path: Pat
         assert v1.train.load_variable(str(tmp_path / "ours" / f"model.ckpt-{step}"), "global_step") == step
 
 
+class _Listener(v1.train.CheckpointSaverListener):  # type: ignore[misc,name-defined]
+    """TensorFlow's listener test's MockCheckpointSaverListener: the steps of each call."""
+
+    def __init__(self) -> None:
+        self.before: list[int] = []
+        self.after: list[int] = []
+
+    def before_save(self, session: Any, global_step_value: int) -> None:
+        self.before.append(int(global_step_value))
+
+    def after_save(self, session: Any, global_step_value: int) -> None:
+        self.after.append(int(global_step_value))
+
+
+def test_checkpoint_saving_and_saved_are_called_where_checkpoint_saver_listeners_are(tmp_path: Path) -> None:
+    """Issue 38, item 6: ``CheckpointSaverListener.before_save`` / ``after_save`` (TensorFlow's
+    ``test_listener_with_monitored_session``) and the ``checkpoint_saving`` / ``checkpoint_saved``
+    signals on the same training: the same steps (TensorFlow's hook also saves step 0), the
+    before of each save first, and ``checkpoint_saving`` before the barrier flushes the writers."""
+    listener = _Listener()
+    calls: list[tuple[str, int, str]] = []
+    with tf.Graph().as_default():
+        m = Model(1)
+        theirs = v1.train.CheckpointSaverHook(
+            str(tmp_path / "tf"), save_steps=3, saver=v1.train.Saver(max_to_keep=100), listeners=[listener]
+        )
+        bus = EventBus()
+        sink = bus.attach(CheckpointSink(tmp_path / "ours", every_n_steps=3, every_n_secs=None, keep=100))
+        bus.on("checkpoint_saving", lambda e: calls.append(("saving", e.step, e.path)))
+        bus.on("checkpoint_saved", lambda e: calls.append(("saved", e.step, e.path)))
+        flushed = sink.flush
+        sink.flush = lambda: (calls.append(("flush", -1, "")), flushed())[1]  # type: ignore[method-assign]
+        ours = EventBusHook(bus, {"loss": m.loss}, train_op=m.train_op)
+        with bus, hookbus.monitored_training_session(hooks=[theirs, ours]) as sess:
+            _train(sess, m.train_op, 10)
+    assert listener.before == listener.after == [0, 3, 6, 9, 10]  # 10: at the end
+    saving = [step for kind, step, _ in calls if kind == "saving"]
+    assert saving == [step for kind, step, _ in calls if kind == "saved"] == listener.before[1:]
+    for at, (kind, step, path) in enumerate(calls):
+        if kind == "saving":
+            assert calls[at + 1][0] == "flush"  # announced before the barrier
+            assert ("saved", step, path) in calls[at:]  # the path it said
+            assert path.endswith(f"model.ckpt-{step}")
+
+
 def test_a_stop_from_another_thread_on_a_quiet_run_saves_at_the_global_step(tmp_path: Path) -> None:
     """Runs of 1, 1, 1 steps teach the hook one step per run; the fourth advances 17. A watchdog's
     stop then acts on a run that read nothing: the step is read, so the final checkpoint is named
