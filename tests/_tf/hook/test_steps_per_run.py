@@ -215,7 +215,12 @@ def test_checkpoint_saving_and_saved_are_called_where_checkpoint_saver_listeners
         bus.on("checkpoint_saving", lambda e: calls.append(("saving", e.step, e.path)))
         bus.on("checkpoint_saved", lambda e: calls.append(("saved", e.step, e.path)))
         flushed = sink.flush
-        sink.flush = lambda: (calls.append(("flush", -1, "")), flushed())[1]  # type: ignore[method-assign]
+
+        def flush() -> None:  # the barrier's first call on the sink
+            calls.append(("flush", -1, ""))
+            flushed()
+
+        sink.flush = flush  # type: ignore[method-assign]
         ours = EventBusHook(bus, {"loss": m.loss}, train_op=m.train_op)
         with bus, hookbus.monitored_training_session(hooks=[theirs, ours]) as sess:
             _train(sess, m.train_op, 10)
