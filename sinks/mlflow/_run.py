@@ -293,4 +293,44 @@ class TrackedRun:
 def _client(tracking_uri: str) -> MlflowClient:
     from mlflow.tracking import MlflowClient
 
+    _create_sqlite_store(tracking_uri)
     return MlflowClient(tracking_uri=tracking_uri)
+
+
+def _create_sqlite_store(tracking_uri: str) -> None:
+    """Make a SQLite store that does not exist yet beside it, then move it into place: MLflow's first
+    use of a store runs its migrations, and a process killed halfway through them leaves a store no
+    later start can open (``table datasets already exists``); a kill here leaves only the temporary file."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return
+    path = tracking_uri[len("sqlite:///") :].split("?", 1)[0]
+    if not path or path == ":memory:" or os.path.exists(path):
+        return
+    from mlflow.tracking import MlflowClient
+
+    directory, name = os.path.split(os.path.abspath(path))
+    prefix = f".{name}.creating-"
+    for stale in os.listdir(directory):
+        pid = stale[len(prefix) :].split("-", 1)[0]  # SQLite's own files beside it: <name>-journal, -wal
+        if stale.startswith(prefix) and pid.isdigit() and not _alive(int(pid)):
+            os.remove(os.path.join(directory, stale))  # left by a start killed while it made the store
+    temporary = os.path.join(directory, f"{prefix}{os.getpid()}")
+    if os.path.exists(temporary):
+        os.remove(temporary)  # this process's own earlier try, cut short by an error
+    MlflowClient(tracking_uri=f"sqlite:///{temporary}").search_experiments()  # runs the migrations
+    try:
+        os.link(temporary, path)  # only if no other process made the store meanwhile (never replaces one)
+    except FileExistsError:
+        pass
+    finally:
+        os.remove(temporary)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
