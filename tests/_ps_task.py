@@ -26,11 +26,13 @@ class PSWorker:
     loss: Any
     train_op: Any
     session_config: Any  # this worker sees the parameter servers and itself only
+    rate: Any  # the learning rate: a variable on the parameter server with ``rate_variable``, else 0.01
 
 
-def ps_task(config: dict[str, Any]) -> PSWorker:
+def ps_task(config: dict[str, Any], *, rate_variable: bool = False) -> PSWorker:
     """Start the task ``config`` names (``cluster``, ``type``, ``index``); a parameter server
-    serves here until it is killed, a worker gets its graph built under the device setter."""
+    serves here until it is killed, a worker gets its graph built under the device setter (with
+    ``rate_variable``, its learning rate a variable the sinks can steer)."""
     kind, index = config["type"], int(config["index"])
     # The hook reads this process's task from TF_CONFIG (the variable every TF cluster sets).
     os.environ["TF_CONFIG"] = json.dumps({"cluster": config["cluster"], "task": {"type": kind, "index": index}})
@@ -47,9 +49,10 @@ def ps_task(config: dict[str, Any]) -> PSWorker:
         global_step = tf.compat.v1.train.get_or_create_global_step()
         w = tf.compat.v1.get_variable("w", initializer=5.0)
         loss = tf.square(w - 1.0)
-        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=global_step)
+        rate: Any = tf.compat.v1.get_variable("rate", initializer=0.01, trainable=False) if rate_variable else 0.01
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(rate).minimize(loss, global_step=global_step)
     session_config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{index}"])
-    return PSWorker(tf, server, index, global_step, loss, train_op, session_config)
+    return PSWorker(tf, server, index, global_step, loss, train_op, session_config, rate)
 
 
 def wait_for_chief(out: Path, index: int) -> None:

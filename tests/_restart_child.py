@@ -3,11 +3,12 @@ tests/reliability/test_chief_restart.py.
 
 Usage: ``python tests/_restart_child.py '<json>'`` with ``cluster``, ``type`` (``ps`` or
 ``worker``), ``index``, ``out`` and ``last_step``. Every worker runs the same script (the command a
-restart repeats): the chief (worker 0) keeps checkpoints, early stopping, CSV, an event log and
-MLflow; every worker keeps its own CSV (``runs_on="each"``). The chief prints one ``SESSION {...}``
-line per session (the step it read, whether it restored, early stopping's state as loaded); a
-worker that ends prints ``REPORT {...}``. While ``out/hold-save`` exists, the chief's barrier
-(inside a save: before the states and the pointer are written) touches ``out/saving`` and waits.
+restart repeats): the chief (worker 0) keeps checkpoints, early stopping, a plateau sink steering
+the rate (a variable on the parameter server), CSV, an event log and MLflow; every worker keeps its
+own CSV (``runs_on="each"``). The chief prints one ``SESSION {...}`` line per session (the step it
+read, whether it restored, the stateful sinks' states as loaded); a worker that ends prints
+``REPORT {...}``. While ``out/hold-save`` exists, the chief's barrier (inside a save: before the
+states and the pointer are written) touches ``out/saving`` and waits.
 """
 
 from __future__ import annotations
@@ -29,12 +30,20 @@ from _ps_task import ps_task, wait_for_chief  # noqa: E402 - after the path
 def main(config: dict[str, Any]) -> None:
     faulthandler.dump_traceback_later(120, exit=False)
     out = Path(config["out"])
-    task = ps_task(config)  # a parameter server serves here until it is killed
+    task = ps_task(config, rate_variable=True)  # a parameter server serves here until it is killed
     tf, index = task.tf, task.index
 
     import hookbus
     from hookbus.sink_api import Sink
-    from hookbus.sinks import CheckpointSink, CSVSink, EarlyStoppingSink, EventLogSink, MLflowSink, StopAtStepSink
+    from hookbus.sinks import (
+        CheckpointSink,
+        CSVSink,
+        EarlyStoppingSink,
+        EventLogSink,
+        MLflowSink,
+        ReduceLROnPlateauSink,
+        StopAtStepSink,
+    )
 
     class HeldSave(Sink):
         """Holds the chief inside the barrier while ``out/hold-save`` exists (the test kills it there)."""
@@ -49,6 +58,8 @@ def main(config: dict[str, Any]) -> None:
     bus.attach(CheckpointSink(out / "ckpt", every_n_steps=100, every_n_secs=None))
     early = bus.attach(EarlyStoppingSink("flat", mode="min", patience=10**6, every_n_steps=10))
     early.runs_on = "chief"
+    plateau = bus.attach(ReduceLROnPlateauSink("flat", mode="min", patience=3, factor=0.9, min_lr=1e-4))
+    plateau.runs_on = "chief"
     bus.attach(CSVSink(out / "chief.csv", every_n_steps=10))
     bus.attach(EventLogSink(out / "events.jsonl", every_n_steps=10, flush_secs=0.2))
     bus.attach(MLflowSink(directory=out / "mlflow", every_n_steps=10, flush_secs=0.2))
@@ -58,10 +69,11 @@ def main(config: dict[str, Any]) -> None:
 
     @bus.on("session_created", runs_on="chief")
     def session(event: Any) -> None:  # after the checkpoint sink (attached first) loaded the states
-        line = {"step": event.step, "restored": event.restored, "wall": time.time(), "early": early.state_dict()}
+        line = {"step": event.step, "restored": event.restored, "wall": time.time()}
+        line.update(early=early.state_dict(), plateau=plateau.state_dict())
         print("SESSION " + json.dumps(line), flush=True)
 
-    hook = hookbus.EventBusHook(bus, {"loss": task.loss, "flat": flat}, train_op=task.train_op)
+    hook = hookbus.EventBusHook(bus, {"loss": task.loss, "flat": flat}, train_op=task.train_op, learning_rate=task.rate)
     wait_for_chief(out, index)
     local = 0
     with (

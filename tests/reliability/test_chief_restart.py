@@ -81,12 +81,12 @@ def _sessions(out: Path, log: str) -> list[dict[str, Any]]:
     return [json.loads(line[len("SESSION ") :]) for line in lines if line.startswith("SESSION ")]
 
 
-def _state_beside(out: Path, step: int) -> dict[str, Any]:
-    """Early stopping's state as the checkpoint at ``step`` saved it."""
+def _state_beside(out: Path, step: int, sink: str) -> dict[str, Any]:
+    """The state of the sink named ``sink`` as the checkpoint at ``step`` saved it."""
     (state,) = (out / "ckpt").glob(f"*-{step}.hookbus.json")
     sinks = json.loads(state.read_text())["sinks"]
-    (early,) = [v for k, v in sinks.items() if "EarlyStopping" in k]
-    return dict(early)
+    (saved,) = [v for k, v in sinks.items() if sink in k]
+    return dict(saved)
 
 
 def _own_file(out: Path) -> Path:
@@ -145,8 +145,9 @@ def test_a_restarted_chief_loads_the_restored_checkpoints_states_and_the_worker_
         # The step read is the worker's by now, not the checkpoint's; the states are the checkpoint's.
         assert session["restored"] is True
         assert session["step"] >= restored
-        assert session["early"] == _state_beside(out, restored), (restored, session)
+        assert session["early"] == _state_beside(out, restored, "EarlyStopping"), (restored, session)
         assert session["early"]["seen"] > 0
+        assert session["plateau"] == _state_beside(out, restored, "ReduceLROnPlateau"), (restored, session)
         if inside_save:
             break
         # 2. Killed inside a save: held in the barrier of the next checkpoint, then killed there.
