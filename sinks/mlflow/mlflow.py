@@ -52,13 +52,17 @@ RATE_NAME = "steps/sec"
 _RUN_KEY = re.compile(r"^[\w.\-:/]{1,250}$")
 
 
+_VALIDATION = EPOCH_PREFIX + "val_"  # Keras's validation values in its epoch logs
+
+
 class MLflowSink(Sink):
     """Logs the run to MLflow: params, metrics by step, the stop reason and how the run ended.
 
     What goes where: ``hparams`` as params; train values as metrics at their step; evaluations
     under their ``eval/`` names at the training step evaluated; Keras epoch values under
-    ``epoch/`` names at the step the epoch ended; ``steps/sec`` between due train steps; each
-    point timestamped with its event's own wall time. Keys become MLflow names by
+    ``epoch/`` names at the step the epoch ended, but for the validation's (``val_*``), logged once,
+    as the evaluation's ``eval/`` names at that step (unless ``keys`` names them); ``steps/sec``
+    between due train steps; each point timestamped with its event's own wall time. Keys become MLflow names by
     :func:`mlflow_name` (one rule; a collision fails at begin naming both keys; the run's tag
     ``hookbus.names`` records every changed name). Scalars only (arrays and bytes are not logged).
 
@@ -367,6 +371,8 @@ class MLflowSink(Sink):
                 continue
             if mode == "epoch" and not key.startswith(EPOCH_PREFIX):
                 continue  # the epoch number itself; its values are the epoch/ keys
+            if mode == "epoch" and self.keys is None and key.startswith(_VALIDATION):
+                continue  # Keras's validation values: logged once, as the evaluation's eval/ names
             name = self._names[key] if key in self._names else self._name_of_new(key, new_names)
             if name:
                 values[name] = value
