@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from hookbus._checkpoints._backend import CheckpointBackend
@@ -31,6 +31,8 @@ class Offers:
         ends_epochs: Whether the training publisher ends epochs (the Keras callback under fit).
         progress: Returns the epoch the training publisher is in (the Keras callback), or ``None``.
         learning_rate: The training publisher's learning rate, where it offers one.
+        training_params: Returns the training's own parameters (Keras ``fit``'s and its
+            optimizer's), where the publisher knows them.
     """
 
     checkpoints: tuple[CheckpointBackend, CheckpointStore] | None = None
@@ -41,3 +43,4 @@ class Offers:
     ends_epochs: bool = False
     progress: Callable[[], EpochProgress | None] | None = None
     learning_rate: LearningRate | None = None
+    training_params: Callable[[], Mapping[str, Any]] | None = None

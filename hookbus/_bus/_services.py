@@ -99,6 +99,7 @@ class SinkServices:
             progress=lambda: offers.progress() if offers.progress is not None else None,
             learning_rate=lambda: offers.learning_rate,
             profiler=self._profiling,
+            training_params=lambda: offers.training_params() if offers.training_params is not None else None,
         )
 
     def _peer_reports(self, asking: Sink) -> list[PeerReport]:

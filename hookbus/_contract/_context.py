@@ -9,9 +9,9 @@ vetoes, status lines), which the bus runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hookbus._contract._learning_rate import HOW_TO_OFFER
 
@@ -103,6 +103,9 @@ class SinkContext:
         profiler: Profiling (:class:`hookbus.sink_api.Profiler`): windows of global steps traced
             by the training publisher's profiler, each step with its step marker, for
             :class:`~hookbus.sinks.ProfilerSink`.
+        training_params: The training's own parameters where the training publisher knows them
+            (under Keras ``fit``: ``epochs``, ``steps_per_epoch`` and the optimizer's configuration
+            as ``optimizer_<name>``, what MLflow's Keras callback logs), else ``None``; for trackers.
     """
 
     clock: Callable[[], float]
@@ -123,6 +126,7 @@ class SinkContext:
     progress: Callable[[], EpochProgress | None]
     learning_rate: Callable[[], LearningRate | None]
     profiler: Profiler
+    training_params: Callable[[], Mapping[str, Any] | None]
 
 
 def require_learning_rate(context: SinkContext, who: str) -> LearningRate:

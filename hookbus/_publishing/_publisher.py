@@ -253,6 +253,11 @@ class PublisherCore:
         conceptual graph (``None``: the model has none to show)."""
         self._offers.model_config = config
 
+    def offer_training_params(self, params: Callable[[], Mapping[str, Any]] | None) -> None:
+        """Let trackers log the training's own parameters: ``params()`` returns them by name
+        (Keras ``fit``'s and its optimizer's); ``None`` withdraws them."""
+        self._offers.training_params = params
+
     def offer_directions(self, directions: Callable[[str], str | None] | None) -> None:
         """Let monitors ask which way a metric goes: ``directions(key)`` is ``"min"``, ``"max"`` or
         ``None`` (the metric declares nothing), for bus keys (a Keras model's compiled metrics,

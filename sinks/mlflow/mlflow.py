@@ -54,6 +54,8 @@ _RUN_KEY = re.compile(r"^[\w.\-:/]{1,250}$")
 
 _VALIDATION = EPOCH_PREFIX + "val_"  # Keras's validation values in its epoch logs
 
+MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param's value
+
 
 class MLflowSink(Sink):
     """Logs the run to MLflow: params, metrics by step, the stop reason and how the run ended.
@@ -120,6 +122,9 @@ class MLflowSink(Sink):
         experiment: The experiment's name, created when missing (default ``"hookbus"``).
         run_name: The run's name (default ``None``: MLflow picks one).
         hparams: Hyperparameters (name to bool, int, float or str), logged as params.
+        log_training_params: Also log the training's own parameters as params where its publisher
+            offers them (default ``True``): under Keras ``fit``, ``epochs``, ``steps_per_epoch`` and the
+            optimizer's configuration as ``optimizer_<name>``, as MLflow's Keras callback logs them.
         tags: Run tags (valid MLflow names to strings).
         every_n_steps: Log train values every n steps (default 10 when no schedule argument is
             given; schedule arguments replace the default as a whole).
@@ -167,6 +172,7 @@ class MLflowSink(Sink):
         directory: str | os.PathLike[str] = "mlruns",
         run_key: str | None = None,
         continue_ended: bool = False,
+        log_training_params: bool = True,
         every_n_secs: float | None = None,
         flush_secs: float = 5.0,
         max_queue_size: int = 1024,
@@ -206,6 +212,7 @@ class MLflowSink(Sink):
         ):
             raise ValueError(f"hparams must map names to bool, int, float or str (got {hparams!r})")
         self.hparams = dict(hparams or {})
+        self.log_training_params = bool(flag("log_training_params", log_training_params))
         self._params = {n: str(self.hparams[k]) for k, n in check_names(self.hparams, "hparams").items()}
         if tags is not None and not (isinstance(tags, Mapping) and all(isinstance(v, str) for v in tags.values())):
             raise ValueError(f"tags must map tag names to strings (got {tags!r})")
@@ -340,9 +347,18 @@ class MLflowSink(Sink):
             run_name,
             key,
             tags,
-            self._params,
+            self._run_params(),
             shown_uri=self._redactor.shown,
         )
+
+    def _run_params(self) -> dict[str, str]:
+        """``hparams``, and the training's own parameters where its publisher offers them (``hparams``
+        win a name both give)."""
+        offered = self.context.training_params() if self.log_training_params else None
+        if not offered:
+            return dict(self._params)
+        names = check_names(offered, "the training's parameters")
+        return {**{n: str(offered[k])[:MAX_PARAM_LENGTH] for k, n in names.items()}, **self._params}
 
     def on_session_created(self, event: Event) -> None:
         self._wall_ms = int(event.wall_time * 1000)

@@ -46,6 +46,20 @@ def _model_config(model: Any) -> str | None:
     return config
 
 
+def _fit_params(model: Any, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``fit``'s parameters as Keras gives them to callbacks (``epochs``; ``steps`` per epoch, where
+    known) and the optimizer's configuration as ``optimizer_<name>`` (what MLflow's Keras callback logs)."""
+    fit = {"epochs": params.get("epochs"), "steps_per_epoch": params.get("steps")}
+    found: dict[str, Any] = {k: v for k, v in fit.items() if v is not None}  # steps: None, input of unknown length
+    try:
+        config = model.optimizer.get_config()
+    except Exception:  # an optimizer that cannot say its configuration still trains
+        logger.debug("the optimizer's configuration is not readable", exc_info=True)
+        config = {}
+    found.update({f"optimizer_{k}": v for k, v in config.items()})  # None too, as MLflow's callback logs it
+    return found
+
+
 class EventBusCallback:
     """Publishes a Keras ``fit`` / ``evaluate`` on an :class:`EventBus`; a ``keras.callbacks.Callback``.
 
@@ -226,6 +240,7 @@ class EventBusCallback:
         self._per_execution = per_execution if isinstance(per_execution, int) and per_execution > 0 else 1
         self._core.offer_weights(ModelWeights(model))
         self._core.offer_model_config(lambda: _model_config(model))
+        self._core.offer_training_params(lambda: _fit_params(model, self.params))  # type: ignore[attr-defined]
         self._core.offer_directions(CompiledDirections(model))
         self._core.offer_epochs(True)
         self._epoch = None
@@ -382,6 +397,7 @@ class EventBusCallback:
         self._core.offer_profiler(None)
         self._core.offer_weights(None)
         self._core.offer_model_config(None)
+        self._core.offer_training_params(None)
         self._core.offer_directions(None)
         self._core.offer_epochs(False)
         self._core.offer_progress(None)

@@ -131,6 +131,12 @@ def test_batch_metrics_are_mlflow_callbacks_values_at_the_same_steps(fluent_on: 
     client = fluent_on.client()
     callback = mlflow.keras.MlflowCallback(log_every_epoch=False, log_every_n_steps=1)
     theirs, ours, log = _fit_beside(fluent_on, tmp_path, "batches", callback)
+    # Its params: the optimizer's configuration (optimizer_<name>); ours the same values, and fit's.
+    their_params, our_params = client.get_run(theirs).data.params, client.get_run(ours).data.params
+    optimizer = {k: v for k, v in their_params.items() if k.startswith("optimizer_")}
+    assert "optimizer_learning_rate" in optimizer
+    assert {k: our_params.get(k) for k in optimizer} == optimizer
+    assert (our_params["epochs"], our_params["steps_per_epoch"]) == (str(EPOCHS), str(STEPS_PER_EPOCH))
     steps = list(range(1, EPOCHS * STEPS_PER_EPOCH + 1))
     for key in ("loss", "accuracy"):
         at_step = _by_step(client, theirs, key)
