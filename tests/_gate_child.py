@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _ps_task import ps_task, wait_for_chief
+from _ps_task import ps_task, training_session, wait_for_chief
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -98,12 +98,7 @@ def main(config: dict[str, Any]) -> None:
     try:
         with (
             bus,
-            hookbus.monitored_training_session(
-                master=task.server.target,
-                is_chief=index == 0,
-                hooks=hooks,
-                config=task.session_config,
-            ) as sess,
+            training_session(task, hooks) as sess,
         ):
             if index == 0:
                 (out / "chief-ready").touch()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PSWorker", "ps_task", "wait_for_chief"]
+__all__ = ["PSWorker", "ps_task", "training_session", "wait_for_chief"]
 
 
 @dataclass(frozen=True)
@@ -60,3 +60,16 @@ def wait_for_chief(out: Path, index: int) -> None:
     ready = out / "chief-ready"
     while index != 0 and not ready.exists():
         time.sleep(0.05)
+
+
+def training_session(task: PSWorker, hooks: list[Any], checkpoint_dir: str | None = None) -> Any:
+    """hookbus's ``MonitoredTrainingSession`` for ``task`` (worker 0 is the chief)."""
+    import hookbus
+
+    return hookbus.monitored_training_session(
+        master=task.server.target,
+        is_chief=task.index == 0,
+        hooks=hooks,
+        config=task.session_config,
+        checkpoint_dir=checkpoint_dir,
+    )

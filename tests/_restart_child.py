@@ -24,7 +24,7 @@ from typing import Any
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _ps_task import ps_task, wait_for_chief  # noqa: E402 - after the path
+from _ps_task import ps_task, training_session, wait_for_chief  # noqa: E402 - after the path
 
 
 def main(config: dict[str, Any]) -> None:
@@ -78,13 +78,7 @@ def main(config: dict[str, Any]) -> None:
     local = 0
     with (
         bus,
-        hookbus.monitored_training_session(
-            master=task.server.target,
-            is_chief=index == 0,
-            hooks=[hook],
-            config=task.session_config,
-            checkpoint_dir=str(out / "ckpt") if index == 0 else None,
-        ) as sess,
+        training_session(task, [hook], str(out / "ckpt") if index == 0 else None) as sess,
     ):
         if index == 0:
             (out / "chief-ready").touch()

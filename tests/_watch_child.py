@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _ps_task import ps_task, wait_for_chief
+from _ps_task import ps_task, training_session, wait_for_chief
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -63,12 +63,7 @@ def cluster(config: dict[str, Any]) -> None:
     local = 0
     with (
         bus,
-        hookbus.monitored_training_session(
-            master=task.server.target,
-            is_chief=index == 0,
-            hooks=[hook],
-            config=task.session_config,
-        ) as sess,
+        training_session(task, [hook]) as sess,
     ):
         (out / "chief-ready").touch()
         while not sess.should_stop() and not (out / "stop").exists():
