@@ -8,7 +8,9 @@ and the :class:`CheckpointStore` that keeps its files (:class:`FileCheckpointSto
 of one's own; the TensorFlow publishers give TensorFlow's); ``offer_weights`` takes a :class:`WeightsBackend` (the
 weights in memory); ``offer_learning_rate`` a :class:`RateBackend` (read and set the rate it
 trains with); ``offer_graph`` a :data:`GraphOffer` and ``offer_model_config`` a
-:data:`ModelConfigOffer`; ``offer_progress`` a callable returning an :class:`EpochProgress`;
+:data:`ModelConfigOffer`; ``offer_variables`` a :data:`VariablesOffer` (the variables by name, for
+histograms) and ``offer_export`` a :class:`ModelExport` (writes the model for serving);
+``offer_progress`` a callable returning an :class:`EpochProgress`;
 ``offer_profiler`` a :class:`ProfilerBackend` (raising :exc:`ProfilerBusy` when another profiler
 runs), whose step markers the publisher sets through ``PublisherCore.profiling`` (a
 :class:`Profiling`). A publisher is a :class:`Publisher` (what the bus reads of it);
@@ -32,6 +34,7 @@ from hookbus._checkpoints._store import CheckpointStore, FileCheckpointStore
 from hookbus._contract._cluster import RUNS_ON, Task
 from hookbus._contract._context import EpochProgress
 from hookbus._contract._learning_rate import RateBackend
+from hookbus._contract._model import ModelExport, VariablesOffer
 from hookbus._contract._profiling import ProfileOptions, ProfilerBackend, ProfilerBusy, Profiling
 from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX, RESERVED_KEYS
 from hookbus._contract._weights import WeightsBackend
@@ -49,6 +52,7 @@ __all__ = [
     "FileCheckpointStore",
     "GraphOffer",
     "ModelConfigOffer",
+    "ModelExport",
     "Plan",
     "ProfileOptions",
     "ProfilerBackend",
@@ -59,6 +63,7 @@ __all__ = [
     "RateBackend",
     "Stops",
     "Task",
+    "VariablesOffer",
     "WeightsBackend",
 ]
 

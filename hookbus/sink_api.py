@@ -19,7 +19,7 @@ What it holds:
 - the interface: :class:`Sink`, the :class:`SinkContext` its ``begin`` receives (with
   :class:`EpochProgress`, :class:`PeerReport`, the checkpoint seam :class:`Checkpoints` and the
   profiling seam :class:`Profiler` with its :class:`ProfileWindow`, :class:`ProfileOptions`,
-  :class:`ProfileResult`),
+  :class:`ProfileResult`, and the model seam :class:`ModelExport`),
   :class:`Schedule`, :class:`Priority`;
 - the events: :class:`Event`, :class:`CheckpointSaved`, :class:`ExceptionRaised`,
   :class:`StopRequest`, :class:`SubscriberError`, :class:`LearningRateChange`, :class:`WaitForStep`,
@@ -56,6 +56,7 @@ from hookbus._contract._ending import ENDINGS, TRACKER_STATUS, how_ended
 from hookbus._contract._event_log import event_log_line
 from hookbus._contract._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError, WaitForStep
 from hookbus._contract._learning_rate import LEARNING_RATE_KEY, LearningRate, LearningRateChange, RateRequest
+from hookbus._contract._model import ModelExport
 from hookbus._contract._profiling import ProfileOptions, Profiler, ProfileResult, ProfileWindow
 from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX
 from hookbus._contract._schedule import Schedule, ScheduleTimer
@@ -98,6 +99,7 @@ __all__ = [
     "FlushDeadline",
     "LearningRate",
     "LearningRateChange",
+    "ModelExport",
     "OutputInUseError",
     "OutputLock",
     "OwnThreadWriter",

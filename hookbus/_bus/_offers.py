@@ -1,4 +1,4 @@
-"""What a training publisher offers the sinks of its bus: its model's checkpoints, weights, graph."""
+"""What a training publisher offers the sinks of its bus: its model's checkpoints, weights, graph, variables, export."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from hookbus._checkpoints._store import CheckpointStore
     from hookbus._contract._context import EpochProgress
     from hookbus._contract._learning_rate import LearningRate
+    from hookbus._contract._model import ModelExport
     from hookbus._contract._weights import WeightsBackend
 
 __all__ = ["Offers"]
@@ -33,6 +34,8 @@ class Offers:
         learning_rate: The training publisher's learning rate, where it offers one.
         training_params: Returns the training's own parameters (Keras ``fit``'s and its
             optimizer's), where the publisher knows them.
+        variables: Returns the model's variables by name (NumPy arrays), where the publisher has them.
+        export: Writes the model for serving, where the publisher can.
     """
 
     checkpoints: tuple[CheckpointBackend, CheckpointStore] | None = None
@@ -44,3 +47,5 @@ class Offers:
     progress: Callable[[], EpochProgress | None] | None = None
     learning_rate: LearningRate | None = None
     training_params: Callable[[], Mapping[str, Any]] | None = None
+    variables: Callable[[], Mapping[str, Any]] | None = None
+    export: ModelExport | None = None

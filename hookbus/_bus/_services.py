@@ -100,6 +100,8 @@ class SinkServices:
             learning_rate=lambda: offers.learning_rate,
             profiler=self._profiling,
             training_params=lambda: offers.training_params() if offers.training_params is not None else None,
+            variables=lambda: offers.variables() if offers.variables is not None else None,
+            model_export=lambda: offers.export,
         )
 
     def _peer_reports(self, asking: Sink) -> list[PeerReport]:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from hookbus._contract._checkpoint_seam import Checkpoints
     from hookbus._contract._cluster import Task
     from hookbus._contract._learning_rate import LearningRate
+    from hookbus._contract._model import ModelExport
     from hookbus._contract._profiling import Profiler
     from hookbus._contract._schedule import Schedule
     from hookbus._contract._stats import BusStats
@@ -106,6 +107,12 @@ class SinkContext:
         training_params: The training's own parameters where the training publisher knows them
             (under Keras ``fit``: ``epochs``, ``steps_per_epoch`` and the optimizer's configuration
             as ``optimizer_<name>``, what MLflow's Keras callback logs), else ``None``; for trackers.
+        variables: The training model's variables now, name to NumPy array (Keras's weight
+            paths under ``fit``, the graph's trainable variables under the TF1 hook, the
+            ``weights=`` a loop gives), else ``None``: TensorBoard's histograms. Reads them (a
+            device-to-host copy): call it only when writing.
+        model_export: The training publisher's :class:`~hookbus.sink_api.ModelExport` (writes
+            the model for serving), ``None`` where it offers none or before it began.
     """
 
     clock: Callable[[], float]
@@ -127,6 +134,8 @@ class SinkContext:
     learning_rate: Callable[[], LearningRate | None]
     profiler: Profiler
     training_params: Callable[[], Mapping[str, Any] | None]
+    variables: Callable[[], Mapping[str, Any] | None]
+    model_export: Callable[[], ModelExport | None]
 
 
 def require_learning_rate(context: SinkContext, who: str) -> LearningRate:

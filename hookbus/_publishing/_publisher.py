@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from hookbus._contract._cluster import Task
     from hookbus._contract._context import EpochProgress
     from hookbus._contract._learning_rate import RateBackend, RateRequest
+    from hookbus._contract._model import ModelExport
     from hookbus._contract._profiling import ProfilerBackend, Profiling
     from hookbus._contract._weights import WeightsBackend
 
@@ -257,6 +258,17 @@ class PublisherCore:
         """Let trackers log the training's own parameters: ``params()`` returns them by name
         (Keras ``fit``'s and its optimizer's); ``None`` withdraws them."""
         self._offers.training_params = params
+
+    def offer_variables(self, variables: Callable[[], Mapping[str, Any]] | None) -> None:
+        """Let sinks read the model's variables: ``variables()`` returns them by name as NumPy
+        arrays, called only when a sink writes them (TensorBoard's histograms); ``None``
+        withdraws it."""
+        self._offers.variables = variables
+
+    def offer_export(self, export: ModelExport | None) -> None:
+        """Let sinks write the live model for serving (:class:`~hookbus.sinks.ExportSink`):
+        a :class:`ModelExport`; ``None`` withdraws it."""
+        self._offers.export = export
 
     def offer_directions(self, directions: Callable[[str], str | None] | None) -> None:
         """Let monitors ask which way a metric goes: ``directions(key)`` is ``"min"``, ``"max"`` or

@@ -17,7 +17,21 @@ import numpy as np
 
 from hookbus._tf._import import require_tensorflow
 
-__all__ = ["ModelWeights", "VariableWeights"]
+__all__ = ["ModelWeights", "VariableWeights", "model_variables", "variable_name"]
+
+
+def variable_name(variable: Any) -> str:
+    """A variable's name as Keras's ``TensorBoard`` tags its histogram: Keras 3's ``path``
+    (``dense/kernel``), else TensorFlow's ``name`` without its ``:0``."""
+    path = getattr(variable, "path", None)
+    name = path if isinstance(path, str) else str(variable.name)
+    return name[:-2] if name.endswith(":0") else name.replace(":", "_")
+
+
+def model_variables(model: Any) -> dict[str, Any]:
+    """A Keras model's weights by name, layer by layer as Keras's ``TensorBoard(histogram_freq=...)``
+    walks them (``model.layers``, each layer's ``weights``), as NumPy arrays."""
+    return {variable_name(w): np.asarray(w.numpy()) for layer in model.layers for w in layer.weights}
 
 
 class ModelWeights:
@@ -73,6 +87,10 @@ class VariableWeights:
         assert isinstance(snapshot, list)
         for variable, value in zip(self.variables, snapshot, strict=True):
             variable.assign(value)
+
+    def named(self) -> dict[str, Any]:
+        """The variables' values by name (:func:`variable_name`), as NumPy arrays: histograms."""
+        return {variable_name(v): np.asarray(v.numpy()) for v in self.variables}
 
     def read(self, prefix: str) -> object | None:
         """``None``: which entry of a user's checkpoint holds which variable is not known here."""

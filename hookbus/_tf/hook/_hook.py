@@ -252,6 +252,9 @@ class EventBusHook:
             # The graph TensorBoard shows, as SummarySaverHook and CheckpointSaverHook wrote it;
             # serialized only when a sink asks (the graph is finalized by then).
             self._core.offer_graph(lambda: graph.as_graph_def(add_shapes=True).SerializeToString())
+        if self._core.mode == "train":  # TensorBoard's histograms: the values now, read when a sink writes
+            trainable = list(graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES))
+            self._core.offer_variables(lambda: self._variables(trainable) if trainable else {})
         if self.task is not None:
             self._core.set_task(self.task)
         if self._core.mode == "train":
@@ -259,6 +262,13 @@ class EventBusHook:
             wanted = key_sets(core.local_subscribers(), core.keys, core.bus_keys)
             self._train_fetches.build(tf, graph, self._elements, wanted, core.keys, self._step_after, stop)
         self._core.begin()
+
+    def _variables(self, variables: list[Any]) -> dict[str, Any]:
+        """The graph's trainable variables by name, read in the open session (empty outside one)."""
+        session = self._session
+        if session is None:
+            return {}
+        return {v.op.name: value for v, value in zip(variables, session.run(variables), strict=True)}
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         self._estimate.start(int(session.run(self._global_step)) if self._global_step is not None else 0)

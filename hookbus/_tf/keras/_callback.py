@@ -17,7 +17,7 @@ from hookbus._tf._collective import CollectiveStop, task_of_strategy
 from hookbus._tf._import import require_keras, require_tensorflow, with_framework_base
 from hookbus._tf._learning_rate_tf import OptimizerRate
 from hookbus._tf._profiler_tf import TFProfiler
-from hookbus._tf._weights_tf import ModelWeights
+from hookbus._tf._weights_tf import ModelWeights, model_variables
 from hookbus._tf.keras._hold import HeldWork
 from hookbus._tf.keras._logs import EpochKeys, LogChecks, epoch_values, validation_values
 from hookbus._tf.keras._metrics import CompiledDirections
@@ -239,6 +239,7 @@ class EventBusCallback:
         per_execution = getattr(model, "steps_per_execution", 1)
         self._per_execution = per_execution if isinstance(per_execution, int) and per_execution > 0 else 1
         self._core.offer_weights(ModelWeights(model))
+        self._core.offer_variables(lambda: model_variables(model))
         self._core.offer_model_config(lambda: _model_config(model))
         self._core.offer_training_params(lambda: _fit_params(model, self.params))  # type: ignore[attr-defined]
         self._core.offer_directions(CompiledDirections(model))
@@ -396,6 +397,7 @@ class EventBusCallback:
         self._core.offer_learning_rate(None)
         self._core.offer_profiler(None)
         self._core.offer_weights(None)
+        self._core.offer_variables(None)
         self._core.offer_model_config(None)
         self._core.offer_training_params(None)
         self._core.offer_directions(None)

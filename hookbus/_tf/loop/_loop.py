@@ -182,6 +182,7 @@ class LoopPublisher:
             self._core.offer_checkpoints(backend, TENSORFLOW)
         if self._weights is not None:
             self._core.offer_weights(self._weights)
+            self._core.offer_variables(self._weights.named)
         self._core.offer_profiler(TFProfiler())
         task = task_of_strategy(self._strategy)
         self._collective = None if task is None else CollectiveStop(self._strategy, task, self._check_every)
@@ -301,6 +302,7 @@ class LoopPublisher:
             self.checkpoint_backend.detach()
         self._core.offer_profiler(None)
         self._core.offer_weights(None)
+        self._core.offer_variables(None)
         if isinstance(self._rate, OptimizerRate):
             self._rate.uninstall()
         self._rate = None
