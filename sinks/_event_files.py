@@ -1,7 +1,9 @@
 """TensorBoard's event files for :class:`~hookbus.sinks.TensorBoardSink`: the files and the protos.
 
 Making an event file whose name sorts after the others, flushing and closing a run's set of them,
-and the events that are not plain scalars: histograms and a Keras model's configuration.
+and the events that are not plain scalars: histograms and a Keras model's configuration; and the
+values as ``tf.summary`` writes them (tensors with their plugin's metadata), what Keras's
+``TensorBoard`` callback leaves and ``layout="keras"`` writes.
 """
 
 from __future__ import annotations
@@ -16,10 +18,18 @@ from tensorboard.compat.proto.event_pb2 import Event as EventProto
 from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary, SummaryMetadata
 from tensorboard.compat.proto.tensor_pb2 import TensorProto
 from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
-from tensorboard.compat.proto.types_pb2 import DT_STRING
+from tensorboard.compat.proto.types_pb2 import DT_DOUBLE, DT_FLOAT, DT_STRING
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-__all__ = ["close_all", "flush_all", "histogram", "keras_model_event", "new_event_file"]
+__all__ = [
+    "close_all",
+    "flush_all",
+    "histogram",
+    "histogram_tensor",
+    "keras_model_event",
+    "new_event_file",
+    "scalar_tensor",
+]
 
 _EVENT_FILE_TIME = re.compile(r"tfevents\.(\d+)\.")
 
@@ -40,6 +50,42 @@ def histogram(array: np.ndarray[Any, Any], bins: int = 30) -> HistogramProto | N
         bucket_limit=edges[1:].tolist(),
         bucket=counts.astype(np.float64).tolist(),
     )
+
+
+_SCALARS = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="scalars"))
+_HISTOGRAMS = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="histograms"))
+
+
+def scalar_tensor(tag: str, value: float) -> Summary.Value:
+    """A scalar as ``tf.summary.scalar`` writes it under Keras: a float32 tensor of the scalars plugin."""
+    tensor = TensorProto(dtype=DT_FLOAT, tensor_shape=TensorShapeProto(), float_val=[value])
+    return Summary.Value(tag=tag, metadata=_SCALARS, tensor=tensor)
+
+
+def histogram_tensor(tag: str, array: np.ndarray[Any, Any], bins: int = 30) -> Summary.Value:
+    """A histogram as ``tf.summary.histogram`` writes it: a float64 ``[bins, 3]`` tensor of
+    (left edge, right edge, count), the same buckets (equal widths from the minimum to the
+    maximum, the last one closed; one value: every edge at it, the count in the last bucket).
+    Counted in one pass (``np.bincount``), not through a one-hot matrix of the weights' size.
+    Non-finite values are left out (TensorFlow's buckets cannot place them)."""
+    values = np.asarray(array, dtype=np.float64).ravel()
+    values = values[np.isfinite(values)]
+    rows = np.zeros((bins, 3))
+    if values.size:
+        low, high = float(values.min()), float(values.max())
+        if high == low:
+            rows[:, 0] = rows[:, 1] = low
+            rows[-1, 2] = values.size
+        else:
+            width = (high - low) / bins
+            index = np.minimum(np.floor((values - low) / width).astype(np.int64), bins - 1)
+            edges = np.linspace(low, high, bins + 1)
+            edges[-1] = high
+            rows[:, 0], rows[:, 1] = edges[:-1], edges[1:]
+            rows[:, 2] = np.bincount(index, minlength=bins)
+    shape = TensorShapeProto(dim=[TensorShapeProto.Dim(size=bins), TensorShapeProto.Dim(size=3)])
+    tensor = TensorProto(dtype=DT_DOUBLE, tensor_shape=shape, tensor_content=rows.astype("<f8").tobytes())
+    return Summary.Value(tag=tag, metadata=_HISTOGRAMS, tensor=tensor)
 
 
 def new_event_file(logdir: str, flush_secs: float, max_queue_size: int) -> EventFileWriter:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import time
-from collections.abc import Iterable, Mapping
-from typing import ClassVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 from tensorboard.compat.proto.event_pb2 import Event as EventProto
@@ -15,24 +16,63 @@ from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.plugins.hparams import summary_v2 as hparams_summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-from hookbus.sink_api import DEFAULT_FLUSH_DEADLINE, EVAL_PREFIX, Event, Schedule, Sink, WriterKit, WriterStats
-from hookbus.validate import positive_int
+from hookbus.sink_api import (
+    DEFAULT_FLUSH_DEADLINE,
+    EPOCH_PREFIX,
+    EVAL_PREFIX,
+    LEARNING_RATE_KEY,
+    Event,
+    Schedule,
+    Sink,
+    WriterKit,
+    WriterStats,
+)
+from hookbus.validate import non_negative_int, positive_int
 
-from ._event_files import close_all, flush_all, histogram, keras_model_event, new_event_file
+from ._event_files import (
+    close_all,
+    flush_all,
+    histogram,
+    histogram_tensor,
+    keras_model_event,
+    new_event_file,
+    scalar_tensor,
+)
 
 __all__ = ["TensorBoardSink"]
 
 HParamValue = bool | int | float | str
+LAYOUTS = ("default", "keras")
+_VAL = "val_"
+_OLD_LAYOUT = re.compile(r"^events\.out\.tfevents\.")
 
 
 class TensorBoardSink(Sink):
-    """Writes the run as TensorBoard event files under ``logdir`` (eval values in ``logdir/eval``).
+    """Writes the run as TensorBoard event files: training in ``logdir/train``, eval values in
+    ``logdir/eval`` (or, with ``layout="keras"``, what Keras's ``TensorBoard`` callback writes).
 
-    Float values become scalars, numpy arrays histograms, ``bytes`` values (serialized
-    ``Summary`` protos, e.g. ``tf.summary.merge_all()``) are written as they are, and every
-    train firing adds ``steps/sec`` (steps since the previous firing or session start, over
-    the wall seconds between them). Eval values (``eval/<key>``) go to the ``eval`` sub-run
-    without the prefix, so TensorBoard overlays train and eval.
+    The default layout: float values become scalars, numpy arrays histograms, ``bytes`` values
+    (serialized ``Summary`` protos, e.g. ``tf.summary.merge_all()``) are written as they are, and
+    every train firing adds ``steps/sec`` (steps since the previous firing or session start, over
+    the wall seconds between them). Eval values (``eval/<key>``) go to the ``eval`` run without
+    the prefix, so TensorBoard overlays ``train`` and ``eval``. A logdir whose root already holds
+    event files (written before the training run had its own directory) goes on at its root, so
+    a resumed run stays one run. ``histogram_freq=N``: the histograms of the model's variables
+    (what the training publisher offers: a Keras model's weights, the TF1 graph's trainable
+    variables, a loop's ``weights=``) at the first write at or past every N-th step, tagged
+    ``<variable>/histogram`` as Keras tags them.
+
+    ``layout="keras"`` (under Keras ``fit``) writes the runs, tags, steps and values of Keras's
+    ``TensorBoard(log_dir, histogram_freq, update_freq)``: ``train/`` and ``validation/`` with
+    ``epoch_<name>`` at the 0-based epoch (``epoch_learning_rate`` in ``train/``), with
+    ``update_freq`` a number of batches ``batch_<name>`` every that many steps, the weights'
+    histograms every ``histogram_freq`` epochs (epochs 0, N, 2N, ...), each validation as
+    ``evaluation_<name>_vs_iterations`` at the step, and the model's configuration (tag
+    ``keras``), all as ``tf.summary`` writes them (tensors). It writes no session markers (Keras
+    writes none): after a resume TensorBoard's default data server shows a re-run step once
+    (the later write replaces it), its ``--load_fast=false`` reader twice, as after Keras's own
+    ``BackupAndRestore``. Keras's ``batch_*`` steps count from each ``fit``'s start, these from the
+    model's ``iterations`` (the same for a ``fit`` from step 0).
 
     Each run (``with bus:``) starts a new event file whose name sorts after the existing ones.
     Every train session start at step S writes a ``SessionLog.START`` marker at S+1 into each
@@ -64,6 +104,13 @@ class TensorBoardSink(Sink):
         flush_deadline: Seconds a flush (the checkpoint barrier, a session's end) may wait for
             the disk (default 30.0); past it the sink is reported with its logdir and the events
             it could not write, and disabled.
+        layout: ``"default"`` or ``"keras"`` (Keras's ``TensorBoard`` callback's runs and tags;
+            only under ``EventBusCallback``, with no ``keys`` or schedule arguments).
+        histogram_freq: Write the model's variables as histograms: every N epochs with
+            ``layout="keras"`` (Keras's meaning), every N steps in the default layout (default 0:
+            never).
+        update_freq: ``layout="keras"`` only, Keras's meaning: ``"epoch"`` (default: epoch values
+            only), ``"batch"`` or a number of batches (also ``batch_<name>`` every that many steps).
         priority, on_error, name: See :class:`hookbus.Sink` (default ``on_error="isolate"``).
         runs_on: Multi-worker training: ``"chief"`` (default), ``"all"`` or ``"each"`` (every
             worker writes under ``logdir/worker-<i>``, a run of its own). Summaries are keyed by
@@ -90,7 +137,33 @@ class TensorBoardSink(Sink):
         on_error: str | None = None,
         name: str | None = None,
         runs_on: str | None = None,
+        layout: str = "default",
+        histogram_freq: int = 0,
+        update_freq: str | int | None = None,
     ) -> None:
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(map(repr, LAYOUTS))} (got {layout!r})")
+        keras = layout == "keras"
+        if keras and (keys is not None or every_n_steps is not None or every_n_secs is not None):
+            raise ValueError(
+                "layout='keras' writes every value Keras's TensorBoard writes, on Keras's schedule: "
+                "pass update_freq= (not keys, every_n_steps or every_n_secs)"
+            )
+        if update_freq is not None and not keras:
+            raise ValueError(
+                f"update_freq={update_freq!r} is layout='keras''s (Keras's TensorBoard); "
+                "the default layout writes every_n_steps"
+            )
+        update_freq = "epoch" if update_freq is None else update_freq
+        if not (
+            update_freq in ("epoch", "batch") or (isinstance(update_freq, int) and not isinstance(update_freq, bool))
+        ):
+            raise ValueError(
+                f"update_freq must be 'epoch', 'batch' or a positive number of batches (got {update_freq!r})"
+            )
+        every_batches = 1 if update_freq == "batch" else update_freq if isinstance(update_freq, int) else None
+        if every_batches is not None:
+            every_n_steps = positive_int("update_freq", every_batches)
         super().__init__(
             keys=keys,
             every_n_steps=every_n_steps,
@@ -110,6 +183,13 @@ class TensorBoardSink(Sink):
             flush_deadline=flush_deadline,
         )
         self.histogram_bins = positive_int("histogram_bins", histogram_bins)
+        self.layout = layout
+        self.histogram_freq = non_negative_int("histogram_freq", histogram_freq)
+        self.update_freq = update_freq
+        if keras and every_batches is None:
+            self.schedule = Schedule()  # epoch values only: never due on a step
+        self._histogram_block = -1  # the default layout: step // histogram_freq of the last histograms
+        self._train_dir = self.logdir
         if hparams is not None and not (
             isinstance(hparams, Mapping)
             and all(isinstance(k, str) and isinstance(v, HParamValue) for k, v in hparams.items())
@@ -121,13 +201,24 @@ class TensorBoardSink(Sink):
         self._rate_from: tuple[int, float] | None = None
         self._graph_written = False
 
+    @property
+    def receives_epochs(self) -> bool:
+        return self.layout == "keras"  # Keras's epoch_* values come from the epoch events
+
     def set_output_suffix(self, suffix: str) -> None:
         """Write under ``<logdir>/<suffix>`` instead: per-worker output, one TensorBoard run each."""
         self.logdir = os.path.join(self._base_logdir, suffix)
 
     def on_begin(self, event: Event) -> None:
+        if self.layout == "keras" and (event.mode != "train" or not self.context.ends_epochs()):
+            raise ValueError(
+                f"{self.name}: layout='keras' writes what Keras's TensorBoard callback writes and needs "
+                "EventBusCallback under Keras fit; under this publisher use the default layout"
+            )
         if not self.output.writing:  # else a second publisher (eval) began in the same run
             self.output.prepare(self.logdir, "event files")  # fail now with the path, not inside TensorBoard's writer
+            old = self.layout == "default" and any(_OLD_LAYOUT.match(n) for n in os.listdir(self.logdir))
+            self._train_dir = self.logdir if old else os.path.join(self.logdir, "train")
             writers: dict[str, EventFileWriter] = {}
             self._writers = writers  # this run's; closed on the kit's thread, unwaited for after a stall
             self.output.adopt(
@@ -143,6 +234,7 @@ class TensorBoardSink(Sink):
         evals = any(k.startswith(EVAL_PREFIX) for k in keys)
         for run in ["eval"] if event.mode == "eval" else ["train", "eval"] if evals else ["train"]:
             self._lock(run)
+        self._histogram_block = -1
         if event.mode != "eval" and "train" not in self._writers:
             writer = self._writer("train")
             if self.hparams is not None:
@@ -150,7 +242,10 @@ class TensorBoardSink(Sink):
                 self._add(writer, EventProto(wall_time=event.wall_time, step=0, summary=summary))
 
     def _run_dir(self, run: str) -> str:
-        return self.logdir if run == "train" else os.path.join(self.logdir, run)
+        """``"train"``'s directory, or the evaluation's (``eval``; Keras's ``validation``)."""
+        if run == "train":
+            return self._train_dir
+        return os.path.join(self.logdir, "validation" if self.layout == "keras" else run)
 
     def _lock(self, run: str) -> None:
         directory = self._run_dir(run)
@@ -169,7 +264,7 @@ class TensorBoardSink(Sink):
                 f"a new event file in {logdir!r} is not created",
             )
             writer = self._writers[run] = made[0]
-            if run != "train":  # made lazily: the current session's marker must come first
+            if run != "train" and self.layout == "default":  # made lazily: the session's marker comes first
                 self._add(writer, self._marker(time.time()))
         return writer
 
@@ -183,7 +278,7 @@ class TensorBoardSink(Sink):
             return  # an eval session evaluates a checkpoint; it is no restart
         self._session_step = event.step
         self._rate_from = (event.step, event.wall_time)
-        for writer in self._writers.values():
+        for writer in self._writers.values() if self.layout == "default" else ():  # Keras writes none
             self._add(writer, self._marker(event.wall_time))
         if not self._graph_written:  # once per event file: TensorBoard's graph tab
             self._graph_written = True
@@ -196,6 +291,9 @@ class TensorBoardSink(Sink):
 
     def on_after_run(self, event: Event) -> None:
         if not self.output.writing:
+            return
+        if self.layout == "keras":
+            self._keras(event)
             return
         eval_mode = event.mode == "eval"
         values: list[Summary.Value] = []
@@ -216,9 +314,56 @@ class TensorBoardSink(Sink):
                 values.append(
                     Summary.Value(tag="steps/sec", simple_value=(event.step - last[0]) / (event.wall_time - last[1]))
                 )
-        writer = self._writer("eval" if eval_mode else "train")
-        for summary in ([Summary(value=values)] if values else []) + raw:
-            self._add(writer, EventProto(wall_time=event.wall_time, step=event.step, summary=summary), row=True)
+        if not eval_mode and self.histogram_freq and event.step // self.histogram_freq > self._histogram_block:
+            self._histogram_block = event.step // self.histogram_freq
+            for name, array in self._variables():
+                if (histo := histogram(array, self.histogram_bins)) is not None:
+                    values.append(Summary.Value(tag=f"{name}/histogram", histo=histo))
+        self._write("eval" if eval_mode else "train", event, [Summary(value=values)] if values else [], raw)
+
+    def _keras(self, event: Event) -> None:
+        """What Keras's ``TensorBoard`` callback writes for ``event``."""
+        values = event.values
+        if event.mode == "epoch":
+            epoch = int(values["epoch"])
+            logs = {k[len(EPOCH_PREFIX) :]: v for k, v in values.items() if k.startswith(EPOCH_PREFIX)}
+            train = {k: v for k, v in logs.items() if not k.startswith(_VAL) and k != LEARNING_RATE_KEY}
+            rate = self.context.learning_rate()  # Keras reads the optimizer's rate at the epoch's end
+            if rate is not None:
+                train[LEARNING_RATE_KEY] = float(rate.backend.read())
+            elif LEARNING_RATE_KEY in logs:
+                train[LEARNING_RATE_KEY] = logs[LEARNING_RATE_KEY]
+            scalars = [scalar_tensor(f"epoch_{k}", float(v)) for k, v in train.items() if isinstance(v, float)]
+            if self.histogram_freq and epoch % self.histogram_freq == 0:
+                bins = self.histogram_bins
+                scalars += [histogram_tensor(f"{name}/histogram", a, bins) for name, a in self._variables()]
+            self._write("train", event, [Summary(value=scalars)] if scalars else [], step=epoch)
+            val = [scalar_tensor(f"epoch_{k[len(_VAL) :]}", float(v)) for k, v in logs.items() if k.startswith(_VAL)]
+            if val:
+                self._write("eval", event, [Summary(value=val)], step=epoch)
+        elif event.mode == "eval":
+            tags = [(f"evaluation_{k[len(EVAL_PREFIX) :]}_vs_iterations", v) for k, v in values.items()]
+            val = [scalar_tensor(tag, v) for tag, v in tags if isinstance(v, float)]
+            if val:
+                self._write("eval", event, [Summary(value=val)])
+        else:  # a batch at update_freq: Keras's batch logs (no learning rate)
+            batch = [scalar_tensor(f"batch_{k}", v) for k, v in values.items() if isinstance(v, float)]
+            batch = [v for v in batch if v.tag != f"batch_{LEARNING_RATE_KEY}"]
+            if batch:
+                self._write("train", event, [Summary(value=batch)])
+
+    def _variables(self) -> list[tuple[str, np.ndarray[Any, Any]]]:
+        """The training publisher's variables by name; none where it offers none."""
+        offered = self.context.variables()
+        return [] if offered is None else [(name, np.asarray(value)) for name, value in offered.items()]
+
+    def _write(
+        self, run: str, event: Event, summaries: list[Summary], raw: Sequence[Summary] = (), *, step: int | None = None
+    ) -> None:
+        writer = self._writer(run)
+        at = event.step if step is None else step
+        for summary in [*summaries, *raw]:
+            self._add(writer, EventProto(wall_time=event.wall_time, step=at, summary=summary), row=True)
 
     def _add(self, writer: EventFileWriter, proto: EventProto, *, row: bool = False) -> None:
         """Hand ``proto`` to ``writer`` through the kit, which flushes first (within the deadline)
