@@ -57,6 +57,7 @@ def check_overhead(result: dict[str, Any]) -> None:
             "hookbus-quiet",
             "hookbus-quiet-lr",
             "fetch-floor",
+            "counting-hook",
             "empty-hook",
         },
         "every": {"bare", "native", "hookbus", "fetch-floor"},
@@ -67,8 +68,11 @@ def check_overhead(result: dict[str, Any]) -> None:
             check_figures(row)
         assert group["rows"]["bare"]["x_wall"]["runs"] == [pytest.approx(1.0)] * RUNS
         assert set(group["hookbus_share_of_native_overhead"]) == {"x_wall", "x_cpu"}
-        if cadence == "realistic":  # hookbus against the hand-written floor, with its spread
+        if cadence == "realistic":  # hookbus against the hand-written floor, quiet against counting
             check_figures(group["hookbus_x_floor"])
+            assert set(group["quiet_x_counting"]) == {"hookbus-quiet", "hookbus-quiet-lr"}
+            for row in group["quiet_x_counting"].values():
+                check_figures(row)
         else:
             assert "hookbus_x_floor" not in group
     check_raw(result, configs, "cadence")
