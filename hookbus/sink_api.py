@@ -158,7 +158,7 @@ def _shown_here(*objects: object) -> None:
         obj.__module__ = __name__
 
 
-_shown_here(Profiler, ProfileOptions, ProfileResult, ProfileWindow)
+_shown_here(Profiler, ProfileOptions, ProfileResult, ProfileWindow, ModelExport)
 _shown_here(
     Checkpoints,
     EpochProgress,

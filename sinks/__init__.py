@@ -5,6 +5,7 @@ from .console.console import ConsoleSink
 from .csv import CSVSink
 from .early_stopping import EarlyStoppingSink
 from .event_log import EventLogSink
+from .export import ExportSink
 from .learning_rate.learning_rate import LearningRateSchedulerSink, ReduceLROnPlateauSink
 from .mlflow._names import mlflow_name
 from .mlflow.mlflow import MLflowSink
@@ -19,6 +20,7 @@ __all__: list[str] = [
     "ConsoleSink",
     "EarlyStoppingSink",
     "EventLogSink",
+    "ExportSink",
     "LearningRateSchedulerSink",
     "MLflowSink",
     "NanGuardSink",

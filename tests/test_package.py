@@ -61,6 +61,7 @@ def test_sinks_surface_is_pinned() -> None:
         "ConsoleSink",
         "EarlyStoppingSink",
         "EventLogSink",
+        "ExportSink",
         "LearningRateSchedulerSink",
         "MLflowSink",
         "NanGuardSink",
@@ -93,7 +94,7 @@ def test_the_seams_hold() -> None:
     assert applications == ["hookbus._cli._cli", "hookbus._watch._command"]
     sinks = {n for n in found if n.startswith("hookbus.sinks.") and not n.rpartition(".")[2].startswith("_")}
     sinks -= {n for n in sinks if found[n].name == "__init__.py"}  # a sink's folder, not a sink
-    assert len(sinks) == 11
+    assert len(sinks) == 12
     for edge in edges:
         if edge.source in sinks and edge.target in sinks:
             raise AssertionError(f"{edge.source} imports the sink module {edge.target}")
@@ -254,6 +255,7 @@ def test_the_sink_authors_surface_is_pinned() -> None:
         "LEARNING_RATE_KEY",
         "LearningRate",
         "LearningRateChange",
+        "ModelExport",
         "OutputInUseError",
         "OutputLock",
         "OwnThreadWriter",
@@ -322,6 +324,7 @@ def test_the_publisher_authors_surface_is_pinned() -> None:
         "FileCheckpointStore",
         "GraphOffer",
         "ModelConfigOffer",
+        "ModelExport",
         "Plan",
         "ProfileOptions",
         "ProfilerBackend",
@@ -334,6 +337,7 @@ def test_the_publisher_authors_surface_is_pinned() -> None:
         "RateBackend",
         "Stops",
         "Task",
+        "VariablesOffer",
         "WeightsBackend",
     ]
     for name in hookbus.publisher_api.__all__:

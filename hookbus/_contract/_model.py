@@ -31,6 +31,11 @@ class ModelExport(Protocol):
     suffix: str
     kind: str
 
+    @property
+    def ready(self) -> bool:
+        """Whether the model can be written now (the TF1 hook's: while its session is open)."""
+        ...
+
     def export(self, path: str) -> None:
         """Write the model as it is now to ``path``, which does not exist yet (the caller moves it
         into place): never changes the model or training."""

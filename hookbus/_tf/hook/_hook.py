@@ -12,6 +12,7 @@ from hookbus._publishing._planner import Plan
 from hookbus._publishing._publisher import PublisherCore
 from hookbus._tf._checkpoint_tf1 import TENSORFLOW, SaverBackend
 from hookbus._tf._elements import op_of, resolve, static_shape, step_after
+from hookbus._tf._export_tf import GraphExport, check_serving
 from hookbus._tf._import import require_tensorflow, with_framework_base
 from hookbus._tf._learning_rate_tf import HookRate
 from hookbus._tf._profiler_tf import TFProfiler
@@ -116,6 +117,11 @@ class EventBusHook:
         feed_fn: ``FeedFnHook``'s job: a function called before every run this hook sees, returning
             a ``feed_dict`` (placeholders to values) the run gets beside this hook's fetches.
             Default ``None``: no feeds (and no cost).
+        serving_inputs, serving_outputs: Train mode: ``{name: tensor | tensor name}`` of the
+            model's inputs (placeholders, or any tensor a feed may replace) and of its
+            predictions, both or neither: the ``serving_default`` signature of the SavedModel
+            :class:`~hookbus.sinks.ExportSink` writes from the live session (the graph's
+            variables as the session holds them). Default ``None``: the hook offers no export.
 
     Raises:
         ValueError, TypeError: at construction for malformed arguments; in ``begin()``, before
@@ -145,6 +151,8 @@ class EventBusHook:
         wait_timeout_secs: float | None = None,
         on_timeout: str = "raise",
         feed_fn: Callable[[], Mapping[Any, Any]] | None = None,
+        serving_inputs: Mapping[str, Any] | None = None,
+        serving_outputs: Mapping[str, Any] | None = None,
     ) -> None:
         _tensorflow("EventBusHook")
         if feed_fn is not None and not callable(feed_fn):
@@ -194,6 +202,8 @@ class EventBusHook:
         # TensorFlow's checkpoint layout as the store).
         self.checkpoint_backend = SaverBackend() if self._core.mode == "train" else None
         self._profiling = self._core.profiling  # steps in a profile window carry a step marker
+        self._serving = check_serving(serving_inputs, serving_outputs, mode=self._core.mode)
+        self._export: GraphExport | None = None  # made in begin (its Saver), once per graph
 
     @property
     def _step(self) -> int:
@@ -252,6 +262,10 @@ class EventBusHook:
             # The graph TensorBoard shows, as SummarySaverHook and CheckpointSaverHook wrote it;
             # serialized only when a sink asks (the graph is finalized by then).
             self._core.offer_graph(lambda: graph.as_graph_def(add_shapes=True).SerializeToString())
+        if self._core.mode == "train":  # ExportSink's SavedModel, where serving_inputs/outputs are given
+            if self._serving is not None and (self._export is None or self._export.graph is not graph):
+                self._export = GraphExport(graph, *self._serving, session=lambda: self._session)
+            self._core.offer_export(self._export)
         if self._core.mode == "train":  # TensorBoard's histograms: the values now, read when a sink writes
             trainable = list(graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES))
             self._core.offer_variables(lambda: self._variables(trainable) if trainable else {})

@@ -14,6 +14,7 @@ from hookbus._rules._validate import positive_int
 from hookbus._tf._checkpoint_tf1 import TENSORFLOW
 from hookbus._tf._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
 from hookbus._tf._collective import CollectiveStop, task_of_strategy
+from hookbus._tf._export_tf import KerasExport
 from hookbus._tf._import import require_keras, require_tensorflow, with_framework_base
 from hookbus._tf._learning_rate_tf import OptimizerRate
 from hookbus._tf._profiler_tf import TFProfiler
@@ -240,6 +241,7 @@ class EventBusCallback:
         self._per_execution = per_execution if isinstance(per_execution, int) and per_execution > 0 else 1
         self._core.offer_weights(ModelWeights(model))
         self._core.offer_variables(lambda: model_variables(model))
+        self._core.offer_export(KerasExport(model))  # ExportSink's .keras file
         self._core.offer_model_config(lambda: _model_config(model))
         self._core.offer_training_params(lambda: _fit_params(model, self.params))  # type: ignore[attr-defined]
         self._core.offer_directions(CompiledDirections(model))
@@ -398,6 +400,7 @@ class EventBusCallback:
         self._core.offer_profiler(None)
         self._core.offer_weights(None)
         self._core.offer_variables(None)
+        self._core.offer_export(None)
         self._core.offer_model_config(None)
         self._core.offer_training_params(None)
         self._core.offer_directions(None)

@@ -12,6 +12,7 @@ from hookbus._rules._validate import positive_int
 from hookbus._tf._checkpoint_tf1 import TENSORFLOW
 from hookbus._tf._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
 from hookbus._tf._collective import CollectiveStop, task_of_strategy
+from hookbus._tf._export_tf import loop_export
 from hookbus._tf._learning_rate_tf import OptimizerRate, VariableRate
 from hookbus._tf._profiler_tf import TFProfiler
 from hookbus._tf._weights_tf import VariableWeights
@@ -93,6 +94,10 @@ class LoopPublisher:
             ``learning_rate`` (read on due steps; the values passed to :meth:`step` need not hold it).
         optimizer: The loop's Keras optimizer (default ``None``), instead of ``learning_rate``:
             its rate, or its ``LearningRateSchedule`` times hookbus's multiplier.
+        serving: The model to export for serving, offered to :class:`~hookbus.sinks.ExportSink`
+            (default ``None``: none): a Keras model (a ``.keras`` file, ``model.save``) or a
+            ``tf.Module`` with exactly one ``tf.function`` that has an ``input_signature`` (a
+            SavedModel whose ``serving_default`` is that function, ``tf.saved_model.save``).
 
     Raises:
         ValueError, TypeError: at construction for malformed arguments; at begin for
@@ -113,6 +118,7 @@ class LoopPublisher:
         check_stop_every_n_steps: int = 10,
         learning_rate: Any = None,
         optimizer: Any = None,
+        serving: Any = None,
     ) -> None:
         if learning_rate is not None and optimizer is not None:
             raise ValueError("pass learning_rate= (a tf.Variable) or optimizer=, not both")
@@ -145,6 +151,7 @@ class LoopPublisher:
         #: without ``checkpoint``.
         self.checkpoint_backend = TF2CheckpointBackend(checkpoint) if checkpoint is not None else None
         self._weights = VariableWeights(weights) if weights is not None else None
+        self._export = loop_export(serving)
         self.restored_from: str | None = None
         self._step = 0
         self._last: StepValues | None = None
@@ -183,6 +190,7 @@ class LoopPublisher:
         if self._weights is not None:
             self._core.offer_weights(self._weights)
             self._core.offer_variables(self._weights.named)
+        self._core.offer_export(self._export)
         self._core.offer_profiler(TFProfiler())
         task = task_of_strategy(self._strategy)
         self._collective = None if task is None else CollectiveStop(self._strategy, task, self._check_every)
@@ -303,6 +311,7 @@ class LoopPublisher:
         self._core.offer_profiler(None)
         self._core.offer_weights(None)
         self._core.offer_variables(None)
+        self._core.offer_export(None)
         if isinstance(self._rate, OptimizerRate):
             self._rate.uninstall()
         self._rate = None

@@ -1,0 +1,307 @@
+"""ExportSink: the best (or the final) model for serving, exactly once through the checkpoint barrier."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import shutil
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from hookbus.sink_api import EPOCH_PREFIX, EVAL_PREFIX, OutputLock, Schedule, Sink, check_writable_dir
+from hookbus.validate import non_empty_path, positive_int
+
+from ._monitor import MODES, Monitor, check_scalar
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from hookbus.sink_api import Event, ModelExport, SinkContext
+
+__all__ = ["ExportSink"]
+
+logger = logging.getLogger("hookbus")
+
+#: An export's name in the directory: its step, as TF Serving numbers a model's versions.
+_VERSION = re.compile(r"^(\d+)(\.keras)?$")
+#: An export being written, or one written and waiting for the checkpoint of its step.
+_STAGED = ".tmp-"
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+class ExportSink(Sink):
+    """Exports the model for serving: the best by ``monitor``, or without one the final model.
+
+    What Keras's ``ModelCheckpoint(save_best_only=True)`` leaves (a ``.keras`` file
+    ``keras.models.load_model`` opens without the training code) and what the Estimator's
+    ``BestExporter`` / ``FinalExporter`` left (SavedModels for serving), from every publisher:
+    under Keras ``fit`` (:class:`~hookbus.EventBusCallback`) a ``.keras`` file (``model.save``);
+    under the TF1 hook a SavedModel whose ``serving_default`` signature maps
+    ``EventBusHook(serving_inputs=..., serving_outputs=...)``; from a loop what
+    ``LoopPublisher(serving=...)`` is (a Keras model's ``.keras`` file, a ``tf.Module``'s
+    SavedModel). Each export is named after its step in ``directory`` (``directory/<step>.keras``
+    or the SavedModel directory ``directory/<step>``, TF Serving's numbered versions), so the
+    newest is the best so far; :attr:`latest` names it. ``directory`` holds only exports.
+
+    With ``monitor``, a value that improves on the best so far exports the model at its step, by
+    Keras's rule: strictly better (the first of equal bests is kept), non-finite values never
+    export, ``mode="auto"`` through the one direction rule. Under ``fit`` the monitor is read as
+    Keras's callbacks read it at an epoch end: an evaluation key (``"eval/loss"``, Keras's
+    ``val_loss``) from ``fit``'s validation, an epoch key (``"epoch/..."``) from the epoch's
+    logs, a training key (``"loss"``) as the epoch's value; elsewhere an evaluation key from each
+    evaluation, a training key on the schedule given (``every_n_steps=``). Without ``monitor``,
+    the model the training ends with is exported at its end (also after a stop).
+
+    Exactly once, through the checkpoint barrier: an export is written at once beside its
+    target (``directory/.tmp-<step>...``) and moved into place (one rename) when everything up
+    to its step is flushed: at the barrier of the checkpoint that holds its step, or at the end
+    of the session; its state (the best value and step) is saved beside that checkpoint. So
+    after a kill, what ``directory`` shows is what the restored checkpoint has seen: at the
+    resume, exports of later steps (and a kill's leftovers) are removed, and the steps trained
+    again export again, once; a step is never exported twice. Without a checkpoint sink on the
+    bus, exports appear at the end of each session (a kill before it leaves none). ``keep``
+    exports are kept, the newest; older ones are deleted.
+
+    Args:
+        directory: Where the exports go (created at begin; one writer at a time).
+        monitor: The key whose improvements export (default ``None``: the final model only).
+        mode: ``"auto"`` (default, as Keras's), ``"min"`` or ``"max"`` for ``monitor``.
+        keep: How many exports to keep, the newest (default 5, the Estimator exporters'
+            ``exports_to_keep``).
+        every_n_steps, every_n_secs: When a training key ``monitor`` is compared (default: under
+            ``fit`` each epoch end; elsewhere a training key needs one of them).
+        name: Name in reports and in checkpoint state (default the class name).
+
+    Raises:
+        ValueError: at construction for invalid settings (``directory`` a file or not creatable,
+            ``mode`` not one of the three, a schedule without ``monitor``); at begin when the
+            training publisher offers no model to export (naming what to pass), no publisher
+            provides ``monitor`` or declares it non-scalar, ``mode="auto"`` cannot tell its
+            direction, or a training key has no schedule outside ``fit``.
+    """
+
+    #: Never due on a step: evaluations, epoch ends and the end come unscheduled.
+    default_schedule: ClassVar[Schedule] = Schedule()
+    default_runs_on: ClassVar[str] = "chief"
+    #: An export that cannot be written stops the run, as ``ModelCheckpoint``'s does.
+    on_error = "raise"
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        monitor: str | None = None,
+        mode: str = "auto",
+        keep: int = 5,
+        *,
+        every_n_steps: int | None = None,
+        every_n_secs: float | None = None,
+        name: str | None = None,
+    ) -> None:
+        path = non_empty_path("directory", directory)
+        if monitor is not None and (not isinstance(monitor, str) or not monitor):
+            raise ValueError(f"monitor must be a non-empty key or None (got {monitor!r})")
+        if mode not in MODES:
+            raise ValueError(f"mode must be 'min', 'max' or 'auto' (got {mode!r})")
+        self._scheduled = every_n_steps is not None or every_n_secs is not None
+        if monitor is None and self._scheduled:
+            raise ValueError(
+                "every_n_steps and every_n_secs say when a training key monitor is compared; without "
+                "monitor= the final model is exported at the end (pass monitor=<key>, or no schedule)"
+            )
+        super().__init__(keys=monitor, every_n_steps=every_n_steps, every_n_secs=every_n_secs, name=name)
+        self.monitor = monitor
+        self._monitor = None if monitor is None else Monitor(monitor, mode)
+        self.directory = os.path.abspath(path)
+        if os.path.isfile(self.directory):
+            raise ValueError(f"directory must be a directory, but {self.directory!r} is an existing file")
+        check_writable_dir(self.directory, "directory")
+        self.keep = positive_int("keep", keep)
+        lock_file = os.path.join(self.directory, ".export.lock")
+        self._lock = OutputLock(self.directory, self.name, "the export directory", lock_file)
+        #: Written, waiting for the flush of their step: (step, where it is, where it goes).
+        self._pending: list[tuple[int, str, str]] = []
+        self._start_clean()
+
+    def _start_clean(self) -> None:
+        self.best: float | None = None
+        self.best_step: int | None = None
+        for _, staged, _ in self._pending:
+            _remove(staged)
+        self._pending = []
+
+    def setup(self, context: SinkContext) -> None:
+        super().setup(context)
+        self._start_clean()  # a new run: the best comes back only from a checkpoint
+
+    def handlers(self) -> dict[str, Callable[[Any], None]]:
+        found = super().handlers()
+        if self._monitor is None:
+            found.pop("after_run", None)  # the final model only: no event of any step concerns it
+        return found
+
+    @property
+    def receives_epochs(self) -> bool:
+        """Under ``fit``: an epoch key, or a training key by its epoch value (without a schedule)."""
+        key = self.monitor
+        if key is None or key.startswith(EVAL_PREFIX):
+            return False
+        return key.startswith(EPOCH_PREFIX) or not self._scheduled
+
+    @property
+    def latest(self) -> str | None:
+        """The newest export in ``directory`` (the best so far, with ``monitor``), or ``None``."""
+        versions = self._versions()
+        return versions[-1][1] if versions else None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def on_begin(self, event: Event) -> None:
+        if event.mode != "train":
+            return
+        context = self.context
+        if context.model_export() is None:
+            raise ValueError(
+                f"{self.name} needs a training publisher that can write its model for serving: EventBusCallback "
+                "(a .keras file), EventBusHook(..., serving_inputs={name: input tensor}, serving_outputs={name: "
+                "output tensor}) or LoopPublisher(..., serving=<a Keras model or a tf.Module>) (a SavedModel); "
+                "the training publisher on this bus offers none"
+            )
+        monitor = self._monitor
+        if monitor is not None:
+            check_scalar(self.name, monitor.key, context.static_shape(monitor.key))
+            self._monitor = monitor.settled(self.name, context.declared_direction)
+            training_key = not monitor.key.startswith((EVAL_PREFIX, EPOCH_PREFIX))
+            if training_key and not self._scheduled and not context.ends_epochs():
+                raise ValueError(
+                    f"{self.name} monitors the training key {monitor.key!r}, compared outside Keras fit on a "
+                    "schedule: pass every_n_steps=<n> (or every_n_secs=), or monitor an evaluation key (eval/...)"
+                )
+        os.makedirs(self.directory, exist_ok=True)
+        self._lock.acquire()  # one writer per directory, before step 1
+        waiting = {staged for _, staged, _ in self._pending}
+        for entry in os.listdir(self.directory):
+            path = os.path.join(self.directory, entry)
+            if entry.startswith(_STAGED) and path not in waiting:
+                _remove(path)  # an export a killed process had not moved into place
+
+    def on_session_created(self, event: Event) -> None:
+        if event.mode != "train":
+            return
+        # A resume point at S: exports of later steps are not in the checkpoint's past (the states
+        # beside it do not know them); the steps trained again export again.
+        step = event.step
+        for _, staged, _ in [p for p in self._pending if p[0] > step]:
+            _remove(staged)
+        self._pending = [p for p in self._pending if p[0] <= step]
+        later_versions = [path for s, path in self._versions() if s > step]
+        if later_versions:
+            logger.warning(
+                "%s: removing %d export(s) of steps after %d, where this session starts (%s); the steps trained "
+                "again export again",
+                self.name,
+                len(later_versions),
+                step,
+                ", ".join(os.path.basename(p) for p in later_versions),
+            )
+            for path in later_versions:
+                _remove(path)
+
+    def on_after_run(self, event: Event) -> None:
+        monitor = self._monitor
+        assert monitor is not None  # handlers() subscribes after_run only with a monitor
+        value = self._monitored(monitor, event)
+        if value is None or not math.isfinite(value) or not monitor.is_improvement(value, self.best):
+            return
+        self.best, self.best_step = value, event.step
+        self._write(event.step, f"{monitor.key}={value:.6g}")
+
+    def _monitored(self, monitor: Monitor, event: Event) -> float | None:
+        """The monitored value ``event`` carries, where this monitor is read from that kind of event."""
+        key = monitor.key
+        if key.startswith(EVAL_PREFIX):
+            return monitor.value(event.values) if event.mode == "eval" else None
+        if key.startswith(EPOCH_PREFIX):
+            return monitor.value(event.values) if event.mode == "epoch" else None
+        if event.mode == "epoch":  # a training key, at an epoch end: the epoch's value, as Keras reads it
+            return None if self._scheduled else monitor.value({key: event.values.get(EPOCH_PREFIX + key)})
+        return monitor.value(event.values) if event.mode == "train" and not event.final else None
+
+    def on_end(self, event: Event) -> None:
+        if event.mode == "train" and self._monitor is None:
+            self._write(event.step, "the final model")
+
+    # -- writing -------------------------------------------------------------------------------
+    def _write(self, step: int, why: str) -> None:
+        """Write the model of ``step`` beside its target; it moves into place at the next flush."""
+        context = self.context
+        export: ModelExport | None = context.model_export()
+        if export is None or not export.ready or context.current_step() != step:
+            logger.warning(
+                "%s: no live model of step %d to export (%s): the training publisher's model %s",
+                self.name,
+                step,
+                why,
+                "cannot be written now" if export is None or not export.ready else "has trained on since",
+            )
+            return
+        target = os.path.join(self.directory, f"{step}{export.suffix}")
+        if os.path.lexists(target) or any(s == step for s, _, _ in self._pending):
+            return  # exported already (a resume at the step of an export): once per step
+        staged = os.path.join(self.directory, f"{_STAGED}{step}{export.suffix}")
+        _remove(staged)
+        try:
+            export.export(staged)
+        except BaseException:
+            _remove(staged)
+            raise
+        self._pending.append((step, staged, target))
+        logger.info("%s: wrote %s of step %d (%s)", self.name, export.kind, step, why)
+
+    def flush(self) -> None:
+        """Move the exports written up to now into place (the checkpoint barrier, a session's end),
+        then delete the oldest beyond ``keep``."""
+        pending, self._pending = self._pending, []
+        for step, staged, target in pending:
+            os.replace(staged, target)  # atomic, for a file and for a SavedModel directory alike
+            logger.info("%s: exported step %d to %s", self.name, step, target)
+        if pending:
+            for _, path in self._versions()[: -self.keep]:
+                _remove(path)
+
+    def _versions(self) -> list[tuple[int, str]]:
+        """The exports in ``directory``, oldest first, by step."""
+        if not os.path.isdir(self.directory):
+            return []
+        found = [(int(m.group(1)), e) for e in os.listdir(self.directory) if (m := _VERSION.match(e))]
+        return [(step, os.path.join(self.directory, entry)) for step, entry in sorted(found)]
+
+    def close(self) -> None:
+        """Drop exports not moved into place (the run raised: its checkpoint's past has them not),
+        and let another run write ``directory``; idempotent."""
+        for _, staged, _ in self._pending:
+            _remove(staged)
+        self._pending = []
+        self._lock.release()
+
+    # -- state ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        if self._monitor is None:
+            return {}
+        return {"best": self.best, "best_step": self.best_step}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        best, best_step = state.get("best"), state.get("best_step")
+        self.best = None if best is None else float(best)
+        self.best_step = None if best_step is None else int(best_step)
+
+    def status(self) -> str:
+        if self._monitor is None:
+            return "export: the final model at the end"
+        best = "none yet" if self.best is None else f"best {self.best:.6g} @ {self.best_step}"
+        return f"export: {self._monitor.key} {best}"
