@@ -54,6 +54,9 @@ class WriterStats:
         unreachable: ``None``, or while a writer's remote destination (a tracker's server) does
             not take what it is sent, the report: the sink, the server's URI (credentials
             redacted), the error and what waits locally. The sink stays enabled.
+        held: How many of the rows found the queue full, so that the training thread waited for
+            the writer, or ``None`` when the writer does not say (TensorBoard's own thread).
+        held_seconds: How long the training thread waited for those rows, in all.
     """
 
     rows: int
@@ -62,6 +65,8 @@ class WriterStats:
     capacity: int | None
     stalled: str | None = None
     unreachable: str | None = None
+    held: int | None = None
+    held_seconds: float = 0.0
 
     @property
     def backlog(self) -> float | None:

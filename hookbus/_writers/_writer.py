@@ -97,6 +97,8 @@ class BackgroundWriter(Generic[T]):
         self._flush_secs = float(flush_secs)
         self._queue: Handoff[tuple[int, Any]] = Handoff(max_queue_size)
         self._enqueued = 0
+        self._held = 0  # puts that found the queue full and waited for room
+        self._held_secs = 0.0
         self._written = 0
         self._on_disk = 0  # items written as of the last flush that returned (the rest may be in a buffer)
         self._error: BaseException | None = None
@@ -117,7 +119,15 @@ class BackgroundWriter(Generic[T]):
         """Rows given, written and waiting, and the queue's size (for ``bus.stats()``; never blocks)."""
         written = self._written
         stalled = self.deadline.report
-        return WriterStats(self._enqueued, written, self._enqueued - written, self._queue.maxsize, stalled=stalled)
+        return WriterStats(
+            self._enqueued,
+            written,
+            self._enqueued - written,
+            self._queue.maxsize,
+            stalled=stalled,
+            held=self._held,
+            held_seconds=self._held_secs,
+        )
 
     # -- caller side -------------------------------------------------------------------------
     def put(self, item: T) -> None:
@@ -133,6 +143,14 @@ class BackgroundWriter(Generic[T]):
             else:
                 self._enqueued += 1
                 return
+            began = time.perf_counter()  # a full queue: training waits for the writer
+            try:
+                self._enqueue(_ITEM, item)
+            finally:
+                self._held += 1
+                self._held_secs += time.perf_counter() - began
+            self._enqueued += 1
+            return
         self._enqueue(_ITEM, item)
         self._enqueued += 1
 
