@@ -35,6 +35,7 @@ class Offers:
         training_params: Returns the training's own parameters (Keras ``fit``'s and its
             optimizer's), where the publisher knows them.
         variables: Returns the model's variables by name (NumPy arrays), where the publisher has them.
+        model_summary: Returns the model's summary as text (Keras's ``model.summary()``), where there is one.
         export: Writes the model for serving, where the publisher can.
     """
 
@@ -48,4 +49,5 @@ class Offers:
     learning_rate: LearningRate | None = None
     training_params: Callable[[], Mapping[str, Any]] | None = None
     variables: Callable[[], Mapping[str, Any]] | None = None
+    model_summary: Callable[[], str | None] | None = None
     export: ModelExport | None = None

@@ -101,6 +101,7 @@ class SinkServices:
             profiler=self._profiling,
             training_params=lambda: offers.training_params() if offers.training_params is not None else None,
             variables=lambda: offers.variables() if offers.variables is not None else None,
+            model_summary=lambda: offers.model_summary() if offers.model_summary is not None else None,
             model_export=lambda: offers.export,
         )
 

@@ -111,6 +111,8 @@ class SinkContext:
             paths under ``fit``, the graph's trainable variables under the TF1 hook, the
             ``weights=`` a loop gives), else ``None``: TensorBoard's histograms. Reads them (a
             device-to-host copy): call it only when writing.
+        model_summary: The model's summary as text, Keras's ``model.summary()`` (the Keras
+            callback), else ``None``: what MLflow's Keras callback logs as ``model_summary.txt``.
         model_export: The training publisher's :class:`~hookbus.sink_api.ModelExport` (writes
             the model for serving), ``None`` where it offers none or before it began.
     """
@@ -135,6 +137,7 @@ class SinkContext:
     profiler: Profiler
     training_params: Callable[[], Mapping[str, Any] | None]
     variables: Callable[[], Mapping[str, Any] | None]
+    model_summary: Callable[[], str | None]
     model_export: Callable[[], ModelExport | None]
 
 

@@ -259,6 +259,11 @@ class PublisherCore:
         (Keras ``fit``'s and its optimizer's); ``None`` withdraws them."""
         self._offers.training_params = params
 
+    def offer_model_summary(self, summary: Callable[[], str | None] | None) -> None:
+        """Let trackers keep the model's structure: ``summary()`` returns it as text (Keras's
+        ``model.summary()``), called once a run; ``None`` withdraws it."""
+        self._offers.model_summary = summary
+
     def offer_variables(self, variables: Callable[[], Mapping[str, Any]] | None) -> None:
         """Let sinks read the model's variables: ``variables()`` returns them by name as NumPy
         arrays, called only when a sink writes them (TensorBoard's histograms); ``None``

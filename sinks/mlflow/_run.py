@@ -50,6 +50,7 @@ class RunPlan:
     tags: Mapping[str, str]
     params: Mapping[str, str]
     shown_uri: str = ""  # the URI as messages show it (its credentials redacted)
+    texts: Mapping[str, str] = field(default_factory=dict)  # artifacts: file name to text
 
 
 @dataclass
@@ -105,6 +106,7 @@ class TrackedRun:
         run_name: str | None = None,
         params: Mapping[str, str] | None = None,
         tags: Mapping[str, str] | None = None,
+        texts: Mapping[str, str] | None = None,
     ) -> None:
         """Continue or create the run of ``training``, starting at ``start_ms``; RUNNING, params checked.
 
@@ -112,7 +114,9 @@ class TrackedRun:
         file's, for this training), the run tagged with this training (created by a request whose
         answer was lost), with ``by_run_key`` the newest run of the run key (replay uploads), else
         a new one (``new``: the directory's previous training ended, so only its own tag counts).
-        ``run_name``, ``params`` and ``tags`` are that training's (default: this plan's).
+        ``run_name``, ``params``, ``tags`` and ``texts`` (artifacts: a file name to its text,
+        written again at every opening, the same file replaced) are that training's (default:
+        this plan's).
         """
         client = self._client = self._client or _client(self.plan.tracking_uri)
         experiment_id = self._experiment_id(client)
@@ -156,6 +160,8 @@ class TrackedRun:
             run if self.resumed else None, given, self.plan.params if params is None else params
         )
         self._log(params=new_params, tags=given)
+        for name, text in (self.plan.texts if texts is None else texts).items():
+            client.log_text(run.info.run_id, text, name)
 
     def _experiment_id(self, client: MlflowClient) -> str:
         from mlflow.exceptions import MlflowException

@@ -212,6 +212,7 @@ class Shipper:
                     run_name=opening.run_name,
                     params=opening.params,
                     tags=opening.tags,
+                    texts=opening.texts,
                 )
                 self.ended = None
             elif "point" in entry and self._in_run():

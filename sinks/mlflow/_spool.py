@@ -66,9 +66,11 @@ class Opening:
     run_name: str | None = None  # the run's name, params and tags as this training gave them
     params: Mapping[str, str] = field(default_factory=dict)
     tags: Mapping[str, str] = field(default_factory=dict)
+    texts: Mapping[str, str] = field(default_factory=dict)  # artifact file name to its text
 
     def record(self) -> dict[str, Any]:
-        return {"open": {**dataclasses.asdict(self), "params": dict(self.params), "tags": dict(self.tags)}}
+        fields = {**dataclasses.asdict(self), "params": dict(self.params), "tags": dict(self.tags)}
+        return {"open": {**fields, "texts": dict(self.texts)}}
 
     @staticmethod
     def of(record: Mapping[str, Any]) -> Opening:
@@ -76,7 +78,7 @@ class Opening:
         return Opening(
             str(fields["training"]), bool(fields["new"]), fields.get("run_id"), fields.get("start_ms"),
             bool(fields.get("by_run_key", False)), fields.get("run_name"), dict(fields.get("params", {})),
-            dict(fields.get("tags", {})),
+            dict(fields.get("tags", {})), dict(fields.get("texts", {})),
         )  # fmt: skip
 
 
@@ -244,7 +246,7 @@ class SpoolWriter:
             who, new, by_run_key = latest, False, False
         else:
             who, new, by_run_key = uuid.uuid4().hex, True, False
-        opening = Opening(who, new, run_id, start_ms, by_run_key, plan.run_name, plan.params, plan.tags)
+        opening = Opening(who, new, run_id, start_ms, by_run_key, plan.run_name, plan.params, plan.tags, plan.texts)
         if not opening.new:
             self.spooled.update(steps.get(opening.training, {}))
         shipped = saved.get("shipped")

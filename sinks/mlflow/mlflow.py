@@ -49,6 +49,7 @@ logger = logging.getLogger("hookbus")
 
 HParamValue = bool | int | float | str
 RATE_NAME = "steps/sec"
+MODEL_SUMMARY = "model_summary.txt"  # the artifact MLflow's Keras callback writes
 _RUN_KEY = re.compile(r"^[\w.\-:/]{1,250}$")
 
 
@@ -124,7 +125,8 @@ class MLflowSink(Sink):
         hparams: Hyperparameters (name to bool, int, float or str), logged as params.
         log_training_params: Also log the training's own parameters as params where its publisher
             offers them (default ``True``): under Keras ``fit``, ``epochs``, ``steps_per_epoch`` and the
-            optimizer's configuration as ``optimizer_<name>``, as MLflow's Keras callback logs them.
+            optimizer's configuration as ``optimizer_<name>``, and the model's summary as the artifact
+            ``model_summary.txt``, as MLflow's Keras callback logs them.
         tags: Run tags (valid MLflow names to strings).
         every_n_steps: Log train values every n steps (default 10 when no schedule argument is
             given; schedule arguments replace the default as a whole).
@@ -349,7 +351,14 @@ class MLflowSink(Sink):
             tags,
             self._run_params(),
             shown_uri=self._redactor.shown,
+            texts=self._run_texts(),
         )
+
+    def _run_texts(self) -> dict[str, str]:
+        """The model's summary as ``model_summary.txt``, where the publisher offers one (as MLflow's
+        Keras callback logs it), with the training's params."""
+        summary = self.context.model_summary() if self.log_training_params else None
+        return {MODEL_SUMMARY: summary} if summary else {}
 
     def _run_params(self) -> dict[str, str]:
         """``hparams``, and the training's own parameters where its publisher offers them (``hparams``

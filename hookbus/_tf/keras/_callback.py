@@ -47,6 +47,17 @@ def _model_config(model: Any) -> str | None:
     return config
 
 
+def _model_summary(model: Any) -> str | None:
+    """``model.summary()`` as text, its lines joined as MLflow's Keras callback joins them
+    (``None`` where Keras cannot summarize the model, an unbuilt subclassed one)."""
+    lines: list[str] = []
+    try:
+        model.summary(print_fn=lambda line, *args, **kwargs: lines.append(line))
+    except ValueError:
+        return None
+    return "\n".join(lines)
+
+
 def _fit_params(model: Any, params: Mapping[str, Any]) -> dict[str, Any]:
     """``fit``'s parameters as Keras gives them to callbacks (``epochs``; ``steps`` per epoch, where
     known) and the optimizer's configuration as ``optimizer_<name>`` (what MLflow's Keras callback logs)."""
@@ -243,6 +254,7 @@ class EventBusCallback:
         self._core.offer_variables(lambda: model_variables(model))
         self._core.offer_export(KerasExport(model))  # ExportSink's .keras file
         self._core.offer_model_config(lambda: _model_config(model))
+        self._core.offer_model_summary(lambda: _model_summary(model))
         self._core.offer_training_params(lambda: _fit_params(model, self.params))  # type: ignore[attr-defined]
         self._core.offer_directions(CompiledDirections(model))
         self._core.offer_epochs(True)
@@ -402,6 +414,7 @@ class EventBusCallback:
         self._core.offer_variables(None)
         self._core.offer_export(None)
         self._core.offer_model_config(None)
+        self._core.offer_model_summary(None)
         self._core.offer_training_params(None)
         self._core.offer_directions(None)
         self._core.offer_epochs(False)

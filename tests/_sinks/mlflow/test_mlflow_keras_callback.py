@@ -137,6 +137,13 @@ def test_batch_metrics_are_mlflow_callbacks_values_at_the_same_steps(fluent_on: 
     assert "optimizer_learning_rate" in optimizer
     assert {k: our_params.get(k) for k in optimizer} == optimizer
     assert (our_params["epochs"], our_params["steps_per_epoch"]) == (str(EPOCHS), str(STEPS_PER_EPOCH))
+    # Its artifact: the model's summary, the same text (one fit, one model).
+    their_summary, our_summary = (
+        Path(client.download_artifacts(run, "model_summary.txt", str(tmp_path / run))).read_text()
+        for run in (theirs, ours)
+    )
+    assert "Total params" in their_summary
+    assert our_summary == their_summary
     steps = list(range(1, EPOCHS * STEPS_PER_EPOCH + 1))
     for key in ("loss", "accuracy"):
         at_step = _by_step(client, theirs, key)
