@@ -21,14 +21,19 @@ checkpoint: S is its step; ``CheckpointSink`` keeps 5); otherwise it is the best
 
 :func:`parsed` turns many lines into records in one call of the JSON decoder (as one array),
 validating each record as :func:`~hookbus._contract._event_log.decode_line` does and falling
-back to it, line by line, to name a line that is not a record.
+back to it, line by line, to name a line that is not a record. :meth:`KeptRecords.keep_train`
+takes a run of train steps at once (a first read of a long log is almost nothing else): the
+window's last lines, and each key's extremes from the column of its values (``min``, ``max``,
+``index``: the first of equal ones), exactly what taking them one by one keeps.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections import deque
 from collections.abc import Iterator, Sequence
+from itertools import repeat
 from typing import Any
 
 from hookbus._contract._event_log import EVENT_LOG_VERSION, decode_line
@@ -59,6 +64,20 @@ def _valid(record: Any) -> bool:
     )
 
 
+def _all_valid(records: list[Any]) -> bool:
+    """:func:`_valid` of every record, by columns (a call per record costs as much as decoding it)."""
+    if not records:
+        return True
+    if set(map(type, records)) != {dict}:
+        return False
+    versions: set[Any] = set(map(dict.get, records, repeat("v")))
+    return (
+        set(map(type, versions)) == {int}
+        and max(versions) <= EVENT_LOG_VERSION
+        and all(map(dict.__contains__, records, repeat("record")))
+    )
+
+
 def parsed(lines: Sequence[str], first: int, where: str) -> list[dict[str, Any]]:
     """``lines`` (complete lines, the first numbered ``first``) as records, as written (a step's
     values at the top level). Raises ValueError naming the first line that is not a record."""
@@ -66,7 +85,7 @@ def parsed(lines: Sequence[str], first: int, where: str) -> list[dict[str, Any]]
         records = json.loads("[" + ",".join(lines) + "]")
     except ValueError:
         records = None
-    if not isinstance(records, list) or len(records) != len(lines) or not all(map(_valid, records)):
+    if not isinstance(records, list) or len(records) != len(lines) or not _all_valid(records):
         for number, line in enumerate(lines, first):  # the contract's own reader names the line
             decode_line(line, f"{where} line {number}")
         raise ValueError(f"{where} lines {first}-{first + len(lines) - 1} are not event log records")
@@ -206,6 +225,42 @@ class KeptRecords:
                 best[0:4] = value, seq, step, line
             elif value > best[4]:
                 best[4:8] = value, seq, step, line
+
+    def keep_train(
+        self, seq: int, lines: Sequence[str], records: Sequence[dict[str, Any]], steps: Sequence[int]
+    ) -> None:
+        """:meth:`keep_step` for each of many train steps (arrival numbers from ``seq + 1``, steps
+        ``steps``, none at-end), at once: the last ``window`` of them, and each key's extremes
+        from the column of its values. A column that is not all finite floats (a key some records
+        lack, a NaN) or nested values take the records one by one, as :meth:`keep_step` does."""
+        count = len(records)
+        columns: list[tuple[str, list[Any]]] = []
+        for key in set().union(*records).difference(_FIELDS):
+            column: list[Any] = list(map(dict.get, records, repeat(key)))
+            kinds = set(map(type, column))
+            if float not in kinds and key != "values":
+                continue  # no value of this key (arrays, skipped keys): never a best
+            # A sum of finite floats is finite unless it overflows (then: one by one, as a NaN is).
+            if key == "values" or kinds != {float} or not math.isfinite(sum(column)):
+                for number, (line, record, step) in enumerate(zip(lines, records, steps, strict=True), seq + 1):
+                    self.keep_step(number, line, record, step, "train")
+                return
+            columns.append((key, column))
+        start = max(0, count - self.window)
+        self._train.extend(zip(range(seq + 1 + start, seq + 1 + count), steps[start:], lines[start:], strict=True))
+        bests = self.bests
+        for key, column in columns:
+            low, high = min(column), max(column)
+            at_low, at_high = column.index(low), column.index(high)  # the first of equal ones
+            best = bests.get(key)
+            if best is None:
+                bests[key] = [low, seq + 1 + at_low, steps[at_low], lines[at_low]]
+                bests[key] += [high, seq + 1 + at_high, steps[at_high], lines[at_high]]
+                continue
+            if low < best[0]:
+                best[0:4] = low, seq + 1 + at_low, steps[at_low], lines[at_low]
+            if high > best[4]:
+                best[4:8] = high, seq + 1 + at_high, steps[at_high], lines[at_high]
 
     def _fold_nested(self, kept: Kept, values: dict[str, Any]) -> None:
         """The values a step record nests under ``values`` (keys that are record fields)."""

@@ -28,8 +28,9 @@ import builtins
 import json
 import statistics
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 from hookbus._contract._ending import CRASHED, ENDINGS, FINISHED, STOPPED, how_ended
@@ -60,6 +61,7 @@ _PRECEDENCE = (CRASHED, DEAD, STALE, LIVE, WAITING, STOPPED, FINISHED)
 _FLUSH_SECS = 5.0  # EventLogSink's default flush interval, for logs whose begin does not say
 _STALE_INTERVALS = 3  # no record for this many expected intervals: stale
 _RATE_WINDOW = 20  # step records the rate is measured over
+_BATCH = 64  # train steps in a row taken at once (fewer: one by one)
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,61 @@ class RunLog:
         self.kept.keep(self._seq, line, record)
         self._note(record)
         return rebuilt
+
+    def add_all(self, lines: Sequence[str], records: Sequence[dict[str, Any]]) -> bool:
+        """:meth:`add` for each record in turn; whether any cut or replaced what was shown. Runs of
+        plain train steps (a first read of a long log is almost nothing else) are taken at once,
+        by columns, with the same outcome as one by one."""
+        kinds = list(map(dict.get, records, repeat("record")))
+        modes = list(map(dict.get, records, repeat("mode")))
+        others = [
+            i for i, (kind, mode) in enumerate(zip(kinds, modes, strict=True)) if kind != "step" or mode != "train"
+        ]
+        rebuilt, start = False, 0
+        for end in (*others, len(records)):
+            if end - start < _BATCH or not self._add_train(lines[start:end], records[start:end]):
+                for index in range(start, end):
+                    rebuilt = self.add(lines[index], records[index]) or rebuilt
+            if end < len(records):
+                rebuilt = self.add(lines[end], records[end]) or rebuilt
+            start = end + 1
+        return rebuilt
+
+    def _add_train(self, lines: Sequence[str], records: Sequence[dict[str, Any]]) -> bool:
+        """:meth:`add` for many train step records at once; ``False`` (nothing taken) unless each
+        has an int step and a float wall time and none is at-end or a worker's (local steps)."""
+        steps: list[Any] = list(map(dict.get, records, repeat("step")))
+        whens: list[Any] = list(map(dict.get, records, repeat("wall_time")))
+        if set(map(type, steps)) != {int} or set(map(type, whens)) != {float}:
+            return False
+        for field in ("final", "local_step"):
+            if any(map(dict.__contains__, records, repeat(field))):
+                return False
+        seq = self._seq
+        self._seq += len(records)
+        self._taken += len(records)
+        self.kept.keep_train(seq, lines, records, steps)
+        # _note_step's facts: the times (first, last, the last gaps that went forward) ...
+        if self._first_time is None:
+            self._first_time = whens[0]
+        times: list[float] = whens if self._last_time is None else [self._last_time, *whens]
+        gaps: list[float] = []
+        for index in range(len(times) - 1, 0, -1):  # from the newest: the deque keeps the last ones
+            if times[index] >= times[index - 1]:
+                gaps.append(times[index] - times[index - 1])
+                if len(gaps) == _RATE_WINDOW:
+                    break
+        self._gaps.extend(reversed(gaps))
+        self._last_time = whens[-1]
+        # ... and the steps: own steps are the global ones, counted from 0 unless a session said.
+        if self._own is None and self._session_from is None:
+            self._session_from = 0
+        self._local, self._own = False, steps[-1]
+        self._points.extend(zip(whens[-_RATE_WINDOW:], steps[-_RATE_WINDOW:], strict=True))
+        newest = max(steps)
+        if self.step is None or newest > self.step:
+            self.step = newest
+        return True
 
     def _note_step(self, record: dict[str, Any], step: Any, train: bool) -> None:
         """:meth:`_note` for a step record (its ``step``; ``train``: a train step, not at-end),

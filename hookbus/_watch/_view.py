@@ -171,6 +171,9 @@ class LogView:
         self._lines += len(lines)
         shown = self._shown
         one_by_one = not rebuild and shown is not None and not shown.closed
+        if not one_by_one:  # the view is rebuilt from what the run keeps: nothing to publish now
+            self.run.add_all(lines, records)
+            return True
         chosen = shown_of(records, _ONE_BY_ONE) if one_by_one and len(records) > _ONE_BY_ONE else None
         for index, (line, record) in enumerate(zip(lines, records, strict=True)):
             if self.run.add(line, record):
