@@ -72,6 +72,11 @@ class PtyResult:
         return not self.screen.cursor.hidden
 
 
+#: How rich's live display begins each redraw (back to the line's start, erase it, then up and
+#: erase line by line): a frame boundary in the output.
+_REDRAW = b"\r\x1b[2K"
+
+
 def run_in_pty(
     argv: Sequence[str],
     *,
@@ -155,11 +160,16 @@ def run_in_pty(
                 if not data:
                     break
                 chunks.append(data)
-                stream.feed(data)
                 if interrupt_on is not None and not interrupted and interrupt_on in b"".join(chunks):
                     process.send_signal(signal.SIGINT)
                     interrupted = True
-                if waiting or (ctrl_c_when is not None and not interrupted):
+                # One read may hold several frames (a reader that fell behind): the conditions are
+                # looked at before each frame's redraw begins, so no frame goes unseen.
+                pieces = data.split(_REDRAW)
+                for index, piece in enumerate(pieces):
+                    stream.feed(piece if index == 0 else _REDRAW + piece)
+                    if not (waiting or (ctrl_c_when is not None and not interrupted)):
+                        continue
                     lines = [line.rstrip() for line in screen.display]
                     text = "\n".join(lines)
                     for name, condition in list(waiting.items()):
