@@ -18,6 +18,7 @@ from typing import Any
 
 from hookbus._checkpoints._store import FileCheckpointStore, step_of
 from hookbus._rules._files import write_atomically
+from hookbus._tf._checkpoint_index import CompressedIndex, index_problem
 from hookbus._tf._import import require_tensorflow
 
 __all__ = [
@@ -26,7 +27,9 @@ __all__ = [
     "TensorFlowStore",
     "checkpoint_problem",
     "list_checkpoints",
+    "read_problem",
     "read_state_file",
+    "restore_failed",
 ]
 
 
@@ -163,22 +166,17 @@ class TensorFlowStore(FileCheckpointStore):
         write_atomically(os.path.join(directory, self.pointer), text_format.MessageToString(state))
 
     def problem(self, prefix: str) -> str | None:
-        """Reads every value in ``prefix`` as a restore would (TensorFlow checks each value's
-        checksum), so a truncated, damaged or missing data file is found before a session tries
-        to restore it and fails with TensorFlow's bare ``Read less bytes than requested``."""
+        """What its index shows (:func:`~hookbus._tf._checkpoint_index.index_problem`): a truncated or
+        missing data file, a damaged index, found before a session tries to restore it and fails with
+        TensorFlow's bare ``Read less bytes than requested``. No tensor is read: a damaged byte inside
+        a tensor's data is found by the restore itself (TensorFlow checks each tensor's checksum)."""
         missing = super().problem(prefix)
         if missing is not None:
             return missing
         try:
-            reader = _tf().train.load_checkpoint(prefix)
-            for name in reader.get_variable_to_shape_map():
-                reader.get_tensor(name)
-        except Exception as error:  # TensorFlow's DataLossError, NotFoundError, IndexError, ... alike
-            data = sorted(glob.glob(glob.escape(prefix) + ".data-*"))
-            sizes = ", ".join(f"{os.path.basename(d)} {os.path.getsize(d):,} bytes" for d in data) or "no data file"
-            detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            return f"reading it fails with {type(error).__name__}: {detail} ({sizes})"
-        return None
+            return index_problem(prefix)
+        except CompressedIndex:  # TensorFlow writes none; another writer's: TensorFlow's reader decompresses
+            return read_problem(prefix)
 
 
 #: TensorFlow's layout, for the code that knows its checkpoints have it (the TF publishers' restore,
@@ -191,9 +189,66 @@ def list_checkpoints(directory: str) -> list[str]:
     return TENSORFLOW.checkpoints(directory)
 
 
+def read_problem(prefix: str) -> str | None:
+    """What reading every tensor of ``prefix`` back shows (each tensor's checksum checked), or ``None``.
+
+    A read of the whole model: :meth:`TensorFlowStore.problem` reads only the index, and this only
+    where that cannot (a compressed index) or to say why a restore failed.
+    """
+    try:
+        reader = _tf().train.load_checkpoint(prefix)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except Exception as error:  # TensorFlow's DataLossError, NotFoundError, IndexError, ... alike
+        data = sorted(glob.glob(glob.escape(prefix) + ".data-*"))
+        sizes = ", ".join(f"{os.path.basename(d)} {os.path.getsize(d):,} bytes" for d in data) or "no data file"
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return f"reading it fails with {type(error).__name__}: {detail} ({sizes})"
+    return None
+
+
 def checkpoint_problem(path: str) -> str | None:
     """:meth:`TensorFlowStore.problem`: why ``path`` cannot be restored, or ``None``."""
     return TENSORFLOW.problem(path)
+
+
+def restore_failed(prefix: str, error: BaseException) -> RuntimeError:
+    """The error for a restore of the latest checkpoint ``prefix`` that raised ``error``: which, why, what to do.
+
+    A damaged index, a data file cut short or missing is what :meth:`TensorFlowStore.problem`
+    finds before a session restores (a CheckpointSink on the directory falls back on its own then).
+    TensorFlow's ``DataLossError`` with all of that whole is a damaged byte inside a tensor's data,
+    which only the restore's checksums see, after the sinks began from the checkpoints they found:
+    where an earlier checkpoint is kept, ``prefix`` is set aside here (``<directory>/unreadable``)
+    and the pointer names the earlier one, so that the next start resumes from it, sinks' states
+    and all. Without an earlier one nothing is moved: a person decides.
+    """
+    problem = checkpoint_problem(prefix)
+    if problem is not None or not isinstance(error, _tf().errors.DataLossError):
+        problem = problem or f"{type(error).__name__}: {error}"
+        return RuntimeError(
+            f"cannot restore checkpoint {prefix}: {problem}. A CheckpointSink on its directory resumes "
+            "from the previous checkpoint instead; without one, move it away to restore the previous"
+        )
+    # Graph execution wraps TensorFlow's own line (which names the bundle) in a traceback.
+    lines = [line.strip() for line in error.message.splitlines() if line.strip()]
+    detail = next((line for line in lines if os.path.basename(prefix) in line), lines[0] if lines else "")
+    what = (
+        f"cannot restore checkpoint {prefix}: DataLossError: {detail}. Bytes inside a tensor are damaged "
+        "(its index and the sizes of its data files are whole: only the restore's checksums see this)"
+    )
+    directory = os.path.dirname(prefix)
+    kept = TENSORFLOW.checkpoints(directory)
+    if not kept or kept[-1] != prefix or len(kept) == 1:
+        return RuntimeError(
+            f"{what}, and no earlier checkpoint is kept: move it away to train from scratch, or restore a copy"
+        )
+    moved = TENSORFLOW.set_aside(prefix)
+    TENSORFLOW.set_pointer(directory, kept[:-1])
+    return RuntimeError(
+        f"{what}. It is moved to {moved} and the pointer names the previous checkpoint {kept[-2]} "
+        f"(step {step_of(kept[-2])}): start again to resume from that one"
+    )
 
 
 def read_state_file(path: str) -> dict[str, Any] | None:

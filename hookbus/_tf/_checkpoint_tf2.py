@@ -143,9 +143,5 @@ def restore_latest(bus: EventBus, backend: TF2CheckpointBackend, restore: Restor
     try:
         backend.restore(kept[-1])
     except Exception as error:  # TensorFlow's bare "Read less bytes than requested": say which, and why
-        problem = files.checkpoint_problem(kept[-1]) or f"{type(error).__name__}: {error}"
-        raise RuntimeError(
-            f"cannot restore checkpoint {kept[-1]}: {problem}. A CheckpointSink on its directory resumes "
-            "from the previous checkpoint instead; without one, move it away to restore the previous"
-        ) from error
+        raise files.restore_failed(kept[-1], error) from error
     return kept[-1]

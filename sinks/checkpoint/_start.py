@@ -1,7 +1,7 @@
 """What a checkpoint directory holds as a run starts: an unreadable latest, what a kill left.
 
 Before any session restores, :class:`~hookbus.sinks.CheckpointSink`'s one writing process
-repairs its directory: a latest checkpoint that does not read back whole is set aside and the
+repairs its directory: a latest checkpoint whose files are not whole is set aside and the
 pointer names the previous one (:func:`fall_back_from_unreadable`), and checkpoints a kill left
 between the pointer and pruning are pruned (:func:`prune_leftovers`). Both go through the
 publisher's store and the bus's checkpoint seam; neither knows the sink.
@@ -24,13 +24,16 @@ logger = logging.getLogger("hookbus")
 
 
 def fall_back_from_unreadable(name: str, directory: str, checkpoints: Checkpoints) -> None:
-    """Resume from the latest checkpoint that reads back whole (``BackupAndRestore(double_checkpoint=True)``).
+    """Resume from the latest checkpoint whose files are whole (``BackupAndRestore(double_checkpoint=True)``).
 
     Before any session restores (the TF1 session and the TF2 publishers alike read the
     pointer after ``begin``): a latest checkpoint whose files are damaged (a data file cut
-    short by a full disk or a copy, a checksum that fails) is named in a warning with what is
-    wrong, moved to ``directory/unreadable``, and the pointer names the previous one that
-    ``keep`` holds, whose sinks' states are then loaded.
+    short by a full disk or a copy, or missing, an index whose checksum fails) is named in a
+    warning with what is wrong, moved to ``directory/unreadable``, and the pointer names the
+    previous one that ``keep`` holds, whose sinks' states are then loaded. The store's check
+    (``CheckpointStore.problem``) need not read the model: TensorFlow's reads the index alone,
+    and a damaged byte inside a tensor is found by the restore itself
+    (:func:`hookbus._tf._checkpoint_tf1.restore_failed` then sets it aside for the next start).
 
     Args:
         name: The sink's name, in the warning and the error.
