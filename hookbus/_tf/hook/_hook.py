@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from hookbus._checkpoints._store import step_of
 from hookbus._contract._cluster import Task
 from hookbus._contract._learning_rate import LEARNING_RATE_KEY
 from hookbus._contract._publisher_keys import EVAL_PREFIX
@@ -296,7 +297,10 @@ class EventBusHook:
             self._rate.attach_session(session)
         self._core.session_created(self._step)
         if self._shared_stop is not None:
-            self._shared_stop.session_created(session, self._core.stops, first=self._core.sessions == 1)
+            restored = self._restored_step() if self._shared_stop.task.is_chief and self._step > 0 else None
+            self._shared_stop.session_created(
+                session, self._core.stops, first=self._core.sessions == 1, restored_step=restored
+            )
         if self._gate is not None and self._shared_stop is not None:
             shared, stops = self._shared_stop, self._core.stops
             step = self._gate.wait_in(
@@ -386,11 +390,24 @@ class EventBusHook:
         if stopping and not self._stop_before_eval:
             run_context.request_stop()
 
+    def _restored_step(self) -> int:
+        """The step of the checkpoint the chief's session restored: the latest of the bus's checkpoint
+        directory at or below the step read (the workers moved the step on since the restore), else
+        the step read."""
+        for directory in sorted({d for s in self.bus.sinks if (d := s.checkpoint_directory) is not None}):
+            steps = [s for s in map(step_of, TENSORFLOW.checkpoints(directory)) if s is not None and s <= self._step]
+            if steps:
+                return max(steps)
+        return self._step
+
     def _after_training_run(self, run_context: Any, results: Any) -> None:
         stop = self._shared_stop
         if stop is not None:
             stop.local_step += 1
             self._core.count_local_step(stop.local_step)
+            restored = stop.restore_seen(results["stop"]) if results and "stop" in results else None
+            if restored is not None:  # the chief restored a checkpoint under this worker's timeline
+                self._core.rewound(restored)
         plan = self._planned
         estimate = self._estimate
         if plan is not None:

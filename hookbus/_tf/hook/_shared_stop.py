@@ -3,11 +3,15 @@
 A stop requested on any worker is written into a small string variable on the parameter server
 (:class:`SharedStop`), which every worker reads with its due-step fetches and at least every
 ``check_every_n_steps`` of its own steps, so the whole cluster stops within that many local
-steps of each worker.
+steps of each worker. Beside it, the chief marks each restore (a restarted chief puts the
+parameter server's variables, the global step included, back to a checkpoint): a worker that
+reads a new mark knows its timeline since that checkpoint was undone, even when the global step
+it reads never went below its previous read (the restarted chief trained past it meanwhile).
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from hookbus._contract._cluster import STOP_SOURCE, Task
@@ -17,6 +21,8 @@ if TYPE_CHECKING:
     from hookbus._bus._stops import Stops
 
 __all__ = ["SharedStop"]
+
+_SEP = "\x1f"  # between the flag and the restore mark in one read (no reason holds it)
 
 
 class SharedStop:
@@ -44,6 +50,7 @@ class SharedStop:
         self.read: Any = None
         self._ops: dict[str, Any] = {}
         self._announced = False
+        self._mark: str | None = None  # the restore mark last read (None: none read this session)
 
     def build(self, tf: Any, graph: Any, global_step: Any) -> None:
         """Make the flag and its ops next to ``global_step`` (before the graph is finalized)."""
@@ -61,19 +68,31 @@ class SharedStop:
             return
         with graph.as_default(), graph.device(global_step.device), tf.name_scope("hookbus_stop"):
             flag = tf.compat.v1.Variable("", dtype=tf.string, trainable=False, collections=[], name="flag")
+            # "<nonce>:<checkpoint step>", written by the chief at each session it restores.
+            mark = tf.compat.v1.Variable("", dtype=tf.string, trainable=False, collections=[], name="restored")
             ready = tf.compat.v1.is_variable_initialized(flag)
-            self.read = tf.cond(ready, flag.read_value, lambda: tf.constant(""), name="read")
+            marked = tf.compat.v1.is_variable_initialized(mark)
+            read_flag = tf.cond(ready, flag.read_value, lambda: tf.constant(""))
+            read_mark = tf.cond(marked, mark.read_value, lambda: tf.constant(""))
+            self.read = tf.strings.join([read_flag, read_mark], separator=_SEP, name="read")
             value = tf.compat.v1.placeholder(tf.string, shape=(), name="reason")
+            mark_value = tf.compat.v1.placeholder(tf.string, shape=(), name="mark")
             self._ops = {
                 "ready": ready,
                 "init": flag.initializer,
                 "value": value,
                 "assign": flag.assign(value, read_value=False),
                 "clear": flag.assign("", read_value=False),
+                "marked": marked,
+                "mark_init": mark.initializer,
+                "mark_value": mark_value,
+                "mark": mark.assign(mark_value, read_value=False),
             }
 
-    def session_created(self, session: Any, stops: Stops, *, first: bool) -> None:
-        """Clear (chief, first session of a run) or initialise the flag, then honour it."""
+    def session_created(self, session: Any, stops: Stops, *, first: bool, restored_step: int | None = None) -> None:
+        """Clear (chief, first session of a run) or initialise the flag, then honour it; the chief
+        marks a session that restored the checkpoint of ``restored_step``. The mark read now is
+        this task's own starting point: only a later one is a restore under it."""
         self._announced = False
         if first:
             self.local_step = 0
@@ -82,16 +101,37 @@ class SharedStop:
                 session.run(self._ops["clear"])  # a persistent PS may hold an earlier run's stop
             elif not session.run(self._ops["ready"]):
                 session.run(self._ops["init"])
-        self.observe(session.run(self.read), stops)
+            if restored_step is not None:
+                mark = f"{uuid.uuid4().hex}:{restored_step}"
+                session.run(self._ops["mark"], feed_dict={self._ops["mark_value"]: mark})
+            elif not session.run(self._ops["marked"]):
+                session.run(self._ops["mark_init"])
+        value = session.run(self.read)
+        self._mark = None
+        self.restore_seen(value)
+        self.observe(value, stops)
+
+    def restore_seen(self, value: Any) -> int | None:
+        """The checkpoint step of a restore the chief marked since the last read of ``value`` (a
+        read of :attr:`read`), or ``None``."""
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+        mark = text.rpartition(_SEP)[2]
+        last, self._mark = self._mark, mark
+        if last is None or mark == last or ":" not in mark:
+            return None
+        step = mark.rpartition(":")[2]
+        return int(step) if step.isdigit() else None
 
     def due(self) -> bool:
         """Whether the coming local step must read the flag even if no subscriber is due."""
         return (self.local_step + 1) % self.every == 0
 
     def observe(self, value: Any, stops: Stops) -> None:
-        """Turn a stop another task wrote into a stop request on ``stops``."""
-        if value and not stops.requested:
-            text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+        """Turn a stop another task wrote into a stop request on ``stops`` (``value``: a read of
+        :attr:`read`, the flag with the restore mark)."""
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+        text = text.rpartition(_SEP)[0] if _SEP in text else text
+        if text and not stops.requested:
             self._announced = True  # it is already shared; do not echo it
             stops.request(text, source=STOP_SOURCE)
 
