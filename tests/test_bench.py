@@ -1,7 +1,7 @@
 """Smoke test of the benchmarks: each runs with ``--quick`` and writes the rows it promises.
 
 Not a timing test: nothing here asserts on a duration or a ratio (those are ``bench/``'s to
-report). The three run side by side, each in its own process, to keep the test short.
+report). They run side by side, each in its own process, to keep the test short.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHES = ("overhead", "dispatch", "keras_overhead", "watch")
+BENCHES = ("overhead", "dispatch", "keras_overhead", "watch", "startup")
 ROW_FIELDS = {"wall_us", "cpu_us", "wall_median_us", "x_wall", "x_wall_median", "x_cpu", "x_cpu_median", "x_thread"}
 SPREAD = {"median", "min", "max", "runs"}
 RUNS = 2  # --quick runs two processes: the smallest run count with a spread
@@ -127,11 +127,32 @@ def check_watch(result: dict[str, Any]) -> None:
     assert live["samples"][-1]["step"] == result["steps"]
 
 
+def check_startup(result: dict[str, Any]) -> None:
+    assert [g["api"] for g in result["groups"]] == ["tf1"]  # --quick: the TF1 session only
+    (group,) = result["groups"]
+    assert group["data_bytes"] >= result["mb"] * 2**20 * 0.99  # the checkpoint has the size asked for
+    configs = {"native", "hookbus", "hookbus-full-read"}
+    assert set(group["rows"]) == configs
+    for row in group["rows"].values():
+        assert set(row) == {"imported", "ready", "first_step", "cpu_s"}
+        for figure in row.values():
+            assert len(figure["runs"]) == result["rounds"] == RUNS
+            assert figure["min"] <= figure["median"] <= figure["max"]
+        for imported, ready, first in zip(*(row[p]["runs"] for p in ("imported", "ready", "first_step")), strict=True):
+            assert 0 < imported <= ready <= first  # process start, TensorFlow imported, restored, one step
+    assert set(group["x_native"]) == {"hookbus", "hookbus-full-read"}
+    assert set(group["x_native_cpu"]) == {"hookbus", "hookbus-full-read"}
+    assert set(group["restore_s"]) == configs
+    assert set(group["x_native_restore"]) == {"hookbus", "hookbus-full-read"}
+    assert result["targets"], "the targets are judged"
+
+
 CHECKS = {
     "overhead": check_overhead,
     "dispatch": check_dispatch,
     "keras_overhead": check_keras,
     "watch": check_watch,
+    "startup": check_startup,
 }
 
 
