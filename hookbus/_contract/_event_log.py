@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from hookbus._contract._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError, WaitForStep
 
-__all__ = ["EVENT_LOG_VERSION", "RECORDS", "event_log_line", "read_event_log"]
+__all__ = ["EVENT_LOG_VERSION", "RECORDS", "event_log_line", "iter_event_log", "read_event_log"]
 
 #: The format version every record carries as ``v``; a reader refuses newer ones.
 EVENT_LOG_VERSION = 1
@@ -199,7 +199,15 @@ def read_event_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         ValueError: naming the line, when a complete line is not a record, or when the log was
             written in a newer format.
     """
+    return list(iter_event_log(path))
+
+
+def iter_event_log(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """:func:`read_event_log`'s records one at a time, the file read as they are taken: memory
+    flat in the log's length (a replay of a long run)."""
+    where = os.fspath(path)
     with open(path, encoding="utf-8", newline="\n") as handle:
-        text = handle.read()
-    lines = text.split("\n")[:-1]  # the piece after the last newline is not a complete line
-    return [decode_line(line, f"{os.fspath(path)} line {n}") for n, line in enumerate(lines, 1)]
+        for n, line in enumerate(handle, 1):
+            if not line.endswith("\n"):
+                return  # the piece after the last newline is not a complete line
+            yield decode_line(line[:-1], f"{where} line {n}")

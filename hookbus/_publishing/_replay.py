@@ -10,14 +10,15 @@ it replays, so events carry the recorded wall times and time schedules count rec
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hookbus._contract._event_log import read_event_log
+from hookbus._contract._event_log import iter_event_log
 from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX
 from hookbus._publishing._publisher import PublisherCore
 
@@ -67,7 +68,9 @@ def _recorded_time(bus: EventBus, clock: _RecordedClock | None = None) -> Iterat
         bus.clock, bus.wall_clock = saved
 
 
-def _keys(records: list[dict[str, Any]]) -> tuple[list[str], list[str], list[str], dict[str, tuple[int | None, ...]]]:
+def _keys(
+    records: Iterable[dict[str, Any]],
+) -> tuple[list[str], list[str], list[str], dict[str, tuple[int | None, ...]]]:
     """Train, eval (without ``eval/``) and epoch keys, and shapes by bus key, from the log."""
     known: dict[str, None] = {}
     shapes: dict[str, tuple[int | None, ...]] = {}
@@ -90,10 +93,9 @@ def _keys(records: list[dict[str, Any]]) -> tuple[list[str], list[str], list[str
 class _Replayer:
     """Publishes one log's records on ``bus`` (inside a run)."""
 
-    def __init__(self, bus: EventBus, records: list[dict[str, Any]]) -> None:
+    def __init__(self, bus: EventBus, records: Iterable[dict[str, Any]]) -> None:
         train, evaluated, epoch, shapes = _keys(records)
         self.bus = bus
-        self.records = records
         self.train = PublisherCore(bus, train)
         self.train.shapes = {k: s for k, s in shapes.items() if k in train}
         self.eval = PublisherCore(bus, evaluated, mode="eval") if evaluated else None
@@ -106,9 +108,9 @@ class _Replayer:
         self.final: tuple[int, Mapping[str, Any]] | None = None
         self.steps = 0
 
-    def run(self, clock: _RecordedClock) -> bool:
+    def run(self, clock: _RecordedClock, records: Iterable[dict[str, Any]]) -> bool:
         """Replay every record until the log ends or the bus stops; whether it stopped."""
-        for record in self.records:
+        for record in records:
             if self.feed(record, clock):
                 return True
         self.cut_short()
@@ -225,12 +227,14 @@ def replay(path: str | os.PathLike[str], bus: EventBus) -> ReplayResult:
     Returns:
         A :class:`ReplayResult`: steps replayed, the last step, and where the bus stopped.
     """
-    records = read_event_log(path)
-    replayer = _Replayer(bus, records)
+    # Two passes over the file, one record at a time: the keys the log holds, then the replay.
+    replayer = _Replayer(bus, iter_event_log(path))
+    records = iter_event_log(path)
+    first = next(records, None)
     with _recorded_time(bus) as clock:
-        clock.now = float(records[0].get("wall_time") or 0.0) if records else 0.0
+        clock.now = float(first.get("wall_time") or 0.0) if first is not None else 0.0
         with bus:
-            stopped = replayer.run(clock)
+            stopped = replayer.run(clock, itertools.chain([first] if first is not None else [], records))
     return ReplayResult(
         steps=replayer.steps,
         last_step=bus.step,
