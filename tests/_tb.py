@@ -2,7 +2,7 @@
 
 Shared by the TensorBoard sink tests and the reliability suite::
 
-    got, log = serve_and_read(logdir, ["--load_fast=false"], {(".", "loss"): {10: 1.5}})
+    got, log = serve_and_read(logdir, ["--load_fast=false"], {("train", "loss"): {10: 1.5}})
     check_served(got, want, log)
 """
 

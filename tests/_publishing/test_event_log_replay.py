@@ -88,12 +88,12 @@ def test_replayed_csv_and_tensorboard_equal_what_the_live_sinks_wrote(
         assert (out / name).read_text() == (live / name).read_text(), name
     assert len((live / "metrics.csv").read_text().splitlines()) == 1 + 50
     assert len((live / "metrics.eval.csv").read_text().splitlines()) == 1 + 5
-    for run in ("tb", "tb/eval"):  # the same scalars (steps/sec included), steps and wall times
+    for run in ("tb/train", "tb/eval"):  # the same scalars (steps/sec included), steps and wall times
         shown, replayed = scalars(live / run), scalars(out / run)
         assert shown == replayed, run
         assert shown, run
-    assert {tag for tag in scalars(live / "tb")} == {"loss", "accuracy", "steps/sec"}
-    assert [s for s, _, _ in scalars(live / "tb")["loss"]] == list(range(50, 501, 50))
+    assert {tag for tag in scalars(live / "tb" / "train")} == {"loss", "accuracy", "steps/sec"}
+    assert [s for s, _, _ in scalars(live / "tb" / "train")["loss"]] == list(range(50, 501, 50))
 
 
 def test_early_stopping_tried_on_the_recorded_run(
@@ -194,6 +194,6 @@ def test_a_log_with_its_own_schedule_records_its_steps_of_a_real_training_and_re
     live = scheduled / "live"
     assert (out / "metrics.csv").read_text() == (live / "metrics.csv").read_text()  # wall times included
     assert len((live / "metrics.csv").read_text().splitlines()) == 1 + 4
-    shown, replayed = scalars(live / "tb"), scalars(out / "tb")
+    shown, replayed = scalars(live / "tb" / "train"), scalars(out / "tb" / "train")
     assert shown == replayed
     assert [s for s, _, _ in shown["loss"]] == [100, 200, 300, 400]

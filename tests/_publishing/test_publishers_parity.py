@@ -117,7 +117,7 @@ def test_tensorboard_scalars(runs: dict[str, tuple[Path, EventBus]], publisher: 
     from tensorboard.backend.event_processing import event_accumulator
 
     directory, _ = runs[publisher]
-    acc = event_accumulator.EventAccumulator(str(directory / "tb"), size_guidance={"scalars": 0}).Reload()
+    acc = event_accumulator.EventAccumulator(str(directory / "tb" / "train"), size_guidance={"scalars": 0}).Reload()
     assert [e.step for e in acc.Scalars("loss")] == [4, 8]
     assert [e.step for e in acc.Scalars("steps/sec")] == [4, 8]
 

@@ -192,7 +192,7 @@ def test_tensorboard_tags_are_the_names_read_back_by_event_accumulator(odd_run: 
 
     tmp_path, _ = odd_run
     size = {"scalars": 0}
-    train = event_accumulator.EventAccumulator(str(tmp_path / "tb"), size_guidance=size).Reload()
+    train = event_accumulator.EventAccumulator(str(tmp_path / "tb" / "train"), size_guidance=size).Reload()
     assert set(ODD) <= set(train.Tags()["scalars"])
     _, rows = _read_csv(tmp_path / "m.csv")
     for key in ODD:

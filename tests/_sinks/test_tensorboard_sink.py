@@ -75,19 +75,34 @@ def resumed_logdir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict
 
 def test_event_files_sort_in_creation_order_and_have_our_suffix(tmp_path: Path) -> None:
     made = []
+    train = tmp_path / "train"  # the training run's directory
     for _ in range(3):
         _process(tmp_path, [(0, 5, 1, [])])
-        files = [p for p in tmp_path.iterdir() if p.is_file() and p.name != ".events.lock"]  # the one-writer lock
+        files = [p for p in train.iterdir() if p.is_file() and p.name != ".events.lock"]  # the one-writer lock
         made.append(max(files, key=lambda p: p.stat().st_mtime_ns).name)
-    names = sorted(p.name for p in tmp_path.iterdir() if p.is_file() and p.name != ".events.lock")
+    assert not list(tmp_path.glob("events.out.tfevents.*"))  # none at the logdir's root
+    names = sorted(p.name for p in train.iterdir() if p.is_file() and p.name != ".events.lock")
     assert len(names) == 3
     assert names == made
     assert all(n.startswith("events.out.tfevents.") and n.endswith(".hookbus") for n in names)
 
 
+def test_each_worker_writes_its_training_run_in_its_own_train_directory(tmp_path: Path) -> None:
+    """``runs_on="each"``: worker i's training run is ``logdir/worker-<i>/train``, none at a root."""
+    bus = hookbus.EventBus(clock=FakeClock())
+    bus.attach(TensorBoardSink(tmp_path, every_n_steps=1, runs_on="each"))
+    with bus:
+        ScriptedPublisher(bus, keys=["loss"], task=hookbus.Task("worker", 1)).run([{"loss": 1.0}] * 3)
+    runs = sorted(str(p.parent.relative_to(tmp_path)) for p in tmp_path.rglob("events.out.tfevents.*"))
+    assert runs == ["worker-1/train"]
+    acc = event_accumulator.EventAccumulator(str(tmp_path / "worker-1" / "train")).Reload()
+    assert [e.step for e in acc.Scalars("loss")] == [1, 2, 3]
+
+
 def test_legacy_event_accumulator_reads_each_step_once(resumed_logdir: Any) -> None:
     logdir, train, evals = resumed_logdir
-    acc = event_accumulator.EventAccumulator(str(logdir), size_guidance={"scalars": 0, "histograms": 0}).Reload()
+    acc = event_accumulator.EventAccumulator(str(logdir / "train"), size_guidance={"scalars": 0, "histograms": 0})
+    acc.Reload()
     assert {e.step: e.value for e in acc.Scalars("loss")} == train
     assert [e.step for e in acc.Scalars("loss")] == sorted(train)
     for tag in ("raw/metric", "steps/sec"):
@@ -106,7 +121,7 @@ def test_restart_marker_at_every_session_start_in_every_sub_run(resumed_logdir: 
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
     logdir, _, _ = resumed_logdir
-    for run, expected in (("", [1, 21, 31]), ("eval", [1, 21, 31])):
+    for run, expected in (("train", [1, 21, 31]), ("eval", [1, 21, 31])):
         files = sorted(p for p in (logdir / run).iterdir() if p.name.startswith("events.out.tfevents."))
         markers = [e.step for f in files for e in EventFileLoader(str(f)).Load() if e.HasField("session_log")]
         assert markers == expected, run
@@ -118,7 +133,7 @@ def test_steps_per_sec_is_steps_between_firings_over_wall_seconds(tmp_path: Path
     pub = ScriptedPublisher(bus, ["loss"])
     with bus:
         pub.run({"loss": 1.0} for _ in range(30))
-    acc = event_accumulator.EventAccumulator(str(tmp_path)).Reload()
+    acc = event_accumulator.EventAccumulator(str(tmp_path / "train")).Reload()
     # wall_clock ticks once per event: session at 101, then one after_run event per firing.
     assert [(e.step, e.value) for e in acc.Scalars("steps/sec")] == [(10, 10.0), (20, 10.0), (30, 10.0)]
 
@@ -130,7 +145,7 @@ def test_hparams_written_at_begin(tmp_path: Path) -> None:
     bus.attach(TensorBoardSink(tmp_path, hparams={"lr": 0.5, "layers": 3, "opt": "adam", "bn": True}))
     with bus:
         ScriptedPublisher(bus, ["loss"]).run([{"loss": 1.0}])
-    acc = event_accumulator.EventAccumulator(str(tmp_path)).Reload()
+    acc = event_accumulator.EventAccumulator(str(tmp_path / "train")).Reload()
     (tag,) = [t for t in acc.Tags()["tensors"] if t.startswith("_hparams_")]
     content = acc.summary_metadata[tag].plugin_data.content
     info = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
@@ -144,7 +159,7 @@ def test_nan_scalars_and_nonfinite_arrays(tmp_path: Path) -> None:
     pub = ScriptedPublisher(bus, ["loss", "w", "other"])
     with bus:
         pub.run([{"loss": float("nan"), "w": np.array([1.0, np.inf, np.nan, 3.0]), "other": 5.0}])
-    acc = event_accumulator.EventAccumulator(str(tmp_path)).Reload()
+    acc = event_accumulator.EventAccumulator(str(tmp_path / "train")).Reload()
     assert np.isnan(acc.Scalars("loss")[0].value)
     assert "other" not in acc.Tags()["scalars"]  # keys= filters what is written
     assert acc.Histograms("w")[0].histogram_value.num == 2  # only the finite values are binned
@@ -160,7 +175,7 @@ def test_flush_makes_events_readable_before_close(tmp_path: Path) -> None:
         for _ in range(3):
             pub.advance({"loss": 1.0})
         sink.flush()
-        acc = event_accumulator.EventAccumulator(str(tmp_path)).Reload()
+        acc = event_accumulator.EventAccumulator(str(tmp_path / "train")).Reload()
         assert [e.step for e in acc.Scalars("loss")] == [1, 2, 3]
         pub.end()
 
@@ -216,7 +231,7 @@ def test_sink_module_does_not_import_tensorflow() -> None:
 
 def _expected(train: dict[int, float], evals: dict[int, float]) -> dict[tuple[str, str], dict[int, float]]:
     raw = {s: float(2 * s + (1 if s <= 20 else 2 if s <= 30 else 3)) for s in train}
-    return {(".", "loss"): train, (".", "raw/metric"): raw, ("eval", "loss"): evals}
+    return {("train", "loss"): train, ("train", "raw/metric"): raw, ("eval", "loss"): evals}
 
 
 @pytest.mark.subprocess
@@ -285,10 +300,10 @@ def test_the_training_graph_is_written_once_as_tensorflows_own_hooks_wrote_it(tm
                 with hookbus.monitored_training_session(hooks=[publisher]) as s:
                     for _ in range(5):
                         s.run(model.train_op)
-    theirs, ours = graph_nodes(tmp_path / "tf"), graph_nodes(tmp_path / "ours")
+    theirs, ours = graph_nodes(tmp_path / "tf"), graph_nodes(tmp_path / "ours" / "train")
     assert "loss" in theirs
     assert theirs - {n for n in theirs if n.startswith("loss_1")} <= ours  # every TF node (bar its summary op)
     assert "hookbus_step_after" in ours
-    files = sorted((tmp_path / "ours").glob("events.*"))
+    files = sorted((tmp_path / "ours" / "train").glob("events.*"))
     events = [e for f in files for e in tf.compat.v1.train.summary_iterator(str(f))]
     assert sum(1 for e in events if e.graph_def) == 1

@@ -158,7 +158,7 @@ def _check_cluster_run(clusters: dict[str, Any], scenario: str) -> None:
     # Only the chief's observability sinks wrote; "each" wrote one file per worker.
     rows = (out / "metrics.csv").read_text().splitlines()
     assert [int(r.split(",")[0]) for r in rows[1:]] == [5, 10, 15, 20, 25, 30]
-    assert len(list((out / "tb").glob("events.out.tfevents.*"))) == 1
+    assert len(list((out / "tb" / "train").glob("events.out.tfevents.*"))) == 1
     assert sorted(p.name for p in out.glob("each*.csv")) == ["each.worker-0.csv", "each.worker-1.csv"]
     # Every worker saved at the same steps: the chief into ckpt/, worker 1 into a scratch
     # directory that is gone.

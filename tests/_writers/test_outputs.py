@@ -73,7 +73,7 @@ def test_every_output_file_has_the_mode_tensorflow_gives_its_own_checkpoint_file
     modes = {str(p.relative_to(tmp_path)): stat.S_IMODE(p.stat().st_mode) for p in tmp_path.rglob("*") if p.is_file()}
     # hookbus's own files are all there: the CSV, the pointer, the state files, the event files.
     assert {"metrics.csv", "ckpt/checkpoint", "ckpt/model.ckpt-20.hookbus.json"} <= modes.keys()
-    assert any(name.startswith("tb/events.out.tfevents.") for name in modes)
+    assert any(name.startswith("tb/train/events.out.tfevents.") for name in modes)  # the training run
     assert {name: oct(mode) for name, mode in modes.items() if mode != reference} == {}
 
 
@@ -153,7 +153,7 @@ def test_a_second_run_on_the_same_outputs_fails_before_step_1_naming_the_holder(
     with holder(tmp_path) as child:
         attempts = {
             "CSV file": (CSVSink(tmp_path / "metrics.csv", every_n_steps=1), tmp_path / "metrics.csv"),
-            "TensorBoard run": (TensorBoardSink(tmp_path / "tb", every_n_steps=1), tmp_path / "tb"),
+            "TensorBoard run": (TensorBoardSink(tmp_path / "tb", every_n_steps=1), tmp_path / "tb" / "train"),
             "checkpoint directory": (CheckpointSink(tmp_path / "ckpt", every_n_steps=5), tmp_path / "ckpt"),
         }
         for what, (sink, path) in attempts.items():

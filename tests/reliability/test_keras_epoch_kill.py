@@ -68,6 +68,6 @@ def test_kills_around_epoch_ends_leave_each_step_evaluation_and_epoch_once_in_ev
     epochs = [r["values"]["epoch"] for r in records if r["record"] == "step" and r["mode"] == "epoch"]
     assert epochs == list(range(EPOCHS))
 
-    assert [s for s, _ in scalars(tmp_path / "tb", "loss")] == list(range(1, LAST + 1))
+    assert [s for s, _ in scalars(tmp_path / "tb" / "train", "loss")] == list(range(1, LAST + 1))
     assert [s for s, _ in scalars(tmp_path / "tb" / "eval", "loss")] == epoch_ends
     assert resumed == [at for _, at in kills]

@@ -64,11 +64,11 @@ def check_timeline(directory: Path, kills: list[dict[str, Any]]) -> dict[int, fl
     loss = csv_column(directory / "metrics.csv", "loss")
     # TensorBoard's legacy reader: each step once, the same values (float32) as the CSV.
     for tag in TAGS:
-        shown = scalars(directory / "tb", tag)
+        shown = scalars(directory / "tb" / "train", tag)
         assert [s for s, _ in shown] == list(range(1, LAST + 1)), (tag, context)
-    assert dict(scalars(directory / "tb", "loss")) == {s: float(np.float32(v)) for s, v in loss.items()}
+    assert dict(scalars(directory / "tb" / "train", "loss")) == {s: float(np.float32(v)) for s, v in loss.items()}
     # No event file is corrupt; only a killed process's file may end in a torn record.
-    files = sorted(p for p in (directory / "tb").iterdir() if p.name.startswith("events.out.tfevents."))
+    files = sorted(p for p in (directory / "tb" / "train").iterdir() if p.name.startswith("events.out.tfevents."))
     assert len(files) == len(kills) + 1  # one per process
     for path in files:
         records = read_event_records(path)
@@ -218,7 +218,7 @@ def test_recoverable_recreation_rewrites_after_the_checkpoint_exactly_once(trial
     wall = {int(r[0]): float(r[1]) for r in rows}
     assert all(wall[s] == second_pass[s] for s in range(31, 38))
     for tag in TAGS:
-        assert [s for s, _ in scalars(directory / "tb", tag)] == list(range(1, last + 1)), tag
+        assert [s for s, _ in scalars(directory / "tb" / "train", tag)] == list(range(1, last + 1)), tag
     assert latest_checkpoint_step(directory / "ckpt") == last
 
 
@@ -227,7 +227,7 @@ def _want(trial_set: dict[str, Any]) -> dict[tuple[str, str], dict[int, float]]:
     want = {}
     for run in ("kill", "abort"):
         loss = csv_column(root / run / "metrics.csv", "loss")
-        want[f"{run}/tb", "loss"] = {s: float(np.float32(v)) for s, v in loss.items()}
+        want[f"{run}/tb/train", "loss"] = {s: float(np.float32(v)) for s, v in loss.items()}
     return want
 
 

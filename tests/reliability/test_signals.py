@@ -31,7 +31,7 @@ def _argv(directory: Path, mode: str) -> list[str]:
 def _files_hold_every_step_to(directory: Path, last: int) -> None:
     header, rows = csv_rows(directory / "metrics.csv")
     assert [int(r[0]) for r in rows] == list(range(1, last + 1))
-    assert [s for s, _ in scalars(directory / "tb", "loss")] == list(range(1, last + 1))
+    assert [s for s, _ in scalars(directory / "tb" / "train", "loss")] == list(range(1, last + 1))
 
 
 def _closed(log: list[dict[str, Any]]) -> list[str]:

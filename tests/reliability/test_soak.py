@@ -185,7 +185,7 @@ def test_soak_every_sink_keeps_memory_flat_and_loses_nothing(tmp_path: Path) -> 
             assert (float(row[2]), float(row[3])) == (values(step)["accuracy"], values(step)["loss"])
             expected += 1
     assert expected == STEPS + 1
-    assert _tb_steps(tmp_path / "tb", "loss") == list(range(TB_EVERY, STEPS + 1, TB_EVERY))
+    assert _tb_steps(tmp_path / "tb" / "train", "loss") == list(range(TB_EVERY, STEPS + 1, TB_EVERY))
     assert latest_checkpoint_step(tmp_path / "ckpt") == STEPS
     assert backend.saves == 10
     assert len(list((tmp_path / "ckpt").glob("*.index"))) == 3

@@ -148,7 +148,7 @@ def test_only_the_chief_writes_and_stop_at_step_on_the_chief_stops_both(clusters
     assert other["local_step"] <= other["step"]  # its own steps, and the shared global step
     # Chief-only sinks: files under w0 only.
     assert (out / "w0" / "metrics.csv").exists()
-    assert list((out / "w0" / "tb").glob("events.out.tfevents.*"))
+    assert list((out / "w0" / "tb" / "train").glob("events.out.tfevents.*"))
     assert (out / "w0" / "ckpt" / "checkpoint").exists()
     assert not (out / "w1").exists()
     assert sorted(p.name for p in out.glob("*.csv")) == ["each.worker-0.csv", "each.worker-1.csv"]

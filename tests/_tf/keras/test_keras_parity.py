@@ -183,7 +183,7 @@ def test_the_keras_model_graph_is_what_keras_tensorboard_writes(tmp_path: Path) 
     with bus:
         m.fit(*TRAIN, epochs=2, callbacks=[keras_board, EventBusCallback(bus)], **FIT)
         m.fit(*TRAIN, epochs=3, initial_epoch=2, callbacks=[EventBusCallback(bus)], **FIT)  # a second session
-    theirs, ours = keras_configs(tmp_path / "keras" / "train"), keras_configs(tmp_path / "ours")
+    theirs, ours = keras_configs(tmp_path / "keras" / "train"), keras_configs(tmp_path / "ours" / "train")
     assert ours == theirs
     assert len(ours) == 1  # once per event file
     assert '"class_name": "Sequential"' in ours[0][1]

@@ -142,7 +142,7 @@ def test_a_ctrl_c_mid_epoch_then_a_resume_trains_no_step_twice_and_ends_as_an_un
     epochs = [r["values"]["epoch"] for r in records if r["record"] == "step" and r["mode"] == "epoch"]
     assert epochs == list(range(EPOCHS))
     assert [r["step"] for r in records if r["record"] == "step" and r["mode"] == "eval"] == evals
-    reader = event_accumulator.EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0}).Reload()
+    reader = event_accumulator.EventAccumulator(str(run / "tb" / "train"), size_guidance={"scalars": 0}).Reload()
     assert [e.step for e in reader.Scalars("loss")] == list(range(1, EPOCHS * STEPS + 1))
     reader = event_accumulator.EventAccumulator(str(run / "tb" / "eval"), size_guidance={"scalars": 0}).Reload()
     assert [e.step for e in reader.Scalars("loss")] == evals
