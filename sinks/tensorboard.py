@@ -113,8 +113,8 @@ class TensorBoardSink(Sink):
             only), ``"batch"`` or a number of batches (also ``batch_<name>`` every that many steps).
         priority, on_error, name: See :class:`hookbus.Sink` (default ``on_error="isolate"``).
         runs_on: Multi-worker training: ``"chief"`` (default), ``"all"`` or ``"each"`` (every
-            worker writes under ``logdir/worker-<i>``, a run of its own). Summaries are keyed by
-            ``event.step``, the shared global step.
+            worker writes its runs under ``logdir/worker-<i>``: ``worker-<i>/train`` and
+            ``worker-<i>/eval``). Summaries are keyed by ``event.step``, the shared global step.
     """
 
     default_schedule: ClassVar[Schedule] = Schedule(every_n_steps=100)
