@@ -13,6 +13,7 @@ sinks' states beside each checkpoint, removing). The TF1 :class:`SaverBackend` w
 from __future__ import annotations
 
 import glob
+import logging
 import os
 from typing import Any
 
@@ -31,6 +32,8 @@ __all__ = [
     "read_state_file",
     "restore_failed",
 ]
+
+logger = logging.getLogger("hookbus")
 
 
 def _tf() -> Any:
@@ -174,9 +177,15 @@ class TensorFlowStore(FileCheckpointStore):
         if missing is not None:
             return missing
         try:
-            return index_problem(prefix)
+            found = index_problem(prefix)
         except CompressedIndex:  # TensorFlow writes none; another writer's: TensorFlow's reader decompresses
             return read_problem(prefix)
+        if found is not None and read_problem(prefix) is None:
+            # TensorFlow reads every tensor of it: a checkpoint it restores is never set aside on the
+            # index check's word alone (the whole read runs only when that check finds something).
+            logger.warning("checkpoint %s: %s by its index, but TensorFlow reads it whole; it is kept", prefix, found)
+            return None
+        return found
 
 
 #: TensorFlow's layout, for the code that knows its checkpoints have it (the TF publishers' restore,

@@ -285,3 +285,21 @@ def test_the_check_reads_no_tensor_garbage_of_the_same_length_passes_it_and_fail
     problem = read_problem(prefix)
     assert problem is not None
     assert "DataLossError" in problem or "Checksum" in problem or "checksum" in problem, problem
+
+
+def test_a_checkpoint_tensorflow_reads_whole_is_kept_whatever_the_index_check_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A disagreement of the index check with TensorFlow (a layout it does not know) never sets a
+    restorable checkpoint aside: where the check finds something, TensorFlow's whole read decides.
+    No real checkpoint makes the two disagree (the tests above), so the check's word is forced."""
+    import hookbus._tf._checkpoint_tf1 as store_module
+
+    prefix = tf1_checkpoint(tmp_path, sharded=False)
+    monkeypatch.setattr(store_module, "index_problem", lambda p: "its index is damaged (forced)")
+    with caplog.at_level("WARNING", logger="hookbus"):
+        assert TENSORFLOW.problem(prefix) is None
+    assert "TensorFlow reads it whole; it is kept" in caplog.text
+    data = sorted(Path(tmp_path).glob("*.data-*"))[0]
+    data.write_bytes(data.read_bytes()[:-8])  # now really damaged: TensorFlow's read fails too
+    assert TENSORFLOW.problem(prefix) == "its index is damaged (forced)"
