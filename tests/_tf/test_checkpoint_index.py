@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 tf = pytest.importorskip("tensorflow")
 
-from tensorflow.core.protobuf import tensor_bundle_pb2  # noqa: E402
+tensor_bundle_pb2 = pytest.importorskip("tensorflow.core.protobuf.tensor_bundle_pb2")
 
 from hookbus._tf._checkpoint_index import (  # noqa: E402 - after the importorskip
     CompressedIndex,
