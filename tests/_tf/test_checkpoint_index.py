@@ -28,6 +28,7 @@ from hookbus._tf._checkpoint_index import (  # noqa: E402 - after the importorsk
     CompressedIndex,
     Entry,
     _read_entries,
+    _varint,
     crc32c,
     data_file,
     index_problem,
@@ -243,14 +244,7 @@ def _index_block_first_handle_size(index: bytes, footer: int) -> int:
     """The size of the first data block (it starts at offset 0), from the index block's first handle."""
 
     def varint(at: int) -> tuple[int, int]:
-        value = shift = 0
-        while True:
-            byte = index[at]
-            at += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value, at
-            shift += 7
+        return _varint(index, at)
 
     _, at = varint(footer)
     _, at = varint(at)
