@@ -185,6 +185,11 @@ class RunScope:
         try:
             if exc is not None:
                 self._dispatcher.publish_exception(exc)
+            else:
+                # A signal (or another thread's stop) that came after the last publisher ended,
+                # between two sessions: no step polls it any more, so it is published here, and
+                # the run ends "stopped" everywhere, as the KeyboardInterrupt below says.
+                self._stops.poll()
             self.close(raise_errors=exc is None)
         finally:
             for signum, previous in self._previous_handlers.items():

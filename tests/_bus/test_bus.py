@@ -755,6 +755,27 @@ def test_the_first_ctrl_c_stops_gracefully_then_surfaces_as_keyboard_interrupt(t
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # pytest's, restored
 
 
+def test_a_ctrl_c_between_two_sessions_ends_the_run_stopped(tmp_path: Any) -> None:
+    """The signal comes after the last publisher ended (an evaluation finished, the next round
+    has not begun): no step polls it, so the run's end publishes it, and the run ends "stopped"
+    in the event log, as the KeyboardInterrupt says, not "finished"."""
+    import json
+
+    from hookbus.sinks import EventLogSink
+
+    bus = EventBus()
+    bus.attach(EventLogSink(tmp_path / "events.jsonl"))
+    requests: list[StopRequest] = []
+    bus.on("stop_requested", requests.append)
+    with pytest.raises(KeyboardInterrupt, match="stopped gracefully after Ctrl-C"), bus:
+        ScriptedPublisher(bus, keys=["loss"]).run([{"loss": 1.0}] * 3)  # begin, 3 steps, end
+        os.kill(os.getpid(), signal.SIGINT)  # between sessions: delivered before kill returns
+        assert bus.should_stop  # what a train-then-evaluate loop checks before its next round
+    assert [(r.reason, r.source, r.step) for r in requests] == [("received SIGINT", "signal", 3)]
+    records = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert records[-1]["ended"] == "stopped"
+
+
 def test_a_second_ctrl_c_interrupts_at_once() -> None:
     bus = EventBus()
     errors: list[Any] = []
