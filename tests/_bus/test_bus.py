@@ -767,10 +767,17 @@ def test_a_ctrl_c_between_two_sessions_ends_the_run_stopped(tmp_path: Any) -> No
     bus.attach(EventLogSink(tmp_path / "events.jsonl"))
     requests: list[StopRequest] = []
     bus.on("stop_requested", requests.append)
-    with pytest.raises(KeyboardInterrupt, match="stopped gracefully after Ctrl-C"), bus:
-        ScriptedPublisher(bus, keys=["loss"]).run([{"loss": 1.0}] * 3)  # begin, 3 steps, end
-        os.kill(os.getpid(), signal.SIGINT)  # between sessions: delivered before kill returns
-        assert bus.should_stop  # what a train-then-evaluate loop checks before its next round
+    seen: list[bool] = []
+
+    def train_then_interrupt() -> None:
+        with bus:
+            ScriptedPublisher(bus, keys=["loss"]).run([{"loss": 1.0}] * 3)  # begin, 3 steps, end
+            os.kill(os.getpid(), signal.SIGINT)  # between sessions: delivered before kill returns
+            seen.append(bus.should_stop)  # what a train-then-evaluate loop checks before its next round
+
+    with pytest.raises(KeyboardInterrupt, match="stopped gracefully after Ctrl-C"):
+        train_then_interrupt()
+    assert seen == [True]
     assert [(r.reason, r.source, r.step) for r in requests] == [("received SIGINT", "signal", 3)]
     records = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert records[-1]["ended"] == "stopped"
