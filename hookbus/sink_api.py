@@ -23,7 +23,8 @@ What it holds:
   :class:`Schedule`, :class:`Priority`;
 - the events: :class:`Event`, :class:`CheckpointSaved`, :class:`ExceptionRaised`,
   :class:`StopRequest`, :class:`SubscriberError`, :class:`LearningRateChange`, :class:`WaitForStep`,
-  and :exc:`UnknownKeyError` for a key no publisher provides (with :func:`did_you_mean` for its message);
+  :class:`ModelExported`, and :exc:`UnknownKeyError` for a key no publisher provides (with
+  :func:`did_you_mean` for its message);
 - the writer kit (examples/README.md "One writer per file"): :class:`WriterKit`,
   :class:`BackgroundWriter`, :class:`OwnThreadWriter`, :class:`OutputLock`, :class:`FlushDeadline`,
   :func:`write_atomically`, :func:`check_writable_dir` and their errors and stats;
@@ -54,7 +55,15 @@ from hookbus._contract._checkpoint_seam import Checkpoints
 from hookbus._contract._context import EpochProgress, PeerReport, SinkContext, require_learning_rate
 from hookbus._contract._ending import ENDINGS, TRACKER_STATUS, how_ended
 from hookbus._contract._event_log import event_log_line
-from hookbus._contract._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError, WaitForStep
+from hookbus._contract._events import (
+    CheckpointSaved,
+    Event,
+    ExceptionRaised,
+    ModelExported,
+    StopRequest,
+    SubscriberError,
+    WaitForStep,
+)
 from hookbus._contract._learning_rate import LEARNING_RATE_KEY, LearningRate, LearningRateChange, RateRequest
 from hookbus._contract._model import ModelExport
 from hookbus._contract._profiling import ProfileOptions, Profiler, ProfileResult, ProfileWindow
@@ -100,6 +109,7 @@ __all__ = [
     "LearningRate",
     "LearningRateChange",
     "ModelExport",
+    "ModelExported",
     "OutputInUseError",
     "OutputLock",
     "OwnThreadWriter",
@@ -168,6 +178,7 @@ _shown_here(
     CheckpointSaved,
     Event,
     ExceptionRaised,
+    ModelExported,
     StopRequest,
     SubscriberError,
     LearningRate,

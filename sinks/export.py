@@ -9,7 +9,15 @@ import re
 import shutil
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from hookbus.sink_api import EPOCH_PREFIX, EVAL_PREFIX, OutputLock, Schedule, Sink, check_writable_dir
+from hookbus.sink_api import (
+    EPOCH_PREFIX,
+    EVAL_PREFIX,
+    ModelExported,
+    OutputLock,
+    Schedule,
+    Sink,
+    check_writable_dir,
+)
 from hookbus.validate import non_empty_path, positive_int
 
 from ._monitor import MODES, Monitor, check_scalar
@@ -67,7 +75,9 @@ class ExportSink(Sink):
     resume, exports of later steps (and a kill's leftovers) are removed, and the steps trained
     again export again, once; a step is never exported twice. Without a checkpoint sink on the
     bus, exports appear at the end of each session (a kill before it leaves none). ``keep``
-    exports are kept, the newest; older ones are deleted.
+    exports are kept, the newest; older ones are deleted. Each flush that moved exports into place
+    publishes ``model_exported`` for the newest (:class:`hookbus.sink_api.ModelExported`), which
+    ``MLflowSink(log_model=True)`` ships as the run's artifact ``model``.
 
     Args:
         directory: Where the exports go (created at begin; one writer at a time).
@@ -125,14 +135,14 @@ class ExportSink(Sink):
         self.keep = positive_int("keep", keep)
         lock_file = os.path.join(self.directory, ".export.lock")
         self._lock = OutputLock(self.directory, self.name, "the export directory", lock_file)
-        #: Written, waiting for the flush of their step: (step, where it is, where it goes).
-        self._pending: list[tuple[int, str, str]] = []
+        #: Written, waiting for the flush of their step: (step, where it is, where it goes, what it is).
+        self._pending: list[tuple[int, str, str, str]] = []
         self._start_clean()
 
     def _start_clean(self) -> None:
         self.best: float | None = None
         self.best_step: int | None = None
-        for _, staged, _ in self._pending:
+        for _, staged, _, _ in self._pending:
             _remove(staged)
         self._pending = []
 
@@ -184,7 +194,7 @@ class ExportSink(Sink):
                 )
         os.makedirs(self.directory, exist_ok=True)
         self._lock.acquire()  # one writer per directory, before step 1
-        waiting = {staged for _, staged, _ in self._pending}
+        waiting = {staged for _, staged, _, _ in self._pending}
         for entry in os.listdir(self.directory):
             path = os.path.join(self.directory, entry)
             if entry.startswith(_STAGED) and path not in waiting:
@@ -196,7 +206,7 @@ class ExportSink(Sink):
         # A resume point at S: exports of later steps are not in the checkpoint's past (the states
         # beside it do not know them); the steps trained again export again.
         step = event.step
-        for _, staged, _ in [p for p in self._pending if p[0] > step]:
+        for _, staged, _, _ in [p for p in self._pending if p[0] > step]:
             _remove(staged)
         self._pending = [p for p in self._pending if p[0] <= step]
         later_versions = [path for s, path in self._versions() if s > step]
@@ -251,7 +261,7 @@ class ExportSink(Sink):
             )
             return
         target = os.path.join(self.directory, f"{step}{export.suffix}")
-        if os.path.lexists(target) or any(s == step for s, _, _ in self._pending):
+        if os.path.lexists(target) or any(p[0] == step for p in self._pending):
             return  # exported already (a resume at the step of an export): once per step
         staged = os.path.join(self.directory, f"{_STAGED}{step}{export.suffix}")
         _remove(staged)
@@ -260,19 +270,21 @@ class ExportSink(Sink):
         except BaseException:
             _remove(staged)
             raise
-        self._pending.append((step, staged, target))
+        self._pending.append((step, staged, target, export.kind))
         logger.info("%s: wrote %s of step %d (%s)", self.name, export.kind, step, why)
 
     def flush(self) -> None:
         """Move the exports written up to now into place (the checkpoint barrier, a session's end),
-        then delete the oldest beyond ``keep``."""
+        delete the oldest beyond ``keep``, then publish ``model_exported`` for the newest."""
         pending, self._pending = self._pending, []
-        for step, staged, target in pending:
+        for step, staged, target, _ in pending:
             os.replace(staged, target)  # atomic, for a file and for a SavedModel directory alike
             logger.info("%s: exported step %d to %s", self.name, step, target)
         if pending:
             for _, path in self._versions()[: -self.keep]:
                 _remove(path)
+            step, _, target, kind = pending[-1]
+            self.context.announce_export(ModelExported(target, step, kind))
 
     def _versions(self) -> list[tuple[int, str]]:
         """The exports in ``directory``, oldest first, by step."""
@@ -284,7 +296,7 @@ class ExportSink(Sink):
     def close(self) -> None:
         """Drop exports not moved into place (the run raised: its checkpoint's past has them not),
         and let another run write ``directory``; idempotent."""
-        for _, staged, _ in self._pending:
+        for _, staged, _, _ in self._pending:
             _remove(staged)
         self._pending = []
         self._lock.release()

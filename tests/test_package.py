@@ -256,6 +256,7 @@ def test_the_sink_authors_surface_is_pinned() -> None:
         "LearningRate",
         "LearningRateChange",
         "ModelExport",
+        "ModelExported",
         "OutputInUseError",
         "OutputLock",
         "OwnThreadWriter",

@@ -104,6 +104,7 @@ class EventBus:
     checkpoint_saving: blinker.NamedSignal
     checkpoint_saved: blinker.NamedSignal
     learning_rate_changed: blinker.NamedSignal
+    model_exported: blinker.NamedSignal
 
     def __init__(
         self,

@@ -103,6 +103,7 @@ class SinkServices:
             variables=lambda: offers.variables() if offers.variables is not None else None,
             model_summary=lambda: offers.model_summary() if offers.model_summary is not None else None,
             model_export=lambda: offers.export,
+            announce_export=lambda exported: self._dispatcher.publish("model_exported", exported),
         )
 
     def _peer_reports(self, asking: Sink) -> list[PeerReport]:

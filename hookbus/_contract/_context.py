@@ -18,6 +18,7 @@ from hookbus._contract._learning_rate import HOW_TO_OFFER
 if TYPE_CHECKING:
     from hookbus._contract._checkpoint_seam import Checkpoints
     from hookbus._contract._cluster import Task
+    from hookbus._contract._events import ModelExported
     from hookbus._contract._learning_rate import LearningRate
     from hookbus._contract._model import ModelExport
     from hookbus._contract._profiling import Profiler
@@ -115,6 +116,8 @@ class SinkContext:
             callback), else ``None``: what MLflow's Keras callback logs as ``model_summary.txt``.
         model_export: The training publisher's :class:`~hookbus.sink_api.ModelExport` (writes
             the model for serving), ``None`` where it offers none or before it began.
+        announce_export: Publish ``model_exported`` (an export moved into place), for the sink
+            that exports (:class:`~hookbus.sinks.ExportSink`).
     """
 
     clock: Callable[[], float]
@@ -139,6 +142,7 @@ class SinkContext:
     variables: Callable[[], Mapping[str, Any] | None]
     model_summary: Callable[[], str | None]
     model_export: Callable[[], ModelExport | None]
+    announce_export: Callable[[ModelExported], None]
 
 
 def require_learning_rate(context: SinkContext, who: str) -> LearningRate:

@@ -15,6 +15,7 @@ __all__ = [
     "CheckpointSaved",
     "Event",
     "ExceptionRaised",
+    "ModelExported",
     "StopRequest",
     "SubscriberError",
     "WaitForStep",
@@ -40,6 +41,7 @@ SIGNAL_DOCS = {
     ),
     "checkpoint_saved": "A checkpoint became visible. Payload: event=CheckpointSaved.",
     "learning_rate_changed": "A new learning rate was applied. Payload: event=LearningRateChange.",
+    "model_exported": "An export for serving moved into place (ExportSink). Payload: event=ModelExported.",
 }
 
 
@@ -194,6 +196,24 @@ class CheckpointSaved:
     path: str
     step: int
     value: float | None = None
+
+
+@dataclass(frozen=True)
+class ModelExported:
+    """Payload of ``model_exported``: an export for serving moved into place, at the checkpoint
+    barrier or a session's end (:class:`~hookbus.sinks.ExportSink`), for a sink that ships it on
+    (``MLflowSink(log_model=True)``).
+
+    Attributes:
+        path: Where it is: a ``.keras`` file or a SavedModel directory. It may be deleted later
+            (an export beyond ``keep``, a resume before its step): a sink that keeps it copies it.
+        step: The step whose model it is.
+        kind: What it is, in words (``"a .keras file"``, ``"a SavedModel"``).
+    """
+
+    path: str
+    step: int
+    kind: str
 
 
 #: What a :class:`WaitForStep` says, in the order a wait goes through them.

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         CheckpointSaved,
         Event,
         ExceptionRaised,
+        ModelExported,
         StopRequest,
         SubscriberError,
         WaitForStep,
@@ -53,6 +54,7 @@ SIGNALS: tuple[str, ...] = (
     "checkpoint_saving",
     "checkpoint_saved",
     "learning_rate_changed",
+    "model_exported",
 )
 #: Signals that follow the subscribers' schedules; the others are delivered every time.
 STEP_SIGNALS: frozenset[str] = frozenset({"before_run", "after_run"})
@@ -350,6 +352,9 @@ class Sink:
 
     def on_learning_rate_changed(self, event: LearningRateChange) -> None:
         """A new learning rate was applied (``SinkContext.learning_rate``)."""
+
+    def on_model_exported(self, event: ModelExported) -> None:
+        """An export for serving moved into place (:class:`~hookbus.sinks.ExportSink`)."""
 
     def state_dict(self) -> dict[str, Any]:
         """State to save beside a checkpoint (default: none)."""

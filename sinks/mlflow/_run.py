@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from mlflow.entities import Metric, Run
     from mlflow.tracking import MlflowClient
 
-__all__ = ["MAX_METRICS_PER_BATCH", "MAX_TAGS_PER_BATCH", "MODES", "Point", "RunPlan", "TrackedRun"]
+__all__ = ["MAX_METRICS_PER_BATCH", "MAX_TAGS_PER_BATCH", "MODEL_ARTIFACT", "MODES", "Point", "RunPlan", "TrackedRun"]
 
 #: MLflow's ``log_batch`` limits: 1000 entities a call, at most 100 of them params or tags. A
 #: call with points holds at most 900 metrics, so that 100 tags fit beside them.
@@ -36,6 +36,7 @@ HOST_TAG = "hookbus.host"
 PID_TAG = "hookbus.pid"
 TRAINING_TAG = "hookbus.training"  # the training a run belongs to (the sink's id file names it)
 _RUNNING = "RUNNING"
+MODEL_ARTIFACT = "model"  # where log_model=True puts the newest export, one name for every export
 
 
 @dataclass(frozen=True)
@@ -261,6 +262,13 @@ class TrackedRun:
             self._pending_tags = {}
             self.shipped.update(shipped)
             self.landed += whole
+
+    def log_model(self, staged: str) -> None:
+        """Upload the export staged in the directory ``staged`` as the artifact ``model`` (its files
+        replace the previous export's of the same names)."""
+        if self.run_id is None or self._client is None:
+            return
+        self._client.log_artifacts(self.run_id, staged, MODEL_ARTIFACT)
 
     def finish(self, status: str, tags: Mapping[str, str], end_time_ms: int) -> None:
         """Ship what waits, tag how the run ended and end it with ``status``."""

@@ -13,6 +13,8 @@ the close deadline, then until the next start of the same training (same directo
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -194,6 +196,7 @@ class Shipper:
         if not entries:
             return False
         points = 0
+        shipped_models: list[str] = []
         for entry, _ in entries:
             if self._quit:
                 raise InterruptedError("closed")  # past the close deadline: nothing more is sent
@@ -218,6 +221,11 @@ class Shipper:
             elif "point" in entry and self._in_run():
                 self.run.add(point_of(entry))
                 points += 1
+            elif "model" in entry and self._in_run():
+                staged = str(entry["model"].get("path"))
+                if os.path.isdir(staged):  # else shipped already (a restart after its upload)
+                    self.run.log_model(staged)
+                shipped_models.append(staged)
             elif "end" in entry and self._in_run():
                 end = entry["end"]
                 self.run.finish(str(end["status"]), dict(end.get("tags", {})), int(end["time"]))
@@ -233,4 +241,6 @@ class Shipper:
             ended=self.ended,
         )
         self.spool.remove_before(self.cursor[0])
+        for staged in shipped_models:
+            shutil.rmtree(staged, ignore_errors=True)
         return True

@@ -6,13 +6,16 @@ Per run key (so that ``runs_on="each"`` workers sharing a directory never collid
 
 - ``<stem>.spool-<n>.jsonl``: the spool, JSON lines, one record each: ``{"open": ...}`` where a
   training starts or continues its run, ``{"point": [mode, step, ms, values, tags]}``,
-  ``{"end": ...}`` with how the run ended. The background writer appends (and flushes to the OS
+  ``{"model": {"step", "path", "kind"}}`` for an export staged to ship as the artifact ``model``
+  (``log_model=True``), ``{"end": ...}`` with how the run ended. The background writer appends (and flushes to the OS
   at the checkpoint barrier, like any local writer); the shipper reads complete lines only.
   Each process writes segments of its own (``n`` grows; a kill's torn last line stays in the
   killed process's segment, where it is skipped), and starts a new one past 1 MiB.
 - ``<stem>.run.json``: what the shipper has done, written atomically: the training and its
   MLflow run id (from the moment the run is created), how it ended, the last step of each mode
   MLflow holds, and the spool position up to which everything has shipped.
+- ``<stem>.model-<step>/``: an export staged to ship (hard links to the export's files where the
+  filesystem allows, else a copy: the export directory may delete it meanwhile), deleted once shipped.
 - ``.<stem>.lock``: the lock (``hookbus.OutputLock``): two trainings on one directory at once
   fail before step 1, naming the holder.
 
@@ -26,7 +29,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import re
+import shutil
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
@@ -184,6 +189,15 @@ class Spool:
             if older < number:
                 path.unlink(missing_ok=True)
 
+    def model_path(self, step: int) -> Path:
+        """Where the export of ``step`` is staged to ship."""
+        return self.directory / f"{self.stem}.model-{step}"
+
+    def staged_models(self) -> list[Path]:
+        """The exports staged to ship (``log_model=True``)."""
+        prefix = f"{self.stem}.model-"
+        return [path for path in self.directory.glob(f"{prefix}*") if path.name[len(prefix) :].isdigit()]
+
     def remove_all(self) -> None:
         """Delete every segment (the run ended and everything shipped)."""
         for _, path in self.segments():
@@ -218,6 +232,7 @@ class SpoolWriter:
         latest: str | None = record.get("training") if isinstance(record.get("training"), str) else None
         ended = bool(record.get("ended"))
         steps: dict[str, dict[str, int]] = {}  # training -> last step of each mode in the spool
+        staged: set[str] = set()  # exports the spool's records still name
         floors = record.get("shipped") if isinstance(record.get("shipped"), dict) else {}
         if latest is not None and isinstance(floors, dict):
             steps[latest] = {m: int(floors.get(m, -1)) for m in MODES}
@@ -233,8 +248,13 @@ class SpoolWriter:
                 mine = steps.setdefault(latest, dict.fromkeys(MODES, -1))
                 mine[point.mode] = max(mine.get(point.mode, -1), point.step)
                 self.backlog += 1
+            elif "model" in entry:
+                staged.add(str(entry["model"].get("path")))
             elif "end" in entry:
                 ended = True
+        for path in self.spool.staged_models():
+            if str(path) not in staged:
+                shutil.rmtree(path, ignore_errors=True)  # staged by a killed process, its record never written
         saved = state or {}
         run_id = saved.get("run_id") if isinstance(saved.get("run_id"), str) else None
         training = saved.get("training") if isinstance(saved.get("training"), str) else None
@@ -267,6 +287,23 @@ class SpoolWriter:
         self.points += 1
         return True
 
+    def add_model(self, step: int, source: str, kind: str) -> bool:
+        """Stage the export at ``source`` (a file or a SavedModel directory) to ship as the artifact
+        ``model``, and append its record; False where ``source`` is gone already."""
+        staged = self.spool.model_path(step)
+        shutil.rmtree(staged, ignore_errors=True)
+        try:
+            if os.path.isdir(source):
+                shutil.copytree(source, staged, copy_function=_link_or_copy)
+            else:
+                staged.mkdir()
+                _link_or_copy(source, str(staged / f"model{os.path.splitext(source)[1]}"))
+        except FileNotFoundError:
+            shutil.rmtree(staged, ignore_errors=True)
+            return False
+        self._append({"model": {"step": step, "path": str(staged), "kind": kind}})
+        return True
+
     def end(self, status: str, tags: Mapping[str, str], end_ms: int) -> None:
         """Append how the run ended (its MLflow status, the tags that say so, its end time)."""
         self._append({"end": {"status": status, "tags": dict(tags), "time": end_ms}})
@@ -291,3 +328,11 @@ class SpoolWriter:
         if self._file is not None:
             file, self._file = self._file, None
             file.close()  # no fsync, as every local writer (as durable as TensorFlow's own checkpoints)
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    """A hard link (instant, no second copy of a large model), else a copy (another filesystem)."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)

@@ -25,6 +25,7 @@ from hookbus.sink_api import (
     TRACKER_STATUS,
     Event,
     ExceptionRaised,
+    ModelExported,
     OutputLock,
     Schedule,
     Sink,
@@ -127,6 +128,15 @@ class MLflowSink(Sink):
             offers them (default ``True``): under Keras ``fit``, ``epochs``, ``steps_per_epoch`` and the
             optimizer's configuration as ``optimizer_<name>``, and the model's summary as the artifact
             ``model_summary.txt``, as MLflow's Keras callback logs them.
+        log_model: Also ship the model :class:`~hookbus.sinks.ExportSink` exports (on the same
+            bus), as the run's artifact ``model`` (default ``False``): each export, when it moves
+            into place, replaces the last under that one name (``model/model.keras`` under ``fit``,
+            the SavedModel's files for graphs and loops; the files as exported, not an MLflow
+            Model flavor), so the run holds the best (or the final) model. Staged beside the
+            spool (hard links where the filesystem allows) and shipped in the background like the
+            points: a server that is down gets it when it answers, in this run or at the next
+            start in the same directory. After a resume from an earlier checkpoint, ``model`` may be
+            an export of a lost step until the re-run exports again.
         tags: Run tags (valid MLflow names to strings).
         every_n_steps: Log train values every n steps (default 10 when no schedule argument is
             given; schedule arguments replace the default as a whole).
@@ -175,6 +185,7 @@ class MLflowSink(Sink):
         run_key: str | None = None,
         continue_ended: bool = False,
         log_training_params: bool = True,
+        log_model: bool = False,
         every_n_secs: float | None = None,
         flush_secs: float = 5.0,
         max_queue_size: int = 1024,
@@ -215,6 +226,7 @@ class MLflowSink(Sink):
             raise ValueError(f"hparams must map names to bool, int, float or str (got {hparams!r})")
         self.hparams = dict(hparams or {})
         self.log_training_params = bool(flag("log_training_params", log_training_params))
+        self.log_model = bool(flag("log_model", log_model))
         self._params = {n: str(self.hparams[k]) for k, n in check_names(self.hparams, "hparams").items()}
         if tags is not None and not (isinstance(tags, Mapping) and all(isinstance(v, str) for v in tags.values())):
             raise ValueError(f"tags must map tag names to strings (got {tags!r})")
@@ -255,6 +267,7 @@ class MLflowSink(Sink):
         self._stop: StopRequest | None = None
         self._error: BaseException | None = None
         self._last_rate: tuple[int, float] | None = None  # (step, clock) of the last train point
+        self._exported = 0  # exports staged to ship in this run (log_model=True)
 
     @property
     def receives_epochs(self) -> bool:
@@ -428,6 +441,23 @@ class MLflowSink(Sink):
         new_names[key] = name
         return name
 
+    def on_model_exported(self, event: ModelExported) -> None:
+        """``log_model=True``: stage the export to ship as the artifact ``model`` (on the writer's thread)."""
+        if not self.log_model or not self._opened or not self.output.writing:
+            return
+        self._exported += 1
+        self.output.call(functools.partial(self._stage_model, event))
+
+    def _stage_model(self, event: ModelExported) -> None:
+        assert self._spool is not None
+        if not self._spool.add_model(event.step, event.path, event.kind):
+            logger.warning(
+                "%s: the export of step %d (%s) was gone before it could be staged; a later export ships instead",
+                self.name,
+                event.step,
+                event.path,
+            )
+
     def on_stop_requested(self, event: StopRequest) -> None:
         if self._stop is None:
             self._stop = event
@@ -479,6 +509,12 @@ class MLflowSink(Sink):
         """End the run (its status in the spool), then ship the spool within ``close_deadline``;
         what could not ship waits in the spool for the next start of this training; idempotent."""
         shipper, spool, lock = self._shipper, self._spool, self._lock
+        if self.log_model and lock is not None and self._opened and not self._exported:
+            logger.warning(
+                "%s: log_model=True, but no model was exported in this run: attach hookbus.sinks.ExportSink(...) "
+                "to the same bus (it exports; this sink ships what it exports)",
+                self.name,
+            )
         self._lock = None
         began = time.monotonic()
         try:

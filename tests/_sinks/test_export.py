@@ -12,37 +12,15 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _file_export import scripted
 from _keras_data import KERAS_NP_ARRAY, classifier, data
 
 import hookbus
+from hookbus.sink_api import ModelExported
 from hookbus.sinks import ExportSink
 from hookbus.testing import ScriptedPublisher
 
 CHILD = Path(__file__).with_name("_export_child.py")
-
-
-class FileExport:
-    """A model export without TensorFlow: a ``.keras``-named file holding the step it was written at."""
-
-    suffix = ".keras"
-    kind = "a test file"
-    ready = True
-
-    def __init__(self, pub: ScriptedPublisher) -> None:
-        self.pub = pub
-        self.written: list[int] = []
-
-    def export(self, path: str) -> None:
-        assert not os.path.exists(path)
-        Path(path).write_text(str(self.pub.step))
-        self.written.append(self.pub.step)
-
-
-def scripted(bus: hookbus.EventBus) -> tuple[ScriptedPublisher, ScriptedPublisher, FileExport]:
-    train, evaluation = ScriptedPublisher(bus, ["loss"]), ScriptedPublisher(bus, ["loss"], mode="eval")
-    export = FileExport(train)
-    train.core.offer_export(export)
-    return train, evaluation, export
 
 
 def listing(directory: Path) -> list[str]:
@@ -68,6 +46,32 @@ def test_improvements_export_by_keras_rule_and_appear_at_the_flush_keeping_the_n
     assert sink.latest == str(tmp_path / "export" / "5.keras")
     assert (sink.best, sink.best_step) == (1.0, 5)
     assert sink.state_dict() == {"best": 1.0, "best_step": 5}
+    bus.close()
+
+
+def test_each_flush_that_moves_exports_into_place_announces_the_newest(tmp_path: Path) -> None:
+    """``model_exported`` (for a sink that ships the model on, MLflowSink(log_model=True)): once per
+    flush that moved something, for the newest export, which is in place when it is published."""
+    bus = hookbus.EventBus()
+    sink = bus.attach(ExportSink(tmp_path / "export", monitor="eval/loss", keep=1))
+    announced: list[tuple[ModelExported, bool]] = []
+    bus.on("model_exported", lambda e: announced.append((e, os.path.isfile(e.path))))
+    train, evaluation, _ = scripted(bus)
+    train.begin()
+    train.session(0)
+    for step, value in enumerate([3.0, 2.0], start=1):
+        train.advance({"loss": 0.0})
+        evaluation.evaluate({"loss": value}, step=step)
+    assert announced == []  # written, not yet in place
+    sink.flush()  # as the checkpoint barrier flushes it
+    sink.flush()  # nothing moved: nothing announced
+    train.advance({"loss": 0.0})
+    evaluation.evaluate({"loss": 1.0}, step=3)
+    train.end()
+    assert announced == [
+        (ModelExported(str(tmp_path / "export" / "2.keras"), 2, "a test file"), True),
+        (ModelExported(str(tmp_path / "export" / "3.keras"), 3, "a test file"), True),
+    ]
     bus.close()
 
 

@@ -1,0 +1,37 @@
+"""A model export without TensorFlow, for ExportSink's bookkeeping on a scripted bus (and the sinks
+that ship its exports on): a ``.keras``-named file holding the step it was written at."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import hookbus
+from hookbus.testing import ScriptedPublisher
+
+__all__ = ["FileExport", "scripted"]
+
+
+class FileExport:
+    """What a training publisher offers ExportSink (:class:`hookbus.sink_api.ModelExport`), as a text file."""
+
+    suffix = ".keras"
+    kind = "a test file"
+    ready = True
+
+    def __init__(self, pub: ScriptedPublisher) -> None:
+        self.pub = pub
+        self.written: list[int] = []
+
+    def export(self, path: str) -> None:
+        assert not os.path.exists(path)
+        Path(path).write_text(str(self.pub.step))
+        self.written.append(self.pub.step)
+
+
+def scripted(bus: hookbus.EventBus) -> tuple[ScriptedPublisher, ScriptedPublisher, FileExport]:
+    """A training publisher offering a :class:`FileExport`, and an evaluation publisher, on ``bus``."""
+    train, evaluation = ScriptedPublisher(bus, ["loss"]), ScriptedPublisher(bus, ["loss"], mode="eval")
+    export = FileExport(train)
+    train.core.offer_export(export)
+    return train, evaluation, export
