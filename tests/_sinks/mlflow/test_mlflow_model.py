@@ -44,8 +44,7 @@ def test_the_best_export_is_the_runs_model_and_predicts_as_kerass_best_only_file
     model = classifier(keras.optimizers.Adam(0.05))
     bus = hookbus.EventBus()
     bus.attach(ExportSink(mlflow_store / "export", monitor="eval/loss"))
-    bus.attach(MLflowSink(directory=mlflow_store / "tracker", tracking_uri=f"sqlite:///{mlflow_store / 'mlflow.db'}",
-                          log_model=True, flush_secs=0.1))  # fmt: skip
+    bus.attach(MLflowSink(directory=mlflow_store, log_model=True, flush_secs=0.1))  # artifacts in artifacts/
     theirs = keras.callbacks.ModelCheckpoint(
         str(mlflow_store / "keras" / "e{epoch}.keras"), "val_loss", save_best_only=True
     )
@@ -72,7 +71,7 @@ def test_the_best_export_is_the_runs_model_and_predicts_as_kerass_best_only_file
     kerass = keras.models.load_model(mlflow_store / "keras" / f"e{best_epoch}.keras").predict(held_out, verbose=0)
     np.testing.assert_allclose(mine, kerass, rtol=0, atol=0)
     assert not np.allclose(mine, model.predict(held_out, verbose=0))  # the best, not the final model
-    assert not list((mlflow_store / "tracker").glob("*.model-*"))  # shipped: nothing staged is left
+    assert not list(mlflow_store.glob("*.model-*"))  # shipped: nothing staged is left
 
 
 def test_an_export_made_while_the_server_is_away_ships_at_the_next_start_of_the_training(tmp_path: Path) -> None:
@@ -134,7 +133,7 @@ def test_a_loops_saved_model_is_the_runs_model_with_its_serving_signature(mlflow
     uri = f"sqlite:///{mlflow_store / 'mlflow.db'}"
     bus = hookbus.EventBus()
     bus.attach(ExportSink(mlflow_store / "export", monitor="eval/loss"))
-    bus.attach(MLflowSink(uri, directory=mlflow_store / "tracker", log_model=True, flush_secs=0.1))
+    bus.attach(MLflowSink(directory=mlflow_store, log_model=True, flush_secs=0.1))
     loop = hookbus.LoopPublisher(bus, ["loss"], eval_keys=["loss"], serving=module)
     with bus, loop:
         for step, value in enumerate([3.0, 2.0, 1.0, 4.0], start=1):
