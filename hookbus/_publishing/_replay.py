@@ -18,7 +18,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hookbus._contract._event_log import iter_event_log
+from hookbus._contract._event_log import iter_event_log, iter_event_log_shapes
 from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX
 from hookbus._publishing._publisher import PublisherCore
 
@@ -227,8 +227,9 @@ def replay(path: str | os.PathLike[str], bus: EventBus) -> ReplayResult:
     Returns:
         A :class:`ReplayResult`: steps replayed, the last step, and where the bus stopped.
     """
-    # Two passes over the file, one record at a time: the keys the log holds, then the replay.
-    replayer = _Replayer(bus, iter_event_log(path))
+    # Two passes over the file, one record at a time: the keys the log holds (the lines that can
+    # declare one: a step line like one read before is not decoded again), then the replay.
+    replayer = _Replayer(bus, iter_event_log_shapes(path))
     records = iter_event_log(path)
     first = next(records, None)
     with _recorded_time(bus) as clock:
