@@ -19,12 +19,13 @@ S takes the best of the newest of them at or before S and of the records kept up
 exact for a resume from one of the last 16 checkpoints the log recorded (a resume restores a
 checkpoint: S is its step; ``CheckpointSink`` keeps 5); otherwise it is the best of what was kept.
 
-:func:`parsed` turns many lines into records in one call of the JSON decoder (as one array),
-validating each record as :func:`~hookbus._contract._event_log.decode_line` does and falling
-back to it, line by line, to name a line that is not a record. :meth:`KeptRecords.keep_train`
-takes a run of train steps at once (a first read of a long log is almost nothing else): the
-window's last lines, and each key's extremes from the column of its values (``min``, ``max``,
-``index``: the first of equal ones), exactly what taking them one by one keeps.
+:func:`~hookbus._contract._event_log.parsed` (the event log's) turns many lines into records in
+one call of the JSON decoder (as one array), validating each record as ``decode_line`` does and
+falling back to it, line by line, to name a line that is not a record.
+:meth:`KeptRecords.keep_train` takes a run of train steps at once (a first read of a long log is
+almost nothing else): the window's last lines, and each key's extremes from the column of its
+values (``min``, ``max``, ``index``: the first of equal ones), exactly what taking them one by one
+keeps.
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ from collections.abc import Iterator, Sequence
 from itertools import repeat
 from typing import Any
 
-from hookbus._contract._event_log import EVENT_LOG_VERSION, decode_line
+from hookbus._contract._event_log import decode_line
 
-__all__ = ["EVENTS", "WINDOW", "KeptRecords", "parsed", "shown"]
+__all__ = ["EVENTS", "WINDOW", "KeptRecords", "shown"]
 
 #: Train steps (and evaluations, and epochs) a rebuilt dashboard replays: its curves' window.
 WINDOW = 256
@@ -53,43 +54,6 @@ _FIELDS = frozenset({"v", "record", "step", "wall_time", "elapsed", "mode", "fin
 Kept = tuple[int, int, str]  # (arrival number, step, the line as written)
 # A key's extremes: [lowest, its arrival, its step, its line, highest, its arrival, its step, its line]
 Best = list[Any]
-
-
-def _valid(record: Any) -> bool:
-    return (
-        type(record) is dict
-        and type(record.get("v")) is int
-        and "record" in record
-        and record["v"] <= EVENT_LOG_VERSION
-    )
-
-
-def _all_valid(records: list[Any]) -> bool:
-    """:func:`_valid` of every record, by columns (a call per record costs as much as decoding it)."""
-    if not records:
-        return True
-    if set(map(type, records)) != {dict}:
-        return False
-    versions: set[Any] = set(map(dict.get, records, repeat("v")))
-    return (
-        set(map(type, versions)) == {int}
-        and max(versions) <= EVENT_LOG_VERSION
-        and all(map(dict.__contains__, records, repeat("record")))
-    )
-
-
-def parsed(lines: Sequence[str], first: int, where: str) -> list[dict[str, Any]]:
-    """``lines`` (complete lines, the first numbered ``first``) as records, as written (a step's
-    values at the top level). Raises ValueError naming the first line that is not a record."""
-    try:
-        records = json.loads("[" + ",".join(lines) + "]")
-    except ValueError:
-        records = None
-    if not isinstance(records, list) or len(records) != len(lines) or not _all_valid(records):
-        for number, line in enumerate(lines, first):  # the contract's own reader names the line
-            decode_line(line, f"{where} line {number}")
-        raise ValueError(f"{where} lines {first}-{first + len(lines) - 1} are not event log records")
-    return records
 
 
 def shown(records: Sequence[dict[str, Any]], tail: int) -> set[int]:

@@ -159,7 +159,7 @@ class RunLog:
 
     def add(self, line: str, record: dict[str, Any]) -> bool:
         """Take one record, ``record`` as written (``line`` parsed: a step's values at the top
-        level, see :func:`~hookbus._watch._kept.parsed`); whether it cut or replaced what was
+        level, see :func:`~hookbus._contract._event_log.parsed`); whether it cut or replaced what was
         shown (the view is rebuilt)."""
         kind = record["record"]
         if kind == "step":  # the bulk of a log: never a cut

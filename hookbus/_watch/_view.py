@@ -22,12 +22,11 @@ from typing import IO, Any
 from rich.console import Console
 
 from hookbus._bus._bus import EventBus
-from hookbus._contract._event_log import decode_line
+from hookbus._contract._event_log import decode_line, parsed
 from hookbus._contract._events import CheckpointSaved, ExceptionRaised, StopRequest, SubscriberError
 from hookbus._contract._sink import Sink
 from hookbus._publishing._replay import FollowedReplay
 from hookbus._watch._follow import LogFollower
-from hookbus._watch._kept import parsed
 from hookbus._watch._kept import shown as shown_of
 from hookbus._watch._run import RunLog, WorkerStatus, recorded_error
 

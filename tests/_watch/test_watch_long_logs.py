@@ -23,9 +23,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from hookbus._contract._event_log import event_log_line
+from hookbus._contract._event_log import event_log_line, parsed
 from hookbus._watch._command import RENDERING
-from hookbus._watch._kept import parsed
 from hookbus._watch._run import RunLog
 from hookbus._watch._watch import Watch
 
