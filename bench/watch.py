@@ -24,7 +24,8 @@ has read it) the watcher's RSS (``VmRSS``) is sampled: flat memory is the last s
 the first.
 
 ``replay`` (with ``--replay``): ``hookbus.replay(LOG, EventBus())`` of the 10^6-step log (or the
-largest below it), a bus with no sinks: the replay's own cost, in rounds like the rest.
+largest below it), a bus with no sinks: the replay's own cost, in rounds like the rest (and, with
+``--before DIR``, the older tree's replay interleaved with it).
 
     python bench/watch.py [--steps 100000 1000000 10000000] [--rounds 3] [--before DIR] [--replay]
                           [--live-steps 1000000] [--pieces 10] [--quick] [--json out.json]
@@ -283,11 +284,19 @@ def main() -> None:
             if steps <= 1_000_000 or replayed is None:
                 replayed = log
         if args.replay and replayed is not None:
-            row = measure({"replay": ([sys.executable, "-c", _REPLAY, str(replayed)], None)}, rounds)["replay"]
+            replays: dict[str, tuple[list[str], dict[str, str] | None]] = {
+                "replay": ([sys.executable, "-c", _REPLAY, str(replayed)], None)
+            }
+            if before_env is not None:
+                replays["before"] = ([sys.executable, "-c", _REPLAY, str(replayed)], before_env)
+            table = measure(replays, rounds)
             print(f"\nreplay of {replayed.name} (hookbus.replay, a bus with no sinks):")
             print(f"{'':10}{header}")
-            print(_row("replay", row))
-            report["replay"] = {"log": replayed.name, **row}
+            for name, row in table.items():
+                print(_row(name, row))
+            report["replay"] = {"log": replayed.name, **table["replay"]}
+            if "before" in table:
+                report["replay_before"] = table["before"]
         if not args.no_live:
             followed = live(Path(scratch) / "live.jsonl", live_steps, pieces)
             rss = ", ".join(f"{s['step']:,}: {s['rss_mib']:.1f}" for s in followed["samples"])
