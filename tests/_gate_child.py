@@ -13,7 +13,8 @@ for TensorFlow's hook, at session creation), then:
   for a step that never comes (the cluster's stop ends its wait).
 - ``timeout``: kills itself (SIGKILL: the chief is gone). Workers 1 and 2 wait for a step that
   never comes with a 2 s timeout, ``on_timeout="raise"`` and ``"start"``; worker 3 without a
-  timeout, until the test sends it SIGTERM (once worker 2 trains), which stops worker 2 too.
+  timeout, until the test sends it SIGTERM (once worker 2 trains and worker 1 timed out), which
+  stops worker 2 too.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ def main(config: dict[str, Any]) -> None:
     def gate(event: Any) -> None:
         seen["gate"].append([event.state, event.until_step, event.step, event.starts])
         (out / f"w{index}-at-gate").touch()
+        if event.state == "timed_out":
+            (out / f"w{index}-timed-out").touch()
 
     @bus.on("after_run")
     def record(event: Any) -> None:

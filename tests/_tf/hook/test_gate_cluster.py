@@ -50,10 +50,14 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
             workers = [start(CHILD, {**base, "type": "worker", "index": i}) for i in range(WORKERS)]
             procs += [server, *workers]
             runs[scenario] = {"out": out, "workers": workers}
-        # Worker 3 of the timeout cluster waits for ever: SIGTERM once worker 2 trains (after its timeout).
+        # Worker 3 of the timeout cluster waits for ever: SIGTERM once worker 2 trains (after its
+        # timeout) and worker 1 timed out too. The SIGTERM stops the cluster, so sent before worker 1's
+        # timeout (it reached its gate seconds after worker 2 on a loaded machine) it ended worker 1's
+        # wait as stopped, not timed out.
         timeout = runs["timeout"]
         until = time.monotonic() + DEADLINE
-        while not (timeout["out"] / "w2-trained").exists() and time.monotonic() < until:
+        marks = [timeout["out"] / "w2-trained", timeout["out"] / "w1-timed-out"]
+        while not all(mark.exists() for mark in marks) and time.monotonic() < until:
             time.sleep(0.05)
         timeout["signalled"] = (timeout["out"] / "w3-at-gate").exists() and timeout["workers"][3].poll() is None
         if timeout["signalled"]:
