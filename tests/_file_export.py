@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import hookbus
 from hookbus.testing import ScriptedPublisher
 
-__all__ = ["FileExport", "scripted"]
+__all__ = ["FileExport", "scale_module", "scripted"]
 
 
 class FileExport:
@@ -35,3 +38,20 @@ def scripted(bus: hookbus.EventBus) -> tuple[ScriptedPublisher, ScriptedPublishe
     export = FileExport(train)
     train.core.offer_export(export)
     return train, evaluation, export
+
+
+def scale_module() -> Any:
+    """A ``tf.Module`` for ``LoopPublisher(serving=...)``: ``{"y": x * w}``, ``w`` a variable (1.0)
+    the test sets; TensorFlow imported here, through importorskip."""
+    tf = pytest.importorskip("tensorflow")
+
+    class Scale(tf.Module):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = tf.Variable(1.0)
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])  # type: ignore[untyped-decorator]
+        def __call__(self, x: Any) -> Any:
+            return {"y": x * self.w}
+
+    return Scale()

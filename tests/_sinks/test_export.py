@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _file_export import scripted
+from _file_export import scale_module, scripted
 from _keras_data import KERAS_NP_ARRAY, classifier, data
 
 import hookbus
@@ -312,16 +312,7 @@ def test_the_hook_checks_its_serving_arguments(tmp_path: Path) -> None:
 def test_the_loop_exports_a_modules_saved_model_at_each_best_evaluation(tmp_path: Path) -> None:
     tf = pytest.importorskip("tensorflow")
 
-    class Scale(tf.Module):  # type: ignore[misc,name-defined]
-        def __init__(self) -> None:
-            super().__init__()
-            self.w = tf.Variable(1.0)
-
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])  # type: ignore[untyped-decorator]
-        def __call__(self, x: Any) -> Any:
-            return {"y": x * self.w}
-
-    module = Scale()
+    module = scale_module()
     bus = hookbus.EventBus()
     sink = bus.attach(ExportSink(tmp_path / "export", monitor="eval/loss"))
     loop = hookbus.LoopPublisher(bus, ["loss"], eval_keys=["loss"], serving=module)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _file_export import scripted
+from _file_export import scale_module, scripted
 from _keras_data import KERAS_NP_ARRAY, classifier, data
 from _mlflow_server import MlflowServer, require_mlflow
 
@@ -120,16 +120,7 @@ def test_log_model_without_an_export_says_what_to_attach(mlflow_store: Path, cap
 def test_a_loops_saved_model_is_the_runs_model_with_its_serving_signature(mlflow_store: Path) -> None:
     tf = pytest.importorskip("tensorflow")
 
-    class Scale(tf.Module):  # type: ignore[misc,name-defined]
-        def __init__(self) -> None:
-            super().__init__()
-            self.w = tf.Variable(1.0)
-
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])  # type: ignore[untyped-decorator]
-        def __call__(self, x: Any) -> Any:
-            return {"y": x * self.w}
-
-    module = Scale()
+    module = scale_module()
     uri = f"sqlite:///{mlflow_store / 'mlflow.db'}"
     bus = hookbus.EventBus()
     bus.attach(ExportSink(mlflow_store / "export", monitor="eval/loss"))
