@@ -38,6 +38,7 @@ __all__ = [
     "event_log_line",
     "iter_event_log",
     "iter_event_log_shapes",
+    "parsed",
     "read_event_log",
 ]
 
