@@ -159,15 +159,20 @@ def test_a_restarted_chief_loads_the_restored_checkpoints_states_and_the_worker_
         time.sleep(1.0)
 
     # 3. The worker killed and started again: the cluster goes on. Killed once it trains on the
-    # restored timeline (a row past the restore, written after it): a worker killed before it read
-    # the chief's restore leaves the rows the restore undid, which no later process can tell apart.
+    # restored timeline: its file has a row past the restore written after the chief started, and
+    # none of the rows the restore undid. (A row written after the chief's start alone is not
+    # enough: the worker trains on the old timeline until it reads the chief's restore mark, seconds
+    # later, and a worker killed before it read it leaves the undone rows, which no later process
+    # can tell apart. A CI run killed it there.)
     last_restore, _, last_began = restores[-1]
-    _wait(
-        "the worker on the restored timeline",
-        lambda: any(s > last_restore and t >= last_began for s, t in _rows(_own_file(out))),
-        procs,
-        out,
-    )
+
+    def on_the_restored_timeline() -> bool:
+        rows = _rows(_own_file(out))
+        return any(s > last_restore and t >= last_began for s, t in rows) and not any(
+            s > last_restore and t < last_began for s, t in rows
+        )
+
+    _wait("the worker on the restored timeline", on_the_restored_timeline, procs, out)
     rows_before = len(_rows(_own_file(out)))
     _kill(procs.pop("worker"))
     time.sleep(0.5)
