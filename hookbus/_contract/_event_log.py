@@ -212,27 +212,19 @@ def read_event_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return list(iter_event_log(path))
 
 
-def _complete_lines(path: str | os.PathLike[str]) -> Iterator[tuple[str, str]]:
-    """Each complete line of the log without its newline, with where it is (for messages)."""
-    where = os.fspath(path)
+def _complete_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
+    """Each complete line of the log without its newline, with its number (from 1)."""
     with open(path, encoding="utf-8", newline="\n") as handle:
         for n, line in enumerate(handle, 1):
             if not line.endswith("\n"):
                 return  # the piece after the last newline is not a complete line
-            yield line[:-1], f"{where} line {n}"
-
-
-def _valid(record: Any) -> bool:
-    return (
-        type(record) is dict
-        and type(record.get("v")) is int
-        and "record" in record
-        and record["v"] <= EVENT_LOG_VERSION
-    )
+            yield n, line[:-1]
 
 
 def _all_valid(records: list[Any]) -> bool:
-    """:func:`_valid` of every record, by columns (a call per record costs as much as decoding it)."""
+    """Whether every record is a dict with an int format version this reader knows and a
+    ``record`` field (what :func:`decode_line` checks), by columns (a call per record costs as
+    much as decoding it)."""
     if not records:
         return True
     if set(map(type, records)) != {dict}:
@@ -269,15 +261,13 @@ def iter_event_log(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     where = os.fspath(path)
     chunk: list[str] = []
     first = 1
-    with open(path, encoding="utf-8", newline="\n") as handle:
-        for line in handle:
-            if not line.endswith("\n"):
-                break  # the piece after the last newline is not a complete line
-            chunk.append(line[:-1])
-            if len(chunk) == _CHUNK:
-                yield from map(_decoded, parsed(chunk, first, where))
-                first += len(chunk)
-                chunk = []
+    for n, line in _complete_lines(path):
+        if not chunk:
+            first = n
+        chunk.append(line)
+        if len(chunk) == _CHUNK:
+            yield from map(_decoded, parsed(chunk, first, where))
+            chunk = []
     yield from map(_decoded, parsed(chunk, first, where))
 
 
@@ -315,16 +305,17 @@ def iter_event_log_shapes(path: str | os.PathLike[str]) -> Iterator[dict[str, An
     what declares the log's keys and modes, read at about a sixth of a whole decode's cost (a
     replay's first pass). Each line skipped matched a decoded line's template whole, so it is a
     valid record of the same keys; every other line is decoded, a bad one raising as there."""
+    where = os.fspath(path)
     templates: list[re.Pattern[str]] = []
     last: re.Pattern[str] | None = None
-    for line, where in _complete_lines(path):
+    for n, line in _complete_lines(path):
         if last is not None and last.fullmatch(line):
             continue
         matched = next((t for t in templates if t.fullmatch(line)), None)
         if matched is not None:
             last = matched
             continue
-        record = decode_line(line, where)
+        record = decode_line(line, f"{where} line {n}")
         if record["record"] == "step" and "\\" not in line and len(templates) < _MAX_TEMPLATES:
             last = _template(line)
             templates.append(last)
