@@ -14,8 +14,10 @@ Per run key (so that ``runs_on="each"`` workers sharing a directory never collid
 - ``<stem>.run.json``: what the shipper has done, written atomically: the training and its
   MLflow run id (from the moment the run is created), how it ended, the last step of each mode
   MLflow holds, and the spool position up to which everything has shipped.
-- ``<stem>.model-<step>/``: an export staged to ship (hard links to the export's files where the
-  filesystem allows, else a copy: the export directory may delete it meanwhile), deleted once shipped.
+- ``<stem>.model-<step>-<id>/``: an export staged to ship (hard links to the export's files where
+  the filesystem allows, else a copy: the export directory may delete it meanwhile), deleted once
+  shipped. Each staging has a directory of its own, so a step exported again after a resume never
+  rewrites one the shipper may be uploading.
 - ``.<stem>.lock``: the lock (``hookbus.OutputLock``): two trainings on one directory at once
   fail before step 1, naming the holder.
 
@@ -48,6 +50,7 @@ __all__ = ["Cursor", "Opening", "Spool", "SpoolWriter"]
 SEGMENT_BYTES = 1 << 20  # a new segment past this: what has shipped can be deleted
 _STEM = re.compile(r"^[\w.\-]{1,64}$")
 _SEGMENT = re.compile(r"\.spool-(\d{6,})\.jsonl$")
+_STAGED = re.compile(r"\d+-[0-9a-f]{12}")  # a staged export's name after its prefix: step, id
 #: (segment number, byte offset): the next byte to read.
 Cursor = tuple[int, int]
 
@@ -190,13 +193,13 @@ class Spool:
                 path.unlink(missing_ok=True)
 
     def model_path(self, step: int) -> Path:
-        """Where the export of ``step`` is staged to ship."""
-        return self.directory / f"{self.stem}.model-{step}"
+        """A new directory to stage the export of ``step`` in, to ship."""
+        return self.directory / f"{self.stem}.model-{step}-{uuid.uuid4().hex[:12]}"
 
     def staged_models(self) -> list[Path]:
         """The exports staged to ship (``log_model=True``)."""
         prefix = f"{self.stem}.model-"
-        return [path for path in self.directory.glob(f"{prefix}*") if path.name[len(prefix) :].isdigit()]
+        return [p for p in self.directory.glob(f"{prefix}*") if _STAGED.fullmatch(p.name[len(prefix) :])]
 
     def remove_all(self) -> None:
         """Delete every segment (the run ended and everything shipped)."""
@@ -291,7 +294,6 @@ class SpoolWriter:
         """Stage the export at ``source`` (a file or a SavedModel directory) to ship as the artifact
         ``model``, and append its record; False where ``source`` is gone already."""
         staged = self.spool.model_path(step)
-        shutil.rmtree(staged, ignore_errors=True)
         try:
             if os.path.isdir(source):
                 shutil.copytree(source, staged, copy_function=_link_or_copy)

@@ -87,7 +87,7 @@ def test_an_export_made_while_the_server_is_away_ships_at_the_next_start_of_the_
         return bus
 
     train(0, 3)
-    (staged,) = (tmp_path / "tracker").glob("*.model-3")
+    (staged,) = (tmp_path / "tracker").glob("*.model-3-*")
     assert sorted(p.name for p in staged.iterdir()) == ["model.keras"]  # waits beside the spool
     assert (tmp_path / "export" / "3.keras").read_text() == "3"
     server.start()
