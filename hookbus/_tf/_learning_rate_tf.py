@@ -9,8 +9,9 @@
   each step trained with. The multiplier is kept out of checkpoints (a rate sink's state holds it).
 - :class:`OptimizerRate` (``EventBusCallback``, ``LoopPublisher(optimizer=...)``): a Keras
   optimizer's ``learning_rate``; with a ``LearningRateSchedule``, the schedule times a multiplier
-  (hookbus wraps the schedule for the optimizer's ``fit`` and puts it back at the end), instead of
-  Keras's ``TypeError`` on setting a scheduled rate.
+  (while training runs, the optimizer's reading of its rate is multiplied; its schedule stays the
+  user's object, so what Keras saves meanwhile names it), instead of Keras's ``TypeError`` on
+  setting a scheduled rate.
 - :class:`VariableRate` (``LoopPublisher(learning_rate=...)``): a ``tf.Variable`` the loop's
   optimizer reads.
 """
@@ -208,71 +209,68 @@ class VariableRate:
         raise ValueError("a learning-rate variable follows no schedule: set its rate")
 
 
-#: One wrapper per optimizer, so that a train function traced in an earlier ``fit`` keeps reading
-#: the same multiplier variable.
-_wrappers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+#: One multiplier per optimizer, so that a train function traced in an earlier ``fit`` keeps reading
+#: the same variable.
+_multipliers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
-
-def _scaled_schedule(schedule: Any, multiplier: Any) -> Any:
-    keras = require_keras("a scheduled learning rate")
-
-    class ScaledSchedule(keras.optimizers.schedules.LearningRateSchedule):  # type: ignore[misc, name-defined]
-        """The user's schedule times hookbus's multiplier (a variable the train function reads)."""
-
-        def __init__(self) -> None:
-            self.schedule, self.multiplier = schedule, multiplier
-
-        def __call__(self, step: Any) -> Any:
-            value = self.schedule(step)
-            return value * keras.ops.cast(self.multiplier, getattr(value, "dtype", "float32"))
-
-        def get_config(self) -> dict[str, Any]:
-            config: dict[str, Any] = self.schedule.get_config()
-            return config
-
-    return ScaledSchedule()
+#: The optimizer's method every read of its rate goes through (``learning_rate``, the update step,
+#: weight decay): hookbus overrides it on the optimizer itself while training runs.
+_CURRENT_RATE = "_get_current_learning_rate"
 
 
 class OptimizerRate:
     """A Keras optimizer's rate: its ``learning_rate`` variable, or its schedule times a multiplier.
 
     Call :meth:`install` as training begins (before the train function is traced) and
-    :meth:`uninstall` as it ends (the optimizer serialises with its own schedule again).
+    :meth:`uninstall` as it ends. On a schedule, the optimizer keeps the user's schedule object
+    throughout (what Keras serialises: a model saved during ``fit`` by any callback loads without
+    hookbus and names the user's schedule); only the optimizer's reading of its rate is multiplied
+    meanwhile, by an instance attribute that shadows the method and holds no hookbus object Keras
+    would serialise.
     """
 
     def __init__(self, optimizer: Any) -> None:
         keras = require_keras("a Keras optimizer's learning rate")
         self.optimizer = optimizer
         current = getattr(optimizer, "_learning_rate", None)
-        known: Any = _wrappers.get(optimizer)
-        if current is known and known is not None:
-            current = known.schedule
         self._schedule = current if isinstance(current, keras.optimizers.schedules.LearningRateSchedule) else None
         self.scheduled = self._schedule is not None
-        self._wrapper: Any = None
+        self._multiplier: Any = None  # the variable the train function reads, while installed
         self._before: tuple[int, float] | None = None  # (iterations, the rate that trained the last step) at a change
 
     def install(self) -> None:
         if self._schedule is None:
             return
         tf = require_tensorflow("a scheduled learning rate")
-        wrapper = _wrappers.get(self.optimizer)
-        if wrapper is None or wrapper.schedule is not self._schedule:
+        keras = require_keras("a scheduled learning rate")
+        optimizer, schedule = self.optimizer, self._schedule
+        multiplier = _multipliers.get(optimizer)
+        if multiplier is None:
             multiplier = tf.Variable(1.0, trainable=False, dtype=tf.float32, name="hookbus_lr_multiplier")
-            wrapper = _scaled_schedule(self._schedule, multiplier)
-            _wrappers[self.optimizer] = wrapper
-        wrapper.multiplier.assign(1.0)  # a new run: the plain schedule
-        self.optimizer._learning_rate = wrapper
-        self._wrapper = wrapper
+            _multipliers[optimizer] = multiplier
+        multiplier.assign(1.0)  # a new run: the plain schedule
+        iterations = optimizer.iterations
+
+        def scaled() -> Any:
+            value = schedule(iterations)
+            return value * keras.ops.cast(multiplier, getattr(value, "dtype", "float32"))
+
+        # Past Keras's (and TensorFlow's tracking) __setattr__: a plain function is no state to track.
+        object.__setattr__(optimizer, _CURRENT_RATE, scaled)
+        self._multiplier = multiplier
 
     def uninstall(self) -> None:
-        if self._wrapper is not None:
-            self._wrapper.multiplier.assign(1.0)  # a later fit without hookbus trains the plain schedule
-            self.optimizer._learning_rate = self._schedule
-            self._wrapper = None
+        if self._multiplier is not None:
+            self._multiplier.assign(1.0)  # a later fit without hookbus trains the plain schedule
+            if _CURRENT_RATE in vars(self.optimizer):
+                object.__delattr__(self.optimizer, _CURRENT_RATE)
+            self._multiplier = None
 
     def _value(self, iterations: int) -> float:
-        rate = self._wrapper(iterations) if self._wrapper is not None else self._schedule(iterations)  # type: ignore[misc]
+        assert self._schedule is not None
+        rate = self._schedule(iterations)
+        if self._multiplier is not None:
+            rate = rate * float(self._multiplier.numpy())
         return float(rate.numpy() if hasattr(rate, "numpy") else rate)
 
     def read(self) -> float:
@@ -304,7 +302,7 @@ class OptimizerRate:
         self.optimizer.learning_rate.assign(rate)
 
     def set_multiplier(self, multiplier: float) -> None:
-        if self._wrapper is None:
+        if self._multiplier is None:
             raise ValueError("this optimizer's learning rate follows no schedule (or training has not begun)")
         self._changing()
-        self._wrapper.multiplier.assign(multiplier)
+        self._multiplier.assign(multiplier)
