@@ -33,7 +33,7 @@ What it holds:
   :func:`is_real_dtype` (which values are numbers), :func:`step_of` and :func:`recover`
   (a checkpoint's step, and what a checkpoint directory keeps as a run starts), and the event
   log's line format :func:`event_log_line`, and how a run ended in one word, :func:`how_ended`
-  (:data:`ENDINGS`, a tracker's :data:`TRACKER_STATUS`);
+  (:data:`ENDINGS`, :data:`DEAD` for a run killed without a word, a tracker's :data:`TRACKER_STATUS`);
 - the learning rate (``SinkContext.learning_rate``): :class:`LearningRate` (read it, request a
   new one), :func:`require_learning_rate` (fails before step 1 naming what to pass where no
   publisher offers one), :data:`LEARNING_RATE_KEY`.
@@ -53,7 +53,7 @@ from hookbus._bus._keys import UnknownKeyError, did_you_mean
 from hookbus._checkpoints._store import CheckpointStore, FileCheckpointStore, recover, step_of
 from hookbus._contract._checkpoint_seam import Checkpoints
 from hookbus._contract._context import EpochProgress, PeerReport, SinkContext, require_learning_rate
-from hookbus._contract._ending import ENDINGS, TRACKER_STATUS, how_ended
+from hookbus._contract._ending import DEAD, ENDINGS, TRACKER_STATUS, how_ended
 from hookbus._contract._event_log import event_log_line
 from hookbus._contract._events import (
     CheckpointSaved,
@@ -89,6 +89,7 @@ from hookbus._writers._own_thread import OwnThreadWriter
 from hookbus._writers._writer import BackgroundWriter, WriterWarning
 
 __all__ = [
+    "DEAD",
     "DEFAULT_FLUSH_DEADLINE",
     "ENDINGS",
     "EPOCH_PREFIX",

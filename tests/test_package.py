@@ -243,6 +243,7 @@ def test_the_sink_authors_surface_is_pinned() -> None:
         "CheckpointSaved",
         "CheckpointStore",
         "Checkpoints",
+        "DEAD",
         "DEFAULT_FLUSH_DEADLINE",
         "ENDINGS",
         "EPOCH_PREFIX",

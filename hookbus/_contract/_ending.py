@@ -4,8 +4,11 @@
 stop decided by a subscriber or by the training thread's own code, the end of its input, or a
 stop another worker of the cluster decided. ``stopped``: preempted or interrupted, and resumable:
 a signal (SIGTERM, the first Ctrl-C), a ``KeyboardInterrupt``, a stop requested from another
-thread. ``crashed``: an exception. The dashboard's summary, the event log's ``close`` record,
-``hookbus watch`` (its exit status) and the tracker's run status all read it from here.
+thread. ``crashed``: an exception. A run that never said how it ended (SIGKILL, an OOM kill) is
+``presumed dead``: the watcher's word for a log that went silent, and the tracker's for a run
+whose process was gone when the next training started in its place. The dashboard's summary,
+the event log's ``close`` record, ``hookbus watch`` (its exit status) and the tracker's run status
+all read it from here.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from hookbus._contract._events import StopRequest
 
 __all__ = [
     "CRASHED",
+    "DEAD",
     "ENDINGS",
     "EXIT_STATUS",
     "FINISHED",
@@ -25,10 +29,12 @@ __all__ = [
 
 FINISHED, STOPPED, CRASHED = "finished", "stopped", "crashed"
 ENDINGS = (FINISHED, STOPPED, CRASHED)
+#: A run whose process died without saying how it ended (SIGKILL, an OOM kill).
+DEAD = "presumed dead"
 #: ``hookbus watch``'s exit status for a run that ended so.
 EXIT_STATUS = {FINISHED: 0, CRASHED: 1, STOPPED: 3}
 #: A tracker's (MLflow's) run status for a run that ended so.
-TRACKER_STATUS = {FINISHED: "FINISHED", STOPPED: "KILLED", CRASHED: "FAILED"}
+TRACKER_STATUS = {FINISHED: "FINISHED", STOPPED: "KILLED", CRASHED: "FAILED", DEAD: "KILLED"}
 
 
 def stopped_from_outside(source: str) -> bool:

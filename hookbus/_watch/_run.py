@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
-from hookbus._contract._ending import CRASHED, ENDINGS, FINISHED, STOPPED, how_ended
+from hookbus._contract._ending import CRASHED, DEAD, ENDINGS, FINISHED, STOPPED, how_ended
 from hookbus._contract._ending import EXIT_STATUS as ENDED_STATUS
 from hookbus._contract._events import StopRequest
 from hookbus._watch._kept import WINDOW, KeptRecords
@@ -50,7 +50,7 @@ __all__ = [
     "recorded_error",
 ]
 
-LIVE, STALE, DEAD = "live", "stale", "presumed dead"
+LIVE, STALE = "live", "stale"
 WAITING = "waiting"
 #: The exit status of ``hookbus watch`` (``--once``, or a run's end) for each state of the run:
 #: an ended run's from the one table (:data:`hookbus._contract._ending.EXIT_STATUS`), then the

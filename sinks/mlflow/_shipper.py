@@ -7,7 +7,7 @@ spool's ``open`` record names), ships points in ``log_batch`` calls at MLflow's 
 after each chunk records in the id file how far it got. A failed call is retried, after a pause
 that doubles from 0.5 s to at most 15 s; an unreachable server is reported as such (its URI
 redacted, the connection error) and the points wait in the spool, on disk: in this process until
-the close deadline, then until the next start of the same training (same directory).
+the close deadline, then until the next start in the same directory (to their own run).
 """
 
 from __future__ import annotations
@@ -196,6 +196,7 @@ class Shipper:
         if not entries:
             return False
         points = 0
+        last_ms: int | None = None  # the newest record's time in this chunk (a killed run's end, later)
         shipped_models: list[str] = []
         for entry, _ in entries:
             if self._quit:
@@ -217,9 +218,11 @@ class Shipper:
                     tags=opening.tags,
                     texts=opening.texts,
                 )
-                self.ended = None
+                self.ended, last_ms = None, opening.start_ms
             elif "point" in entry and self._in_run():
-                self.run.add(point_of(entry))
+                point = point_of(entry)
+                self.run.add(point)
+                last_ms = point.timestamp_ms
                 points += 1
             elif "model" in entry and self._in_run():
                 staged = str(entry["model"].get("path"))
@@ -233,12 +236,14 @@ class Shipper:
         self.run.ship()
         self.cursor = entries[-1][1]
         self.processed += points
+        latest = {} if last_ms is None else {"last_ms": last_ms}
         self.spool.write_record(
             cursor=list(self.cursor),
             training=self.run.training,
             run_id=self.run.run_id,
             shipped=dict(self.run.shipped),
             ended=self.ended,
+            **latest,
         )
         self.spool.remove_before(self.cursor[0])
         for staged in shipped_models:

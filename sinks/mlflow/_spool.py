@@ -13,7 +13,8 @@ Per run key (so that ``runs_on="each"`` workers sharing a directory never collid
   killed process's segment, where it is skipped), and starts a new one past 1 MiB.
 - ``<stem>.run.json``: what the shipper has done, written atomically: the training and its
   MLflow run id (from the moment the run is created), how it ended, the last step of each mode
-  MLflow holds, and the spool position up to which everything has shipped.
+  MLflow holds and the time of the last record shipped, and the spool position up to which
+  everything has shipped.
 - ``<stem>.model-<step>-<id>/``: an export staged to ship (hard links to the export's files where
   the filesystem allows, else a copy: the export directory may delete it meanwhile), deleted once
   shipped. Each staging has a directory of its own, so a step exported again after a resume never
@@ -22,8 +23,8 @@ Per run key (so that ``runs_on="each"`` workers sharing a directory never collid
   fail before step 1, naming the holder.
 
 Bounded on disk: a segment whose every record has shipped is deleted once a later one exists,
-and every segment once the run's end has shipped; the id file stays (a restart in the same
-directory continues its run).
+and every segment once the run's end has shipped; the id file stays (what the next start ships
+of a killed training goes to that training's run).
 """
 
 from __future__ import annotations
@@ -35,13 +36,14 @@ import os
 import re
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from hookbus.sink_api import OutputLock, write_atomically
+from hookbus.sink_api import DEAD, TRACKER_STATUS, OutputLock, write_atomically
 
 from ._run import MODES, Point, RunPlan
 
@@ -228,21 +230,29 @@ class SpoolWriter:
     def start(
         self, plan: RunPlan, state: Mapping[str, Any] | None, start_ms: int | None, continue_ended: bool
     ) -> Opening:
-        """At the first session: which run this training continues, from the restored state, the
-        id file and what the spool holds; its ``open`` record is written first."""
+        """At the first session: which run this training continues, from the restored state and
+        what the spool holds; its ``open`` record is written first.
+
+        A run is continued only by a training that restored it (a checkpoint whose state names it),
+        or with ``continue_ended``; a fresh start is a new run, whatever it shares with the
+        directory's last training. That training, where it never ended (a SIGKILL, an OOM kill),
+        gets its ``end`` first: what it spooled ships to its own run, which ends KILLED
+        (``hookbus.end``: presumed dead) at its last spooled point's time.
+        """
         record = self.spool.read_record()
         cursor = record.get("cursor")
         latest: str | None = record.get("training") if isinstance(record.get("training"), str) else None
         ended = bool(record.get("ended"))
         steps: dict[str, dict[str, int]] = {}  # training -> last step of each mode in the spool
         staged: set[str] = set()  # exports the spool's records still name
+        last_ms = record.get("last_ms") if isinstance(record.get("last_ms"), int) else None  # its last record's
         floors = record.get("shipped") if isinstance(record.get("shipped"), dict) else {}
         if latest is not None and isinstance(floors, dict):
             steps[latest] = {m: int(floors.get(m, -1)) for m in MODES}
         for entry, _ in self.spool.read(tuple(cursor) if isinstance(cursor, list) else None, limit=10**9):
             if "open" in entry:
                 opening = Opening.of(entry)
-                latest, ended = opening.training, False
+                latest, ended, last_ms = opening.training, False, opening.start_ms
                 if opening.new:
                     steps[latest] = dict.fromkeys(MODES, -1)
                 steps.setdefault(latest, dict.fromkeys(MODES, -1))
@@ -250,6 +260,7 @@ class SpoolWriter:
                 point = point_of(entry)
                 mine = steps.setdefault(latest, dict.fromkeys(MODES, -1))
                 mine[point.mode] = max(mine.get(point.mode, -1), point.step)
+                last_ms = point.timestamp_ms
                 self.backlog += 1
             elif "model" in entry:
                 staged.add(str(entry["model"].get("path")))
@@ -265,10 +276,13 @@ class SpoolWriter:
             who, new, by_run_key = training or latest or uuid.uuid4().hex, False, False
         elif continue_ended:
             who, new, by_run_key = latest or uuid.uuid4().hex, False, True
-        elif latest is not None and not ended:  # a kill before the first checkpoint: the same run
-            who, new, by_run_key = latest, False, False
-        else:
+        else:  # restores nothing: another training (a kill before the first checkpoint included)
             who, new, by_run_key = uuid.uuid4().hex, True, False
+        if latest is not None and not ended and who != latest:
+            final = max(steps.get(latest, {}).values(), default=-1)
+            tags = {"hookbus.end": DEAD, "hookbus.final_step": str(max(final, 0))}
+            when = last_ms if last_ms is not None else start_ms
+            self.end(TRACKER_STATUS[DEAD], tags, when if when is not None else int(time.time() * 1000))
         opening = Opening(who, new, run_id, start_ms, by_run_key, plan.run_name, plan.params, plan.tags, plan.texts)
         if not opening.new:
             self.spooled.update(steps.get(opening.training, {}))

@@ -80,7 +80,7 @@ class MLflowSink(Sink):
     say ``MLflowSink: http://host:5000 unreachable (ConnectionError: ...): 37 points wait in the
     spool``, and what the spool holds ships when the server answers: later in the run, at the
     close (within ``close_deadline``; a server still away gets one more try, not the whole
-    deadline), or at the next start of the same training (same ``directory``), the run's end
+    deadline), or at the next start in the same ``directory`` (to their own run), the run's end
     included. The spool is bounded on disk: its segments (1 MiB)
     are deleted once shipped, all of them once the run's end has shipped.
 
@@ -91,12 +91,15 @@ class MLflowSink(Sink):
     first values (the same values when training is deterministic; CSV files keep the re-run's).
     One point per mode and step: evaluating a step twice ships the first.
 
-    The run: continued only by the training that made it. Which run, in order: the restored
-    checkpoint's; else the one named in ``directory``'s id file (written the moment the run is
-    created, before any checkpoint), when the training there did not end (a kill before the
-    first checkpoint gives one run); else a new run. Another training with the same experiment
-    and ``run_name`` but its own directory gets a run of its own; two trainings on one directory
-    at once fail before step 1 naming the holder. A continued run is RUNNING again; a param
+    The run: continued only by a training that restores it, from a checkpoint whose state names
+    it (the sink's state goes through the checkpoint barrier); a fresh start is a new run,
+    whatever it shares with earlier trainings (the directory, the experiment, ``run_name``): a
+    training killed before its first checkpoint and started again restores nothing, so it is a
+    new run too. The run's id is kept in ``directory``'s id file the moment the run is created
+    (before any checkpoint), so what a killed training left in the spool ships to its own run at
+    the next start in that directory, and that run ends KILLED (tag ``hookbus.end``: ``presumed
+    dead``). Two trainings on one directory and run key at once fail before step 1 naming the
+    holder. A continued run is RUNNING again; a param
     whose value changed keeps its first value (MLflow refuses a change) and the change is tagged
     ``hookbus.param_changed.<name>``. At close the run's status says how it ended, in the one
     word of :func:`hookbus.sink_api.how_ended` (tag ``hookbus.end``): finished → FINISHED,
@@ -142,8 +145,8 @@ class MLflowSink(Sink):
             given; schedule arguments replace the default as a whole).
         keys: Keys to log (default ``None``: every scalar key).
         directory: The sink's own files: its spool, its run's id, and the default SQLite store
-            (default ``"mlruns"``). A training restarted with the same directory continues its
-            run; give each training its own.
+            (default ``"mlruns"``). Trainings may share it (one at a time per run key): a run is
+            continued only by a training that restores it from a checkpoint.
         run_key: The run's identity within ``directory`` (default: a digest of ``experiment``,
             ``run_name`` and the worker under ``runs_on="each"``): its files are named by it, so
             workers sharing a directory keep theirs apart. Characters ``[\\w.\\-:/]``, at most 250.
@@ -507,7 +510,8 @@ class MLflowSink(Sink):
 
     def close(self) -> None:
         """End the run (its status in the spool), then ship the spool within ``close_deadline``;
-        what could not ship waits in the spool for the next start of this training; idempotent."""
+        what could not ship waits in the spool for the next start in the same directory, which ships
+        it to this run; idempotent."""
         shipper, spool, lock = self._shipper, self._spool, self._lock
         if self.log_model and lock is not None and self._opened and not self._exported:
             logger.warning(
@@ -544,8 +548,8 @@ class MLflowSink(Sink):
         waiting = self._waiting()
         problem = f" {'unreachable' if shipper.unreachable else 'refused a request'} ({shipper.problem})"
         logger.warning(
-            "%s: %s%s; %d point%s and the run's end wait in the spool in %s: they ship at the next start of "
-            "this training (same directory)",
+            "%s: %s%s; %d point%s and the run's end wait in the spool in %s: they ship to this run at the next start "
+            "in the same directory",
             self.name,
             self._redactor.shown,
             problem if shipper.problem is not None else " did not take them within the close deadline",

@@ -5,9 +5,11 @@ stop-at-step: ``_train_child.py``) and is, in turn: killed before its first chec
 by SIGTERM, killed at a step after a checkpoint, killed inside a checkpoint's barrier (after the
 sinks' states are written, before the model is saved) and killed at a random moment; each time
 a new child restarts from the directory, and the last one finishes. Then, read back through
-``MlflowClient``: one MLflow run (the kill before any checkpoint left no orphan beside it), each
-step once in every metric's history with the CSV's value, and the status each end gives: RUNNING
-after a kill, KILLED after SIGTERM, FINISHED at the end. A resumed run is RUNNING again once the
+``MlflowClient``: the child killed before any checkpoint has a run of its own (the next child
+restores nothing: a new training, so a new run), which the next start ends KILLED, presumed dead,
+with its own points; every later child continues one run (each restores the checkpoint naming
+it), each step once in every metric's history with the CSV's value, and the status each end gives:
+RUNNING after a kill, KILLED after SIGTERM, FINISHED at the end. A resumed run is RUNNING again once the
 resumed process's start has shipped; a child killed a few steps after its start may die before its
 shipper told the server (training never waits for it), and the server then still says what it last
 heard (KILLED) until the next start ships that record.
@@ -52,6 +54,7 @@ def test_each_step_is_in_mlflow_once_with_the_csvs_values_and_the_status_of_each
     if LONG:  # more kills at random moments, each restarting from wherever the last one left it
         kills += [f"timer:{rng.randrange(50, 600)}" for _ in range(12)]
     seen: list[dict[str, Any]] = []
+    first: str | None = None  # the run of the child killed before any checkpoint
     for gen, kill in enumerate(kills):
         began = time.monotonic()
         if kill == "sigterm":
@@ -61,8 +64,9 @@ def test_each_step_is_in_mlflow_once_with_the_csvs_values_and_the_status_of_each
             result = run_child(tmp_path, LAST, gen, kill)
             if not kill.startswith("timer") or result.returncode != 0:  # a late timer may find the run done
                 assert result.returncode == -signal.SIGKILL, (kill, result.stderr[-3000:])
-        runs = _runs(client)
-        assert len(runs) == 1, (kill, [(r.info.run_id, r.info.status) for r in runs])  # never a second run
+        runs = [r for r in _runs(client) if r.info.run_id != first]
+        assert len(runs) == 1, (kill, [(r.info.run_id, r.info.status) for r in runs])  # never another run
+        first = first or runs[0].info.run_id
         seen.append(
             {
                 "kill": kill,
@@ -76,11 +80,17 @@ def test_each_step_is_in_mlflow_once_with_the_csvs_values_and_the_status_of_each
     final = run_child(tmp_path, LAST, len(kills))
     assert final.returncode == 0, final.stderr[-3000:]
 
-    (run,) = _runs(client)
+    killed, run = sorted(_runs(client), key=lambda r: r.info.run_id != first)
     context = [{k: v for k, v in s.items() if k != "tags"} for s in seen]
-    assert {s["run_id"] for s in seen} == {run.info.run_id}, context  # one MLflow run, from the first kill on
+    assert killed.info.run_id == first, context
+    assert {s["run_id"] for s in seen[1:]} == {run.info.run_id}, context  # one MLflow run from the SIGTERM's child on
     assert seen[0]["checkpoint"] is None, context  # killed before any checkpoint
     assert seen[0]["status"] == "RUNNING", context
+    # Its run keeps its own points, ended by the next start: no RUNNING orphan.
+    assert (killed.info.status, killed.data.tags["hookbus.end"]) == ("KILLED", "presumed dead")
+    killed_steps = [step for step, _, _ in metric_history(client, killed.info.run_id, "loss")]
+    assert killed_steps == list(range(1, len(killed_steps) + 1)), context
+    assert len(killed_steps) >= 10, context
     assert seen[1]["status"] == "KILLED", context  # SIGTERM: a graceful stop by signal
     assert seen[1]["tags"].get("hookbus.stop_reason") == "received SIGTERM", context
     # Resumed after KILLED, then killed: RUNNING once the resume's start shipped (see the docstring).

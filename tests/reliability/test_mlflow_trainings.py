@@ -1,12 +1,16 @@
-"""A tracker run is continued only by the training that made it (issue 36 item 1), with real
-processes, SIGKILL and a real ``mlflow server``.
+"""A tracker run is continued only by a training that restores it (issue 36 item 1, issue 45 item 2),
+with real processes, SIGKILL and a real ``mlflow server``.
 
-Training A (``run_name="cnn"``, lr 0.05, directory ``a/``) is SIGKILLed at step 43, before its
-first checkpoint (at 50). Training B (same server, experiment and ``run_name``, lr 0.001, a fresh
-directory ``b/``, nothing restored) gets a run of its own, with only its points and its ``lr``
-(before, B "continued" A's RUNNING run: one run holding both trainings' points and A's ``lr``).
-Then A restarts in ``a/`` (nothing restored: the kill came before any checkpoint) and continues
-its own run, which its id file names: one run for A, each step once, FINISHED.
+Two scripts run one after the other from one project folder, ``MLflowSink(experiment="day2",
+run_name="cnn")`` with the default ``directory`` (``mlruns`` in that folder) in both. Training A
+(lr 0.05, outputs in ``a/``) is SIGKILLed at step 43, before its first checkpoint (at 50).
+Training B (lr 0.001, outputs in ``b/``, nothing restored) gets a run of its own, with only its
+points and its ``lr``; A's run keeps only its own points, shipped by B's start where the kill left
+them in the spool, and ends KILLED. (Before issue 36, B continued A's RUNNING run; before issue
+45, with the shared default directory it still did: one run with A's params and steps 1-43
+twice.) Then training C (outputs in ``c/``) is SIGKILLed at step 55, after its checkpoint at 50,
+and started again with the same command: it restores that checkpoint, whose state names its run,
+and continues it: one run for C, each step once, FINISHED.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from _mlflow_server import MlflowServer, metric_history
 
 pytestmark = [pytest.mark.reliability, pytest.mark.subprocess]
 
-EXPERIMENT = "two-trainings"
+EXPERIMENT = "day2"
 LAST = 60
 KILL_AT = 43
 
@@ -38,23 +42,27 @@ CHILD = textwrap.dedent(
     from hookbus.sinks import CheckpointSink, MLflowSink, StopAtStepSink
 
     uri, directory, lr, kill_at = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+    # The sink's files go to its default directory, ./mlruns of the project folder every script shares.
     with tf.Graph().as_default():
         model = build_linear_regression()
         bus = hookbus.EventBus()
         ckpt = os.path.join(directory, "ckpt")
         bus.attach(CheckpointSink(ckpt, every_n_steps=50, every_n_secs=None))
-        bus.attach(MLflowSink(uri, experiment="two-trainings", run_name="cnn", hparams={"lr": lr},
-                              directory=os.path.join(directory, "mlflow"), every_n_steps=1, flush_secs=0.05))
+        bus.attach(MLflowSink(uri, experiment="day2", run_name="cnn", hparams={"lr": lr}, every_n_steps=1,
+                              flush_secs=0.05))
         bus.attach(StopAtStepSink(last_step=LAST_STEP))
+
+        def run_id():
+            found = glob.glob(os.path.join("mlruns", "mlflow-*.run.json"))
+            return json.load(open(found[0])).get("run_id") if found else None
+
+        earlier = run_id()  # an earlier script's run
 
         def die(event):
             if not kill_at or event.step < kill_at:
                 return
             until = time.monotonic() + 60  # once its run exists (the id file names it): no step meanwhile
-            while time.monotonic() < until:
-                found = glob.glob(os.path.join(directory, "mlflow", "mlflow-*.run.json"))
-                if found and json.load(open(found[0])).get("run_id"):
-                    break
+            while time.monotonic() < until and run_id() in (None, earlier):
                 time.sleep(0.01)
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -67,10 +75,13 @@ CHILD = textwrap.dedent(
 ).replace("LAST_STEP", str(LAST))
 
 
-def _train(server: MlflowServer, directory: Path, lr: float, kill_at: int = 0) -> subprocess.CompletedProcess[str]:
+def _train(
+    server: MlflowServer, project: Path, outputs: str, lr: float, kill_at: int = 0
+) -> subprocess.CompletedProcess[str]:
+    """A training script run from ``project`` with its outputs (checkpoints) in ``project/outputs``."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    argv = [sys.executable, "-c", CHILD, server.uri, str(directory), str(lr), str(kill_at)]
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=240)
+    argv = [sys.executable, "-c", CHILD, server.uri, outputs, str(lr), str(kill_at)]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=240, cwd=project)
 
 
 def _runs(client: Any) -> dict[str, Any]:
@@ -80,39 +91,52 @@ def _runs(client: Any) -> dict[str, Any]:
     return {r.info.run_id: r for r in client.search_runs([experiment.experiment_id])}
 
 
-@pytest.mark.timeout(600)
-def test_another_training_gets_its_own_run_and_a_restart_in_its_directory_continues_its_own(
+def _steps(client: Any, run: Any) -> list[int]:
+    return [s for s, _, _ in metric_history(client, run.info.run_id, "loss")]
+
+
+@pytest.mark.timeout(900)
+def test_scripts_from_one_folder_get_a_run_each_and_only_a_restoring_restart_continues_one(
     tmp_path: Path, mlflow_server: MlflowServer
 ) -> None:
     client = mlflow_server.client()
-    killed = _train(mlflow_server, tmp_path / "a", 0.05, kill_at=KILL_AT)
+    project = tmp_path / "project"
+    project.mkdir()
+    killed = _train(mlflow_server, project, "a", 0.05, kill_at=KILL_AT)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    assert not (tmp_path / "a" / "ckpt" / "checkpoint").exists()  # killed before its first checkpoint
+    assert not (project / "a" / "ckpt" / "checkpoint").exists()  # killed before its first checkpoint
+    (record_file,) = (project / "mlruns").glob("mlflow-*.run.json")  # the default directory, shared
+    a_run_id = json.loads(record_file.read_text())["run_id"]  # A's id file, written as its run was created
+    assert _runs(client)[a_run_id].info.status == "RUNNING"  # killed: its end never came
 
-    other = _train(mlflow_server, tmp_path / "b", 0.001)
+    other = _train(mlflow_server, project, "b", 0.001)
     assert other.returncode == 0, other.stderr[-3000:]
     runs = _runs(client)
     assert len(runs) == 2, {i: r.data.params for i, r in runs.items()}  # two runs
-    (record_file,) = (tmp_path / "a" / "mlflow").glob("mlflow-*.run.json")
-    a_run_id = json.loads(record_file.read_text())["run_id"]  # A's id file, written as its run was created
     a = runs.pop(a_run_id)
     (b,) = runs.values()
-    assert a.info.status == "RUNNING"  # killed: its end never came
-    # Killed as soon as its run existed: its params may not have shipped yet, and never are B's.
-    assert a.data.params in ({}, {"lr": "0.05"}), a.data.params
     assert b.info.status == "FINISHED"
     assert b.data.params == {"lr": "0.001"}
-    assert [s for s, _, _ in metric_history(client, b.info.run_id, "loss")] == list(range(1, LAST + 1))
-    a_steps = [s for s, _, _ in metric_history(client, a.info.run_id, "loss")]
-    assert a_steps == list(range(1, len(a_steps) + 1))  # only A's own points, what shipped before the kill
-    assert len(a_steps) <= KILL_AT
+    assert _steps(client, b) == list(range(1, LAST + 1))
+    # A's run: its own params and points (what its spool held, shipped by B's start), ended KILLED.
+    assert (a.info.status, a.data.tags["hookbus.end"]) == ("KILLED", "presumed dead")
+    assert a.data.params == {"lr": "0.05"}
+    a_steps = _steps(client, a)
+    assert a_steps == list(range(1, len(a_steps) + 1))
+    assert 0 < len(a_steps) <= KILL_AT
 
-    again = _train(mlflow_server, tmp_path / "a", 0.05)
+    # C is killed after its first checkpoint; the same command restores it and continues its run.
+    killed = _train(mlflow_server, project, "c", 0.02, kill_at=55)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert (project / "c" / "ckpt" / "checkpoint").exists()
+    (c_run_id,) = set(_runs(client)) - {a_run_id, b.info.run_id}
+    again = _train(mlflow_server, project, "c", 0.02)
     assert again.returncode == 0, again.stderr[-3000:]
     runs = _runs(client)
-    assert sorted(runs) == sorted([a_run_id, b.info.run_id])  # still two: A's restart continued A's run
-    a = runs[a_run_id]
-    assert a.info.status == "FINISHED"
-    assert a.data.params == {"lr": "0.05"}
-    assert [s for s, _, _ in metric_history(client, a.info.run_id, "loss")] == list(range(1, LAST + 1))
-    assert [s for s, _, _ in metric_history(client, b.info.run_id, "loss")] == list(range(1, LAST + 1))
+    assert sorted(runs) == sorted([a_run_id, b.info.run_id, c_run_id])  # the restart continued C's run
+    c = runs[c_run_id]
+    assert c.info.status == "FINISHED"
+    assert c.data.params == {"lr": "0.02"}
+    assert _steps(client, c) == list(range(1, LAST + 1))  # each step once
+    assert _steps(client, runs[b.info.run_id]) == list(range(1, LAST + 1))
+    assert runs[a_run_id].info.status == "KILLED"

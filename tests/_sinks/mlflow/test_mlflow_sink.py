@@ -287,11 +287,14 @@ def test_a_failing_store_is_reported_and_training_goes_on_its_points_kept_in_the
 
 
 @pytest.mark.parametrize("shipped", [True, False], ids=["after-shipping", "points-only-in-the-spool"])
-def test_a_kill_before_the_first_checkpoint_continues_the_same_run(mlflow_store: Path, shipped: bool) -> None:
-    """SIGKILL at step 15, before any checkpoint: the restart in the same directory (at step 0,
-    nothing restored) continues the run its id file names: no orphan, each step once, the first
-    value of a changed param kept and the change tagged. Killed before the shipper shipped (the
-    points only in the spool, flushed), they ship at the restart."""
+def test_a_start_after_a_kill_before_the_first_checkpoint_is_a_new_run_and_ends_the_killed_one(
+    mlflow_store: Path, shipped: bool
+) -> None:
+    """SIGKILL at step 15, before any checkpoint: the next start in the same directory (at step 0,
+    nothing restored) is a new training, so a new run with only its own points and params (issue
+    45 item 2; it used to continue the killed run, splicing two trainings). The killed run keeps
+    its own points 1-15, shipped at the next start where the kill left them only in the spool,
+    and ends KILLED, presumed dead: no RUNNING orphan."""
     wait = "sink.run is not None and sink.run.shipped['train'] >= 15" if shipped else "True"
     script = textwrap.dedent(f"""
         import os, signal, time
@@ -324,13 +327,20 @@ def test_a_kill_before_the_first_checkpoint_continues_the_same_run(mlflow_store:
     bus = bus_with(MLflowSink(directory=mlflow_store, run_name="job", hparams={"lr": 0.2}, every_n_steps=1))
     with bus:
         ScriptedPublisher(bus, ["loss"]).run([{"loss": -1.0}] * 30)
-    (run,) = runs(mlflow_store)
+    by_lr = {r.data.params["lr"]: r for r in runs(mlflow_store)}
+    assert sorted(by_lr) == ["0.1", "0.2"]  # two runs, each with its own training's params
+    killed_run, run = by_lr["0.1"], by_lr["0.2"]
+    assert (killed_run.info.status, killed_run.data.tags["hookbus.end"]) == ("KILLED", "presumed dead")
+    assert killed_run.data.tags["hookbus.final_step"] == "15"
+    assert killed_run.data.tags["hookbus.training"] != run.data.tags["hookbus.training"]
+    killed_loss = history(mlflow_store, killed_run, "loss")
+    assert [(s, v) for s, v, _ in killed_loss] == [(s, float(s)) for s in range(1, 16)]
+    assert killed_run.info.end_time == killed_loss[-1][2]  # its last point's time, not the restart's
     assert run.info.status == "FINISHED"
     loss = history(mlflow_store, run, "loss")
-    assert [s for s, _, _ in loss] == list(range(1, 31))
-    assert [v for _, v, _ in loss] == [float(s) for s in range(1, 16)] + [-1.0] * 15
-    assert json.loads(run.data.tags["hookbus.param_changed.lr"]) == {"first": "0.1", "now": "0.2"}
-    assert run.data.params == {"lr": "0.1"}
+    assert [(s, v) for s, v, _ in loss] == [(s, -1.0) for s in range(1, 31)]
+    assert run.data.params == {"lr": "0.2"}
+    assert not any(tag.startswith("hookbus.param_changed") for tag in run.data.tags)
     assert run.data.tags["hookbus.pid"] == str(os.getpid())
     record = json.loads(next(mlflow_store.glob("mlflow-*.run.json")).read_text())
     assert record["run_id"] == run.info.run_id
