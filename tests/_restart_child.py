@@ -8,7 +8,11 @@ the rate (a variable on the parameter server), CSV, an event log and MLflow; eve
 own CSV (``runs_on="each"``). The chief prints one ``SESSION {...}`` line per session (the step it
 read, whether it restored, the stateful sinks' states as loaded); a worker that ends prints
 ``REPORT {...}``. While ``out/hold-save`` exists, the chief's barrier (inside a save: before the
-states and the pointer are written) touches ``out/saving`` and waits.
+states and the pointer are written) touches ``out/saving`` and waits. A restarted chief's session
+begins slowly: a hook before hookbus's sleeps ``MARK_DELAY`` seconds between TensorFlow's restore
+and hookbus's restore mark, while the workers already read the restored step. Each worker writes
+what it published to its CSV's schedule, and its resume points, to ``out/published-<index>.jsonl``
+(``{"pid", "wall", "step", "resume"}``): the rows its files must keep.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+MARK_DELAY = 2.0
 
 from _ps_task import ps_task, training_session, wait_for_chief  # noqa: E402 - after the path
 
@@ -73,12 +79,28 @@ def main(config: dict[str, Any]) -> None:
         line.update(early=early.state_dict(), plateau=plateau.state_dict())
         print("SESSION " + json.dumps(line), flush=True)
 
+    published = (out / f"published-{index}.jsonl").open("a", buffering=1)
+
+    def note(event: Any, resume: bool) -> None:
+        line = {"pid": os.getpid(), "wall": time.time(), "step": event.step, "resume": resume}
+        published.write(json.dumps(line) + "\n")
+
+    bus.on("after_run", lambda event: note(event, False), every_n_steps=10, runs_on="all")  # each.csv's
+    bus.on("session_created", lambda event: note(event, True), runs_on="all")
+
+    class SlowRestoredSession(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc,name-defined]
+        """Between TensorFlow's restore and hookbus's mark, as other hooks' work before it can be."""
+
+        def after_create_session(self, session: Any, coord: Any) -> None:
+            if index == 0 and int(session.run(task.global_step)) > 0:
+                time.sleep(MARK_DELAY)
+
     hook = hookbus.EventBusHook(bus, {"loss": task.loss, "flat": flat}, train_op=task.train_op, learning_rate=task.rate)
     wait_for_chief(out, index)
     local = 0
     with (
         bus,
-        training_session(task, [hook], str(out / "ckpt") if index == 0 else None) as sess,
+        training_session(task, [SlowRestoredSession(), hook], str(out / "ckpt") if index == 0 else None) as sess,
     ):
         if index == 0:
             (out / "chief-ready").touch()

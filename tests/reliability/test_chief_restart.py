@@ -5,6 +5,12 @@ One real local cluster (a parameter server, the chief and one worker, each its o
 states and the pointer are written), and started again each time. The worker never stops, so by the
 time the restarted chief reads the global step, the worker has moved it on from the checkpoint
 TensorFlow restored; and the restore moves the step back under the worker.
+
+A restarted chief's session begins slowly (``_restart_child.py``: 2 s between TensorFlow's restore
+and hookbus's restore mark), so the worker reads its step going back well before the mark. Every
+row the worker published after that restore's resume point stays in its file, once (issue 45 item
+3: the worker used to publish a resume point for its own step read, then another at the mark's
+step, which cut the rows it had published on the restored timeline in between).
 """
 
 from __future__ import annotations
@@ -95,6 +101,16 @@ def _own_file(out: Path) -> Path:
     return own
 
 
+def _published(out: Path, pid: int, since: float) -> tuple[int, list[int]]:
+    """Worker 1's life ``pid`` after the wall time ``since``: its resume points, and the steps it
+    published to its CSV's schedule after the first of them."""
+    lines = [json.loads(line) for line in (out / "published-1.jsonl").read_text().splitlines()]
+    mine = [line for line in lines if line["pid"] == pid and line["wall"] >= since]
+    first = next(i for i, line in enumerate(mine) if line["resume"])
+    resumes = sum(1 for line in mine if line["resume"])
+    return resumes, [line["step"] for line in mine[first:] if not line["resume"]]
+
+
 def _rows(path: Path) -> list[tuple[int, float]]:
     with path.open(newline="") as file:
         return [(int(row["step"]), float(row["wall_time"])) for row in csv.DictReader(file)]
@@ -174,6 +190,7 @@ def test_a_restarted_chief_loads_the_restored_checkpoints_states_and_the_worker_
 
     _wait("the worker on the restored timeline", on_the_restored_timeline, procs, out)
     rows_before = len(_rows(_own_file(out)))
+    first_life = procs["worker"].pid
     _kill(procs.pop("worker"))
     time.sleep(0.5)
     procs["worker"] = _start(task("worker", 1), "worker1-2")
@@ -221,5 +238,11 @@ def test_a_restarted_chief_loads_the_restored_checkpoints_states_and_the_worker_
     assert steps == sorted(set(steps))
     stale = [(s, t) for s, t in rows if s > last_restore and t < last_began]
     assert not stale, f"rows of the timeline the restore at step {last_restore} undid: {stale[:5]}"
+    # What the worker published on the restored timeline, after the restore's resume point, stays.
+    resumes, published = _published(out, first_life, last_began)
+    assert published
+    cut = sorted(set(published) - set(steps))
+    assert not cut, f"rows worker 1 published after the resume point of the restore at {last_restore}, cut: {cut}"
+    assert resumes == 1, f"worker 1 resumed {resumes} times for the one restore at {last_restore}"
     assert steps[-1] >= LAST_STEP - 60, steps[-10:]
     print("restores (checkpoint step, step read, +moved):", [(c, s, s - c) for c, s, _ in restores])

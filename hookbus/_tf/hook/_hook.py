@@ -175,6 +175,7 @@ class EventBusHook:
         )
         self._estimate = StepEstimate(steps_per_run)
         self._exact = False  # whether the last training run read the step
+        self._resumed_at: int | None = None  # a restore mark's step read before the step went back
         self._session: Any = None
         self._step_args: Any = None  # a read of the step alone: learns the increment per run
         self._train_op_arg = train_op
@@ -288,6 +289,10 @@ class EventBusHook:
     def after_create_session(self, session: Any, coord: Any) -> None:
         self._estimate.start(int(session.run(self._global_step)) if self._global_step is not None else 0)
         self._session = session
+        shared = self._shared_stop
+        if shared is not None and shared.task.is_chief and self._step > 0:
+            # First: the workers, which see their step go back now, wait for this mark to cut their files.
+            shared.mark_restore(session, self._restored_step())
         self._evals.start()
         # A stop requested before an evaluation began (the training's) must not cut it short.
         self._stop_before_eval = self._core.mode == "eval" and self.bus.should_stop
@@ -296,11 +301,8 @@ class EventBusHook:
         if self._rate is not None:
             self._rate.attach_session(session)
         self._core.session_created(self._step)
-        if self._shared_stop is not None:
-            restored = self._restored_step() if self._shared_stop.task.is_chief and self._step > 0 else None
-            self._shared_stop.session_created(
-                session, self._core.stops, first=self._core.sessions == 1, restored_step=restored
-            )
+        if shared is not None:
+            shared.session_created(session, self._core.stops, first=self._core.sessions == 1)
         if self._gate is not None and self._shared_stop is not None:
             shared, stops = self._shared_stop, self._core.stops
             step = self._gate.wait_in(
@@ -402,12 +404,11 @@ class EventBusHook:
 
     def _after_training_run(self, run_context: Any, results: Any) -> None:
         stop = self._shared_stop
+        restored = None  # the checkpoint step of a restore the chief marked, read with this run
         if stop is not None:
             stop.local_step += 1
             self._core.count_local_step(stop.local_step)
             restored = stop.restore_seen(results["stop"]) if results and "stop" in results else None
-            if restored is not None:  # the chief restored a checkpoint under this worker's timeline
-                self._core.rewound(restored)
         plan = self._planned
         estimate = self._estimate
         if plan is not None:
@@ -415,7 +416,9 @@ class EventBusHook:
             exact = self._exact = self._step_after is not None
             estimate.ran(step if exact else None)
             if exact and estimate.went_back:
-                self._core.rewound(step - 1)  # this run's step is the restored timeline's first
+                self._rewind(restored, step - 1)  # this run's step is the restored timeline's first
+            else:
+                self._marked(restored, exact)
             if self._profiling.marking:
                 self._profiling.step_ended(step)
             try:
@@ -430,7 +433,9 @@ class EventBusHook:
             step = estimate.ran(int(results["step"]) if exact else None)
             if self._profiling.marking:
                 self._profiling.step_ended(step)
-            self._advance(step, exact)
+            if not (exact and estimate.went_back):
+                self._marked(restored, exact)
+            self._advance(step, exact, restored)
         if stop is not None and results and "stop" in results:  # a read of the step alone has no flag
             stop.observe(results["stop"], self._core.stops)
 
@@ -441,12 +446,39 @@ class EventBusHook:
         self._advance(step, True)
         return step
 
-    def _advance(self, step: int, exact: bool) -> None:
-        """The bus's step follows ``step``; one read ``exact`` below the read before it is a rewind."""
+    def _advance(self, step: int, exact: bool, restored: int | None = None) -> None:
+        """The bus's step follows ``step``; one read ``exact`` below the read before it is a rewind
+        (``restored``: the checkpoint step of a restore mark read with it)."""
         if exact and self._estimate.went_back:
-            self._core.rewound(step)
+            self._rewind(restored, step)
         else:
             self._core.advance(step)
+
+    def _marked(self, restored: int | None, exact: bool) -> None:
+        """A run whose step read did not go back read ``restored``, a restore mark's checkpoint step
+        (``None``: no new mark): the resume point, where the chief restored under this worker's
+        timeline. Read by a run that read no step (``exact`` false), the step's going back under that
+        restore may still come, and is then not a second resume point."""
+        if restored is not None:
+            self._core.rewound(restored)
+        if exact or restored is not None:
+            self._resumed_at = None if exact else restored
+
+    def _rewind(self, restored: int | None, step: int) -> None:
+        """The step read went back under this worker (``step``: the restored timeline's last step
+        before this run): a chief restored a checkpoint. One resume point for the restore, at the
+        checkpoint's step its mark names (``restored``, read with this run, else waited for: the
+        chief writes it as its session begins), so that no row this worker publishes on the
+        restored timeline is cut by a later mark; without a mark in time, ``step``."""
+        if restored is None and self._resumed_at is not None:
+            self._resumed_at = None  # the mark came first, and its resume point stands
+            self._core.advance(step)
+            return
+        self._resumed_at = None
+        stop, session = self._shared_stop, self._session
+        if restored is None and stop is not None and session is not None:
+            restored = stop.await_restore(session, self._core.stops)
+        self._core.rewound(min(restored, step) if restored is not None else step)
 
     def end(self, session: Any) -> None:
         if self._core.mode == "eval":

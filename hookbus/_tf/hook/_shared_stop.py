@@ -11,6 +11,7 @@ it reads never went below its previous read (the restarted chief trained past it
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,11 @@ if TYPE_CHECKING:
 __all__ = ["SharedStop"]
 
 _SEP = "\x1f"  # between the flag and the restore mark in one read (no reason holds it)
+#: How long a worker whose step went back waits for the chief's restore mark (the chief writes it as
+#: its restored session begins: milliseconds after the restore; a chief killed before writing it
+#: costs this wait once).
+MARK_WAIT_SECS = 30.0
+_MARK_POLL_SECS = 0.005
 
 
 class SharedStop:
@@ -89,9 +95,15 @@ class SharedStop:
                 "mark": mark.assign(mark_value, read_value=False),
             }
 
-    def session_created(self, session: Any, stops: Stops, *, first: bool, restored_step: int | None = None) -> None:
+    def mark_restore(self, session: Any, restored_step: int) -> None:
+        """The chief's session restored the checkpoint of ``restored_step``: mark it for the workers,
+        first thing in the session (a worker that sees its step go back waits for the mark)."""
+        mark = f"{uuid.uuid4().hex}:{restored_step}"
+        session.run(self._ops["mark"], feed_dict={self._ops["mark_value"]: mark})
+
+    def session_created(self, session: Any, stops: Stops, *, first: bool) -> None:
         """Clear (chief, first session of a run) or initialise the flag, then honour it; the chief
-        marks a session that restored the checkpoint of ``restored_step``. The mark read now is
+        initialises the mark where no restore wrote one (:meth:`mark_restore`). The mark read now is
         this task's own starting point: only a later one is a restore under it."""
         self._announced = False
         if first:
@@ -101,10 +113,7 @@ class SharedStop:
                 session.run(self._ops["clear"])  # a persistent PS may hold an earlier run's stop
             elif not session.run(self._ops["ready"]):
                 session.run(self._ops["init"])
-            if restored_step is not None:
-                mark = f"{uuid.uuid4().hex}:{restored_step}"
-                session.run(self._ops["mark"], feed_dict={self._ops["mark_value"]: mark})
-            elif not session.run(self._ops["marked"]):
+            if not session.run(self._ops["marked"]):
                 session.run(self._ops["mark_init"])
         value = session.run(self.read)
         self._mark = None
@@ -121,6 +130,20 @@ class SharedStop:
             return None
         step = mark.rpartition(":")[2]
         return int(step) if step.isdigit() else None
+
+    def await_restore(self, session: Any, stops: Stops, wait_secs: float = MARK_WAIT_SECS) -> int | None:
+        """The step went back under this worker: a chief is restoring. The checkpoint step its restore
+        mark names, read until it comes (at most ``wait_secs``; a stop read meanwhile ends the wait), or
+        ``None``. A worker cuts its files at that step once, so a row it publishes on the restored
+        timeline before the mark arrives is never cut by the mark."""
+        end = time.monotonic() + wait_secs
+        while True:
+            value = session.run(self.read)
+            restored = self.restore_seen(value)
+            self.observe(value, stops)
+            if restored is not None or stops.requested or time.monotonic() >= end:
+                return restored
+            time.sleep(_MARK_POLL_SECS)
 
     def due(self) -> bool:
         """Whether the coming local step must read the flag even if no subscriber is due."""
