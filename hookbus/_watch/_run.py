@@ -39,7 +39,6 @@ from hookbus._contract._events import StopRequest
 from hookbus._watch._kept import WINDOW, KeptRecords
 
 __all__ = [
-    "DEAD",
     "EXIT_STATUS",
     "LIVE",
     "STALE",

@@ -19,9 +19,9 @@ from typing import IO, Protocol
 
 from rich.console import Console, RenderableType
 
-from hookbus._contract._ending import CRASHED, FINISHED, STOPPED
+from hookbus._contract._ending import CRASHED, DEAD, FINISHED, STOPPED
 from hookbus._contract._sink import Sink
-from hookbus._watch._run import DEAD, EXIT_STATUS, LIVE, WorkerStatus, overall
+from hookbus._watch._run import EXIT_STATUS, LIVE, WorkerStatus, overall
 from hookbus._watch._view import Gate, LogView, MakeSink
 
 __all__ = ["Rendering", "Watch", "log_name"]

@@ -17,10 +17,10 @@ import pytest
 
 import hookbus
 from hookbus._cli._cli import main
-from hookbus._contract._ending import CRASHED, FINISHED, STOPPED
+from hookbus._contract._ending import CRASHED, DEAD, FINISHED, STOPPED
 from hookbus._watch._command import RENDERING
 from hookbus._watch._follow import LogFollower
-from hookbus._watch._run import DEAD, LIVE, STALE, WAITING, RunLog
+from hookbus._watch._run import LIVE, STALE, WAITING, RunLog
 from hookbus._watch._view import Gate, LogView
 from hookbus.sink_api import CheckpointSaved
 from hookbus.sinks import EventLogSink, StopAtStepSink

@@ -76,6 +76,7 @@ def with_bus(m: Any, *sinks: hookbus.Sink, epochs: int = 10) -> tuple[Rates, lis
     bus.on("after_run", lambda e: published.__setitem__(e.step, e.values["learning_rate"]), keys="learning_rate")
     with bus:
         rates = fit(m, [hookbus.EventBusCallback(bus, keys=["loss", "learning_rate"])], epochs)
+    assert bus.stop_reason is None, f"the fit stopped after {len(rates.epochs) - 1} of {epochs} epochs"
     return rates, changes, published
 
 
