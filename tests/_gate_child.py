@@ -98,6 +98,8 @@ def main(config: dict[str, Any]) -> None:
 
     wait_for_chief(out, index)
     local, error = 0, None
+    handed_on: list[int] = []  # a SIGTERM `with bus:` hands on to this program's handler once the run ended
+    signal.signal(signal.SIGTERM, lambda signum, frame: handed_on.append(signum))
     try:
         with (
             bus,
@@ -124,6 +126,7 @@ def main(config: dict[str, Any]) -> None:
         "stop_reason": bus.stop_reason,
         "error": error,
         "end_step": bus.step,
+        "handed_on": handed_on,
         **seen,
     }
     print("REPORT " + json.dumps(report), flush=True)

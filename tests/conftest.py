@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -132,3 +133,21 @@ def mlflow_store(tmp_path: Path, _mlflow_schema: Path) -> Path:
     ``MLflowSink(directory=mlflow_store)``'s default store, ``sqlite:///<mlflow_store>/mlflow.db``."""
     shutil.copyfile(_mlflow_schema, tmp_path / "mlflow.db")
     return tmp_path
+
+
+@pytest.fixture
+def handed_on() -> Iterator[list[int]]:
+    """For a test that sends its own process a stop signal (SIGTERM, SIGUSR1) under ``with bus:``: the
+    signals the bus hands on when its run ends, caught by this fixture's handler (their default
+    action would end pytest itself, as it ends a training script once its run is saved)."""
+    caught: list[int] = []
+
+    def catch(signum: int, frame: Any) -> None:
+        caught.append(signum)
+
+    previous = {signum: signal.signal(signum, catch) for signum in (signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        yield caught
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -74,10 +74,13 @@ class EventBus:
 
     Under ``with bus:`` (on the main thread) SIGTERM — preemption — and every signal in
     ``stop_signals`` become a graceful stop: recorded with its reason, acted on at the next step,
-    the final checkpoint saved and every file flushed. The first Ctrl-C is such a stop too, and
-    the run then ends by raising ``KeyboardInterrupt`` once everything is written; a second
-    Ctrl-C interrupts at once. A Ctrl-C that the process ignores (a background job) stays
-    ignored. The previous handlers come back when the run ends.
+    the final checkpoint saved and every file flushed; once the run has ended, the signal goes on
+    to the handler ``with bus:`` replaced, as if it came then: by default the process ends as the
+    signal asks (what it printed flushed), so nothing after ``with bus:`` runs as if training had
+    finished; a handler the program installed before ``with bus:`` is called instead. The first
+    Ctrl-C is such a stop too, and the run then ends by raising ``KeyboardInterrupt`` once
+    everything is written; a second Ctrl-C interrupts at once. A Ctrl-C that the process ignores
+    (a background job) stays ignored. The previous handlers come back when the run ends.
 
     Args:
         clock: Monotonic clock for schedules (default :func:`time.monotonic`).

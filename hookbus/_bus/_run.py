@@ -4,8 +4,10 @@ closing every sink once, and the run files an evaluator task reads (a part of :c
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import signal as signal_module
+import sys
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -78,6 +80,7 @@ class RunScope:
         self.evaluated = EvaluatedSteps()
         self._closed: set[int] = set()
         self._interrupted = False  # a first Ctrl-C asked for a graceful stop
+        self._signalled: int | None = None  # the first other stop signal of the run, handed on at its end
         self._previous_handlers: dict[int, Any] = {}  # the handlers `with bus:` replaced, by signal
         self._evaluator: EvaluatorLink | None = None
         stops.watch(self._evaluator_stop, every_secs=POLL_SECS)  # the link reads its files as often
@@ -94,6 +97,8 @@ class RunScope:
     def _on_stop_signal(self, signum: int, frame: FrameType | None) -> None:
         # Runs between bytecodes on the main thread: only record it; the publisher acts on it at
         # its next step (Stops.poll, from the publishers' core).
+        if signum != signal_module.SIGINT and self._signalled is None:
+            self._signalled = signum
         self._stops.from_signal(signum)
 
     # -- an evaluator task beside training -------------------------------------------------------
@@ -140,6 +145,7 @@ class RunScope:
         self.evaluated = EvaluatedSteps()
         self._closed = set()
         self._interrupted = False
+        self._signalled = None
         self._evaluator = None
 
     def start(self, publisher: Publisher) -> None:
@@ -182,6 +188,7 @@ class RunScope:
             self._previous_handlers = {signum: signal_module.signal(signum, h) for signum, h in handlers.items()}
 
     def exit(self, exc: BaseException | None) -> None:
+        replaced = dict(self._previous_handlers)  # put back below; a stop signal is handed on to its own
         try:
             if exc is not None:
                 self._dispatcher.publish_exception(exc)
@@ -204,6 +211,9 @@ class RunScope:
             # The first Ctrl-C stopped the run gracefully: everything is saved and closed; the
             # program is still interrupted, as the user asked (exit status, tracebacks, REPLs).
             raise KeyboardInterrupt("stopped gracefully after Ctrl-C; the final checkpoint and files are written")
+        signalled, self._signalled = self._signalled, None
+        if signalled is not None and exc is None:
+            _hand_on(signalled, replaced.get(signalled))
 
     def close(self, *, raise_errors: bool = True) -> None:
         """See :meth:`hookbus.EventBus.close`."""
@@ -233,6 +243,22 @@ class RunScope:
             raise interrupt
         if first is not None and raise_errors:
             raise first
+
+
+def _hand_on(signum: int, previous: Any) -> None:
+    """The run a stop signal stopped has ended (saved, flushed, closed): the signal goes on to the
+    handler ``with bus:`` replaced, as if it came now. A handler of the program's is called; the
+    default action is taken (SIGTERM's ends the process, its status saying so, what was printed
+    flushed first), so a process asked to end never goes on as if its training had finished (a test
+    runner to its next test, a script past ``with bus:`` to its next step); an ignored signal stays
+    ignored."""
+    if callable(previous):
+        previous(signum, None)
+    elif previous is None or previous == signal_module.SIG_DFL:  # None: not installed from Python
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(AttributeError, OSError, ValueError):  # gone, closed, a broken pipe
+                stream.flush()
+        signal_module.raise_signal(signum)  # `with bus:` put the default back on exit
 
 
 #: Runs that publishers opened without ``with bus:`` and that are still open; closed at exit.

@@ -453,7 +453,7 @@ def test_sigterm_inside_with_bus_is_a_stop_request_and_the_handler_is_restored(c
     assert last == 3
     assert bus.stop_reason == "received SIGTERM"
     assert [(r.source, r.step) for r in stops] == [("signal", 3)]
-    assert previous_calls == []  # the bus handled it, the old handler did not
+    assert previous_calls == [signal.SIGTERM]  # handed on to the old handler once the run ended, once
     assert sink.closed == 1
     assert ("s", "end", 3) in log
     assert not any(item[1] == "exception" for item in log)
@@ -704,7 +704,7 @@ def test_every_sink_is_closed_once_even_when_a_close_raises_keyboard_interrupt(t
     assert csv_sink.path.exists()
 
 
-def test_a_signal_during_begin_is_recorded_with_its_reason() -> None:
+def test_a_signal_during_begin_is_recorded_with_its_reason(handed_on: list[int]) -> None:
     """SIGTERM while the publisher begins (before any step): the run stops and says why."""
     bus = EventBus()
     requests: list[StopRequest] = []
@@ -717,6 +717,7 @@ def test_a_signal_during_begin_is_recorded_with_its_reason() -> None:
         assert bus.stop_reason == "received SIGTERM"
         publisher.end()
     assert [(r.reason, r.source) for r in requests] == [("received SIGTERM", "signal")]
+    assert handed_on == [signal.SIGTERM]
 
 
 def _run_with_signals(bus: EventBus, at_step: int, *signals: int) -> list[int]:
@@ -794,13 +795,14 @@ def test_a_second_ctrl_c_interrupts_at_once() -> None:
     assert bus.stop_reason == "received SIGINT"
 
 
-def test_stop_signals_adds_a_graceful_stop_signal_and_restores_its_handler() -> None:
+def test_stop_signals_adds_a_graceful_stop_signal_and_restores_its_handler(handed_on: list[int]) -> None:
     before = signal.getsignal(signal.SIGUSR1)
     bus = EventBus(stop_signals=["SIGUSR1"])
     steps = _run_with_signals(bus, 7, signal.SIGUSR1)
     assert steps == list(range(1, 8))
     assert bus.stop_reason == "received SIGUSR1"
     assert signal.getsignal(signal.SIGUSR1) is before
+    assert handed_on == [signal.SIGUSR1]  # handed on to it once the run ended
 
 
 @pytest.mark.parametrize(

@@ -70,7 +70,7 @@ def test_a_run_that_reaches_its_last_step_or_early_stopping_or_its_end_finished(
     }
 
 
-def test_a_stop_from_another_thread_or_a_sigterm_is_stopped(tmp_path: Path) -> None:
+def test_a_stop_from_another_thread_or_a_sigterm_is_stopped(tmp_path: Path, handed_on: list[int]) -> None:
     def from_a_watchdog(bus: hookbus.EventBus, step: int) -> None:
         if step == 12:
             watchdog = threading.Thread(target=bus.request_stop, args=("preempted",), name="watchdog")
@@ -90,9 +90,10 @@ def test_a_stop_from_another_thread_or_a_sigterm_is_stopped(tmp_path: Path) -> N
     bus = train(tmp_path / "sigterm.jsonl", sigterm)
     assert bus.step < 50
     assert close_record(tmp_path / "sigterm.jsonl")["ended"] == "stopped"
+    assert handed_on == [signal.SIGTERM]
 
 
-def test_a_stop_from_outside_after_the_runs_own_stop_still_finished(tmp_path: Path) -> None:
+def test_a_stop_from_outside_after_the_runs_own_stop_still_finished(tmp_path: Path, handed_on: list[int]) -> None:
     bus = hookbus.EventBus(clock=FakeClock())
     bus.attach(EventLogSink(tmp_path / "late.jsonl"))
     bus.attach(StopAtStepSink(last_step=20))  # a control sink: it asks first, in the same step
@@ -103,6 +104,7 @@ def test_a_stop_from_outside_after_the_runs_own_stop_still_finished(tmp_path: Pa
     found = hookbus.read_event_log(tmp_path / "late.jsonl")
     assert [r["source"] for r in found if r["record"] == "stop_requested"] == ["StopAtStepSink", "signal"]
     assert close_record(tmp_path / "late.jsonl")["ended"] == "finished"  # the first request decides
+    assert handed_on == [signal.SIGTERM]  # the process was still asked to end
 
 
 @pytest.mark.parametrize(

@@ -184,7 +184,7 @@ def test_batches_stay_within_mlflows_limits(mlflow_store: Path) -> None:
         assert steps(mlflow_store, run, key) == [1, 2], key
 
 
-def test_status_follows_how_the_run_ended(mlflow_store: Path) -> None:
+def test_status_follows_how_the_run_ended(mlflow_store: Path, handed_on: list[int]) -> None:
     # A stop by a sink (stop-at-step, early stopping): FINISHED, with the reason.
     bus = bus_with(MLflowSink(directory=mlflow_store, run_name="stopped", every_n_steps=1), StopAtStepSink(last_step=7))
     with bus:
@@ -214,6 +214,7 @@ def test_status_follows_how_the_run_ended(mlflow_store: Path) -> None:
             if pub.advance({"loss": 1.0}):
                 break
         pub.end()
+    assert handed_on == [signal.SIGTERM]  # once the run ended
     # The first Ctrl-C: a graceful stop, then KeyboardInterrupt: KILLED too.
     bus = bus_with(MLflowSink(directory=mlflow_store, run_name="interrupted", every_n_steps=1))
     pub = ScriptedPublisher(bus, ["loss"])

@@ -183,7 +183,7 @@ def test_lockstep_workers_are_refused_before_training(tf_graph: Any) -> None:
 # -- stops while waiting: real signals --------------------------------------------------------------
 @pytest.mark.reliability
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_sigterm_and_a_first_ctrl_c_end_the_wait_as_a_graceful_stop(signum: int) -> None:
+def test_sigterm_and_a_first_ctrl_c_end_the_wait_as_a_graceful_stop(signum: int, handed_on: list[int]) -> None:
     bus = hookbus.EventBus()
     pub = ScriptedPublisher(bus, keys=["loss"], task=WORKER)
     cluster = Cluster(step=5)
@@ -209,6 +209,7 @@ def test_sigterm_and_a_first_ctrl_c_end_the_wait_as_a_graceful_stop(signum: int)
     else:
         with bus:
             assert run() == 5
+        assert handed_on == [signum]  # once everything is written
     assert states == ["waiting", "stopped"]
     assert bus.stop_reason == f"received {signal.Signals(signum).name}"
 

@@ -148,6 +148,7 @@ def test_sigterm_while_waiting_stops_the_worker_and_through_the_flag_the_cluster
     waiting, started = worker(clusters, "timeout", 3), worker(clusters, "timeout", 2)
     assert waiting["error"] is None
     assert waiting["stop_reason"] == "received SIGTERM"
+    assert waiting["handed_on"] == [signal.SIGTERM]  # to the program's own handler, once the run ended
     assert [state for state, *_ in waiting["gate"]] == ["waiting", "stopped"]
     assert waiting["local"] == 0
     assert waiting["first_step"] is None

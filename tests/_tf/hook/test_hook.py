@@ -533,7 +533,7 @@ def test_exception_in_the_training_loop_is_published_and_every_sink_closed_once(
     assert not any(item[0] == "end" for item in log)
 
 
-def test_sigterm_stops_training_cleanly(tf_graph: Any) -> None:
+def test_sigterm_stops_training_cleanly(tf_graph: Any, handed_on: list[int]) -> None:
     m = build_linear_regression()
     bus = EventBus()
     log: list[Any] = []
@@ -545,6 +545,7 @@ def test_sigterm_stops_training_cleanly(tf_graph: Any) -> None:
         while not sess.should_stop():
             sess.run(m.train_op)
     assert signal.getsignal(signal.SIGTERM) is before
+    assert handed_on == [signal.SIGTERM]  # to the handler before `with bus:`, once the run ended
     assert bus.stop_reason == "received SIGTERM"
     assert bus.step == 3
     assert sink.closed == 1
