@@ -245,7 +245,8 @@ class SpoolWriter:
         ended = bool(record.get("ended"))
         steps: dict[str, dict[str, int]] = {}  # training -> last step of each mode in the spool
         staged: set[str] = set()  # exports the spool's records still name
-        last_ms = record.get("last_ms") if isinstance(record.get("last_ms"), int) else None  # its last record's
+        # The latest training's last record's time (what shipped of it; the spool's records below add theirs).
+        last_ms = record.get("last_ms") if isinstance(record.get("last_ms"), int) else None
         floors = record.get("shipped") if isinstance(record.get("shipped"), dict) else {}
         if latest is not None and isinstance(floors, dict):
             steps[latest] = {m: int(floors.get(m, -1)) for m in MODES}
