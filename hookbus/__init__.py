@@ -15,9 +15,10 @@ from hookbus._checkpoints._backend import CheckpointBackend
 from hookbus._checkpoints._store import CheckpointStore, FileCheckpointStore
 from hookbus._contract._checkpoint_seam import Checkpoints
 from hookbus._contract._cluster import RUNS_ON, Task
-from hookbus._contract._context import EpochProgress, PeerReport, SinkContext
+from hookbus._contract._context import PeerReport, SinkContext
 from hookbus._contract._event_log import event_log_line, read_event_log
 from hookbus._contract._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError, WaitForStep
+from hookbus._contract._model import EpochProgress
 from hookbus._contract._schedule import Schedule
 from hookbus._contract._sink import (
     PRIORITY_CHECKPOINT,

@@ -17,9 +17,10 @@ Example (a sink that prints the loss every 100 steps; ``help(Sink)`` is the refe
 What it holds:
 
 - the interface: :class:`Sink`, the :class:`SinkContext` its ``begin`` receives (with
-  :class:`EpochProgress`, :class:`PeerReport`, the checkpoint seam :class:`Checkpoints` and the
-  profiling seam :class:`Profiler` with its :class:`ProfileWindow`, :class:`ProfileOptions`,
-  :class:`ProfileResult`, and the model seam :class:`ModelExport`),
+  :class:`PeerReport`, the checkpoint seam :class:`Checkpoints`, the profiling seam
+  :class:`Profiler` with its :class:`ProfileWindow`, :class:`ProfileOptions`, :class:`ProfileResult`,
+  and the model seam :class:`ModelView` with its :class:`WeightsBackend`, :class:`ModelExport` and
+  :class:`EpochProgress`),
   :class:`Schedule`, :class:`Priority`;
 - the events: :class:`Event`, :class:`CheckpointSaved`, :class:`ExceptionRaised`,
   :class:`StopRequest`, :class:`SubscriberError`, :class:`LearningRateChange`, :class:`WaitForStep`,
@@ -52,7 +53,7 @@ from typing import Final
 from hookbus._bus._keys import UnknownKeyError, did_you_mean
 from hookbus._checkpoints._store import CheckpointStore, FileCheckpointStore, recover, step_of
 from hookbus._contract._checkpoint_seam import Checkpoints
-from hookbus._contract._context import EpochProgress, PeerReport, SinkContext, require_learning_rate
+from hookbus._contract._context import PeerReport, SinkContext, require_learning_rate
 from hookbus._contract._ending import DEAD, ENDINGS, TRACKER_STATUS, how_ended
 from hookbus._contract._event_log import event_log_line
 from hookbus._contract._events import (
@@ -65,7 +66,7 @@ from hookbus._contract._events import (
     WaitForStep,
 )
 from hookbus._contract._learning_rate import LEARNING_RATE_KEY, LearningRate, LearningRateChange, RateRequest
-from hookbus._contract._model import ModelExport
+from hookbus._contract._model import EpochProgress, ModelExport, ModelView, WeightsBackend
 from hookbus._contract._profiling import ProfileOptions, Profiler, ProfileResult, ProfileWindow
 from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX
 from hookbus._contract._schedule import Schedule, ScheduleTimer
@@ -111,6 +112,7 @@ __all__ = [
     "LearningRateChange",
     "ModelExport",
     "ModelExported",
+    "ModelView",
     "OutputInUseError",
     "OutputLock",
     "OwnThreadWriter",
@@ -130,6 +132,7 @@ __all__ = [
     "SubscriberStats",
     "UnknownKeyError",
     "WaitForStep",
+    "WeightsBackend",
     "WriterError",
     "WriterKit",
     "WriterStalled",
@@ -169,7 +172,7 @@ def _shown_here(*objects: object) -> None:
         obj.__module__ = __name__
 
 
-_shown_here(Profiler, ProfileOptions, ProfileResult, ProfileWindow, ModelExport)
+_shown_here(Profiler, ProfileOptions, ProfileResult, ProfileWindow, ModelExport, ModelView)
 _shown_here(
     Checkpoints,
     EpochProgress,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from hookbus._contract._model import ModelView
 from hookbus._contract._publisher_keys import EVAL_PREFIX
 from hookbus._publishing._publisher import PublisherCore
 from hookbus._tf._checkpoint_tf1 import TENSORFLOW
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from hookbus._checkpoints._backend import CheckpointBackend
     from hookbus._contract._cluster import Task
     from hookbus._contract._events import Event
-    from hookbus._contract._weights import WeightsBackend
+    from hookbus._contract._model import WeightsBackend
 
 __all__ = ["FakeClock", "ScriptedPublisher"]
 
@@ -65,7 +66,11 @@ class ScriptedPublisher:
         shapes: Static shapes by key, declared before step 1 as a graph publisher declares its
             tensors' shapes (default ``None``: unknown).
         weights: Offered to sinks as the live model's weights (``snapshot()`` /
-            ``restore(snapshot)``, see ``PublisherCore.offer_weights``; default ``None``).
+            ``restore(snapshot)``, the model view's ``weights()``; default ``None``).
+        model: Offered to sinks as the model's view at begin (a
+            :class:`~hookbus.publisher_api.ModelView` answering what the test needs: metric
+            directions, an export, ...; see ``PublisherCore.offer_model``; default ``None``: a
+            view answering only ``weights``). Not with ``weights``.
         checkpoints: Offered to checkpoint sinks as the model's checkpoint backend at begin
             (see ``PublisherCore.offer_checkpoints``; default ``None``).
         task: Run the bus as this task of a cluster (see ``PublisherCore.set_task``; default
@@ -84,11 +89,15 @@ class ScriptedPublisher:
         mode: str = "train",
         shapes: Mapping[str, tuple[int | None, ...]] | None = None,
         weights: WeightsBackend | None = None,
+        model: ModelView | None = None,
         checkpoints: CheckpointBackend | None = None,
         task: Task | None = None,
     ) -> None:
+        if weights is not None and model is not None:
+            raise ValueError("pass weights= or model= (a ModelView answering weights()), not both")
         self.core = PublisherCore(bus, keys, mode=mode)
         self.weights = weights
+        self.model = model if model is not None or weights is None else _Weights(weights)
         self.checkpoints = checkpoints
         if task is not None:
             self.core.set_task(task)
@@ -103,8 +112,8 @@ class ScriptedPublisher:
 
     def begin(self) -> None:
         """Publish ``begin`` (keys are checked)."""
-        if self.weights is not None:
-            self.core.offer_weights(self.weights)
+        if self.model is not None:
+            self.core.offer_model(self.model)
         if self.checkpoints is not None:
             self.core.offer_checkpoints(self.checkpoints, TENSORFLOW)
         self.core.begin()
@@ -167,3 +176,13 @@ class ScriptedPublisher:
                 break
         self.end(last)
         return self.step
+
+
+class _Weights(ModelView):
+    """The view of ``ScriptedPublisher(weights=...)``: its weights, nothing else."""
+
+    def __init__(self, weights: WeightsBackend) -> None:
+        self._weights = weights
+
+    def weights(self) -> WeightsBackend:
+        return self._weights

@@ -80,7 +80,7 @@ class Monitor:
 
     def settled(self, owner: str, declared: Callable[[str], str | None]) -> Monitor:
         """This monitor with ``mode="auto"`` resolved (:func:`resolve_direction`) by what
-        ``declared(key)`` says of the metric (a sink's context's ``declared_direction``), as a
+        ``declared(key)`` says of the metric (the model view's ``direction``), as a
         run begins: before step 1, so a key nothing can decide fails then, asking for ``mode=``."""
         if self.mode != "auto":
             return self

@@ -206,9 +206,9 @@ class EarlyStoppingSink(Sink):
 
     def on_begin(self, event: Event) -> None:
         # Settled once (the first begin; the Keras callback declares its metrics' directions then).
-        self.rule = replace(self.rule, monitor=self.rule.monitor.settled(self.name, self.context.declared_direction))
+        self.rule = replace(self.rule, monitor=self.rule.monitor.settled(self.name, self.context.model().direction))
         check_scalar(self.name, self.monitor, self.context.static_shape(self.monitor))
-        if self.restore_best and event.mode == "train" and self.context.model_weights() is None:
+        if self.restore_best and event.mode == "train" and self.context.model().weights() is None:
             raise ValueError(
                 f"{self.name}: restore_best=True puts the best weights back into the live model, and "
                 "this training publisher holds none (a MonitoredTrainingSession closes its session at "
@@ -278,14 +278,14 @@ class EarlyStoppingSink(Sink):
 
     def _read_best_weights(self, step: int) -> None:
         """After a restart: the best step's weights from its checkpoint, if one is still kept."""
-        weights, prefix = self.context.model_weights(), self.context.checkpoints.find(step)
+        weights, prefix = self.context.model().weights(), self.context.checkpoints.find(step)
         if weights is not None and prefix is not None:
             held = weights.read(prefix)
             if held is not None:
                 self._best_weights, self._best_weights_step = held, step
 
     def _keep_best_weights(self, step: int) -> None:
-        weights = self.context.model_weights()
+        weights = self.context.model().weights()
         if weights is not None:
             self._best_weights, self._best_weights_step = weights.snapshot(), step
 
@@ -297,7 +297,7 @@ class EarlyStoppingSink(Sink):
             self.context.defer(lambda: self.context.defer(self._restore_best_weights))
 
     def _restore_best_weights(self) -> None:
-        weights, best_step = self.context.model_weights(), self.state.best_step
+        weights, best_step = self.context.model().weights(), self.state.best_step
         if weights is None or best_step is None:
             return
         if self._best_weights_step != best_step:

@@ -175,7 +175,7 @@ class ExportSink(Sink):
         if event.mode != "train":
             return
         context = self.context
-        if context.model_export() is None:
+        if context.model().export() is None:
             raise ValueError(
                 f"{self.name} needs a training publisher that can write its model for serving: EventBusCallback "
                 "(a .keras file), EventBusHook(..., serving_inputs={name: input tensor}, serving_outputs={name: "
@@ -185,9 +185,9 @@ class ExportSink(Sink):
         monitor = self._monitor
         if monitor is not None:
             check_scalar(self.name, monitor.key, context.static_shape(monitor.key))
-            self._monitor = monitor.settled(self.name, context.declared_direction)
+            self._monitor = monitor.settled(self.name, context.model().direction)
             training_key = not monitor.key.startswith((EVAL_PREFIX, EPOCH_PREFIX))
-            if training_key and not self._scheduled and not context.ends_epochs():
+            if training_key and not self._scheduled and not context.model().ends_epochs():
                 raise ValueError(
                     f"{self.name} monitors the training key {monitor.key!r}, compared outside Keras fit on a "
                     "schedule: pass every_n_steps=<n> (or every_n_secs=), or monitor an evaluation key (eval/...)"
@@ -250,7 +250,7 @@ class ExportSink(Sink):
     def _write(self, step: int, why: str) -> None:
         """Write the model of ``step`` beside its target; it moves into place at the next flush."""
         context = self.context
-        export: ModelExport | None = context.model_export()
+        export: ModelExport | None = context.model().export()
         if export is None or not export.ready or context.current_step() != step:
             logger.warning(
                 "%s: no live model of step %d to export (%s): the training publisher's model %s",

@@ -210,7 +210,7 @@ class TensorBoardSink(Sink):
         self.logdir = os.path.join(self._base_logdir, suffix)
 
     def on_begin(self, event: Event) -> None:
-        if self.layout == "keras" and (event.mode != "train" or not self.context.ends_epochs()):
+        if self.layout == "keras" and (event.mode != "train" or not self.context.model().ends_epochs()):
             raise ValueError(
                 f"{self.name}: layout='keras' writes what Keras's TensorBoard callback writes and needs "
                 "EventBusCallback under Keras fit; under this publisher use the default layout"
@@ -282,10 +282,10 @@ class TensorBoardSink(Sink):
             self._add(writer, self._marker(event.wall_time))
         if not self._graph_written:  # once per event file: TensorBoard's graph tab
             self._graph_written = True
-            graph_def = self.context.graph_def()
+            graph_def = self.context.model().graph_def()
             if graph_def:
                 self._add(self._writer("train"), EventProto(wall_time=event.wall_time, graph_def=graph_def))
-            config = self.context.model_config()
+            config = self.context.model().config()
             if config:
                 self._add(self._writer("train"), keras_model_event(event.wall_time, config))
 
@@ -354,7 +354,7 @@ class TensorBoardSink(Sink):
 
     def _variables(self) -> list[tuple[str, np.ndarray[Any, Any]]]:
         """The training publisher's variables by name; none where it offers none."""
-        offered = self.context.variables()
+        offered = self.context.model().variables()
         return [] if offered is None else [(name, np.asarray(value)) for name, value in offered.items()]
 
     def _write(

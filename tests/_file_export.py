@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import hookbus
+from hookbus.publisher_api import ModelView
 from hookbus.testing import ScriptedPublisher
 
 __all__ = ["FileExport", "scale_module", "scripted"]
@@ -36,8 +37,18 @@ def scripted(bus: hookbus.EventBus) -> tuple[ScriptedPublisher, ScriptedPublishe
     """A training publisher offering a :class:`FileExport`, and an evaluation publisher, on ``bus``."""
     train, evaluation = ScriptedPublisher(bus, ["loss"]), ScriptedPublisher(bus, ["loss"], mode="eval")
     export = FileExport(train)
-    train.core.offer_export(export)
+    train.core.offer_model(_Exports(export))
     return train, evaluation, export
+
+
+class _Exports(ModelView):
+    """A model view answering only :meth:`export`."""
+
+    def __init__(self, export: FileExport) -> None:
+        self._export = export
+
+    def export(self) -> FileExport:
+        return self._export
 
 
 def scale_module() -> Any:

@@ -182,3 +182,93 @@ def test_the_health_pin_sees_a_second_writer() -> None:
     trees["hookbus._bus._dispatch"] = ast.parse(second)
     owners = {"hookbus._bus._subscription", "hookbus._bus._dispatch"}
     assert _health_writers(trees) == {"disabled": owners, "errors": owners}
+
+
+# -- the model seam: one view per publisher ---------------------------------------------------------------
+#: What a publisher offers its bus's sinks, one method each (before issue 46: thirteen, ten of them
+#: about the model).
+OFFERS = ["offer_checkpoints", "offer_learning_rate", "offer_model", "offer_profiler"]
+#: The publishers, each in its folder, and the view each offers beside it.
+VIEWS = {
+    "_tf/hook/_hook.py": "GraphModelView",
+    "_tf/keras/_callback.py": "KerasModelView",
+    "_tf/loop/_loop.py": "LoopModelView",
+}
+
+
+def test_a_publisher_offers_the_sinks_four_things_and_the_model_once() -> None:
+    from dataclasses import fields
+
+    from hookbus._bus._offers import Offers
+    from hookbus._contract._context import SinkContext
+    from hookbus.publisher_api import PublisherCore
+
+    assert sorted(n for n in dir(PublisherCore) if n.startswith("offer")) == OFFERS
+    assert [f.name for f in fields(Offers)] == ["checkpoints", "learning_rate", "profiler", "model"]
+    context = [f.name for f in fields(SinkContext)]
+    assert len(context) == 14  # 23 before the model view: ten of them the model's
+    assert "model" in context
+
+
+def _offer_model_calls(tree: ast.Module) -> list[str]:
+    """What each ``offer_model(...)`` call in ``tree`` offers: the view's class, or ``None``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "offer_model":
+            (arg,) = node.args
+            found.append((node.lineno, ast.unparse(arg.func) if isinstance(arg, ast.Call) else ast.unparse(arg)))
+    return [offered for _, offered in sorted(found)]  # in the order the source reads
+
+
+def test_each_publisher_offers_one_view_and_withdraws_it_once() -> None:
+    """The TF1 hook, the Keras callback and the loop each offer their view in one call as they
+    begin and withdraw it in one call as they end; no other module offers a model."""
+    offered = {}
+    for name, tree in _trees().items():
+        calls = _offer_model_calls(tree)
+        if calls and name not in ("hookbus.testing",):
+            offered[MODULES[name].relative_to(ROOT / "hookbus").as_posix()] = calls
+    assert offered == {path: [view, "None"] for path, view in VIEWS.items()}
+
+
+def test_the_view_pin_sees_a_second_channel() -> None:
+    tree = ast.parse("core.offer_model(KerasModelView(model))\ncore.offer_model(None)\ncore.offer_model(other)\n")
+    assert _offer_model_calls(tree) == ["KerasModelView", "None", "other"]
+
+
+def test_every_member_of_the_base_view_answers_not_offered() -> None:
+    import inspect
+
+    from hookbus.publisher_api import ModelView
+
+    members = sorted(n for n in dir(ModelView) if not n.startswith("_"))
+    assert members == [
+        "config",
+        "direction",
+        "ends_epochs",
+        "export",
+        "graph_def",
+        "progress",
+        "summary",
+        "training_params",
+        "variables",
+        "weights",
+    ]
+    view = ModelView()
+    for name in members:
+        member = getattr(view, name)
+        arguments = ["loss"] * (len(inspect.signature(member).parameters))  # direction(key)
+        answer = member(*arguments)
+        assert answer is (False if name == "ends_epochs" else None), name
+
+
+def test_a_publisher_offers_a_model_view_or_none() -> None:
+    import pytest
+
+    from hookbus.publisher_api import ModelView, PublisherCore
+
+    core = PublisherCore(hookbus.EventBus(), ["loss"])
+    with pytest.raises(TypeError, match=r"view must be a hookbus.publisher_api.ModelView or None \(got <function"):
+        core.offer_model(lambda: None)  # type: ignore[arg-type]
+    core.offer_model(ModelView())
+    core.offer_model(None)

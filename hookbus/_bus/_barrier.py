@@ -110,7 +110,8 @@ class Barrier:
         The backend may name the checkpoint after a later step than ``prepared.step``
         (parameter-server training: other workers moved the global step); the states go under
         that name. Returns the prefix written, or ``None`` when that later step is in ``taken``
-        (already on disk: one checkpoint per step). The pointer is not touched: see :meth:`keep_only`.
+        (already on disk: one checkpoint per step). The pointer is not touched: the checkpoint
+        seam's ``keep_only`` sets it in the store.
         """
         os.makedirs(os.path.dirname(prefix), exist_ok=True)
         try:
@@ -139,12 +140,6 @@ class Barrier:
         # Keras's validation and train_and_evaluate may both mark one evaluation: write once.
         if json.loads(json.dumps(marked)) != data:
             store.write_state(prefix, marked)
-
-    def keep_only(self, store: CheckpointStore, directory: str, kept: list[str], dropped: list[str]) -> None:
-        """Make ``kept`` (latest last) ``directory``'s checkpoints, atomically; then prune ``dropped``."""
-        store.set_pointer(directory, kept)
-        for old in dropped:
-            store.remove(old)
 
     def _flushed_states(self, step: int, why: str) -> dict[str, dict[str, Any]]:
         """Flush every live sink, then the ``state_dict()`` of each with state, by name."""

@@ -32,7 +32,6 @@ from hookbus._bus._subscriber_view import SubscriberView, views
 from hookbus._bus._subscription import Subscriber
 from hookbus._contract._cluster import check_runs_on
 from hookbus._contract._events import SIGNAL_DOCS
-from hookbus._contract._profiling import Profiling
 from hookbus._contract._schedule import Schedule
 from hookbus._contract._sink import (
     PRIORITY_DEFAULT,
@@ -140,7 +139,6 @@ class EventBus:
         self._keys = keys = KeyRegistry()
         self._dispatcher = dispatcher = Dispatcher(roster, stops, state, self.signals, sender=self)
         offers = Offers()
-        profiling = Profiling()
         barrier = Barrier(roster, dispatcher.announce_error)
         services = SinkServices(
             roster=roster,
@@ -151,7 +149,6 @@ class EventBus:
             offers=offers,
             clock=clock,
             stats=self.stats,
-            profiling=profiling,
         )
         self._scope = scope = RunScope(
             state=state,
@@ -176,7 +173,6 @@ class EventBus:
             clock=clock,
             wall_clock=wall_clock,
             set_task=self._set_task,
-            profiling=profiling,
         )
         self.task: Task | None = None
 

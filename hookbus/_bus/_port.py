@@ -2,9 +2,9 @@
 
 :class:`hookbus.PublisherCore` holds a bus's port; the core talks to the parts it needs directly
 (the roster, the keys, the run's state, the stops, the dispatcher, the barrier, the run scope,
-the offers, the profiling seam). The port owns one thing of its own: how an event is stamped
-(the bus's clocks, the task, the bus's stop), and it validates the task a bus runs as. Users of
-a bus never need it: they attach, subscribe, stop and close.
+the offers: checkpoints, learning rate, profiling, the model view). The port owns one thing of
+its own: how an event is stamped (the bus's clocks, the task, the bus's stop), and it validates
+the task a bus runs as. Users of a bus never need it: they attach, subscribe, stop and close.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from hookbus._bus._run import RunScope
     from hookbus._bus._state import RunState
     from hookbus._bus._stops import Stops
-    from hookbus._contract._profiling import Profiling
 
 __all__ = ["BusPort"]
 
@@ -34,7 +33,7 @@ class BusPort:
     """The publisher-facing side of a bus: the bus's parts, and the stamp of its events.
 
     Args:
-        roster, keys, state, stops, dispatcher, barrier, scope, offers, profiling: The bus's
+        roster, keys, state, stops, dispatcher, barrier, scope, offers: The bus's
             parts, kept as the attributes of the same names (read-only here: the port never
             replaces a part; a part's own methods change its state).
         clock, wall_clock: The bus's clocks (what :meth:`event` stamps).
@@ -49,8 +48,7 @@ class BusPort:
         dispatcher: Ordered, isolated delivery, and the hold of deferred work.
         barrier: The checkpoint barrier (a session's end flushes through it).
         scope: The run scope (``with bus:``, a publisher's begin, the evaluations counted).
-        offers: What the training publisher offers the sinks.
-        profiling: The profiling seam.
+        offers: What the training publisher offers the sinks (the profiling seam among them).
     """
 
     __slots__ = (
@@ -61,7 +59,6 @@ class BusPort:
         "dispatcher",
         "keys",
         "offers",
-        "profiling",
         "roster",
         "scope",
         "state",
@@ -82,7 +79,6 @@ class BusPort:
         clock: Callable[[], float],
         wall_clock: Callable[[], float],
         set_task: Callable[[Task | None], None],
-        profiling: Profiling,
     ) -> None:
         self.roster = roster
         self.keys = keys
@@ -92,7 +88,6 @@ class BusPort:
         self.barrier = barrier
         self.scope = scope
         self.offers = offers
-        self.profiling = profiling
         self._clock = clock
         self._wall_clock = wall_clock
         self._set_task = set_task

@@ -1,5 +1,5 @@
-"""Each sink's :class:`~hookbus.SinkContext`, built from the bus's parts (never the bus itself),
-and the bus's side of the checkpoint seam (:class:`~hookbus.Checkpoints`)."""
+"""Each sink's :class:`~hookbus.sink_api.SinkContext`, built from the bus's parts (never the bus
+itself), and the bus's side of the checkpoint seam (:class:`~hookbus.sink_api.Checkpoints`)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
     from hookbus._bus._state import RunState
     from hookbus._checkpoints._backend import CheckpointBackend
     from hookbus._checkpoints._store import CheckpointStore
-    from hookbus._contract._profiling import Profiling
     from hookbus._contract._stats import BusStats
 
 __all__ = ["BusCheckpoints", "SinkServices", "check_state_names"]
@@ -40,11 +39,10 @@ class SinkServices:
         state: The run's progress (the current step).
         dispatcher: Delivery (deferred work, ``checkpoint_saved``, who is being called).
         barrier: The checkpoint barrier (behind the sinks' :class:`~hookbus.Checkpoints`).
-        offers: What the training publisher offers (checkpoints and their store, weights, graph,
-            model config, metric directions, epochs).
+        offers: What the training publisher offers (checkpoints and their store, the learning
+            rate, the profiling seam, the model view).
         clock: The bus's monotonic clock.
         stats: Every subscriber's health (``bus.stats``).
-        profiling: The bus's profiling seam (windows asked for, the publisher's profiler).
     """
 
     def __init__(
@@ -58,7 +56,6 @@ class SinkServices:
         offers: Offers,
         clock: Callable[[], float],
         stats: Callable[[], BusStats],
-        profiling: Profiling,
     ) -> None:
         self._roster = roster
         self._keys = keys
@@ -67,15 +64,7 @@ class SinkServices:
         self._offers = offers
         self._clock = clock
         self._stats = stats
-        self._profiling = profiling
-        self._checkpoints = BusCheckpoints(
-            barrier,
-            offer=lambda: offers.checkpoints,
-            sinks=lambda: roster.sinks,
-            load_states=self._load_states,
-            publish=lambda saved: dispatcher.publish("checkpoint_saved", saved),
-            announce=lambda saving: dispatcher.publish("checkpoint_saving", saving),
-        )
+        self._checkpoints = BusCheckpoints(barrier, offers, roster, dispatcher)
 
     def context_for(self, sink: Sink) -> SinkContext:
         """The context the bus gives ``sink`` as a run begins."""
@@ -90,19 +79,10 @@ class SinkServices:
             reschedule=lambda schedule: roster.reschedule(sink, schedule, state.step, self._clock()),
             peers=lambda: self._peer_reports(sink),
             checkpoints=self._checkpoints,
-            model_weights=lambda: offers.weights,
-            graph_def=lambda: offers.graph_def() if offers.graph_def is not None else None,
-            model_config=lambda: offers.model_config() if offers.model_config is not None else None,
             stats=self._stats,
-            declared_direction=lambda key: offers.directions(key) if offers.directions is not None else None,
-            ends_epochs=lambda: offers.ends_epochs,
-            progress=lambda: offers.progress() if offers.progress is not None else None,
             learning_rate=lambda: offers.learning_rate,
-            profiler=self._profiling,
-            training_params=lambda: offers.training_params() if offers.training_params is not None else None,
-            variables=lambda: offers.variables() if offers.variables is not None else None,
-            model_summary=lambda: offers.model_summary() if offers.model_summary is not None else None,
-            model_export=lambda: offers.export,
+            profiler=offers.profiler,
+            model=lambda: offers.model,
             announce_export=lambda exported: self._dispatcher.publish("model_exported", exported),
         )
 
@@ -120,7 +100,68 @@ class SinkServices:
             reports.append(PeerReport(sink.name, status, steps if isinstance(steps, int) else None))
         return reports
 
-    def _load_states(self, states: Mapping[str, Any]) -> None:
+
+class BusCheckpoints:
+    """:class:`Checkpoints` over a bus's barrier, the checkpoints its publisher offers, its roster
+    and its dispatcher: each call goes to the part that owns it (the barrier's phases and vetoes,
+    the store's files, the dispatcher's events, the sinks' states).
+
+    Args:
+        barrier: The bus's checkpoint barrier.
+        offers: What the training publisher offers: its ``(backend, store)``, or ``None`` (read at
+            each use: a publisher offers when it begins).
+        roster: The bus's subscribers (the sinks on this task, in dispatch order).
+        dispatcher: Publishes ``checkpoint_saving`` and ``checkpoint_saved``, and says whose work
+            is being done (a sink loading its state).
+    """
+
+    def __init__(self, barrier: Barrier, offers: Offers, roster: Roster, dispatcher: Dispatcher) -> None:
+        self._barrier = barrier
+        self._offers = offers
+        self._roster = roster
+        self._dispatcher = dispatcher
+
+    def _offered(self) -> tuple[CheckpointBackend, CheckpointStore]:
+        offered = self._offers.checkpoints
+        if offered is None:
+            raise RuntimeError("no checkpoint backend: did the train publisher begin?")
+        return offered
+
+    @property
+    def offered(self) -> bool:
+        return self._offers.checkpoints is not None
+
+    @property
+    def ready(self) -> bool:
+        offered = self._offers.checkpoints
+        return offered is not None and offered[0].ready
+
+    @property
+    def store(self) -> CheckpointStore:
+        return self._offered()[1]
+
+    def check_state_names(self) -> None:
+        check_state_names(self._roster.sinks)
+
+    def save(self, step: int, prefix: str, value: float | None, taken: Container[int] = ()) -> str | None:
+        # Announced before the flush: what the writers write for it is in the checkpoint.
+        self._dispatcher.publish("checkpoint_saving", CheckpointSaved(prefix, step, value))
+        prepared = self._barrier.prepare(step)
+        if prepared is None:
+            return None
+        backend, store = self._offered()
+        return self._barrier.commit(prepared, backend, store, prefix, value, taken)
+
+    def keep_only(self, directory: str, kept: list[str], dropped: list[str]) -> None:
+        store = self.store
+        store.set_pointer(directory, kept)
+        for old in dropped:
+            store.remove(old)
+
+    def mark_evaluated(self, prefix: str) -> None:
+        self._barrier.mark_evaluated(self.store, prefix)
+
+    def load_states(self, states: Mapping[str, Any]) -> None:
         dispatcher = self._dispatcher
         for record in self._roster.here:
             if record.sink is not None and record.sink.name in states:
@@ -131,83 +172,14 @@ class SinkServices:
                 finally:
                     dispatcher.current = previous
 
-
-class BusCheckpoints:
-    """:class:`Checkpoints` over a bus's barrier and the backend and store its publisher offers.
-
-    Args:
-        barrier: The bus's checkpoint barrier.
-        offer: The offered ``(backend, store)``, or ``None`` (read at each use: a publisher
-            offers when it begins).
-        sinks: The bus's sinks on this task, in dispatch order.
-        load_states: Gives each sink its saved state.
-        publish: Publishes ``checkpoint_saved``.
-        announce: Publishes ``checkpoint_saving``.
-    """
-
-    def __init__(
-        self,
-        barrier: Barrier,
-        offer: Callable[[], tuple[CheckpointBackend, CheckpointStore] | None],
-        sinks: Callable[[], Iterable[Sink]],
-        load_states: Callable[[Mapping[str, Any]], None],
-        publish: Callable[[CheckpointSaved], None],
-        announce: Callable[[CheckpointSaved], None],
-    ) -> None:
-        self._barrier = barrier
-        self._announce = announce
-        self._offer = offer
-        self._sinks = sinks
-        self._load_states = load_states
-        self._publish = publish
-
-    def _offered(self) -> tuple[CheckpointBackend, CheckpointStore]:
-        offered = self._offer()
-        if offered is None:
-            raise RuntimeError("no checkpoint backend: did the train publisher begin?")
-        return offered
-
-    @property
-    def offered(self) -> bool:
-        return self._offer() is not None
-
-    @property
-    def ready(self) -> bool:
-        offered = self._offer()
-        return offered is not None and offered[0].ready
-
-    @property
-    def store(self) -> CheckpointStore:
-        return self._offered()[1]
-
-    def check_state_names(self) -> None:
-        check_state_names(self._sinks())
-
-    def save(self, step: int, prefix: str, value: float | None, taken: Container[int] = ()) -> str | None:
-        self._announce(CheckpointSaved(prefix, step, value))  # before the flush: what it writes is in
-        prepared = self._barrier.prepare(step)
-        if prepared is None:
-            return None
-        backend, store = self._offered()
-        return self._barrier.commit(prepared, backend, store, prefix, value, taken)
-
-    def keep_only(self, directory: str, kept: list[str], dropped: list[str]) -> None:
-        self._barrier.keep_only(self.store, directory, kept, dropped)
-
-    def mark_evaluated(self, prefix: str) -> None:
-        self._barrier.mark_evaluated(self.store, prefix)
-
-    def load_states(self, states: Mapping[str, Any]) -> None:
-        self._load_states(states)
-
     def publish(self, saved: CheckpointSaved) -> None:
-        self._publish(saved)
+        self._dispatcher.publish("checkpoint_saved", saved)
 
     def find(self, step: int) -> str | None:
-        offered = self._offer()
+        offered = self._offers.checkpoints
         if offered is None:
             return None
-        for sink in self._sinks():
+        for sink in self._roster.sinks:
             directory = sink.checkpoint_directory
             if directory is not None:
                 held = [p for p in offered[1].checkpoints(directory) if step_of(p) == step]

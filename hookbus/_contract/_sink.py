@@ -130,8 +130,8 @@ class Sink:
     :class:`hookbus.SinkContext` the bus gives every sink as the run begins (before ``begin``):
     the clock, the task, the publishers' keys and shapes, ``defer(fn)`` (run after the event
     reached every subscriber), ``reschedule(schedule)``, the other sinks' status lines
-    (``peers()``), which way a metric goes where the publisher knows it
-    (``declared_direction(key)``), whether it ends epochs (``ends_epochs()``), and ``checkpoints``
+    (``peers()``), the training publisher's view of its model (``model()``: its weights, export,
+    variables, which way a metric goes, whether it ends epochs, ...), and ``checkpoints``
     (a :class:`hookbus.Checkpoints`: the checkpoint barrier, the pointer and the publisher's
     checkpoint store, for checkpoint sinks and the sinks that read a checkpoint). A sink never
     sees another sink; sinks cooperate through this interface, which the bus runs:

@@ -21,6 +21,7 @@ from hookbus._bus._subscription import Subscriber
 from hookbus._checkpoints._store import CheckpointStore
 from hookbus._contract._events import WaitForStep
 from hookbus._contract._learning_rate import LEARNING_RATE_KEY, LearningRate, offered_rate
+from hookbus._contract._model import NOT_OFFERED, ModelView
 from hookbus._contract._publisher_keys import (
     EVAL_PREFIX,
     check_fetch_keys,
@@ -37,11 +38,8 @@ if TYPE_CHECKING:
     from hookbus._bus._stops import Stops
     from hookbus._checkpoints._backend import CheckpointBackend
     from hookbus._contract._cluster import Task
-    from hookbus._contract._context import EpochProgress
     from hookbus._contract._learning_rate import RateBackend, RateRequest
-    from hookbus._contract._model import ModelExport
     from hookbus._contract._profiling import ProfilerBackend, Profiling
-    from hookbus._contract._weights import WeightsBackend
 
 __all__ = ["PublisherCore"]
 
@@ -57,8 +55,8 @@ class PublisherCore:
     is due (then :meth:`advance`), else a :class:`Plan` whose ``keys`` it fetches and hands back
     with :meth:`publish_step` — and :meth:`should_stop`; at the end :meth:`final_plan` / :meth:`publish_final`
     and :meth:`end`. Only the core moves the bus's step. Guide: examples/README.md "Writing a publisher";
-    every name a publisher needs (this class, :class:`Plan`, the backends and the checkpoint store its
-    ``offer_*`` methods take, the key prefixes) is in :mod:`hookbus.publisher_api`.
+    every name a publisher needs (this class, :class:`Plan`, the model view, the backends and the
+    checkpoint store its ``offer_*`` methods take, the key prefixes) is in :mod:`hookbus.publisher_api`.
 
     Args:
         bus: The bus to publish on; the publisher registers its keys there.
@@ -79,7 +77,7 @@ class PublisherCore:
         self._dispatcher = port.dispatcher
         self._scope = port.scope
         self._offers = port.offers
-        self._profiling = port.profiling  # a step in a profile window is never quiet
+        self._profiling = port.offers.profiler  # a step in a profile window is never quiet
         self.mode = check_mode(mode)
         self.keys = check_fetch_keys(keys)
         prefix = EVAL_PREFIX if self.mode == "eval" else ""
@@ -115,10 +113,6 @@ class PublisherCore:
     def register(self, publisher: Publisher) -> None:
         """Make another publisher's keys known to the bus (the Keras callback's epoch keys)."""
         self._port.keys.register(publisher)
-
-    def offer_progress(self, progress: Callable[[], EpochProgress | None] | None) -> None:
-        """Let dashboards know the epoch this publisher trains in (``None`` withdraws it)."""
-        self._offers.progress = progress
 
     def hold(self) -> None:
         """Keep deferred work and stop requests waiting until :meth:`release` (a Keras batch's save)."""
@@ -237,55 +231,26 @@ class PublisherCore:
         profiling.step_ended(step)`` after (a comparison, and a flag, outside windows)."""
         return self._profiling
 
-    def offer_weights(self, weights: WeightsBackend | None) -> None:
-        """Let sinks take and put back the live model's weights in memory (a train publisher
-        calls it before :meth:`begin`; ``None`` withdraws it): what
-        ``EarlyStoppingSink(restore_best=True)`` restores, as Keras's ``restore_best_weights``."""
-        self._offers.weights = weights
+    def offer_model(self, view: ModelView | None) -> None:
+        """Let sinks see this training publisher's model through ``view`` (a train publisher, before
+        :meth:`begin`; ``None`` withdraws it, at its end): one framework-free
+        :class:`~hookbus.publisher_api.ModelView` whose members the publisher overrides where it can
+        answer them (its weights in memory, its export, variables, graph, configuration, summary,
+        the training's parameters, metric directions, epochs and progress); every other member
+        answers "not offered".
 
-    def offer_graph(self, graph_def: Callable[[], bytes | None] | None) -> None:
-        """Let sinks show the training graph: ``graph_def()`` returns it serialized (a
-        ``GraphDef``), called when a sink needs it (TensorBoard, once per event file)."""
-        self._offers.graph_def = graph_def
-
-    def offer_model_config(self, config: Callable[[], str | None] | None) -> None:
-        """Let sinks show the model's structure: ``config()`` returns a Keras model's JSON
-        configuration, what Keras's ``TensorBoard(write_graph=True)`` writes for the graph tab's
-        conceptual graph (``None``: the model has none to show)."""
-        self._offers.model_config = config
-
-    def offer_training_params(self, params: Callable[[], Mapping[str, Any]] | None) -> None:
-        """Let trackers log the training's own parameters: ``params()`` returns them by name
-        (Keras ``fit``'s and its optimizer's); ``None`` withdraws them."""
-        self._offers.training_params = params
-
-    def offer_model_summary(self, summary: Callable[[], str | None] | None) -> None:
-        """Let trackers keep the model's structure: ``summary()`` returns it as text (Keras's
-        ``model.summary()``), called once a run; ``None`` withdraws it."""
-        self._offers.model_summary = summary
-
-    def offer_variables(self, variables: Callable[[], Mapping[str, Any]] | None) -> None:
-        """Let sinks read the model's variables: ``variables()`` returns them by name as NumPy
-        arrays, called only when a sink writes them (TensorBoard's histograms); ``None``
-        withdraws it."""
-        self._offers.variables = variables
-
-    def offer_export(self, export: ModelExport | None) -> None:
-        """Let sinks write the live model for serving (:class:`~hookbus.sinks.ExportSink`):
-        a :class:`ModelExport`; ``None`` withdraws it."""
-        self._offers.export = export
-
-    def offer_directions(self, directions: Callable[[str], str | None] | None) -> None:
-        """Let monitors ask which way a metric goes: ``directions(key)`` is ``"min"``, ``"max"`` or
-        ``None`` (the metric declares nothing), for bus keys (a Keras model's compiled metrics,
-        what Keras's own ``mode="auto"`` reads); ``None`` withdraws it."""
-        self._offers.directions = directions
-
-    def offer_epochs(self, ends_epochs: bool) -> None:
-        """Tell sinks that this training publisher ends epochs (Keras ``fit``: an epoch event at
-        each epoch end), so that their defaults can follow Keras's (``CheckpointSink`` saves at
-        each epoch end); ``False`` withdraws it."""
-        self._offers.ends_epochs = bool(flag("ends_epochs", ends_epochs))
+        Raises:
+            TypeError: ``view`` is not a ``ModelView``.
+        """
+        if view is None:
+            self._offers.model = NOT_OFFERED
+            return
+        if not isinstance(view, ModelView):
+            raise TypeError(
+                f"view must be a hookbus.publisher_api.ModelView or None (got {view!r}): subclass ModelView "
+                "and override the members the publisher can answer"
+            )
+        self._offers.model = view
 
     def offer_learning_rate(
         self, backend: RateBackend | None, *, publisher: str = "the publisher"

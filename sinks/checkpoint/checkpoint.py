@@ -172,7 +172,7 @@ class CheckpointSink(Sink):
 
     def _choose_default(self) -> None:
         """The default schedule for this publisher: each epoch end under ``fit``, else by time."""
-        chosen = self._default.choose(self.context.ends_epochs()) if self._default is not None else None
+        chosen = self._default.choose(self.context.model().ends_epochs()) if self._default is not None else None
         if chosen is not None:
             self.schedule = chosen
             self.context.reschedule(chosen)
@@ -196,7 +196,7 @@ class CheckpointSink(Sink):
                 )
             check_scalar(self.name, self.monitor, context.static_shape(self.monitor))
         if self._best is not None and self._monitor is not None:  # the direction ranks only keep_best
-            self._monitor = self._best.monitor = self._monitor.settled(self.name, context.declared_direction)
+            self._monitor = self._best.monitor = self._monitor.settled(self.name, context.model().direction)
         context.checkpoints.check_state_names()
         task = context.task
         self._collective = task is not None and task.collective

@@ -208,7 +208,7 @@ class ConsoleSink(Sink):
                 total = steps if total is None else min(total, steps)
         # Under fit, the epoch and the step it ends at (epochs × steps per epoch), as Keras's
         # progress bar shows them; kept once fit has withdrawn it, for the final frame.
-        progress = self._context.progress() if self._context is not None else None
+        progress = self._context.model().progress() if self._context is not None else None
         self._progress = progress = progress or self._progress
         if progress is not None and progress.total_steps is not None:
             total = progress.total_steps if total is None else min(total, progress.total_steps)

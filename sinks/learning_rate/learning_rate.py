@@ -125,7 +125,7 @@ class ReduceLROnPlateauSink(_RateSink):
         self._start_clean()  # a new run: its state comes back only from a checkpoint
 
     def on_begin(self, event: Event) -> None:
-        self.rule = replace(self.rule, monitor=self.rule.monitor.settled(self.name, self.context.declared_direction))
+        self.rule = replace(self.rule, monitor=self.rule.monitor.settled(self.name, self.context.model().direction))
         check_scalar(self.name, self.monitor, self.context.static_shape(self.monitor))
         if event.mode == "train":
             self._steering.require(self.context)
@@ -262,7 +262,7 @@ class LearningRateSchedulerSink(_RateSink):
         if event.mode != "train":
             return
         self._steering.require(self.context)
-        if self.per == "epoch" and not self.context.ends_epochs():
+        if self.per == "epoch" and not self.context.model().ends_epochs():
             raise ValueError(
                 f"{self.name}: per='epoch' needs a publisher that trains in epochs (EventBusCallback under "
                 "Keras fit); this one counts steps: pass per='step' (schedule(step, lr))"
@@ -286,7 +286,7 @@ class LearningRateSchedulerSink(_RateSink):
         if self.per == "epoch":
             if event.mode == "epoch":
                 following = int(event.values["epoch"]) + 1
-                progress = self.context.progress()
+                progress = self.context.model().progress()
                 if progress is None or following < progress.epochs:  # as Keras's: only for an epoch that trains
                     self._set(following)
         elif event.mode == "train":

@@ -373,13 +373,13 @@ class MLflowSink(Sink):
     def _run_texts(self) -> dict[str, str]:
         """The model's summary as ``model_summary.txt``, where the publisher offers one (as MLflow's
         Keras callback logs it), with the training's params."""
-        summary = self.context.model_summary() if self.log_training_params else None
+        summary = self.context.model().summary() if self.log_training_params else None
         return {MODEL_SUMMARY: summary} if summary else {}
 
     def _run_params(self) -> dict[str, str]:
         """``hparams``, and the training's own parameters where its publisher offers them (``hparams``
         win a name both give)."""
-        offered = self.context.training_params() if self.log_training_params else None
+        offered = self.context.model().training_params() if self.log_training_params else None
         if not offered:
             return dict(self._params)
         names = check_names(offered, "the training's parameters")

@@ -131,5 +131,5 @@ def test_commit_saves_the_model_then_the_states_beside_it_and_record_names_it(tm
     prefix = str(tmp_path / "ckpt" / "model-4")
     assert barrier.commit(prepared, NpzBackend(), store, prefix, 0.25) == prefix
     assert store.read_state(prefix) == {"step": 4, "value": 0.25, "sinks": {"EarlyStoppingSink": {"best": 0.25}}}
-    barrier.keep_only(store, str(tmp_path / "ckpt"), [prefix], [])
+    store.set_pointer(str(tmp_path / "ckpt"), [prefix])  # the seam's keep_only: the store's own
     assert store.checkpoints(str(tmp_path / "ckpt")) == [prefix]

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from hookbus import EventBus
+from hookbus.publisher_api import ModelView
 from hookbus.sinks import EarlyStoppingSink
 from hookbus.testing import ScriptedPublisher
 
@@ -73,13 +74,22 @@ def test_what_the_publisher_declares_settles_auto_and_an_explicit_mode_stays() -
     bus = EventBus()
     for sink in (auto, explicit, named):
         bus.attach(sink)
-    train = ScriptedPublisher(bus, keys=["loss"])
+    train = ScriptedPublisher(bus, keys=["loss"], model=_Declares(declared))
     ScriptedPublisher(bus, keys=["hits", "misses"], mode="eval")
-    train.core.offer_directions(declared.get)
     with bus:
         train.begin()
         train.end()
     assert (auto.rule.monitor.mode, explicit.rule.monitor.mode, named.rule.monitor.mode) == ("max", "min", "min")
+
+
+class _Declares(ModelView):
+    """A model view answering only :meth:`direction`, from a table."""
+
+    def __init__(self, declared: dict[str, str]) -> None:
+        self._declared = declared
+
+    def direction(self, key: str) -> str | None:
+        return self._declared.get(key)
 
 
 def _epochs(sink: EarlyStoppingSink, epochs: int, *, with_eval: bool) -> None:

@@ -757,12 +757,6 @@ FLAG_ARGUMENTS: list[tuple[str, str, Callable[[Path, Any], Any], str]] = [
     ("PublisherCore.session_created", "restored", lambda t, v: _session_created(v), FLAG_OR_NONE),
     ("PublisherCore.session_created", "in_memory", lambda t, v: _session_created(in_memory=v), FLAG),
     (
-        "PublisherCore.offer_epochs",
-        "ends_epochs",
-        lambda t, v: hookbus.PublisherCore(hookbus.EventBus(), ["loss"]).offer_epochs(v),
-        FLAG,
-    ),
-    (
         "LoopPublisher",
         "restore",
         lambda t, v: hookbus.LoopPublisher(hookbus.EventBus(), ["loss"], restore=v),

@@ -22,6 +22,7 @@ from hookbus._tf.hook._eval import EvalRuns
 from hookbus._tf.hook._eval_mean import check_aggregate
 from hookbus._tf.hook._fetch import TrainFetches, key_sets
 from hookbus._tf.hook._gate import start_gate
+from hookbus._tf.hook._model_view import GraphModelView
 from hookbus._tf.hook._shared_stop import SharedStop
 from hookbus._tf.hook._steps import StepEstimate
 
@@ -261,16 +262,11 @@ class EventBusHook:
             self.checkpoint_backend.step_variable = self._global_step if self._shared_stop is not None else None
             self._core.offer_checkpoints(self.checkpoint_backend, TENSORFLOW)
             self._core.offer_profiler(TFProfiler())
-            # The graph TensorBoard shows, as SummarySaverHook and CheckpointSaverHook wrote it;
-            # serialized only when a sink asks (the graph is finalized by then).
-            self._core.offer_graph(lambda: graph.as_graph_def(add_shapes=True).SerializeToString())
-        if self._core.mode == "train":  # ExportSink's SavedModel, where serving_inputs/outputs are given
+        if self._core.mode == "train":  # the model sinks see: graph, variables, SavedModel through the session
             if self._serving is not None and (self._export is None or self._export.graph is not graph):
-                self._export = GraphExport(graph, *self._serving, session=lambda: self._session)
-            self._core.offer_export(self._export)
-        if self._core.mode == "train":  # TensorBoard's histograms: the values now, read when a sink writes
+                self._export = GraphExport(graph, *self._serving, session=self._live_session)
             trainable = list(graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES))
-            self._core.offer_variables(lambda: self._variables(trainable) if trainable else {})
+            self._core.offer_model(GraphModelView(graph, self._live_session, trainable, self._export))
         if self.task is not None:
             self._core.set_task(self.task)
         if self._core.mode == "train":
@@ -279,12 +275,9 @@ class EventBusHook:
             self._train_fetches.build(tf, graph, self._elements, wanted, core.keys, self._step_after, stop)
         self._core.begin()
 
-    def _variables(self, variables: list[Any]) -> dict[str, Any]:
-        """The graph's trainable variables by name, read in the open session (empty outside one)."""
-        session = self._session
-        if session is None:
-            return {}
-        return {v.op.name: value for v, value in zip(variables, session.run(variables), strict=True)}
+    def _live_session(self) -> Any:
+        """The open session, ``None`` outside one: what the model view and its export read."""
+        return self._session
 
     def after_create_session(self, session: Any, coord: Any) -> None:
         self._estimate.start(int(session.run(self._global_step)) if self._global_step is not None else 0)
@@ -503,6 +496,7 @@ class EventBusHook:
             self._core.publish_final(final, {k: v for k, v in values.items() if k in final.keys}, step=step)
         self._core.end(self._step)
         self._session = None
+        self._core.offer_model(None)
         if self.checkpoint_backend is not None:
             self.checkpoint_backend.attach_session(None)  # the session closes after end()
             self._core.offer_profiler(None)

@@ -6,22 +6,20 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from hookbus._contract._context import EpochProgress
 from hookbus._contract._learning_rate import LEARNING_RATE_KEY
+from hookbus._contract._model import EpochProgress
 from hookbus._contract._publisher_keys import check_fetch_keys
 from hookbus._publishing._publisher import PublisherCore
 from hookbus._rules._validate import positive_int
 from hookbus._tf._checkpoint_tf1 import TENSORFLOW
 from hookbus._tf._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
 from hookbus._tf._collective import CollectiveStop, task_of_strategy
-from hookbus._tf._export_tf import KerasExport
 from hookbus._tf._import import require_keras, require_tensorflow, with_framework_base
 from hookbus._tf._learning_rate_tf import OptimizerRate
 from hookbus._tf._profiler_tf import TFProfiler
-from hookbus._tf._weights_tf import ModelWeights, model_variables
 from hookbus._tf.keras._hold import HeldWork
 from hookbus._tf.keras._logs import EpochKeys, LogChecks, epoch_values, validation_values
-from hookbus._tf.keras._metrics import CompiledDirections
+from hookbus._tf.keras._model_view import KerasModelView
 from hookbus._tf.keras._resume import cut_short, pass_over, prepare_restore, restore_train_function, start_epoch
 
 if TYPE_CHECKING:
@@ -30,46 +28,6 @@ if TYPE_CHECKING:
 __all__ = ["EventBusCallback"]
 
 logger = logging.getLogger("hookbus")
-
-
-def _model_config(model: Any) -> str | None:
-    """The model's JSON configuration where Keras's ``TensorBoard(write_graph=True)`` writes one:
-    Sequential and functional models (a subclassed model has no configuration to draw)."""
-    if type(model).__name__ not in ("Sequential", "Functional"):
-        return None
-    try:
-        config: str = model.to_json()
-    except Exception:  # as Keras: a model that fails to serialize is not drawn, and trains on
-        logger.warning(
-            "the model's configuration does not serialize to JSON; TensorBoard shows no graph of it", exc_info=True
-        )
-        return None
-    return config
-
-
-def _model_summary(model: Any) -> str | None:
-    """``model.summary()`` as text, its lines joined as MLflow's Keras callback joins them
-    (``None`` where Keras cannot summarize the model, an unbuilt subclassed one)."""
-    lines: list[str] = []
-    try:
-        model.summary(print_fn=lambda line, *args, **kwargs: lines.append(line))
-    except ValueError:
-        return None
-    return "\n".join(lines)
-
-
-def _fit_params(model: Any, params: Mapping[str, Any]) -> dict[str, Any]:
-    """``fit``'s parameters as Keras gives them to callbacks (``epochs``; ``steps`` per epoch, where
-    known) and the optimizer's configuration as ``optimizer_<name>`` (what MLflow's Keras callback logs)."""
-    fit = {"epochs": params.get("epochs"), "steps_per_epoch": params.get("steps")}
-    found: dict[str, Any] = {k: v for k, v in fit.items() if v is not None}  # steps: None, input of unknown length
-    try:
-        config = model.optimizer.get_config()
-    except Exception:  # an optimizer that cannot say its configuration still trains
-        logger.debug("the optimizer's configuration is not readable", exc_info=True)
-        config = {}
-    found.update({f"optimizer_{k}": v for k, v in config.items()})  # None too, as MLflow's callback logs it
-    return found
 
 
 class EventBusCallback:
@@ -250,16 +208,8 @@ class EventBusCallback:
         self._core.offer_profiler(TFProfiler())
         per_execution = getattr(model, "steps_per_execution", 1)
         self._per_execution = per_execution if isinstance(per_execution, int) and per_execution > 0 else 1
-        self._core.offer_weights(ModelWeights(model))
-        self._core.offer_variables(lambda: model_variables(model))
-        self._core.offer_export(KerasExport(model))  # ExportSink's .keras file
-        self._core.offer_model_config(lambda: _model_config(model))
-        self._core.offer_model_summary(lambda: _model_summary(model))
-        self._core.offer_training_params(lambda: _fit_params(model, self.params))  # type: ignore[attr-defined]
-        self._core.offer_directions(CompiledDirections(model))
-        self._core.offer_epochs(True)
         self._epoch = None
-        self._core.offer_progress(self._progress)
+        self._core.offer_model(KerasModelView(model, lambda: self.params or {}, self._progress))  # type: ignore[attr-defined]
         self._rate = OptimizerRate(optimizer)
         self._rate.install()  # a schedule times hookbus's multiplier, before the train function is traced
         offered = self._core.offer_learning_rate(self._rate, publisher="EventBusCallback")
@@ -410,15 +360,7 @@ class EventBusCallback:
             self._rate = None
         self._core.offer_learning_rate(None)
         self._core.offer_profiler(None)
-        self._core.offer_weights(None)
-        self._core.offer_variables(None)
-        self._core.offer_export(None)
-        self._core.offer_model_config(None)
-        self._core.offer_model_summary(None)
-        self._core.offer_training_params(None)
-        self._core.offer_directions(None)
-        self._core.offer_epochs(False)
-        self._core.offer_progress(None)
+        self._core.offer_model(None)
         if self._set_initial_epoch:
             self.model._initial_epoch = None  # type: ignore[attr-defined]  # the next fit starts as told
             self._set_initial_epoch = False

@@ -16,6 +16,7 @@ from hookbus._tf._export_tf import loop_export
 from hookbus._tf._learning_rate_tf import OptimizerRate, VariableRate
 from hookbus._tf._profiler_tf import TFProfiler
 from hookbus._tf._weights_tf import VariableWeights
+from hookbus._tf.loop._model_view import LoopModelView
 from hookbus._tf.loop._replicas import ReplicaValues
 
 if TYPE_CHECKING:
@@ -187,10 +188,7 @@ class LoopPublisher:
         if backend is not None:
             backend.attach()
             self._core.offer_checkpoints(backend, TENSORFLOW)
-        if self._weights is not None:
-            self._core.offer_weights(self._weights)
-            self._core.offer_variables(self._weights.named)
-        self._core.offer_export(self._export)
+        self._core.offer_model(LoopModelView(self._weights, self._export))
         self._core.offer_profiler(TFProfiler())
         task = task_of_strategy(self._strategy)
         self._collective = None if task is None else CollectiveStop(self._strategy, task, self._check_every)
@@ -309,9 +307,7 @@ class LoopPublisher:
         if self.checkpoint_backend is not None:
             self.checkpoint_backend.detach()
         self._core.offer_profiler(None)
-        self._core.offer_weights(None)
-        self._core.offer_variables(None)
-        self._core.offer_export(None)
+        self._core.offer_model(None)
         if isinstance(self._rate, OptimizerRate):
             self._rate.uninstall()
         self._rate = None
