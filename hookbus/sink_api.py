@@ -20,7 +20,7 @@ What it holds:
   :class:`EpochProgress`, :class:`PeerReport`, the checkpoint seam :class:`Checkpoints` and the
   profiling seam :class:`Profiler` with its :class:`ProfileWindow`, :class:`ProfileOptions`,
   :class:`ProfileResult`, and the model seam :class:`ModelExport`),
-  :class:`Schedule`, :class:`Priority`;
+  :class:`Schedule`, :class:`Priority` (its values also as ``PRIORITY_*``), the signals' names :data:`SIGNALS`;
 - the events: :class:`Event`, :class:`CheckpointSaved`, :class:`ExceptionRaised`,
   :class:`StopRequest`, :class:`SubscriberError`, :class:`LearningRateChange`, :class:`WaitForStep`,
   :class:`ModelExported`, and :exc:`UnknownKeyError` for a key no publisher provides (with
@@ -40,8 +40,8 @@ What it holds:
 
 The argument checks with hookbus's messages are in :mod:`hookbus.validate`; a bus driven by a
 script, to test a sink, is in :mod:`hookbus.testing`; what publishers offer (the checkpoint store
-among it) is in :mod:`hookbus.publisher_api`. Names that people who train use too (``BusStats``,
-``UnknownKeyError``) show ``hookbus`` as their home; the others show this module
+among it) is in :mod:`hookbus.publisher_api`. Names that people who train use too (``Event``,
+``BusStats``, ``UnknownKeyError``, ...) show ``hookbus`` as their home; the others show this module
 (``repr(Sink)`` is ``<class 'hookbus.sink_api.Sink'>``).
 """
 
@@ -95,6 +95,11 @@ __all__ = [
     "EPOCH_PREFIX",
     "EVAL_PREFIX",
     "LEARNING_RATE_KEY",
+    "PRIORITY_CHECKPOINT",
+    "PRIORITY_DEFAULT",
+    "PRIORITY_EARLY_STOPPING",
+    "PRIORITY_NAN_GUARD",
+    "PRIORITY_STOP_AT_STEP",
     "SIGNALS",
     "TRACKER_STATUS",
     "BackgroundWriter",
@@ -153,7 +158,7 @@ class Priority:
 
     The control sinks run before the checkpoint, which runs before the rest, so a checkpoint
     saved at a step sees that step's stop requests, and a dashboard sees the checkpoint. The
-    values are the ``hookbus.PRIORITY_*`` integers; any int is a priority.
+    values are this module's ``PRIORITY_*`` integers; any int is a priority.
     """
 
     NAN_GUARD: Final = PRIORITY_NAN_GUARD
@@ -177,7 +182,6 @@ _shown_here(
     SinkContext,
     FlushDeadline,
     CheckpointSaved,
-    Event,
     ExceptionRaised,
     ModelExported,
     StopRequest,
@@ -186,13 +190,11 @@ _shown_here(
     LearningRateChange,
     require_learning_rate,
     WaitForStep,
-    OutputInUseError,
     OutputLock,
     OwnThreadWriter,
     RateRequest,
     Schedule,
     ScheduleTimer,
-    WriterStats,
     Sink,
     BackgroundWriter,
     WriterError,

@@ -1,5 +1,5 @@
-"""Each sink's :class:`~hookbus.SinkContext`, built from the bus's parts (never the bus itself),
-and the bus's side of the checkpoint seam (:class:`~hookbus.Checkpoints`)."""
+"""Each sink's :class:`~hookbus.sink_api.SinkContext`, built from the bus's parts (never the bus itself),
+and the bus's side of the checkpoint seam (:class:`~hookbus.sink_api.Checkpoints`)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class SinkServices:
         keys: The publishers' keys.
         state: The run's progress (the current step).
         dispatcher: Delivery (deferred work, ``checkpoint_saved``, who is being called).
-        barrier: The checkpoint barrier (behind the sinks' :class:`~hookbus.Checkpoints`).
+        barrier: The checkpoint barrier (behind the sinks' :class:`~hookbus.sink_api.Checkpoints`).
         offers: What the training publisher offers (checkpoints and their store, weights, graph,
             model config, metric directions, epochs).
         clock: The bus's monotonic clock.

@@ -195,7 +195,7 @@ class PublisherCore:
     def publish_waiting(
         self, state: str, *, until_step: int, step: int, waited_secs: float, timeout_secs: float | None, starts: bool
     ) -> None:
-        """Publish ``waiting_for_step`` (:class:`hookbus.WaitForStep`, stamped with the bus's wall
+        """Publish ``waiting_for_step`` (:class:`hookbus.sink_api.WaitForStep`, stamped with the bus's wall
         clock): where this worker's start gate is (:mod:`hookbus._tf.hook._gate`; a replay, as recorded)."""
         now = self.bus.wall_clock()
         wait = WaitForStep(state, until_step, step, float(waited_secs), timeout_secs, bool(starts), now)
@@ -206,9 +206,9 @@ class PublisherCore:
         :meth:`begin` (``None`` withdraws it).
 
         Args:
-            backend: Saves and restores the model's variables (:class:`hookbus.CheckpointBackend`).
-            store: Where its checkpoints live (:class:`hookbus.CheckpointStore`), required with a
-                backend: :class:`hookbus.FileCheckpointStore` for a framework without a layout of
+            backend: Saves and restores the model's variables (:class:`hookbus.publisher_api.CheckpointBackend`).
+            store: Where its checkpoints live (:class:`hookbus.publisher_api.CheckpointStore`), required with a
+                backend: :class:`hookbus.publisher_api.FileCheckpointStore` for a framework without a layout of
                 its own; the TensorFlow publishers give TensorFlow's.
 
         Raises:
@@ -220,8 +220,9 @@ class PublisherCore:
             return
         if not isinstance(store, CheckpointStore):
             raise TypeError(
-                f"store must be a hookbus.CheckpointStore (got {store!r}): give the store the checkpoints "
-                "live in, e.g. hookbus.FileCheckpointStore('.npz') for a framework without a layout of its own"
+                f"store must be a hookbus.publisher_api.CheckpointStore (got {store!r}): give the store the "
+                "checkpoints live in, e.g. hookbus.publisher_api.FileCheckpointStore('.npz') for a framework "
+                "without a layout of its own"
             )
         self._offers.checkpoints = (backend, store)
 
