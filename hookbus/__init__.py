@@ -28,6 +28,7 @@ from hookbus._contract._event_log import read_event_log
 from hookbus._contract._events import Event
 from hookbus._contract._stats import BusStats, SubscriberStats, WriterStats
 from hookbus._publishing._replay import ReplayResult, replay
+from hookbus._rules._home import show_home
 from hookbus._tf.hook._evaluator import evaluate_checkpoints
 from hookbus._tf.hook._gate import staggered_start
 from hookbus._tf.hook._hook import EventBusHook
@@ -38,25 +39,6 @@ from hookbus._tf.loop._loop import LoopPublisher
 from hookbus._writers._lock import OutputInUseError
 
 __version__ = "0.1.0"
-
-for _public in (
-    EventBus,
-    Subscription,
-    UnknownKeyError,
-    Task,
-    Event,
-    EventBusHook,
-    EventBusCallback,
-    LoopPublisher,
-    ReplayResult,
-    BusStats,
-    SubscriberStats,
-    SubscriberView,
-    WriterStats,
-    OutputInUseError,
-):
-    _public.__module__ = __name__  # repr and help name the public path, not the private module
-del _public
 
 
 __all__ = [
@@ -82,3 +64,5 @@ __all__ = [
     "staggered_start",
     "train_and_evaluate",
 ]
+
+show_home(__name__, globals(), __all__)  # repr and help name hookbus, not the private modules

@@ -40,6 +40,7 @@ from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX, RESERVE
 from hookbus._contract._weights import WeightsBackend
 from hookbus._publishing._planner import Plan
 from hookbus._publishing._publisher import PublisherCore
+from hookbus._rules._home import show_home
 
 __all__ = [
     "EPOCH_PREFIX",
@@ -72,7 +73,4 @@ GraphOffer: TypeAlias = Callable[[], bytes | None]
 #: What ``PublisherCore.offer_model_config`` takes: returns the model's JSON configuration, or ``None``.
 ModelConfigOffer: TypeAlias = Callable[[], str | None]
 
-_PUBLIC = (CheckpointBackend, CheckpointStore, FileCheckpointStore, Plan, PublisherCore, RateBackend, WeightsBackend)
-for _public in (*_PUBLIC, ProfilerBackend, ProfilerBusy, Profiling, Publisher, Stops):
-    _public.__module__ = __name__  # repr and help name the documented home
-del _public
+show_home(__name__, globals(), __all__)

@@ -81,6 +81,7 @@ from hookbus._contract._sink import (
 from hookbus._contract._stats import BusStats, SubscriberStats, WriterStats
 from hookbus._rules._direction import better_direction
 from hookbus._rules._files import check_writable_dir, write_atomically
+from hookbus._rules._home import show_home
 from hookbus._rules._values import is_real_dtype
 from hookbus._writers._deadline import DEFAULT_FLUSH_DEADLINE, FlushDeadline, WriterError, WriterStalled
 from hookbus._writers._kit import WriterKit
@@ -168,45 +169,4 @@ class Priority:
     DEFAULT: Final = PRIORITY_DEFAULT
 
 
-def _shown_here(*objects: object) -> None:
-    """Make ``repr`` and ``help`` name this module, the documented home, for ``objects``."""
-    for obj in objects:
-        obj.__module__ = __name__
-
-
-_shown_here(Profiler, ProfileOptions, ProfileResult, ProfileWindow, ModelExport)
-_shown_here(
-    Checkpoints,
-    EpochProgress,
-    PeerReport,
-    SinkContext,
-    FlushDeadline,
-    CheckpointSaved,
-    ExceptionRaised,
-    ModelExported,
-    StopRequest,
-    SubscriberError,
-    LearningRate,
-    LearningRateChange,
-    require_learning_rate,
-    WaitForStep,
-    OutputLock,
-    OwnThreadWriter,
-    RateRequest,
-    Schedule,
-    ScheduleTimer,
-    Sink,
-    BackgroundWriter,
-    WriterError,
-    WriterStalled,
-    WriterWarning,
-    WriterKit,
-    better_direction,
-    check_writable_dir,
-    did_you_mean,
-    event_log_line,
-    is_real_dtype,
-    recover,
-    step_of,
-    write_atomically,
-)
+show_home(__name__, globals(), __all__)

@@ -196,7 +196,7 @@ class PublisherCore:
         self, state: str, *, until_step: int, step: int, waited_secs: float, timeout_secs: float | None, starts: bool
     ) -> None:
         """Publish ``waiting_for_step`` (:class:`hookbus.sink_api.WaitForStep`, stamped with the bus's wall
-        clock): where this worker's start gate is (:mod:`hookbus._tf.hook._gate`; a replay, as recorded)."""
+        clock): where this worker's start gate is (``EventBusHook(wait_for_step=...)``; a replay, as recorded)."""
         now = self.bus.wall_clock()
         wait = WaitForStep(state, until_step, step, float(waited_secs), timeout_secs, bool(starts), now)
         self._dispatcher.publish("waiting_for_step", wait)
@@ -354,7 +354,7 @@ class PublisherCore:
     def quiet(self, step: int) -> bool:
         """Whether nothing can be due at the coming training step ``step``: no subscriber (:meth:`plan`'s
         first test, the subscribers unchanged since the last plan), no profile window, and no stop watcher
-        (:attr:`hookbus._bus._stops.Stops.watch_at`); for a publisher's fast path: comparisons, and one clock
+        (:attr:`hookbus.publisher_api.Stops.watch_at`); for a publisher's fast path: comparisons, and one clock
         read while a time rule or a watcher is timed. ``False`` says only that :meth:`plan` must decide (and,
         after the step, :meth:`should_stop` check for stops)."""
         if step < self._next_step and step < self._profiling.first and self._version == self._roster.version:
@@ -465,12 +465,13 @@ class PublisherCore:
         """Publish one evaluation's aggregated ``values`` as ``eval/<key>`` at training ``step``.
 
         Evaluations are not scheduled: every subscriber wanting one of the keys receives it.
-        One evaluation per training step (:mod:`hookbus._bus._evaluated`): an evaluation of a step
+        One evaluation per training step: an evaluation of a step
         this publisher already published since the resume point before it reaches no subscriber.
         """
         publish_eval(self._port, self.bus_keys, step, values)
 
     def publish_epoch(self, step: int, values: Mapping[str, Any]) -> None:
         """Publish an epoch event (``mode="epoch"``; ``values`` keyed ``epoch/<name>`` plus ``epoch``)
-        to the subscribers that opt in (:meth:`hookbus._bus._subscription.Subscriber.wants_epochs`)."""
+        to the subscribers that opt in: those whose ``keys`` name an ``epoch/`` key, and sinks whose
+        ``receives_epochs`` is true."""
         publish_epoch(self._port, step, values)
