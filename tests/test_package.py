@@ -702,11 +702,11 @@ def test_every_readme_section_the_code_cites_exists() -> None:
 
 
 def test_the_readme_is_a_front_page_its_guarantees_a_bullet_per_theme() -> None:
-    """The README stays a front page. Its guarantees are a bullet per theme of
+    """The README stays a front page, pinned by what it must hold, not by a line count (issue 46:
+    the cap became a budget). Its guarantees are a bullet per theme of
     tests/reliability/README.md, in its order, linking to the theme's heading and naming each of its
     promises by its title; a promise's full text and its tests are there, under that heading."""
     readme = (ROOT / "README.md").read_text()
-    assert len(readme.splitlines()) <= 300, "the README is a front page: put guides in examples/README.md"
     section = readme.split("\n## Guarantees\n", 1)[1].split("\n## ", 1)[0]
     bullets: list[str] = []
     for line in section.splitlines():
