@@ -187,7 +187,7 @@ class _Clocks:
         return self.wall_given - self.wall, wall - self.wall, self.thread_given - self.thread, process - self.process
 
 
-def hookbus_writer(sink_factory: Callable[[str], hookbus.Sink]) -> Callable[[int, str], Timing]:
+def hookbus_writer(sink_factory: Callable[[str], hookbus.sink_api.Sink]) -> Callable[[int, str], Timing]:
     def run(rows: int, directory: str) -> Timing:
         bus = hookbus.EventBus()
         sink = bus.attach(sink_factory(directory))
@@ -239,7 +239,7 @@ def csv_writer(rows: int, directory: str) -> Timing:
         return clocks.flushed()
 
 
-def mlflow_sink(directory: str) -> hookbus.Sink:
+def mlflow_sink(directory: str) -> hookbus.sink_api.Sink:
     """``MLflowSink`` on its default store in ``directory``: a copy of one made once per process."""
     from hookbus.sinks import MLflowSink
 
@@ -251,7 +251,7 @@ def mlflow_sink(directory: str) -> hookbus.Sink:
         MlflowClient(f"sqlite:///{schema}").search_experiments()  # MLflow makes its tables
         _MLFLOW_SCHEMA["path"] = schema
     shutil.copyfile(schema, os.path.join(directory, "mlflow.db"))
-    sink: hookbus.Sink = MLflowSink(directory=directory, every_n_steps=1)
+    sink: hookbus.sink_api.Sink = MLflowSink(directory=directory, every_n_steps=1)
     return sink
 
 

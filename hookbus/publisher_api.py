@@ -35,6 +35,7 @@ from hookbus._contract._profiling import ProfileOptions, ProfilerBackend, Profil
 from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX, RESERVED_KEYS
 from hookbus._publishing._planner import Plan
 from hookbus._publishing._publisher import PublisherCore
+from hookbus._rules._home import show_home
 
 __all__ = [
     "EPOCH_PREFIX",
@@ -60,7 +61,4 @@ __all__ = [
     "WeightsBackend",
 ]
 
-_PUBLIC = (CheckpointBackend, CheckpointStore, FileCheckpointStore, Plan, PublisherCore, RateBackend, WeightsBackend)
-for _public in (*_PUBLIC, ProfilerBackend, ProfilerBusy, Profiling, Publisher, Stops):
-    _public.__module__ = __name__  # repr and help name the documented home
-del _public
+show_home(__name__, globals(), __all__)

@@ -21,7 +21,7 @@ What it holds:
   :class:`Profiler` with its :class:`ProfileWindow`, :class:`ProfileOptions`, :class:`ProfileResult`,
   and the model seam :class:`ModelView` with its :class:`WeightsBackend`, :class:`ModelExport` and
   :class:`EpochProgress`),
-  :class:`Schedule`, :class:`Priority`;
+  :class:`Schedule`, :class:`Priority` (its values also as ``PRIORITY_*``), the signals' names :data:`SIGNALS`;
 - the events: :class:`Event`, :class:`CheckpointSaved`, :class:`ExceptionRaised`,
   :class:`StopRequest`, :class:`SubscriberError`, :class:`LearningRateChange`, :class:`WaitForStep`,
   :class:`ModelExported`, and :exc:`UnknownKeyError` for a key no publisher provides (with
@@ -41,8 +41,8 @@ What it holds:
 
 The argument checks with hookbus's messages are in :mod:`hookbus.validate`; a bus driven by a
 script, to test a sink, is in :mod:`hookbus.testing`; what publishers offer (the checkpoint store
-among it) is in :mod:`hookbus.publisher_api`. Names that people who train use too (``BusStats``,
-``UnknownKeyError``) show ``hookbus`` as their home; the others show this module
+among it) is in :mod:`hookbus.publisher_api`. Names that people who train use too (``Event``,
+``BusStats``, ``UnknownKeyError``, ...) show ``hookbus`` as their home; the others show this module
 (``repr(Sink)`` is ``<class 'hookbus.sink_api.Sink'>``).
 """
 
@@ -82,6 +82,7 @@ from hookbus._contract._sink import (
 from hookbus._contract._stats import BusStats, SubscriberStats, WriterStats
 from hookbus._rules._direction import better_direction
 from hookbus._rules._files import check_writable_dir, write_atomically
+from hookbus._rules._home import show_home
 from hookbus._rules._values import is_real_dtype
 from hookbus._writers._deadline import DEFAULT_FLUSH_DEADLINE, FlushDeadline, WriterError, WriterStalled
 from hookbus._writers._kit import WriterKit
@@ -96,6 +97,11 @@ __all__ = [
     "EPOCH_PREFIX",
     "EVAL_PREFIX",
     "LEARNING_RATE_KEY",
+    "PRIORITY_CHECKPOINT",
+    "PRIORITY_DEFAULT",
+    "PRIORITY_EARLY_STOPPING",
+    "PRIORITY_NAN_GUARD",
+    "PRIORITY_STOP_AT_STEP",
     "SIGNALS",
     "TRACKER_STATUS",
     "BackgroundWriter",
@@ -156,7 +162,7 @@ class Priority:
 
     The control sinks run before the checkpoint, which runs before the rest, so a checkpoint
     saved at a step sees that step's stop requests, and a dashboard sees the checkpoint. The
-    values are the ``hookbus.PRIORITY_*`` integers; any int is a priority.
+    values are this module's ``PRIORITY_*`` integers; any int is a priority.
     """
 
     NAN_GUARD: Final = PRIORITY_NAN_GUARD
@@ -166,48 +172,4 @@ class Priority:
     DEFAULT: Final = PRIORITY_DEFAULT
 
 
-def _shown_here(*objects: object) -> None:
-    """Make ``repr`` and ``help`` name this module, the documented home, for ``objects``."""
-    for obj in objects:
-        obj.__module__ = __name__
-
-
-_shown_here(Profiler, ProfileOptions, ProfileResult, ProfileWindow, ModelExport, ModelView)
-_shown_here(
-    Checkpoints,
-    EpochProgress,
-    PeerReport,
-    SinkContext,
-    FlushDeadline,
-    CheckpointSaved,
-    Event,
-    ExceptionRaised,
-    ModelExported,
-    StopRequest,
-    SubscriberError,
-    LearningRate,
-    LearningRateChange,
-    require_learning_rate,
-    WaitForStep,
-    OutputInUseError,
-    OutputLock,
-    OwnThreadWriter,
-    RateRequest,
-    Schedule,
-    ScheduleTimer,
-    WriterStats,
-    Sink,
-    BackgroundWriter,
-    WriterError,
-    WriterStalled,
-    WriterWarning,
-    WriterKit,
-    better_direction,
-    check_writable_dir,
-    did_you_mean,
-    event_log_line,
-    is_real_dtype,
-    recover,
-    step_of,
-    write_atomically,
-)
+show_home(__name__, globals(), __all__)

@@ -1,10 +1,11 @@
 """Argument checks for sinks and publishers written outside hookbus, with hookbus's own messages.
 
-The same checks hookbus's sinks use (one rule each, in :mod:`hookbus._rules._validate`): they raise
-``ValueError`` naming the argument, what was expected and the value given, e.g.
+The same checks, one rule each, that hookbus's own sinks use: they raise ``ValueError`` naming the
+argument, what was expected and the value given, e.g.
 ``flush_secs must be a positive finite number of seconds (got inf)``.
 """
 
+from hookbus._rules._home import show_home
 from hookbus._rules._validate import (
     finite_number,
     flag,
@@ -32,3 +33,5 @@ __all__ = [
     "positive_number",
     "seconds",
 ]
+
+show_home(__name__, globals(), __all__)

@@ -31,3 +31,5 @@ __all__: list[str] = [
     "TensorBoardSink",
     "mlflow_name",
 ]
+
+mlflow_name.__module__ = __name__  # help() names this package, not the private module that defines it

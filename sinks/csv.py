@@ -42,8 +42,8 @@ class CSVSink(Sink):
     rows with step > S, and a last line torn by a kill, are dropped before appending. NaN and
     infinities are written ``nan``, ``inf``, ``-inf``. Arrays and bytes are not written.
 
-    Rows are written by a :class:`hookbus.BackgroundWriter` thread, which the sink's
-    :class:`hookbus.WriterKit` (``self.output``) starts at begin; :meth:`flush` (the checkpoint
+    Rows are written by a :class:`hookbus.sink_api.BackgroundWriter` thread, which the sink's
+    :class:`hookbus.sink_api.WriterKit` (``self.output``) starts at begin; :meth:`flush` (the checkpoint
     barrier) blocks until they are handed to the OS.
 
     Args:
@@ -67,7 +67,7 @@ class CSVSink(Sink):
             epoch has no value, as it writes); no eval file.
             ``keys`` then names ``epoch/`` keys (default ``None``: all). Without it, ``epoch/``
             keys are not written.
-        priority, on_error, name: See :class:`hookbus.Sink` (default ``on_error="isolate"``).
+        priority, on_error, name: See :class:`hookbus.sink_api.Sink` (default ``on_error="isolate"``).
         runs_on: Multi-worker training: ``"chief"`` (default), ``"all"`` or ``"each"`` (every
             worker writes ``<stem>.worker-<i><suffix>``). Rows are keyed by ``event.step``, the
             shared global step.
@@ -104,7 +104,7 @@ class CSVSink(Sink):
         )
         self._base_path = self.path = WriterKit.file_path("path", path)
         self.eval_path = self.path.with_name(self.path.stem + ".eval.csv")
-        #: Options, locks and the background writer: :class:`hookbus.WriterKit`.
+        #: Options, locks and the background writer: :class:`hookbus.sink_api.WriterKit`.
         self.output: WriterKit[Item] = WriterKit(
             self.name,
             flush_secs=flush_secs,

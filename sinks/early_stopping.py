@@ -103,7 +103,7 @@ class EarlyStoppingSink(Sink):
     Args:
         monitor: The key to watch.
         mode: ``"auto"`` (default, as Keras's), ``"min"`` or ``"max"``. ``auto`` is the one
-            direction rule (:func:`hookbus.sinks._monitor.resolve_direction`, the dashboard's too),
+            direction rule (:func:`hookbus.sink_api.better_direction`, the dashboard's too),
             settled as the run begins: the direction a Keras compiled metric declares, else the
             name (``*loss*``, ``*error*``, ``*mae*``, ...: min; ``*acc*``, ``*auc*``, ...: max).
             Where nothing tells (``eval/foo``), ``begin`` fails asking for ``mode=``.

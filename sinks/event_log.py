@@ -42,7 +42,7 @@ class EventLogSink(Sink):
     """Records the run's events as one JSON object per line (see examples/README.md "Record and
     replay" for the format); ``hookbus.replay`` and ``hookbus replay`` read it back.
 
-    Passive (:attr:`hookbus.Sink.passive`): it receives every step event published for the other
+    Passive (:attr:`hookbus.sink_api.Sink.passive`): it receives every step event published for the other
     subscribers, with the values fetched for them, and never makes a publisher fetch anything:
     recording costs no ``session.run`` work. Records: ``begin`` (keys, shapes, total steps when a
     sink knows them, ``hparams``, ``flush_secs``: how long ``hookbus watch`` may see nothing new from a
@@ -93,7 +93,7 @@ class EventLogSink(Sink):
         flush_deadline: Seconds a flush (the checkpoint barrier, a session's end) may wait for
             the disk (default 30.0); past it the sink is reported with its path and the records
             it could not write, and disabled, and training and the checkpoint go on.
-        priority, on_error, name: See :class:`hookbus.Sink` (default ``on_error="isolate"``).
+        priority, on_error, name: See :class:`hookbus.sink_api.Sink` (default ``on_error="isolate"``).
         runs_on: Multi-worker training: ``"chief"`` (default), ``"all"`` or ``"each"`` (every
             worker writes ``<stem>.worker-<i><suffix>``).
 
@@ -138,7 +138,7 @@ class EventLogSink(Sink):
         ):
             raise ValueError(f"hparams must map names to bool, int, float or str (got {hparams!r})")
         self.hparams = dict(hparams) if hparams is not None else None
-        #: Options, the lock and the background writer: :class:`hookbus.WriterKit`.
+        #: Options, the lock and the background writer: :class:`hookbus.sink_api.WriterKit`.
         self.output: WriterKit[Item] = WriterKit(
             self.name,
             flush_secs=flush_secs,

@@ -82,7 +82,7 @@ class TensorBoardSink(Sink):
 
     TensorBoard's own ``EventFileWriter`` thread is the background writer: its bounded queue
     blocks when full. It flushes every ``flush_secs``, at :meth:`flush` and on close. The sink's
-    :class:`hookbus.WriterKit` (``self.output``) adopts it as a :class:`hookbus.OwnThreadWriter`:
+    :class:`hookbus.sink_api.WriterKit` (``self.output``) adopts it as a :class:`hookbus.sink_api.OwnThreadWriter`:
     its flush, which joins its queue with no timeout, runs within ``flush_deadline`` (on a
     stalled disk the sink is reported and disabled, and training and the checkpoint go on), and
     since its ``add_event`` blocks on a full queue with no timeout, the kit flushes before
@@ -111,7 +111,7 @@ class TensorBoardSink(Sink):
             never).
         update_freq: ``layout="keras"`` only, Keras's meaning: ``"epoch"`` (default: epoch values
             only), ``"batch"`` or a number of batches (also ``batch_<name>`` every that many steps).
-        priority, on_error, name: See :class:`hookbus.Sink` (default ``on_error="isolate"``).
+        priority, on_error, name: See :class:`hookbus.sink_api.Sink` (default ``on_error="isolate"``).
         runs_on: Multi-worker training: ``"chief"`` (default), ``"all"`` or ``"each"`` (every
             worker writes its runs under ``logdir/worker-<i>``: ``worker-<i>/train`` and
             ``worker-<i>/eval``). Summaries are keyed by ``event.step``, the shared global step.
@@ -174,7 +174,7 @@ class TensorBoardSink(Sink):
             runs_on=runs_on,
         )
         self.logdir = self._base_logdir = WriterKit.directory_path("logdir", logdir)
-        #: Options, the locks and TensorBoard's writers under the deadlines: :class:`hookbus.WriterKit`.
+        #: Options, the locks and TensorBoard's writers under the deadlines: :class:`hookbus.sink_api.WriterKit`.
         self.output: WriterKit[None] = WriterKit(
             self.name,
             flush_secs=flush_secs,
@@ -378,7 +378,7 @@ class TensorBoardSink(Sink):
     def flush(self) -> None:
         """Block until every event received so far is written to the OS (checkpoint barrier).
 
-        Within ``flush_deadline``, else raises :class:`hookbus.WriterStalled` (the bus disables
+        Within ``flush_deadline``, else raises :class:`hookbus.sink_api.WriterStalled` (the bus disables
         the sink and reports it) and leaves the writers' stuck threads behind (daemons).
         """
         if self._writers:

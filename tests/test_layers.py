@@ -4,6 +4,7 @@ The ladder, bottom first (each rung may import the ones below it, and its own fo
 
     _rules <- _checkpoints <- _contract <- _writers <- _bus <- _publishing <- _tf
       <- {_tf.hook, _tf.keras, _tf.loop} <- the faces <- hookbus.sinks <- _watch <- _cli
+      <- hookbus.__main__ (``python -m hookbus``)
 
 - Every import between two project modules points down the ladder or stays in its folder; the
   three publishers' folders are peers and never import each other. Every import counts: those
@@ -35,6 +36,7 @@ RUNGS: tuple[tuple[str, ...], ...] = (
     ("hookbus.sinks",),
     ("hookbus._watch",),
     ("hookbus._cli",),
+    ("hookbus.__main__",),  # python -m hookbus: the command
 )
 FACES = ("hookbus", "hookbus.sink_api", "hookbus.publisher_api", "hookbus.testing", "hookbus.validate")
 FRAMEWORKS = ("tensorflow", "keras", "tf_keras")

@@ -28,12 +28,12 @@ def _plain_terminal_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TERM", "xterm-256color")
 
 
-class _Broken(hookbus.Sink):
+class _Broken(hookbus.sink_api.Sink):
     def on_after_run(self, event: hookbus.Event) -> None:
         raise ValueError("[/]bad [bold]value")
 
 
-class _StopAt(hookbus.Sink):
+class _StopAt(hookbus.sink_api.Sink):
     def __init__(self, last: int) -> None:
         super().__init__(every_n_steps=1, name="[i]stopper")
         self.last = last

@@ -4,7 +4,7 @@ Prepare (on the training thread): a control sink may veto the save (the NaN guar
 non-finite step); every writer hands everything up to S to the OS; every stateful sink's state
 for S is collected. Commit: the model is saved through the publisher's backend and the states
 beside it, then the pointer names it, then what retention dropped is pruned; every file goes
-through the publisher's :class:`~hookbus.CheckpointStore`. The
+through the publisher's :class:`~hookbus.publisher_api.CheckpointStore`. The
 checkpoint sink decides when and what to keep; the bus does the rest, so no sink needs to know
 another's class, and an asynchronous save can slot into the commit. Durability is against
 process crashes: the state file and the pointer are written atomically; nothing fsyncs the

@@ -6,7 +6,7 @@ collaborators it needs, never the bus: the roster (who is subscribed, in order),
 delivery), the checkpoint barrier, the sinks' contexts, the run scope (``with bus:``, a
 publisher's begin, signals, closing) and a port for publishers. Its public surface is what
 users of a bus need; the parts only publishers use are handed to them on the port
-(:class:`hookbus._bus._port.BusPort`), which :class:`hookbus.PublisherCore` holds.
+(:class:`hookbus._bus._port.BusPort`), which :class:`hookbus.publisher_api.PublisherCore` holds.
 """
 
 from __future__ import annotations
@@ -279,7 +279,7 @@ class EventBus:
             RuntimeError: once the run has begun.
         """
         if not isinstance(sink, Sink):
-            raise TypeError(f"attach() takes a hookbus.Sink (got {sink!r}); use bus.on() for a function")
+            raise TypeError(f"attach() takes a hookbus.sink_api.Sink (got {sink!r}); use bus.on() for a function")
         handlers = sink.handlers()  # checks the sink's wiring first (base __init__, handler names)
         if self._roster.record_of(sink) is not None:
             raise ValueError(f"{sink!r} is already attached to this bus")

@@ -39,7 +39,7 @@ def did_you_mean(key: str, known: Iterable[str]) -> str:
 
 
 class Publisher(Protocol):
-    """Every member of a publisher the bus uses (a :class:`hookbus.PublisherCore` has them)."""
+    """Every member of a publisher the bus uses (a :class:`hookbus.publisher_api.PublisherCore` has them)."""
 
     @property
     def bus_keys(self) -> frozenset[str]:

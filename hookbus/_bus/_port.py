@@ -1,6 +1,6 @@
 """What publishers use of a bus, kept off the bus's public surface: its parts, and its stamp.
 
-:class:`hookbus.PublisherCore` holds a bus's port; the core talks to the parts it needs directly
+:class:`hookbus.publisher_api.PublisherCore` holds a bus's port; the core talks to the parts it needs directly
 (the roster, the keys, the run's state, the stops, the dispatcher, the barrier, the run scope,
 the offers: checkpoints, learning rate, profiling, the model view). The port owns one thing of
 its own: how an event is stamped (the bus's clocks, the task, the bus's stop), and it validates

@@ -41,7 +41,7 @@ class RunScope:
         stops: The run's stops (reset per run; signals and an evaluator's stop go there).
         dispatcher: Delivery (reset per run; publishes ``exception``).
         keys: The publishers' key registry (checked as the first publisher begins).
-        contexts: The :class:`~hookbus.SinkContext` each sink is set up with.
+        contexts: The :class:`~hookbus.sink_api.SinkContext` each sink is set up with.
         clock, wall_clock: The bus's clocks.
         stop_signals: Signals that mean "stop gracefully" under ``with bus:`` (beside SIGINT).
 

@@ -38,7 +38,7 @@ class SinkServices:
         keys: The publishers' keys.
         state: The run's progress (the current step).
         dispatcher: Delivery (deferred work, ``checkpoint_saved``, who is being called).
-        barrier: The checkpoint barrier (behind the sinks' :class:`~hookbus.Checkpoints`).
+        barrier: The checkpoint barrier (behind the sinks' :class:`~hookbus.sink_api.Checkpoints`).
         offers: What the training publisher offers (checkpoints and their store, the learning
             rate, the profiling seam, the model view).
         clock: The bus's monotonic clock.

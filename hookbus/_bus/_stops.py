@@ -4,7 +4,7 @@ A stop is asked for by a subscriber (``event.request_stop``), a user (``bus.requ
 signal (SIGTERM, a first Ctrl-C), another thread (a watchdog), an evaluator task (through its
 records), another worker (the parameter server's flag, :class:`hookbus._tf.hook._shared_stop.SharedStop`, or
 the collective agreement, :class:`hookbus._tf._collective.CollectiveStop`). Each becomes one
-:class:`~hookbus.StopRequest` with its reason, source and step, published as ``stop_requested``
+:class:`~hookbus.sink_api.StopRequest` with its reason, source and step, published as ``stop_requested``
 once the current event has reached every subscriber. The first reason of the run is kept.
 
 Thread-aware: a request from a signal handler or another thread is only recorded (the flag is
@@ -48,8 +48,8 @@ class Stops:
         owner: The training thread (``threading.get_ident()``) once a publisher began, else ``None``.
         watch_at: When, on the clock, :meth:`poll` polls the watchers next (``inf`` without
             watchers; read-only outside): a publisher's quiet step, which does not poll, checks the
-            clock against it before the step (:meth:`hookbus.PublisherCore.quiet`), and
-            :meth:`hookbus.PublisherCore.should_stop` before it polls.
+            clock against it before the step (:meth:`hookbus.publisher_api.PublisherCore.quiet`), and
+            :meth:`hookbus.publisher_api.PublisherCore.should_stop` before it polls.
     """
 
     def __init__(

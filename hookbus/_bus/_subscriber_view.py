@@ -80,7 +80,7 @@ class SubscriberView:
 
     @property
     def passive(self) -> bool:
-        """Whether it only observes what is published for others (:attr:`hookbus.Sink.passive`)."""
+        """Whether it only observes what is published for others (:attr:`hookbus.sink_api.Sink.passive`)."""
         return self._record.passive
 
     @property

@@ -3,7 +3,7 @@
 A backend only moves a model's variables to and from a checkpoint prefix; when to save and what
 to keep belong to :class:`~hookbus.sinks.CheckpointSink`, the files around a checkpoint (the
 listing, the pointer, the sinks' states beside it) to the publisher's
-:class:`~hookbus.CheckpointStore`. TensorFlow's implementations live under ``hookbus/_tf/``.
+:class:`~hookbus.publisher_api.CheckpointStore`. TensorFlow's implementations live under ``hookbus/_tf/``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ class CheckpointBackend(Protocol):
     """What a publisher provides so that a checkpoint sink can save and restore its model.
 
     A backend only moves variables; the sink owns the schedule and retention, the bus the
-    barrier, the publisher's :class:`~hookbus.CheckpointStore` the files around them.
+    barrier, the publisher's :class:`~hookbus.publisher_api.CheckpointStore` the files around them.
     """
 
     @property

@@ -5,7 +5,7 @@ last), keeps the sinks' states beside each checkpoint (``<prefix>.hookbus.json``
 moves and copies a checkpoint's files. It never decides anything: *when* to save and *what* to
 keep are :class:`~hookbus.sinks.CheckpointSink`'s (as ignite's ``DiskSaver`` stores what its
 ``Checkpoint`` decides). A publisher offers a store with its backend
-(:meth:`hookbus.PublisherCore.offer_checkpoints`): the TensorFlow publishers give TensorFlow's
+(:meth:`hookbus.publisher_api.PublisherCore.offer_checkpoints`): the TensorFlow publishers give TensorFlow's
 layout (:class:`hookbus._tf._checkpoint_tf1.TensorFlowStore`), and :class:`FileCheckpointStore` is
 the layout of a framework without its own (NumPy, ``examples/custom_publisher.py``). Nothing
 here imports TensorFlow, and the bus assumes no layout.

@@ -1,6 +1,6 @@
 """The checkpoint seam: what a checkpoint sink (and a sink that reads checkpoints) gets of its bus.
 
-One object, :attr:`hookbus.SinkContext.checkpoints`. The sink decides when to save and what to
+One object, :attr:`hookbus.sink_api.SinkContext.checkpoints`. The sink decides when to save and what to
 keep; through this seam it asks the bus to run the barrier for a step (vetoes, flush, states, the
 model through the publisher's backend, the states beside it), to make a list of checkpoints the
 pointer's and prune the rest, and to publish ``checkpoint_saved``. Every file it touches goes
@@ -22,7 +22,7 @@ __all__ = ["Checkpoints"]
 
 
 class Checkpoints(Protocol):
-    """Checkpointing as the bus offers it to one sink for one run (:attr:`hookbus.SinkContext.checkpoints`)."""
+    """Checkpointing as the bus offers it to one sink for one run (:attr:`hookbus.sink_api.SinkContext.checkpoints`)."""
 
     @property
     def offered(self) -> bool:

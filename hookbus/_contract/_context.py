@@ -3,7 +3,7 @@
 Events are data; they do not carry the bus. A sink that needs more than an event — the clock,
 the keys the publishers provide, checkpointing, a way to defer work until an event has
 reached everyone — finds it here, and nothing else: never the bus itself, never another sink.
-Cooperation between sinks goes through the :class:`hookbus.Sink` interface (flush, state,
+Cooperation between sinks goes through the :class:`hookbus.sink_api.Sink` interface (flush, state,
 vetoes, status lines), which the bus runs.
 """
 
@@ -51,7 +51,7 @@ class SinkContext:
             (at once outside a dispatch): a checkpoint saves after the writers received the step.
         reschedule: Give this sink a new schedule, counted from the current step.
         peers: The other sinks' reports (status line, planned last step), in dispatch order.
-        checkpoints: Checkpointing (:class:`hookbus.Checkpoints`): the barrier, the pointer and
+        checkpoints: Checkpointing (:class:`hookbus.sink_api.Checkpoints`): the barrier, the pointer and
             the publisher's checkpoint store, for :class:`~hookbus.sinks.CheckpointSink` and the
             sinks that read a checkpoint (early stopping's best weights after a restart).
         stats: Every subscriber's health (:meth:`hookbus.EventBus.stats`), for dashboards.

@@ -4,7 +4,7 @@ The policy — which steps, how traces are named, what the dashboard says — is
 (:class:`~hookbus.sinks.ProfilerSink`); the profiler's calls are the training publisher's
 :class:`ProfilerBackend` (TensorFlow's is :class:`hookbus._tf._profiler_tf.TFProfiler`), so no sink
 imports TensorFlow. Between them is the bus's :class:`Profiling`, one per bus: the sink hands it a
-:class:`ProfileWindow` (:attr:`hookbus.SinkContext.profiler`); around each training step the
+:class:`ProfileWindow` (:attr:`hookbus.sink_api.SinkContext.profiler`); around each training step the
 publisher compares the coming step with :attr:`Profiling.first` (``inf`` while no window is
 asked for) and only inside a window calls :meth:`Profiling.step_begins` / :meth:`Profiling.step_ended`,
 which start the profiler, wrap the step in a step marker with its global step, and save the
@@ -122,7 +122,7 @@ class ProfileWindow:
 
 
 class Profiler(Protocol):
-    """Profiling as the bus offers it to one sink (:attr:`hookbus.SinkContext.profiler`)."""
+    """Profiling as the bus offers it to one sink (:attr:`hookbus.sink_api.SinkContext.profiler`)."""
 
     @property
     def offered(self) -> bool:

@@ -1,6 +1,6 @@
 """The names a publisher publishes under: its modes, the key prefixes and the check its keys pass.
 
-:class:`hookbus.PublisherCore` checks its keys here; the Keras callback and the loop publisher
+:class:`hookbus.publisher_api.PublisherCore` checks its keys here; the Keras callback and the loop publisher
 check their own fetch keys with :func:`check_fetch_keys` before they build a core.
 """
 

@@ -98,8 +98,8 @@ class Sink:
     (this class, its context, schedules, priorities, the events, the writer kit, the shared
     rules) is in :mod:`hookbus.sink_api`, the module the built-in sinks are written on::
 
-        class PrintLoss(hookbus.Sink):
-            default_schedule = hookbus.Schedule(every_n_steps=50)
+        class PrintLoss(hookbus.sink_api.Sink):
+            default_schedule = hookbus.sink_api.Schedule(every_n_steps=50)
 
             def __init__(self, **kwargs):
                 super().__init__(keys=["loss"], **kwargs)
@@ -116,23 +116,23 @@ class Sink:
     :mod:`hookbus.testing` drives a bus with scripted steps and values (no TensorFlow) for
     testing sinks.
 
-    A sink that writes files owns a :class:`hookbus.WriterKit` and keeps only its format: the kit
+    A sink that writes files owns a :class:`hookbus.sink_api.WriterKit` and keeps only its format: the kit
     checks the path and the options (``flush_secs``, ``max_queue_size``, ``close_deadline``,
     ``flush_deadline``) when the sink is made, makes the directory and takes one lock per output
-    at begin, starts the run's :class:`hookbus.BackgroundWriter` (or adopts a writer with a thread
-    of its own as a :class:`hookbus.OwnThreadWriter`, as ``TensorBoardSink`` does), and gives
+    at begin, starts the run's :class:`hookbus.sink_api.BackgroundWriter` (or adopts a writer with a thread
+    of its own as a :class:`hookbus.sink_api.OwnThreadWriter`, as ``TensorBoardSink`` does), and gives
     ``flush()`` within the flush deadline, ``stats()`` that outlive the run and an idempotent
     ``close()`` that releases the locks: the sink's ``flush``, ``writer_stats`` and ``close``
     call them.
 
     Events are data: an event carries its step, mode, task, values and ``request_stop(reason)``,
     not the bus. What else a sink may use it finds in ``self.context``, a
-    :class:`hookbus.SinkContext` the bus gives every sink as the run begins (before ``begin``):
+    :class:`hookbus.sink_api.SinkContext` the bus gives every sink as the run begins (before ``begin``):
     the clock, the task, the publishers' keys and shapes, ``defer(fn)`` (run after the event
     reached every subscriber), ``reschedule(schedule)``, the other sinks' status lines
     (``peers()``), the training publisher's view of its model (``model()``: its weights, export,
     variables, which way a metric goes, whether it ends epochs, ...), and ``checkpoints``
-    (a :class:`hookbus.Checkpoints`: the checkpoint barrier, the pointer and the publisher's
+    (a :class:`hookbus.sink_api.Checkpoints`: the checkpoint barrier, the pointer and the publisher's
     checkpoint store, for checkpoint sinks and the sinks that read a checkpoint). A sink never
     sees another sink; sinks cooperate through this interface, which the bus runs:
 
@@ -239,7 +239,7 @@ class Sink:
 
     @property
     def context(self) -> SinkContext:
-        """The :class:`hookbus.SinkContext` of the current run (clock, keys, checkpoint backend, ...)."""
+        """The :class:`hookbus.sink_api.SinkContext` of the current run (clock, keys, checkpoint backend, ...)."""
         if self._context is None:
             raise RuntimeError(
                 f"{self.name} has no context yet: a bus gives it when the run begins (attach the sink, then train)"
@@ -283,7 +283,7 @@ class Sink:
         cls = type(self)
         if "name" not in vars(self) or "schedule" not in vars(self):
             raise TypeError(
-                f"{cls.__name__}.__init__ did not run hookbus.Sink.__init__ (it sets the name, schedule and "
+                f"{cls.__name__}.__init__ did not run hookbus.sink_api.Sink.__init__ (it sets the name, schedule and "
                 "keys): call super().__init__(...) in it"
             )
         expected = [f"on_{signal}" for signal in SIGNALS]

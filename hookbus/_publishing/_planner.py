@@ -3,7 +3,7 @@
 A :class:`Planner` owns one publisher's view of the subscribers: the ones its keys reach, the
 passive observers, and the fetch-key union of a due set (cached per due set and per set of keys); it computes
 the earliest step and time any of them is due. It is handed the subscribers and the keys; it
-holds no bus and publishes nothing. :class:`hookbus.PublisherCore` keeps the two bounds it
+holds no bus and publishes nothing. :class:`hookbus.publisher_api.PublisherCore` keeps the two bounds it
 returns as its own attributes, so that a step where nothing is due compares them without a call.
 """
 

@@ -189,8 +189,8 @@ class PublisherCore:
     def publish_waiting(
         self, state: str, *, until_step: int, step: int, waited_secs: float, timeout_secs: float | None, starts: bool
     ) -> None:
-        """Publish ``waiting_for_step`` (:class:`hookbus.WaitForStep`, stamped with the bus's wall
-        clock): where this worker's start gate is (:mod:`hookbus._tf.hook._gate`; a replay, as recorded)."""
+        """Publish ``waiting_for_step`` (:class:`hookbus.sink_api.WaitForStep`, stamped with the bus's wall
+        clock): where this worker's start gate is (``EventBusHook(wait_for_step=...)``; a replay, as recorded)."""
         now = self.bus.wall_clock()
         wait = WaitForStep(state, until_step, step, float(waited_secs), timeout_secs, bool(starts), now)
         self._dispatcher.publish("waiting_for_step", wait)
@@ -200,9 +200,9 @@ class PublisherCore:
         :meth:`begin` (``None`` withdraws it).
 
         Args:
-            backend: Saves and restores the model's variables (:class:`hookbus.CheckpointBackend`).
-            store: Where its checkpoints live (:class:`hookbus.CheckpointStore`), required with a
-                backend: :class:`hookbus.FileCheckpointStore` for a framework without a layout of
+            backend: Saves and restores the model's variables (:class:`hookbus.publisher_api.CheckpointBackend`).
+            store: Where its checkpoints live (:class:`hookbus.publisher_api.CheckpointStore`), required with a
+                backend: :class:`hookbus.publisher_api.FileCheckpointStore` for a framework without a layout of
                 its own; the TensorFlow publishers give TensorFlow's.
 
         Raises:
@@ -214,8 +214,9 @@ class PublisherCore:
             return
         if not isinstance(store, CheckpointStore):
             raise TypeError(
-                f"store must be a hookbus.CheckpointStore (got {store!r}): give the store the checkpoints "
-                "live in, e.g. hookbus.FileCheckpointStore('.npz') for a framework without a layout of its own"
+                f"store must be a hookbus.publisher_api.CheckpointStore (got {store!r}): give the store the "
+                "checkpoints live in, e.g. hookbus.publisher_api.FileCheckpointStore('.npz') for a framework "
+                "without a layout of its own"
             )
         self._offers.checkpoints = (backend, store)
 
@@ -318,7 +319,7 @@ class PublisherCore:
     def quiet(self, step: int) -> bool:
         """Whether nothing can be due at the coming training step ``step``: no subscriber (:meth:`plan`'s
         first test, the subscribers unchanged since the last plan), no profile window, and no stop watcher
-        (:attr:`hookbus._bus._stops.Stops.watch_at`); for a publisher's fast path: comparisons, and one clock
+        (:attr:`hookbus.publisher_api.Stops.watch_at`); for a publisher's fast path: comparisons, and one clock
         read while a time rule or a watcher is timed. ``False`` says only that :meth:`plan` must decide (and,
         after the step, :meth:`should_stop` check for stops)."""
         if step < self._next_step and step < self._profiling.first and self._version == self._roster.version:
@@ -429,12 +430,13 @@ class PublisherCore:
         """Publish one evaluation's aggregated ``values`` as ``eval/<key>`` at training ``step``.
 
         Evaluations are not scheduled: every subscriber wanting one of the keys receives it.
-        One evaluation per training step (:mod:`hookbus._bus._evaluated`): an evaluation of a step
+        One evaluation per training step: an evaluation of a step
         this publisher already published since the resume point before it reaches no subscriber.
         """
         publish_eval(self._port, self.bus_keys, step, values)
 
     def publish_epoch(self, step: int, values: Mapping[str, Any]) -> None:
         """Publish an epoch event (``mode="epoch"``; ``values`` keyed ``epoch/<name>`` plus ``epoch``)
-        to the subscribers that opt in (:meth:`hookbus._bus._subscription.Subscriber.wants_epochs`)."""
+        to the subscribers that opt in: those whose ``keys`` name an ``epoch/`` key, and sinks whose
+        ``receives_epochs`` is true."""
         publish_epoch(self._port, step, values)

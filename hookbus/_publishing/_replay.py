@@ -1,6 +1,6 @@
 """Replay a recorded run (an ``EventLogSink`` log) on any bus, through the publishers' own core.
 
-A replay publisher is one more publisher on :class:`hookbus.PublisherCore`: the recorded train
+A replay publisher is one more publisher on :class:`hookbus.publisher_api.PublisherCore`: the recorded train
 steps are planned with the bus's schedules exactly as live steps are (a subscriber due at a step
 the log holds receives that step's values), evaluations and epoch events are published as
 recorded, and sessions and ends follow the log. The bus's clocks read the recorded times while

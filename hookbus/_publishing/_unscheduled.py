@@ -1,6 +1,6 @@
 """The events no schedule plans: an evaluation's aggregated values and a Keras epoch's logs.
 
-Whoever wants their keys receives them, at once; :class:`hookbus.PublisherCore` publishes them
+Whoever wants their keys receives them, at once; :class:`hookbus.publisher_api.PublisherCore` publishes them
 through these functions with its bus's port (they hold nothing). Passive subscribers (an event
 log) see them only beside someone who wants them, as they see a training step.
 """
@@ -35,7 +35,7 @@ def eval_wanted(port: BusPort, bus_keys: frozenset[str]) -> bool:
 def publish_eval(port: BusPort, bus_keys: frozenset[str], step: int, values: Mapping[str, Any]) -> None:
     """Publish one evaluation's aggregated ``values`` as ``eval/<key>`` at training ``step`` to every
     subscriber wanting one of them, unless this evaluation's step was already published
-    (``bus_keys``: the eval publisher's; see :meth:`hookbus.PublisherCore.publish_eval`)."""
+    (``bus_keys``: the eval publisher's; see :meth:`hookbus.publisher_api.PublisherCore.publish_eval`)."""
     if not port.scope.evaluated.first(bus_keys, step):
         return
     prefixed = {EVAL_PREFIX + k: publishable(EVAL_PREFIX + k, v, step) for k, v in values.items()}

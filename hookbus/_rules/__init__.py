@@ -1,3 +1,3 @@
 """The rules every layer uses: argument checks, the one conversion of fetched values, which way a
-metric is better, and files written whole.
+metric is better, files written whole, and the face a public name shows as its home.
 """

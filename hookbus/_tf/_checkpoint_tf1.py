@@ -1,7 +1,7 @@
 """The TF1 checkpoint backend (``tf.compat.v1.train.Saver``), and TensorFlow's checkpoint layout.
 
-A publisher offers a :class:`~hookbus.CheckpointBackend` (``PublisherCore.offer_checkpoints``),
-and with it a :class:`~hookbus.CheckpointStore` (the TensorFlow publishers give
+A publisher offers a :class:`~hookbus.publisher_api.CheckpointBackend` (``PublisherCore.offer_checkpoints``),
+and with it a :class:`~hookbus.publisher_api.CheckpointStore` (the TensorFlow publishers give
 :data:`TENSORFLOW`, a :class:`TensorFlowStore`); the
 :class:`~hookbus.sinks.CheckpointSink` decides *when* and *what to keep*, the backend only
 writes or reads the model's variables, and the store keeps the files (listing, the pointer, the
@@ -135,7 +135,7 @@ class SaverBackend:
 
 # -- TensorFlow's layout -------------------------------------------------------------------
 class TensorFlowStore(FileCheckpointStore):
-    """The default :class:`~hookbus.CheckpointStore`: TensorFlow's checkpoint layout.
+    """The default :class:`~hookbus.publisher_api.CheckpointStore`: TensorFlow's checkpoint layout.
 
     ``<prefix>.index``, ``<prefix>.data-*`` and (TF1) ``<prefix>.meta``, shared by ``Saver`` and
     ``tf.train.Checkpoint``, and the ``checkpoint`` state file as the pointer (what

@@ -3,7 +3,7 @@
 A flush that does not return in time — a stalled disk, a hung NFS or FUSE mount, an unreachable
 tracker — must not hang training, the checkpoint barrier or the end of a run. One object,
 :class:`FlushDeadline`, holds a writer's deadline and, once a flush missed it, the writer's stall;
-:class:`~hookbus.BackgroundWriter` waits through it, and :class:`~hookbus.OwnThreadWriter` runs
+:class:`~hookbus.sink_api.BackgroundWriter` waits through it, and :class:`~hookbus.sink_api.OwnThreadWriter` runs
 the flush of a writer with a thread of its own (TensorBoard's ``EventFileWriter``) through it.
 """
 

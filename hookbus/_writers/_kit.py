@@ -9,21 +9,21 @@ hands the rest to its kit:
 - the writer options, checked when the sink is made: ``flush_secs``, ``max_queue_size``,
   ``close_deadline``, ``flush_deadline``;
 - one lock per output (one writer per file), from begin to close (:meth:`WriterKit.lock`);
-- the run's writer: a :class:`hookbus.BackgroundWriter` the kit starts (:meth:`WriterKit.start`),
+- the run's writer: a :class:`hookbus.sink_api.BackgroundWriter` the kit starts (:meth:`WriterKit.start`),
   or a writer with a thread of its own, such as TensorBoard's ``EventFileWriter``, adopted as a
-  :class:`hookbus.OwnThreadWriter` (:meth:`WriterKit.adopt`) — never a second queue on it;
-- :meth:`WriterKit.flush` within the flush deadline (a stall raises :class:`hookbus.WriterStalled`
+  :class:`hookbus.sink_api.OwnThreadWriter` (:meth:`WriterKit.adopt`) — never a second queue on it;
+- :meth:`WriterKit.flush` within the flush deadline (a stall raises :class:`hookbus.sink_api.WriterStalled`
   naming the sink, its output and what it could not write; the bus disables the sink);
 - :meth:`WriterKit.stats` that outlive close, and an idempotent :meth:`WriterKit.close` within
   the close deadline that releases the locks.
 
 A sink writing JSON lines on the kit alone::
 
-    class JSONLinesSink(hookbus.Sink):
+    class JSONLinesSink(hookbus.sink_api.Sink):
         def __init__(self, path, **kwargs):
             super().__init__(every_n_steps=1)
-            self.path = hookbus.WriterKit.file_path("path", path)
-            self.output = hookbus.WriterKit[str](self.name, **kwargs)
+            self.path = hookbus.sink_api.WriterKit.file_path("path", path)
+            self.output = hookbus.sink_api.WriterKit[str](self.name, **kwargs)
 
         def on_begin(self, event):
             if not self.output.writing:
@@ -189,7 +189,7 @@ class WriterKit(Generic[T]):
         write_batch: Callable[[list[T]], object] | None = None,
         target: str,
     ) -> None:
-        """Start this run's writer: a :class:`hookbus.BackgroundWriter` with the kit's options.
+        """Start this run's writer: a :class:`hookbus.sink_api.BackgroundWriter` with the kit's options.
 
         ``write``, ``flush`` and ``close`` run on its thread only (see ``BackgroundWriter`` for
         them, ``landed`` and ``write_batch``); ``target`` names the output in reports (e.g. ``"'/logs/m.csv'"``).
@@ -210,7 +210,7 @@ class WriterKit(Generic[T]):
         )
 
     def adopt(self, flush: Callable[[], None], close: Callable[[], None], *, target: str, unit: str = "events") -> None:
-        """Start this run with a writer that has a thread of its own, as a :class:`hookbus.OwnThreadWriter`.
+        """Start this run with a writer that has a thread of its own, as a :class:`hookbus.sink_api.OwnThreadWriter`.
 
         Its queue must hold ``max_queue_size`` items (make it with the kit's options); items go
         through :meth:`add`, blocking calls through :meth:`run`.
@@ -257,7 +257,7 @@ class WriterKit(Generic[T]):
         self._background().call(fn)
 
     def add(self, put: Callable[[], None], *, row: bool = True) -> None:
-        """Hand an adopted writer one item (see :meth:`hookbus.OwnThreadWriter.add`)."""
+        """Hand an adopted writer one item (see :meth:`hookbus.sink_api.OwnThreadWriter.add`)."""
         self._own().add(put, row=row)
 
     def run(self, call: Callable[[], None], unwritten: str) -> None:
@@ -295,7 +295,7 @@ class WriterKit(Generic[T]):
     def close(self) -> None:
         """Drain and close the writer within ``close_deadline``, then release the locks; idempotent.
 
-        Warns (:class:`hookbus.WriterWarning`) with what could not be written in time; after a stall
+        Warns (:class:`hookbus.sink_api.WriterWarning`) with what could not be written in time; after a stall
         it does not wait again. The locks are released even when the writer's close raises.
         """
         writer, self._writer = self._writer, None

@@ -23,16 +23,16 @@ __all__ = ["OwnThreadWriter"]
 class OwnThreadWriter:
     """Runs a writer with a thread of its own within the flush and close deadlines.
 
-    The same contract as :class:`hookbus.BackgroundWriter`, for a writer that brings its thread:
+    The same contract as :class:`hookbus.sink_api.BackgroundWriter`, for a writer that brings its thread:
 
     - :meth:`add` hands it an item, flushing first when ``capacity`` items are outstanding since
       its last completed flush, so that its own queue (of that size) never fills and blocks;
     - :meth:`flush` runs its blocking flush on a helper thread within ``flush_deadline``
-      (:meth:`hookbus.FlushDeadline.run`): past it :class:`hookbus.WriterStalled` is raised and the
+      (:meth:`hookbus.sink_api.FlushDeadline.run`): past it :class:`hookbus.sink_api.WriterStalled` is raised and the
       writer is given up, later calls failing at once;
     - :meth:`run` does the same for any other blocking call (opening a file that writes a header);
     - :meth:`close` closes it on a helper thread and waits at most its deadline, warning with
-      :class:`hookbus.WriterWarning` past it (and not waiting at all after a stall);
+      :class:`hookbus.sink_api.WriterWarning` past it (and not waiting at all after a stall);
     - :meth:`stats` counts the rows handed to it (its queue keeps its depth to itself).
 
     Args:
@@ -105,7 +105,7 @@ class OwnThreadWriter:
     def close(self, deadline: float = 10.0) -> None:
         """Close the writer, waiting at most ``deadline`` seconds (idempotent).
 
-        Past the deadline it warns (:class:`hookbus.WriterWarning`) and leaves the writer to its
+        Past the deadline it warns (:class:`hookbus.sink_api.WriterWarning`) and leaves the writer to its
         helper thread, a daemon; after a stall it does not wait at all (the stall was reported).
         """
         seconds("deadline", deadline)

@@ -13,8 +13,17 @@ if TYPE_CHECKING:
 
 __all__ = ["NOT_GIVEN", "DefaultSchedule", "given_schedule"]
 
+
+class _NotGiven:
+    """The type of :data:`NOT_GIVEN`, one instance compared by identity; its ``repr`` is what
+    ``help(CheckpointSink)`` shows as ``every_n_secs``'s default (an ``object()`` showed its address)."""
+
+    def __repr__(self) -> str:
+        return "<default schedule>"
+
+
 #: ``every_n_secs`` not given: the default schedule applies unless ``every_n_steps`` is given.
-NOT_GIVEN: Any = object()
+NOT_GIVEN: Any = _NotGiven()
 
 
 def given_schedule(every_n_steps: int | None, every_n_secs: float | None) -> tuple[int | None, float | None, bool]:

@@ -48,7 +48,7 @@ class ReduceLROnPlateauSink(_RateSink):
     Every event carrying ``monitor`` is one evaluation: each evaluation of an eval publisher
     (``"eval/loss"``, at whatever schedule it runs), or each due step for a training key (set
     ``every_n_steps``; the default is every step) — not only epoch ends. The rule is
-    :func:`hookbus.sinks.learning_rate._plateau.decide`, Keras's quirks included (a cooldown is counted down
+    ``ReduceLROnPlateau.on_epoch_end``'s, Keras's quirks included (a cooldown is counted down
     before the value is judged, so ``cooldown=1`` has no effect on consecutive bad evaluations;
     the first value is always an improvement; it reduces on the ``patience``-th evaluation
     without improvement). A reduction asks the training publisher for ``max(rate * factor,

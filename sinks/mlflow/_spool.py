@@ -19,7 +19,7 @@ Per run key (so that ``runs_on="each"`` workers sharing a directory never collid
   the filesystem allows, else a copy: the export directory may delete it meanwhile), deleted once
   shipped. Each staging has a directory of its own, so a step exported again after a resume never
   rewrites one the shipper may be uploading.
-- ``.<stem>.lock``: the lock (``hookbus.OutputLock``): two trainings on one directory at once
+- ``.<stem>.lock``: the lock (``hookbus.sink_api.OutputLock``): two trainings on one directory at once
   fail before step 1, naming the holder.
 
 Bounded on disk: a segment whose every record has shipped is deleted once a later one exists,

@@ -162,7 +162,7 @@ class MLflowSink(Sink):
             ``flush_deadline`` if that is longer); what has not shipped by then waits in the spool
             for the next start.
         flush_deadline: Seconds a flush of the spool may take (default 30.0).
-        priority, on_error, name: See :class:`hookbus.Sink` (default ``on_error="isolate"``).
+        priority, on_error, name: See :class:`hookbus.sink_api.Sink` (default ``on_error="isolate"``).
         runs_on: ``"chief"`` (default: one run, from the chief) or ``"each"`` (one run per worker,
             tagged ``hookbus.task``); ``"all"`` is refused (every worker in one run).
 
@@ -241,7 +241,7 @@ class MLflowSink(Sink):
             raise ValueError(f"run_key must be 1 to 250 characters of [\\w.\\-:/] (got {run_key!r})")
         self.run_key = run_key
         self.continue_ended = bool(flag("continue_ended", continue_ended))
-        #: Options and the background writer: :class:`hookbus.WriterKit`.
+        #: Options and the background writer: :class:`hookbus.sink_api.WriterKit`.
         self.output: WriterKit[Point] = WriterKit(
             self.name,
             flush_secs=flush_secs,

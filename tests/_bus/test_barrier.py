@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from hookbus import Sink
 from hookbus._bus._barrier import Barrier
 from hookbus._bus._roster import Roster
 from hookbus._bus._subscription import Subscriber
 from hookbus._checkpoints._store import FileCheckpointStore
 from hookbus._contract._schedule import Schedule
+from hookbus.sink_api import Sink
 
 
 class Writer(Sink):

@@ -14,7 +14,8 @@ import blinker
 import pytest
 
 import hookbus
-from hookbus import SIGNALS, Event, EventBus, Sink, StopRequest, SubscriberError, UnknownKeyError
+from hookbus import Event, EventBus, UnknownKeyError
+from hookbus.sink_api import SIGNALS, Sink, StopRequest, SubscriberError
 from hookbus.testing import FakeClock, ScriptedPublisher
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ class Recorder(Sink):
     def on_after_run(self, event: Event) -> None:
         self.log.append((self.name, "after_run", event.step))
 
-    def on_exception(self, payload: hookbus.ExceptionRaised) -> None:
+    def on_exception(self, payload: hookbus.sink_api.ExceptionRaised) -> None:
         self.log.append((self.name, "exception", payload.error))
 
     def on_end(self, event: Event) -> None:
@@ -267,7 +268,7 @@ def test_attach_detach_and_their_errors(clock: FakeClock) -> None:
     assert bus.attach(sink) is sink
     with pytest.raises(ValueError, match="already attached"):
         bus.attach(sink)
-    with pytest.raises(TypeError, match="hookbus.Sink"):
+    with pytest.raises(TypeError, match="hookbus.sink_api.Sink"):
         bus.attach(lambda e: None)  # type: ignore[type-var]
     assert bus.sinks == [sink]
     bus.detach(sink)
@@ -315,10 +316,10 @@ def test_sink_handlers_are_the_overridden_on_methods() -> None:
 
 def test_sink_default_schedule_and_keys() -> None:
     class Every10(Sink):
-        default_schedule = hookbus.Schedule(every_n_steps=10)
+        default_schedule = hookbus.sink_api.Schedule(every_n_steps=10)
 
-    assert Every10().schedule == hookbus.Schedule(every_n_steps=10)
-    assert Every10(every_n_secs=5).schedule == hookbus.Schedule(every_n_secs=5)
+    assert Every10().schedule == hookbus.sink_api.Schedule(every_n_steps=10)
+    assert Every10(every_n_secs=5).schedule == hookbus.sink_api.Schedule(every_n_secs=5)
     assert Every10(keys="loss").keys == frozenset({"loss"})
     with pytest.raises(ValueError, match="keys"):
         Sink(keys=[""])
@@ -874,7 +875,7 @@ def test_a_custom_sink_is_checked_when_attached() -> None:
         TypeError, match="Typo.on_after_runs looks like a misspelled handler .did you mean on_after_run"
     ):  # noqa: E501 - the message
         bus.attach(Typo())
-    with pytest.raises(TypeError, match="NoBase.__init__ did not run hookbus.Sink.__init__"):
+    with pytest.raises(TypeError, match="NoBase.__init__ did not run hookbus.sink_api.Sink.__init__"):
         bus.attach(NoBase())
     with pytest.raises(TypeError, match="Arity.on_after_run must take exactly one argument, the event"):
         bus.attach(Arity())

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from _parts import Parts
 
-from hookbus import StopRequest, SubscriberError
+from hookbus.sink_api import StopRequest, SubscriberError
 
 
 def test_delivers_in_dispatch_order_then_to_raw_receivers() -> None:

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from hookbus import StopRequest, Task
+from hookbus import Task
 from hookbus._bus._stops import Stops
 from hookbus._contract._learning_rate import LearningRate, LearningRateChange, RateRequest
 from hookbus._tf._agreement import AgreedDecision, Decided, agree
 from hookbus._tf._collective import CollectiveStop
+from hookbus.sink_api import StopRequest
 
 
 class Recorder:

@@ -33,7 +33,7 @@ def no_tensorflow(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hookbus._tf._import, "_tensorflow", None)
 
 
-def make(store: hookbus.FileCheckpointStore, prefix: Path, step: int | None = None) -> str:
+def make(store: hookbus.publisher_api.FileCheckpointStore, prefix: Path, step: int | None = None) -> str:
     """A checkpoint at ``prefix`` (its marker file), with a state file when ``step`` is given."""
     prefix.with_name(prefix.name + store.marker).write_text("model")
     if step is not None:
@@ -42,7 +42,7 @@ def make(store: hookbus.FileCheckpointStore, prefix: Path, step: int | None = No
 
 
 def test_the_pointer_names_existing_checkpoints_relative_to_its_directory(tmp_path: Path) -> None:
-    store = hookbus.FileCheckpointStore(".npz")
+    store = hookbus.publisher_api.FileCheckpointStore(".npz")
     (tmp_path / "d").mkdir()
     a, b = (make(store, tmp_path / "d" / f"model.ckpt-{s}") for s in (1, 2))
     assert store.checkpoints(str(tmp_path / "d")) == []  # no pointer yet
@@ -59,7 +59,7 @@ def test_the_pointer_names_existing_checkpoints_relative_to_its_directory(tmp_pa
 
 
 def test_remove_takes_a_checkpoints_files_and_no_longer_prefixs(tmp_path: Path) -> None:
-    store = hookbus.FileCheckpointStore(".npz", r"\.(npz|opt\.npz)")
+    store = hookbus.publisher_api.FileCheckpointStore(".npz", r"\.(npz|opt\.npz)")
     prefix = make(store, tmp_path / "model.ckpt-1", step=1)
     (tmp_path / "model.ckpt-1.opt.npz").write_text("optimizer")
     longer = make(store, tmp_path / "model.ckpt-10", step=10)
@@ -77,7 +77,7 @@ def test_remove_takes_a_checkpoints_files_and_no_longer_prefixs(tmp_path: Path) 
 def test_listing_the_files_of_ever_new_checkpoints_keeps_nothing_per_name(tmp_path: Path) -> None:
     """Each save and prune lists one new checkpoint's files; through ``glob`` every name's pattern
     stayed compiled in fnmatch's cache (~0.9 KB each, up to 32,768 of them: 1.7 MB here)."""
-    store = hookbus.FileCheckpointStore(".npz")
+    store = hookbus.publisher_api.FileCheckpointStore(".npz")
     prefix = make(store, tmp_path / "model.ckpt-1000", step=1000)
     (tmp_path / "model.ckpt-10000.npz").write_text("a longer prefix's")
     assert sorted(store.files(prefix)) == [prefix + ".hookbus.json", prefix + ".npz"]
@@ -96,7 +96,7 @@ def test_listing_the_files_of_ever_new_checkpoints_keeps_nothing_per_name(tmp_pa
 
 
 def test_set_aside_and_copy_move_every_file_of_a_checkpoint(tmp_path: Path) -> None:
-    store = hookbus.FileCheckpointStore(".npz")
+    store = hookbus.publisher_api.FileCheckpointStore(".npz")
     prefix = make(store, tmp_path / "model.ckpt-3", step=3)
     copied = store.copy(prefix, str(tmp_path / "best"))
     assert copied == str(tmp_path / "best" / "model.ckpt-3")
@@ -109,7 +109,7 @@ def test_set_aside_and_copy_move_every_file_of_a_checkpoint(tmp_path: Path) -> N
 
 
 def test_recover_prunes_beyond_keep_and_unlisted_checkpoints_with_states_never_the_latest(tmp_path: Path) -> None:
-    store = hookbus.FileCheckpointStore(".npz")
+    store = hookbus.publisher_api.FileCheckpointStore(".npz")
     prefixes = [make(store, tmp_path / f"model.ckpt-{s}", step=s) for s in (1, 2, 3, 4)]
     foreign = make(store, tmp_path / "model.ckpt-9")  # no state file: not hookbus's, left alone
     assert recover(store, str(tmp_path), 1) == ([], [])  # no pointer: nothing is known to be stale
@@ -129,27 +129,28 @@ def test_recover_prunes_beyond_keep_and_unlisted_checkpoints_with_states_never_t
 )
 def test_a_store_with_bad_arguments_fails_naming_them(arguments: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
-        hookbus.FileCheckpointStore(**arguments)
+        hookbus.publisher_api.FileCheckpointStore(**arguments)
 
 
 def test_a_store_that_is_not_one_fails_before_step_1() -> None:
-    core = hookbus.PublisherCore(hookbus.EventBus(), ["loss"])
-    with pytest.raises(TypeError, match=r"store must be a hookbus.CheckpointStore \(got 'runs/ckpt'\)"):
+    core = hookbus.publisher_api.PublisherCore(hookbus.EventBus(), ["loss"])
+    with pytest.raises(TypeError, match=r"store must be a hookbus.publisher_api.CheckpointStore \(got 'runs/ckpt'\)"):
         core.offer_checkpoints(Weights(), "runs/ckpt")  # type: ignore[arg-type]
 
 
 def test_a_backend_offered_without_its_store_fails_asking_for_one() -> None:
     """The bus knows no checkpoint layout of its own (TensorFlow's is the TensorFlow publishers'):
     a backend comes with the store its checkpoints live in; ``None`` withdraws both."""
-    core = hookbus.PublisherCore(hookbus.EventBus(), ["loss"])
-    with pytest.raises(TypeError, match=r"store must be a hookbus.CheckpointStore \(got None\): give the store"):
+    core = hookbus.publisher_api.PublisherCore(hookbus.EventBus(), ["loss"])
+    message = r"store must be a hookbus.publisher_api.CheckpointStore \(got None\): give the store"
+    with pytest.raises(TypeError, match=message):
         core.offer_checkpoints(Weights())
     core.offer_checkpoints(None)
 
 
 def test_an_ordinary_sinks_context_has_one_checkpoint_field() -> None:
     """What served CheckpointSink alone (prepare, commit, record, ...) is one object, ``checkpoints``."""
-    fields = [f.name for f in dataclasses.fields(hookbus.SinkContext)]
+    fields = [f.name for f in dataclasses.fields(hookbus.sink_api.SinkContext)]
     assert [f for f in fields if "checkpoint" in f or f in ("load_states", "mark_evaluated")] == ["checkpoints"]
 
 
@@ -174,7 +175,7 @@ class Weights:
 
 
 def train(directory: Path, steps: range, **checkpoints: object) -> tuple[ScriptedPublisher, Weights]:
-    store = hookbus.FileCheckpointStore(".npz")
+    store = hookbus.publisher_api.FileCheckpointStore(".npz")
     bus = hookbus.EventBus()
     bus.attach(CSVSink(directory / "metrics.csv", every_n_steps=1))
     bus.attach(EarlyStoppingSink("loss", patience=100, every_n_steps=1))
@@ -197,7 +198,7 @@ def train(directory: Path, steps: range, **checkpoints: object) -> tuple[Scripte
 
 def test_the_sink_keeps_its_policy_on_the_publishers_store(tmp_path: Path) -> None:
     train(tmp_path, range(0, 10), every_n_steps=2, keep=2, keep_best=1, monitor="loss")
-    store = hookbus.FileCheckpointStore(".npz")
+    store = hookbus.publisher_api.FileCheckpointStore(".npz")
     ckpt = tmp_path / "ckpt"
     assert [Path(p).name for p in store.checkpoints(str(ckpt))] == ["model.ckpt-8", "model.ckpt-10"]
     assert sorted(p.name for p in ckpt.glob("model.ckpt-*.npz")) == ["model.ckpt-10.npz", "model.ckpt-8.npz"]
@@ -211,7 +212,7 @@ def test_the_sink_keeps_its_policy_on_the_publishers_store(tmp_path: Path) -> No
 
 def test_a_resume_from_the_publishers_store_writes_each_row_once(tmp_path: Path) -> None:
     train(tmp_path, range(0, 5), every_n_steps=4)  # checkpoints at 4 and 5 (the end)
-    store = hookbus.FileCheckpointStore(".npz")
+    store = hookbus.publisher_api.FileCheckpointStore(".npz")
     latest = store.checkpoints(str(tmp_path / "ckpt"))[-1]
     assert Path(latest).name == "model.ckpt-5"
     store.remove(latest)  # back to step 4: the row of step 5 is on disk and must go

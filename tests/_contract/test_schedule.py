@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import hookbus
-from hookbus import EventBus, Schedule
+from hookbus import EventBus
+from hookbus.sink_api import Schedule
 from hookbus.testing import FakeClock, ScriptedPublisher
 
 
@@ -138,7 +139,7 @@ def test_sinks_and_functions_validate_at_construction() -> None:
     with pytest.raises(ValueError, match=r"every_n_steps must be a positive int \(got 0\)"):
         bus.on("after_run", lambda e: None, every_n_steps=0)
     with pytest.raises(ValueError, match=r"every_n_secs .*\(got -3\)"):
-        hookbus.Sink(every_n_secs=-3)
+        hookbus.sink_api.Sink(every_n_secs=-3)
     with pytest.raises(ValueError, match="schedule arguments apply to 'before_run' and 'after_run' only"):
         bus.on("end", lambda e: None, every_n_steps=2)
     assert bus.subscribers == []

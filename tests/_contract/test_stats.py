@@ -13,14 +13,14 @@ from hookbus.sinks import CSVSink
 from hookbus.testing import FakeClock, ScriptedPublisher
 
 
-class Broken(hookbus.Sink):
+class Broken(hookbus.sink_api.Sink):
     """An observability sink that always fails."""
 
     def on_after_run(self, event: hookbus.Event) -> None:
         raise ValueError("disk full")
 
 
-class Slow(hookbus.Sink):
+class Slow(hookbus.sink_api.Sink):
     """Takes a known time on the training thread on every due step."""
 
     def __init__(self, seconds: float, **kwargs: object) -> None:
@@ -99,7 +99,7 @@ def test_stats_are_frozen_and_start_afresh_each_run() -> None:
 def test_a_checkpoint_save_deferred_after_the_dispatch_counts_for_its_sink() -> None:
     bus = hookbus.EventBus(clock=FakeClock())
 
-    class Deferring(hookbus.Sink):
+    class Deferring(hookbus.sink_api.Sink):
         def on_after_run(self, event: hookbus.Event) -> None:
             self.context.defer(lambda: time.sleep(0.02))
 

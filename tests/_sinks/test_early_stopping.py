@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hookbus import EventBus, Sink, UnknownKeyError
+from hookbus import EventBus, UnknownKeyError
+from hookbus.sink_api import Sink
 from hookbus.sinks import EarlyStoppingSink
 from hookbus.sinks._monitor import Monitor, resolve_direction
 from hookbus.sinks.early_stopping import EarlyStopRule, EarlyStopState, decide

@@ -164,7 +164,7 @@ def test_arrays_are_summarised_bytes_skipped_and_keys_named_like_fields_nested(t
 
 def test_a_reader_never_takes_a_torn_last_line_as_data_and_fails_on_a_corrupt_one(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
-    first = hookbus.event_log_line("close", step=3, wall_time=1.0)
+    first = hookbus.sink_api.event_log_line("close", step=3, wall_time=1.0)
     path.write_text(first + '{"v":1,"record":"step","step":4,"wall_ti')  # a write in progress
     assert records(path) == [{"v": 1, "record": "close", "step": 3, "wall_time": 1.0}]
     path.write_text(first + "not json\n" + first)
@@ -307,7 +307,7 @@ def test_epoch_events_are_recorded_when_published_for_someone_and_replay_rebuild
         if epochs_csv:
             bus.attach(CSVSink(tmp_path / "epochs.csv", epochs=True))
         bus.attach(EventLogSink(log))
-        core = hookbus.PublisherCore(bus, ["loss"])
+        core = hookbus.publisher_api.PublisherCore(bus, ["loss"])
         with bus:
             core.begin()
             core.session_created(0)

@@ -30,7 +30,10 @@ def close_record(path: Path) -> dict[str, Any]:
 
 
 def train(
-    path: Path, at_step: Callable[[hookbus.EventBus, int], None] | None = None, *, sinks: tuple[hookbus.Sink, ...] = ()
+    path: Path,
+    at_step: Callable[[hookbus.EventBus, int], None] | None = None,
+    *,
+    sinks: tuple[hookbus.sink_api.Sink, ...] = (),
 ) -> hookbus.EventBus:
     """Up to 50 steps under ``with bus:`` with a log and a subscriber due every step (as
     NanGuardSink is); ``at_step(bus, step)`` runs on the training thread after each step."""

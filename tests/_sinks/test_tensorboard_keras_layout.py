@@ -58,7 +58,7 @@ def fit(callback: Any, epochs: int = 4, **fit_kwargs: Any) -> Any:
     )
 
 
-def fit_on_bus(*sinks: hookbus.Sink, epochs: int = 4) -> Any:
+def fit_on_bus(*sinks: hookbus.sink_api.Sink, epochs: int = 4) -> Any:
     bus = hookbus.EventBus()
     for sink in sinks:
         bus.attach(sink)

@@ -132,7 +132,7 @@ def holder(out: Path) -> Iterator[subprocess.Popen[str]]:
         child.communicate()
 
 
-def second_run(sink: hookbus.Sink, out: Path, last_step: int = 20) -> list[int]:
+def second_run(sink: hookbus.sink_api.Sink, out: Path, last_step: int = 20) -> list[int]:
     """Train with ``sink`` (and a stop) on ``out``'s checkpoints; the steps published."""
     steps: list[int] = []
     with tf.Graph().as_default():

@@ -212,7 +212,7 @@ def test_invalid_arguments(kwargs: dict[str, float], message: str) -> None:
 def test_a_flush_that_misses_its_deadline_stalls_the_writer_and_close_does_not_wait_again() -> None:
     """A stalled disk: the flush raises WriterStalled naming the writer, its target and the rows
     not written; later calls fail at once; close returns without waiting (nothing more to report)."""
-    from hookbus import WriterStalled
+    from hookbus.sink_api import WriterStalled
 
     gate = Gate()
     writer = BackgroundWriter("CSVSink", gate.write, gate.flush, gate.close, flush_deadline=0.2, target="'m.csv'")
@@ -239,7 +239,7 @@ def test_a_flush_that_misses_its_deadline_stalls_the_writer_and_close_does_not_w
 
 def test_a_put_that_waits_on_a_full_queue_the_thread_never_empties_stalls() -> None:
     """Without a flush (no checkpoint), a stalled disk fills the queue: the put gives up at the deadline."""
-    from hookbus import WriterStalled
+    from hookbus.sink_api import WriterStalled
 
     gate = Gate()
     writer = BackgroundWriter("w", gate.write, gate.flush, max_queue_size=2, flush_deadline=0.2)
@@ -267,7 +267,7 @@ def test_a_slow_writer_that_keeps_writing_is_no_stall() -> None:
 
 def test_a_flush_run_through_the_deadline_returns_its_result_or_stalls() -> None:
     """FlushDeadline.run: the mechanism for writers with a thread of their own (TensorBoard's)."""
-    from hookbus import FlushDeadline, WriterStalled
+    from hookbus.sink_api import FlushDeadline, WriterStalled
 
     deadline = FlushDeadline("TensorBoardSink", 0.2, "the event files in 'tb'")
     calls: list[int] = []

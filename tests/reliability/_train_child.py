@@ -72,7 +72,7 @@ def main() -> None:
         early = EarlyStoppingSink("loss", patience=10**9, every_n_steps=EVAL_EVERY)
         csv_sink = CSVSink(os.path.join(directory, "metrics.csv"), every_n_steps=1, flush_secs=0.05)
         tb = TensorBoardSink(os.path.join(directory, "tb"), every_n_steps=1, flush_secs=0.05)
-        sinks: list[hookbus.Sink] = [
+        sinks: list[hookbus.sink_api.Sink] = [
             early,
             CheckpointSink(os.path.join(directory, "ckpt"), every_n_steps=CKPT_EVERY, every_n_secs=None, keep=3),
             csv_sink,
@@ -99,7 +99,7 @@ def main() -> None:
             bus.attach(sink)
             real_close = sink.close
 
-            def close(sink: hookbus.Sink = sink, real_close: Any = real_close) -> None:
+            def close(sink: hookbus.sink_api.Sink = sink, real_close: Any = real_close) -> None:
                 real_close()
                 record(event="closed", sink=sink.name)
 

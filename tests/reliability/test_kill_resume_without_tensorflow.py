@@ -42,7 +42,7 @@ kill_at = int(os.environ.get("KILL_AT", "0"))
 if kill_at:
     import hookbus
 
-    offer = hookbus.PublisherCore.offer_checkpoints
+    offer = hookbus.publisher_api.PublisherCore.offer_checkpoints
 
     def offer_and_die(core, backend, store=None):
         save = backend.save
@@ -55,7 +55,7 @@ if kill_at:
         backend.save = save_or_die
         offer(core, backend, store)
 
-    hookbus.PublisherCore.offer_checkpoints = offer_and_die
+    hookbus.publisher_api.PublisherCore.offer_checkpoints = offer_and_die
 sys.argv = [__EXAMPLE__, *sys.argv[1:]]
 try:
     runpy.run_path(__EXAMPLE__, run_name="__main__")

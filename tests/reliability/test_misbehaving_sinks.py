@@ -29,7 +29,7 @@ pytestmark = pytest.mark.reliability
 STEPS = 50
 
 
-class Counter(hookbus.Sink):
+class Counter(hookbus.sink_api.Sink):
     """A well-behaved sink: records every step it receives."""
 
     def __init__(self, name: str = "Counter") -> None:
@@ -57,7 +57,7 @@ class RaisesOnce(Counter):
             raise RuntimeError("flaky network")
 
 
-class WriterSink(hookbus.Sink):
+class WriterSink(hookbus.sink_api.Sink):
     """Writes every step through a BackgroundWriter whose ``write`` waits for ``gate``, then ``delay``."""
 
     def __init__(self, name: str, *, delay: float, max_queue_size: int, close_deadline: float = 10.0) -> None:
@@ -115,7 +115,7 @@ def test_failing_sinks_are_isolated_reported_once_with_traceback_and_counted(cap
     bus.attach(disabled)
     after = bus.attach(Counter("after"))
     bus.attach(console)
-    reports: list[hookbus.SubscriberError] = []
+    reports: list[hookbus.sink_api.SubscriberError] = []
     bus.on("subscriber_error", reports.append)
     pub = ScriptedPublisher(bus, ["loss"])
     with caplog.at_level(logging.ERROR, logger="hookbus"), bus:

@@ -114,8 +114,8 @@ def disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[StalledDis
     assert not [t.name for t in writers if t.is_alive()]
 
 
-def _sink(kind: str, root: Path, max_queue_size: int = 1024, flush_secs: float = 5.0) -> hookbus.Sink:
-    sink: hookbus.Sink
+def _sink(kind: str, root: Path, max_queue_size: int = 1024, flush_secs: float = 5.0) -> hookbus.sink_api.Sink:
+    sink: hookbus.sink_api.Sink
     size = {"flush_deadline": DEADLINE, "max_queue_size": max_queue_size, "flush_secs": flush_secs}
     if kind == "tensorboard":
         sink = TensorBoardSink(root / "tb", every_n_steps=1, **size)
@@ -127,7 +127,7 @@ def _sink(kind: str, root: Path, max_queue_size: int = 1024, flush_secs: float =
 
 
 def _train(
-    sinks: list[hookbus.Sink], disk: StalledDisk, directory: Path | None, *, until_blocked: bool = False
+    sinks: list[hookbus.sink_api.Sink], disk: StalledDisk, directory: Path | None, *, until_blocked: bool = False
 ) -> tuple[hookbus.EventBus, list[int]]:
     """Train to ``LAST`` with the disk stalling from ``STALL_AT``; ``until_blocked``: the step that
     stalls it waits (at most 10 s) until a writer's thread really waits on the disk, so that every
@@ -156,7 +156,9 @@ def _train(
     return bus, saved
 
 
-def _check_reported(bus: hookbus.EventBus, sink: hookbus.Sink, target: str, what: Callable[[str], object]) -> None:
+def _check_reported(
+    bus: hookbus.EventBus, sink: hookbus.sink_api.Sink, target: str, what: Callable[[str], object]
+) -> None:
     stats = bus.stats()[sink.name]
     assert stats.disabled
     assert stats.writer is not None

@@ -5,7 +5,7 @@ chief takes alone, shape the model before every worker pushes gradients), done b
 :class:`hookbus.EventBusHook` (``wait_for_step=N``) with what TensorFlow's hook lacks: a
 timeout (``on_timeout="start"`` trains anyway, ``"raise"`` fails with :exc:`TimeoutError`),
 stops honoured while waiting (the cluster's stop flag, SIGTERM, a first Ctrl-C, another
-thread's request) and the wait published as ``waiting_for_step`` (:class:`hookbus.WaitForStep`),
+thread's request) and the wait published as ``waiting_for_step`` (:class:`hookbus.sink_api.WaitForStep`),
 which the dashboard shows and the event log records.
 
 It is the publisher's, not a sink's: the wait needs the session, and each poll is the hook's
@@ -175,7 +175,7 @@ class StartGate:
 
         ``read`` returns the stop flag and the step; ``observe`` turns a flag into a stop
         request; ``stopped`` says whether the run stops (any source); ``report`` publishes
-        (:meth:`hookbus.PublisherCore.publish_waiting`'s arguments). Nothing is published when
+        (:meth:`hookbus.publisher_api.PublisherCore.publish_waiting`'s arguments). Nothing is published when
         the step is already reached or the run already stops.
 
         Raises:

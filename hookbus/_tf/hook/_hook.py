@@ -108,11 +108,11 @@ class EventBusHook:
         learning_rate: Train mode: the rate the train op trains with, offered to the sinks that
             read or steer it and published as the key ``learning_rate`` (packed with the other
             scalars on due steps). A rate variable is set directly; a rate tensor (a schedule)
-            gets a multiplier hookbus builds in ``begin`` (see :mod:`hookbus._tf._learning_rate_tf`).
+            gets a multiplier hookbus builds in ``begin`` (the published rate is their product).
             Default ``None``: no rate (a sink that steers one fails at begin, naming this).
         wait_for_step: A non-chief parameter-server worker waits for this global step before its
             first step, or for what a function of its :class:`hookbus.Task` returns
-            (:func:`hookbus.staggered_start`); a stop ends the wait (see :mod:`hookbus._tf.hook._gate`).
+            (:func:`hookbus.staggered_start`); a stop ends the wait, published as ``waiting_for_step``.
             Default ``None``: no wait. The chief and one machine never wait.
         wait_timeout_secs: The longest wait (default ``None``: as long as it takes).
         on_timeout: Past it, ``"raise"`` (default, :exc:`TimeoutError`) or ``"start"`` (train anyway).

@@ -36,8 +36,7 @@ def monitored_training_session(
     A latest checkpoint whose index or data files are damaged is set aside before the restore by
     a :class:`~hookbus.sinks.CheckpointSink` on the directory; one whose damage is inside a
     tensor's bytes fails TensorFlow's restore (its checksums): this then sets it aside, points
-    the pointer at the previous checkpoint and says so, and the next start resumes from that one
-    (:func:`~hookbus._tf._checkpoint_tf1.restore_failed`).
+    the pointer at the previous checkpoint and says so, and the next start resumes from that one.
 
     Raises:
         TypeError: if ``kwargs`` tries to turn one of those hooks back on.

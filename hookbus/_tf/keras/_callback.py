@@ -55,7 +55,7 @@ class EventBusCallback:
     Epoch events: every ``every_n_epochs`` epochs ``on_epoch_end`` publishes an ``after_run``
     with ``mode="epoch"``, ``values`` = ``{"epoch": <0-based index>, "epoch/<name>": ...}`` for
     every value of Keras's epoch logs (``epoch/loss``, ``epoch/val_loss``, ...). Only
-    subscribers that opt in receive them (one rule, :meth:`hookbus._bus._subscription.Subscriber.wants_epochs`):
+    subscribers that opt in receive them (one rule for every publisher):
     those whose ``keys`` name an ``epoch/`` key, and sinks whose ``receives_epochs`` is true
     (``CSVSink(path, epochs=True)`` writes CSVLogger-like rows). Others, ``keys=None`` included,
     never see them.
@@ -71,8 +71,8 @@ class EventBusCallback:
     ``iterations``, and sinks resume there (CSV drops rows after it, sink states come back).
     A model Keras builds at its first batch (a ``Sequential`` without ``Input``) needs nothing
     more: with an empty directory ``fit`` just starts; from a checkpoint, its variables take the
-    restored values as Keras makes them, before the first step's update
-    (:mod:`hookbus._tf.keras._resume` says why not after it).
+    restored values as Keras makes them, before the first step's update (a restore after it
+    would train that batch from fresh weights and lose it from the resumed epoch).
     A run killed and restarted with the same ``fit`` and ``restore=True`` writes every step
     exactly once. ``fit`` continues at the epoch of the restored step (``step // steps_per_epoch``,
     as Keras's ``BackupAndRestore`` does; exact when checkpoints fall on epoch ends; with an

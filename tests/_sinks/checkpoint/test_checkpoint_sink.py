@@ -13,9 +13,10 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 import hookbus  # noqa: E402 - after the importorskip
-from hookbus import CheckpointSaved, EventBus, Sink  # noqa: E402
+from hookbus import EventBus  # noqa: E402
 from hookbus._cli._demo import build_linear_regression  # noqa: E402
 from hookbus._tf._checkpoint_tf1 import SaverBackend  # noqa: E402
+from hookbus.sink_api import CheckpointSaved, Sink  # noqa: E402
 from hookbus.sinks import CheckpointSink, EarlyStoppingSink, NanGuardSink, StopAtStepSink  # noqa: E402
 
 
@@ -311,9 +312,9 @@ def test_only_control_sinks_may_veto() -> None:
 def test_schedule_arguments_replace_the_default_schedule(tmp_path: Any) -> None:
     from hookbus.sinks import CSVSink, TensorBoardSink
 
-    assert CSVSink(tmp_path / "m.csv").schedule == hookbus.Schedule(every_n_steps=10)
-    assert CSVSink(tmp_path / "m.csv", every_n_secs=3600).schedule == hookbus.Schedule(every_n_secs=3600)
-    assert TensorBoardSink(tmp_path / "tb", every_n_secs=60).schedule == hookbus.Schedule(every_n_secs=60)
+    assert CSVSink(tmp_path / "m.csv").schedule == hookbus.sink_api.Schedule(every_n_steps=10)
+    assert CSVSink(tmp_path / "m.csv", every_n_secs=3600).schedule == hookbus.sink_api.Schedule(every_n_secs=3600)
+    assert TensorBoardSink(tmp_path / "tb", every_n_secs=60).schedule == hookbus.sink_api.Schedule(every_n_secs=60)
     step_only = CheckpointSink(tmp_path / "c", every_n_steps=500).schedule
     assert (step_only.every_n_steps, step_only.every_n_secs) == (500, None)
     default = CheckpointSink(tmp_path / "c").schedule

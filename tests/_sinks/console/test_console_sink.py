@@ -18,7 +18,7 @@ from _pty import _CLEARED, run_in_pty
 from rich.console import Console
 
 import hookbus
-from hookbus import CheckpointSaved, Schedule
+from hookbus.sink_api import CheckpointSaved, Schedule
 from hookbus.sinks import ConsoleSink
 from hookbus.sinks.console import _render as render
 from hookbus.sinks.console._render import best_direction
@@ -26,7 +26,7 @@ from hookbus.sinks.console._terminal import wants_live
 from hookbus.testing import FakeClock, ScriptedPublisher
 
 
-class StopAt(hookbus.Sink):
+class StopAt(hookbus.sink_api.Sink):
     """A stand-in for a stop-at-step sink: knows the total, reports a status, stops."""
 
     def __init__(self, last: int, status: str | None = "patience 2/5") -> None:
@@ -46,7 +46,7 @@ class StopAt(hookbus.Sink):
             event.request_stop(f"reached step {self.last}")
 
 
-class Broken(hookbus.Sink):
+class Broken(hookbus.sink_api.Sink):
     """An observability sink that always fails (isolated by the bus)."""
 
     def on_after_run(self, event: hookbus.Event) -> None:
@@ -274,7 +274,7 @@ def test_status_line_shows_checkpoint_stop_other_sinks_and_errors(clock: FakeClo
     assert "(finished)" in text_of(sink, width=200)
 
 
-class Status(hookbus.Sink):
+class Status(hookbus.sink_api.Sink):
     """Reports a status line and no last step."""
 
     def status(self) -> str | None:
@@ -646,7 +646,7 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 logging.basicConfig(level=logging.INFO)  # a handler on the real stderr, made before the dashboard
 
 
-class StopAt(hookbus.Sink):
+class StopAt(hookbus.sink_api.Sink):
     total_steps = {last}
 
     def on_after_run(self, event):

@@ -64,7 +64,7 @@ class ScheduledRate:
 
 
 def run(
-    *sinks: hookbus.Sink, backend: Any = None, evals: dict[int, float] | None = None, steps: int = 10
+    *sinks: hookbus.sink_api.Sink, backend: Any = None, evals: dict[int, float] | None = None, steps: int = 10
 ) -> tuple[list[float], list[Any]]:
     """Train ``steps`` steps (evaluating ``eval/loss`` after the steps in ``evals``); the rate that
     trained each step and the ``learning_rate_changed`` events."""

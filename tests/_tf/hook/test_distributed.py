@@ -35,7 +35,7 @@ def test_runs_on_defaults_per_sink(tmp_path: Path) -> None:
     assert CheckpointSink(tmp_path / "ck").runs_on == "chief"
     assert ConsoleSink().runs_on == "chief"
     assert NanGuardSink("loss").runs_on == "all"
-    assert hookbus.Sink().runs_on == "all"
+    assert hookbus.sink_api.Sink().runs_on == "all"
 
 
 def test_bad_runs_on_fails_at_construction(tmp_path: Path) -> None:

@@ -260,7 +260,7 @@ def test_the_event_log_records_the_wait_and_replay_publishes_it_again(tmp_path: 
         ("stopped", 41, 40, 7.5, False),
     ]
     assert all(r["timeout_secs"] == 60.0 and isinstance(r["wall_time"], float) for r in records)
-    replayed: list[hookbus.WaitForStep] = []
+    replayed: list[hookbus.sink_api.WaitForStep] = []
     again = hookbus.EventBus()
     again.on("waiting_for_step", replayed.append)
     hookbus.replay(path, again)

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import hookbus
-from hookbus import Event, EventBus, EventBusHook, Sink
+from hookbus import Event, EventBus, EventBusHook
 from hookbus._cli._demo import build_linear_regression
 from hookbus._publishing._publisher import PublisherCore
-from hookbus.sink_api import Schedule, require_learning_rate
+from hookbus.sink_api import Schedule, Sink, require_learning_rate
 
 tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1
@@ -77,7 +77,7 @@ class Closing(Sink):
     def on_after_run(self, event: Event) -> None:
         self.log.append(("after_run", event.step))
 
-    def on_exception(self, payload: hookbus.ExceptionRaised) -> None:
+    def on_exception(self, payload: hookbus.sink_api.ExceptionRaised) -> None:
         self.log.append(("exception", payload.error))
 
     def on_end(self, event: Event) -> None:

@@ -11,7 +11,8 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from hookbus import EventBus, EventBusCallback, LoopPublisher, PublisherCore, UnknownKeyError  # noqa: E402 - after the importorskip
+from hookbus import EventBus, EventBusCallback, LoopPublisher, UnknownKeyError  # noqa: E402 - after the importorskip
+from hookbus.publisher_api import PublisherCore  # noqa: E402
 from hookbus.sinks import CheckpointSink, CSVSink, EarlyStoppingSink  # noqa: E402
 
 

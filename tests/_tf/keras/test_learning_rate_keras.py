@@ -65,7 +65,7 @@ def fit(m: Any, callbacks: list[Any], epochs: int = 10) -> Rates:
     return rates
 
 
-def with_bus(m: Any, *sinks: hookbus.Sink, epochs: int = 10) -> tuple[Rates, list[Any], dict[int, float]]:
+def with_bus(m: Any, *sinks: hookbus.sink_api.Sink, epochs: int = 10) -> tuple[Rates, list[Any], dict[int, float]]:
     """Fit under a bus with ``sinks``; the rates, the changes published and ``learning_rate`` by step."""
     bus = hookbus.EventBus()
     for sink in sinks:
@@ -204,7 +204,7 @@ def test_the_rate_a_sink_steers_is_in_history_and_in_the_logs_of_the_callbacks_a
     settings = {"factor": 0.5, "patience": 1, "min_delta": 0.01, "cooldown": 1, "min_lr": 0.01}
     if peer == "plateau":
         keras_rate: Any = keras.callbacks.ReduceLROnPlateau(monitor="val_loss", **settings)
-        sink: hookbus.Sink = ReduceLROnPlateauSink(monitor="eval/loss", **settings)
+        sink: hookbus.sink_api.Sink = ReduceLROnPlateauSink(monitor="eval/loss", **settings)
     else:
         keras_rate, sink = keras.callbacks.LearningRateScheduler(schedule), LearningRateSchedulerSink(schedule)
     theirs = model(keras.optimizers.SGD(0.5))
