@@ -255,7 +255,7 @@ def test_invalid_paths_fail_at_construction(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="is not a directory"):
         CSVSink(tmp_path / "f" / "m.csv")
     with pytest.raises(ValueError, match="path must be a non-empty str or os.PathLike"):
-        CSVSink(None)
+        CSVSink(None)  # type: ignore[arg-type]
 
 
 # -- resume as a property ------------------------------------------------------------------

@@ -227,7 +227,7 @@ def test_checkpoint_saving_and_saved_are_called_where_checkpoint_saver_listeners
             calls.append(("flush", -1, ""))
             flushed()
 
-        sink.flush = flush
+        sink.flush = flush  # type: ignore[method-assign]
         ours = EventBusHook(bus, {"loss": m.loss}, train_op=m.train_op)
         with bus, hookbus.monitored_training_session(hooks=[theirs, ours]) as sess:
             _train(sess, m.train_op, 10)
