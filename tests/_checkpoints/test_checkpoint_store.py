@@ -174,12 +174,18 @@ class Weights:
         self.value = float(Path(path + ".npz").read_text())
 
 
-def train(directory: Path, steps: range, **checkpoints: object) -> tuple[ScriptedPublisher, Weights]:
+def train(
+    directory: Path, steps: range, *, every_n_steps: int, keep: int = 5, keep_best: int = 0, monitor: str | None = None
+) -> tuple[ScriptedPublisher, Weights]:
     store = hookbus.publisher_api.FileCheckpointStore(".npz")
     bus = hookbus.EventBus()
     bus.attach(CSVSink(directory / "metrics.csv", every_n_steps=1))
     bus.attach(EarlyStoppingSink("loss", patience=100, every_n_steps=1))
-    sink = bus.attach(CheckpointSink(directory / "ckpt", every_n_secs=None, **checkpoints))
+    sink = bus.attach(
+        CheckpointSink(
+            directory / "ckpt", every_n_steps, every_n_secs=None, keep=keep, keep_best=keep_best, monitor=monitor
+        )
+    )
     assert isinstance(sink, CheckpointSink)
     publisher, weights = ScriptedPublisher(bus, keys=["loss"]), Weights()
     publisher.core.offer_checkpoints(weights, store)

@@ -255,7 +255,7 @@ def test_invalid_paths_fail_at_construction(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="is not a directory"):
         CSVSink(tmp_path / "f" / "m.csv")
     with pytest.raises(ValueError, match="path must be a non-empty str or os.PathLike"):
-        CSVSink(None)
+        CSVSink(None)  # type: ignore[arg-type]
 
 
 # -- resume as a property ------------------------------------------------------------------
@@ -420,11 +420,15 @@ def test_train_and_eval_rows_queued_together_each_reach_their_file_in_order(tmp_
     bus, sink, pub = make(path, ["loss"])
     evaluate = ScriptedPublisher(bus, ["loss"], mode="eval")
     gate = threading.Event()
+
+    def hold() -> None:
+        gate.wait()
+
     with bus:
         pub.begin()
         evaluate.begin()
         pub.session(0)
-        sink.output.call(gate.wait)  # the writer thread waits here while the rows queue up
+        sink.output.call(hold)  # the writer thread waits here while the rows queue up
         for step in range(1, 7):
             pub.advance({"loss": step / 8})
             if step % 2 == 0:
@@ -458,10 +462,14 @@ def test_rows_queued_together_are_one_file_check_and_one_write_of_what_csv_write
     bus, sink, pub = make(path, ["a", "b"])
     cells = [math.nan, math.inf, -math.inf, 0.1, 1e-300, -2.5e17, 3.0, 1 / 3]
     gate = threading.Event()
+
+    def hold() -> None:
+        gate.wait()
+
     with bus:
         pub.begin()
         pub.session(0)
-        sink.output.call(gate.wait)  # the writer thread waits here while the rows queue up
+        sink.output.call(hold)  # the writer thread waits here while the rows queue up
         for i, value in enumerate(cells):
             pub.advance({"a": value} if i < 3 else {"a": value, "b": -value})
         gate.set()

@@ -251,7 +251,7 @@ def test_a_foreign_file_fails_before_step_1_and_bad_arguments_at_construction(tm
     with pytest.raises(ValueError, match="path must be a file, not a directory"):
         EventLogSink(tmp_path)
     with pytest.raises(ValueError, match="hparams must map names"):
-        EventLogSink(tmp_path / "x.jsonl", hparams={"lr": [1]})
+        EventLogSink(tmp_path / "x.jsonl", hparams={"lr": [1]})  # type: ignore[dict-item]
 
 
 def _live(tmp_path: Path, patience: int | None) -> hookbus.EventBus:

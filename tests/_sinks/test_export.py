@@ -132,7 +132,7 @@ def test_a_run_that_raises_leaves_no_export_of_steps_no_barrier_flushed(tmp_path
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda t: ExportSink(3), r"^directory must be a non-empty str or os.PathLike \(got 3\)"),
+        (lambda t: ExportSink(3), r"^directory must be a non-empty str or os.PathLike \(got 3\)"),  # type: ignore[arg-type]
         (lambda t: ExportSink(t / "f"), r"^directory must be a directory, but '.*f' is an existing file"),
         (lambda t: ExportSink(t, monitor="eval/loss", mode="up"), r"^mode must be 'min', 'max' or 'auto' \(got 'up'\)"),
         (lambda t: ExportSink(t, monitor=""), r"^monitor must be a non-empty key or None \(got ''\)"),

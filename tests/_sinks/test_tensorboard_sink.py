@@ -214,7 +214,7 @@ def test_invalid_logdir_fails_at_construction(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="is not a directory"):
         TensorBoardSink(afile / "sub")
     with pytest.raises(ValueError, match="logdir must be a non-empty str or os.PathLike"):
-        TensorBoardSink(3)
+        TensorBoardSink(3)  # type: ignore[arg-type]
 
 
 def test_sink_module_does_not_import_tensorflow() -> None:

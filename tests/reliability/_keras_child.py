@@ -80,12 +80,12 @@ def main() -> None:
     model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
     bus = hookbus.EventBus()
-    slow = {"flush_secs": 60.0}
+    slow = 60.0  # seconds between flushes: the disk gets what the barrier and the close flushed
     bus.attach(CheckpointSink(os.path.join(directory, "ckpt"), every_n_steps=STEPS, every_n_secs=None, keep=3))
-    bus.attach(CSVSink(os.path.join(directory, "steps.csv"), every_n_steps=1, **slow))
-    bus.attach(CSVSink(os.path.join(directory, "epochs.csv"), epochs=True, name="EpochCSV", **slow))
-    bus.attach(EventLogSink(os.path.join(directory, "events.jsonl"), **slow))
-    bus.attach(TensorBoardSink(os.path.join(directory, "tb"), every_n_steps=1, **slow))
+    bus.attach(CSVSink(os.path.join(directory, "steps.csv"), every_n_steps=1, flush_secs=slow))
+    bus.attach(CSVSink(os.path.join(directory, "epochs.csv"), epochs=True, name="EpochCSV", flush_secs=slow))
+    bus.attach(EventLogSink(os.path.join(directory, "events.jsonl"), flush_secs=slow))
+    bus.attach(TensorBoardSink(os.path.join(directory, "tb"), every_n_steps=1, flush_secs=slow))
     if phase == "saved":
         bus.on("checkpoint_saved", lambda e: die() if e.step == (kill_epoch + 1) * STEPS else None)
     callback = hookbus.EventBusCallback(bus, restore=True)

@@ -146,7 +146,7 @@ def main() -> None:
                     die()  # rows are written to the file object, not yet handed to the OS
                 real_flush_files()
 
-            csv_sink._flush_files = flush_files
+            csv_sink._flush_files = flush_files  # type: ignore[method-assign]
         elif phase == "prune":
             real_remove = files.TensorFlowStore.remove
 
@@ -164,7 +164,7 @@ def main() -> None:
                     die()  # the CSV is flushed for this barrier, TensorBoard's queue is not
                 real_tb_flush()
 
-            tb.flush = tb_flush
+            tb.flush = tb_flush  # type: ignore[method-assign]
         if mode != "train":
             # Past rich's redirect: a Ctrl-C landing inside rich's own write can cost the final frame.
             bus.on("after_run", lambda e: os.write(1, b"marker\n") if e.step == 30 else None)

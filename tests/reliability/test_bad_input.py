@@ -150,7 +150,7 @@ CASES: list[Case] = [
     ),
     (
         "every_n_steps as a string",
-        lambda t, r: NanGuardSink("loss", every_n_steps="10"),
+        lambda t, r: NanGuardSink("loss", every_n_steps="10"),  # type: ignore[arg-type]
         ValueError,
         r"every_n_steps must be a positive int \(got '10'\)",
     ),

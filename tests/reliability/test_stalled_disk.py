@@ -24,7 +24,7 @@ import textwrap
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
@@ -114,9 +114,17 @@ def disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[StalledDis
     assert not [t.name for t in writers if t.is_alive()]
 
 
+class _Writing(TypedDict):
+    """The writer settings the three sinks share."""
+
+    flush_deadline: float
+    max_queue_size: int
+    flush_secs: float
+
+
 def _sink(kind: str, root: Path, max_queue_size: int = 1024, flush_secs: float = 5.0) -> hookbus.sink_api.Sink:
     sink: hookbus.sink_api.Sink
-    size = {"flush_deadline": DEADLINE, "max_queue_size": max_queue_size, "flush_secs": flush_secs}
+    size: _Writing = {"flush_deadline": DEADLINE, "max_queue_size": max_queue_size, "flush_secs": flush_secs}
     if kind == "tensorboard":
         sink = TensorBoardSink(root / "tb", every_n_steps=1, **size)
     elif kind == "csv":

@@ -77,7 +77,10 @@ def test_after_a_resume_the_dashboards_best_is_early_stoppings_restored_best(tmp
     assert step == 500  # the first session resumed from the last checkpoint
     assert (es_best, es_step) == (3.0, 300)  # early stopping's restored best
     assert dashboard == (es_best, es_step)  # the dashboard shows the same, before any new evaluation
-    text = console.console.file.getvalue()
+    assert console.console is not None
+    out = console.console.file
+    assert isinstance(out, io.StringIO)  # the Console _run gave the sink
+    text = out.getvalue()
     assert "resumed from step 500" in text
     after = {row.key: row for row in console.snapshot.evals}["eval/loss"]
     assert (after.best, after.best_step) == (stopper.state.best, stopper.state.best_step) == (3.0, 300)

@@ -243,7 +243,7 @@ def test_an_epoch_schedule_needs_a_publisher_with_epochs() -> None:
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, "0.1", None, True])
 def test_a_schedule_returning_no_rate_fails_before_step_1(bad: object) -> None:
     with pytest.raises(ValueError, match=r"schedule\(0, 0\.1\) returned .*a finite number > 0") as error:
-        run(LearningRateSchedulerSink(lambda s, lr: bad, per="step"))
+        run(LearningRateSchedulerSink(lambda s, lr: bad, per="step"))  # type: ignore[arg-type,return-value]
     assert repr(bad) in str(error.value)
 
 

@@ -18,7 +18,7 @@ require_mlflow()
 from hookbus.sinks import EventLogSink, MLflowSink  # noqa: E402 - after the skip without MLflow
 
 KEYS = ("loss", "accuracy [top-1]")  # the second is no MLflow name: mapped by the one rule
-HPARAMS = {"lr": 0.05, "optimizer": "sgd", "batch": 32}
+HPARAMS: dict[str, float | int | str] = {"lr": 0.05, "optimizer": "sgd", "batch": 32}
 LAST = 30
 
 

@@ -15,7 +15,7 @@ import glob
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
@@ -99,6 +99,13 @@ def _ckpt_steps(directory: Path) -> list[int]:
 
 
 # -- StopAtStepTest ---------------------------------------------------------------------------------
+class Target(TypedDict, total=False):
+    """Where TensorFlow's StopAtStepHook and StopAtStepSink stop: one of the two, given to both."""
+
+    last_step: int
+    num_steps: int
+
+
 @pytest.mark.parametrize(
     ("k", "start", "target"),
     [
@@ -112,7 +119,7 @@ def _ckpt_steps(directory: Path) -> list[int]:
 )
 @pytest.mark.parametrize("declared", [False, True])
 def test_stop_at_step_stops_where_tensorflows_stop_at_step_hook_stops(
-    k: int, start: int, target: dict[str, int], declared: bool
+    k: int, start: int, target: Target, declared: bool
 ) -> None:
     with tf.Graph().as_default():
         m = Model(k, start)
@@ -220,7 +227,7 @@ def test_checkpoint_saving_and_saved_are_called_where_checkpoint_saver_listeners
             calls.append(("flush", -1, ""))
             flushed()
 
-        sink.flush = flush
+        sink.flush = flush  # type: ignore[method-assign]
         ours = EventBusHook(bus, {"loss": m.loss}, train_op=m.train_op)
         with bus, hookbus.monitored_training_session(hooks=[theirs, ours]) as sess:
             _train(sess, m.train_op, 10)

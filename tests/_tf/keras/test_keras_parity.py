@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pytest
@@ -21,6 +21,13 @@ from hookbus.sinks import CheckpointSink, EarlyStoppingSink, TensorBoardSink  # 
 
 STEPS_PER_EPOCH = 4  # 128 examples in batches of 32
 FIT = {"batch_size": 32, "verbose": 0}
+
+
+class Stopping(TypedDict):
+    """The arguments Keras's EarlyStopping and EarlyStoppingSink share: one dict, given to both."""
+
+    patience: int
+    min_delta: float
 
 
 TRAIN, VAL = data(128, 0), data(64, 1)
@@ -76,7 +83,7 @@ def checkpoint_weights(prefix: str) -> list[Any]:
 @KERAS_NP_ARRAY
 @pytest.mark.parametrize("min_delta", [0.0, 0.005])
 def test_restore_best_restores_what_keras_early_stopping_restores(tmp_path: Path, min_delta: float) -> None:
-    settings = {"patience": 3, "min_delta": min_delta}
+    settings: Stopping = {"patience": 3, "min_delta": min_delta}
     keras_stopping = keras.callbacks.EarlyStopping(monitor="val_loss", restore_best_weights=True, **settings)
     theirs = model()
     keras_board = keras.callbacks.TensorBoard(str(tmp_path / "keras"))

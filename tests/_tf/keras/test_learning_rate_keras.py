@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pytest
@@ -24,6 +24,16 @@ pytestmark = KERAS_NP_ARRAY  # Keras's callbacks read the rate with np.array(var
 TRAIN, VAL = data(128, 0), data(64, 1)
 STEPS_PER_EPOCH = 4  # 128 examples in batches of 32
 FIT = {"batch_size": 32, "verbose": 0, "shuffle": False}
+
+
+class Plateau(TypedDict, total=False):
+    """The arguments Keras's ReduceLROnPlateau and ReduceLROnPlateauSink share: one dict, given to both."""
+
+    factor: float
+    patience: int
+    min_delta: float
+    cooldown: int
+    min_lr: float
 
 
 def model(optimizer: Any) -> Any:
@@ -81,7 +91,7 @@ def with_bus(m: Any, *sinks: hookbus.sink_api.Sink, epochs: int = 10) -> tuple[R
 
 
 def test_plateau_sink_reduces_at_the_epochs_and_to_the_rates_keras_reduce_lr_on_plateau_does() -> None:
-    settings = {"factor": 0.5, "patience": 1, "min_delta": 0.01, "cooldown": 2, "min_lr": 0.01}
+    settings: Plateau = {"factor": 0.5, "patience": 1, "min_delta": 0.01, "cooldown": 2, "min_lr": 0.01}
     theirs = fit(model(keras.optimizers.SGD(0.5)), [keras.callbacks.ReduceLROnPlateau(monitor="val_loss", **settings)])
     sink = ReduceLROnPlateauSink(monitor="eval/loss", **settings)
     ours, changes, published = with_bus(model(keras.optimizers.SGD(0.5)), sink)
@@ -106,7 +116,7 @@ def test_a_rate_at_min_lr_stays_there_without_a_warning_as_keras_reduce_lr_on_pl
     it: no "min_lr 0.005 is above the learning rate in effect (0.005)" warning, and no reduction
     below it, as Keras's ReduceLROnPlateau (which compares with np.float32(min_lr))."""
     # min_delta so large that only the first evaluation improves: patience=1 reduces at epoch 1's end.
-    settings = {"factor": 0.1, "patience": 1, "min_delta": 1e9, "min_lr": 0.005}
+    settings: Plateau = {"factor": 0.1, "patience": 1, "min_delta": 1e9, "min_lr": 0.005}
     keras_model = model(keras.optimizers.SGD(start))
     theirs = fit(keras_model, [keras.callbacks.ReduceLROnPlateau(monitor="val_loss", **settings)], epochs=5)
     with caplog.at_level(logging.WARNING, "hookbus"):
@@ -201,7 +211,7 @@ def test_the_rate_a_sink_steers_is_in_history_and_in_the_logs_of_the_callbacks_a
     def schedule(epoch: int, lr: float) -> float:
         return lr if epoch < 2 else lr * 0.7
 
-    settings = {"factor": 0.5, "patience": 1, "min_delta": 0.01, "cooldown": 1, "min_lr": 0.01}
+    settings: Plateau = {"factor": 0.5, "patience": 1, "min_delta": 0.01, "cooldown": 1, "min_lr": 0.01}
     if peer == "plateau":
         keras_rate: Any = keras.callbacks.ReduceLROnPlateau(monitor="val_loss", **settings)
         sink: hookbus.sink_api.Sink = ReduceLROnPlateauSink(monitor="eval/loss", **settings)
