@@ -68,7 +68,7 @@ def _one_view(reads: Reads, kind: str) -> ModelView:
 def test_the_keras_callback_offers_its_model_and_fits_params() -> None:
     keras = pytest.importorskip("keras")
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1, name="out")], name="net")
     model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse", metrics=["mae"])
     x, y = np.random.default_rng(0).normal(size=(32, 3)), np.zeros((32, 1))
     bus, reads = EventBus(), Reads()
@@ -79,7 +79,7 @@ def test_the_keras_callback_offers_its_model_and_fits_params() -> None:
     got = reads.answers
     assert [w.shape for w in got["weights"].snapshot()] == [(3, 1), (1,)]
     assert got["export"].suffix == ".keras"
-    assert sorted(got["variables"]) == ["sequential/dense/bias", "sequential/dense/kernel"]
+    assert sorted(got["variables"]) == ["net/out/bias", "net/out/kernel"]  # Keras's weight paths
     assert got["graph_def"] is None
     assert keras.models.model_from_json(got["config"]).count_params() == 4
     assert "Trainable params: 4" in got["summary"]
