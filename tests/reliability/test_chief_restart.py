@@ -33,7 +33,7 @@ from _clusters import free_ports
 pytestmark = pytest.mark.subprocess
 pytest.importorskip("mlflow")  # the chief tracks its run (a dev dependency)
 
-CHILD = Path(__file__).resolve().parents[1] / "_restart_child.py"
+CHILD = Path(__file__).with_name("_restart_child.py")
 LAST_STEP = 1400
 DEADLINE = 150.0  # the whole cluster run, seconds (a hang fails, it does not block)
 
