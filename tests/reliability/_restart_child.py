@@ -75,6 +75,11 @@ def main(config: dict[str, Any]) -> None:
     bus.attach(StopAtStepSink(last_step=int(config["last_step"]))).runs_on = "chief"
     bus.attach(HeldSave()).runs_on = "chief"
 
+    @bus.on("after_run", every_n_steps=10, runs_on="chief")
+    def held(event: Any) -> None:  # while ``out/hold-chief`` exists (the test restarts the worker)
+        while (out / "hold-chief").exists():
+            time.sleep(0.05)
+
     @bus.on("session_created", runs_on="chief")
     def session(event: Any) -> None:  # after the checkpoint sink (attached first) loaded the states
         line = {"step": event.step, "restored": event.restored, "wall": time.time()}
