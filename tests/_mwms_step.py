@@ -1,5 +1,5 @@
-"""The custom loop's pieces for the MultiWorkerMirroredStrategy test children (``_mwms_child.py``,
-``_profiler_child.py``): every worker reads every batch, and one step is a mean squared error's
+"""The custom loop's pieces for the MultiWorkerMirroredStrategy test children (``_tf/_mwms_child.py``,
+``_sinks/_profiler_child.py``): every worker reads every batch, and one step is a mean squared error's
 gradient, all-reduced, with the loss summed over the replicas.
 """
 

@@ -1,6 +1,7 @@
-"""One task of a local parameter-server cluster, for the cluster test children (``_gate_child.py``,
-``_watch_child.py``): TF_CONFIG, the task's server, the regression ``w -> 1`` placed on the
-parameter server, and the non-chief's wait for the chief's session.
+"""One task of a local parameter-server cluster, for the cluster test children
+(``_tf/hook/_gate_child.py``, ``_watch/_watch_child.py``, ``reliability/_restart_child.py``):
+TF_CONFIG, the task's server, the regression ``w -> 1`` placed on the parameter server, and the
+non-chief's wait for the chief's session.
 """
 
 from __future__ import annotations

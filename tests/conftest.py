@@ -14,6 +14,8 @@ TensorFlow installed, so a test that needs it without saying so fails there.
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib.util
 import os
 import shutil
@@ -53,13 +55,58 @@ def tensorflow_installed() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Without TensorFlow, skip what needs it (before any fixture of it runs), saying why."""
-    if tensorflow_installed():
-        return
-    for item in items:
-        marker = next((name for name in NEEDS_TENSORFLOW if item.get_closest_marker(name)), None)
-        if marker is not None:
-            item.add_marker(pytest.mark.skip(reason=f"needs TensorFlow (marked {marker}), which is not installed"))
+    """Without TensorFlow, skip what needs it (before any fixture of it runs), saying why; on a
+    pytest-xdist worker, put the longest work first."""
+    if not tensorflow_installed():
+        for item in items:
+            marker = next((name for name in NEEDS_TENSORFLOW if item.get_closest_marker(name)), None)
+            if marker is not None:
+                item.add_marker(pytest.mark.skip(reason=f"needs TensorFlow (marked {marker}), which is not installed"))
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the order the groups go out in
+        items.sort(key=lambda item: next((i for i, m in enumerate(_FIRST) if item.get_closest_marker(m)), len(_FIRST)))
+
+
+#: What goes out to the workers first, in this order (a stable sort: the rest keeps its order): the
+#: local clusters, then the tests that start processes, the longest work, so that none of it is left
+#: for the end, when the other workers would idle.
+_FIRST = ("distributed", "subprocess")
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``-n N`` (README's test commands), hand each pytest-xdist worker whole groups, in the
+    order of their first test (pyproject's addopts: ``--dist loadscope --no-loadscope-reorder``).
+
+    A module is one group: its module-scoped fixtures (a local cluster, a training run once for
+    many assertions) are set up once, on one worker. The modules that start local clusters (a
+    ``distributed`` mark: up to ten TensorFlow processes each, deadlines set for one cluster at a
+    time) are one group, run one after another on one worker while the others run the rest.
+    (pytest-xdist's own ``xdist_group`` marks do not group under pytest 9.2: the worker renames
+    node ids through an attribute pytest no longer reads.)
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    root = config.rootpath
+
+    class ModulesAndClusters(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "clusters" if _marks_distributed(root / module) else module
+
+    return ModulesAndClusters(config, log)
+
+
+@functools.cache
+def _marks_distributed(path: Path) -> bool:
+    """Whether the test module at ``path`` marks a test ``distributed`` (in its code, not a string)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return any(
+        isinstance(node, ast.Attribute)
+        and node.attr == "distributed"
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "mark"
+        for node in ast.walk(tree)
+    )
 
 
 @pytest.hookimpl(wrapper=True)

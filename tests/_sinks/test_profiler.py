@@ -263,7 +263,7 @@ def test_the_dashboard_says_which_steps_are_profiled(tmp_path: Path, tf_graph: A
 def test_two_workers_on_one_host_keep_two_traces(tmp_path: Path) -> None:
     ports = free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    child = Path(__file__).resolve().parents[1] / "_profiler_child.py"
+    child = Path(__file__).with_name("_profiler_child.py")
     workers = [start(child, {"cluster": cluster, "index": i, "out": str(tmp_path)}) for i in range(2)]
     runs = {"profile": {"workers": workers, "out": tmp_path}}
     try:

@@ -22,7 +22,7 @@ from hookbus._tf._collective import task_of_strategy
 from hookbus.sinks import CheckpointSink
 from hookbus.testing import ScriptedPublisher
 
-CHILD = Path(__file__).resolve().parents[1] / "_mwms_child.py"
+CHILD = Path(__file__).with_name("_mwms_child.py")
 SCENARIOS = ("loop", "keras")
 STOP_AT = 23  # worker 1 alone asks to stop here; the workers agree at the next multiple of 10
 RATE_AT = 13  # worker 1 alone asks for a tenth of the learning rate here; agreed at step 20

@@ -1,6 +1,6 @@
 """Issue 29: ``hookbus watch`` under a real terminal beside real training processes.
 
-A trainer (tests/_watch_child.py: MonitoredTrainingSession, CSVSink and EventLogSink every step,
+A trainer (tests/_watch/_watch_child.py: MonitoredTrainingSession, CSVSink and EventLogSink every step,
 a checkpoint every 20 steps) and ``hookbus watch`` in a pty, side by side: the screen shows the
 steps and values the CSV has; the trainer SIGKILLed turns the watcher stale, then presumed dead;
 restarted from its checkpoint, the watcher follows the cut and shows each step once. Then a
@@ -34,7 +34,7 @@ from hookbus.sinks.console._render import format_value
 pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.subprocess
 
-CHILD = Path(__file__).resolve().parents[1] / "_watch_child.py"
+CHILD = Path(__file__).with_name("_watch_child.py")
 _HEADER = re.compile(r"step ([\d,]+)/")
 _LOSS = re.compile(r"^│ loss +(\S+)", re.MULTILINE)
 

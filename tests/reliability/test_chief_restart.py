@@ -33,7 +33,7 @@ from _clusters import free_ports
 pytestmark = pytest.mark.subprocess
 pytest.importorskip("mlflow")  # the chief tracks its run (a dev dependency)
 
-CHILD = Path(__file__).resolve().parents[1] / "_restart_child.py"
+CHILD = Path(__file__).with_name("_restart_child.py")
 LAST_STEP = 1400
 DEADLINE = 150.0  # the whole cluster run, seconds (a hang fails, it does not block)
 
@@ -205,9 +205,15 @@ def test_a_restarted_chief_loads_the_restored_checkpoints_states_and_the_worker_
     on_disk = max(restored_rows_on_disk())
     rows_before = len(_rows(_own_file(out)))
     first_life = procs["worker"].pid
+    # The chief waits for the restarted worker's first rows: alone, it reached the last step before the
+    # worker had started again on a busy machine (four test workers on two cores), and the worker's
+    # file did not go on.
+    (out / "hold-chief").touch()
     _kill(procs.pop("worker"))
     time.sleep(0.5)
     procs["worker"] = _start(task("worker", 1), "worker1-2")
+    _wait("the restarted worker's rows", lambda: len(_rows(_own_file(out))) > rows_before, procs, out)
+    (out / "hold-chief").unlink()
 
     # Every task ends by itself at the last step.
     for name, log in (("chief", "chief-3"), ("worker", "worker1-2")):

@@ -21,7 +21,7 @@ import hookbus
 from hookbus.sinks import CheckpointSink, ConsoleSink, CSVSink, NanGuardSink, TensorBoardSink
 from hookbus.testing import ScriptedPublisher
 
-CHILD = Path(__file__).resolve().parents[2] / "_cluster_child.py"
+CHILD = Path(__file__).with_name("_cluster_child.py")
 SCENARIOS = ("files", "nan", "early")
 # Hard limit for a whole cluster run, in seconds (a hang fails, it does not block). Nine processes
 # import TensorFlow at once on two cores: 17 s idle, 41 s with two busy cores, so leave room.

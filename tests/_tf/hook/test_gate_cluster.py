@@ -3,7 +3,7 @@ as TensorFlow's own ``GlobalStepWaiterHook`` beside it; it times out when the ch
 ``on_timeout`` modes); it stops when the cluster stops and on SIGTERM while waiting; and its
 dashboard and event log show the wait.
 
-Two clusters of one parameter server and four workers (tests/_gate_child.py) run at once, once
+Two clusters of one parameter server and four workers (``_gate_child.py``, beside this file) run at once, once
 per module; every process is killed at the end.
 """
 
@@ -23,7 +23,7 @@ from _clusters import collect, free_ports, start, stop
 
 import hookbus
 
-CHILD = Path(__file__).resolve().parents[2] / "_gate_child.py"
+CHILD = Path(__file__).with_name("_gate_child.py")
 SCENARIOS = ("start", "timeout")
 WORKERS = 4
 # Ten processes import TensorFlow at once: 105-150 s to the first session measured on a shared machine

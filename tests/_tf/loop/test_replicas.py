@@ -23,7 +23,7 @@ import pytest
 import hookbus
 from hookbus.sinks import CSVSink, NanGuardSink
 
-CHILD = Path(__file__).resolve().parents[2] / "_replicas_child.py"
+CHILD = Path(__file__).with_name("_replicas_child.py")
 
 
 def _number(value: Any) -> float:

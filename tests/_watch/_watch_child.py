@@ -1,6 +1,6 @@
 """A training process for tests/_watch/test_watch_live.py: what ``hookbus watch`` watches.
 
-Usage: ``python tests/_watch_child.py '<json>'`` with ``out`` (a directory), ``steps`` (the last
+Usage: ``python tests/_watch/_watch_child.py '<json>'`` with ``out`` (a directory), ``steps`` (the last
 step), ``delay`` (seconds per step) and, for a parameter-server cluster, ``cluster``, ``type``
 (``ps`` or ``worker``) and ``index``; a worker with ``local_steps`` ends its own loop after that
 many runs (its log closes while the other worker trains on), the chief trains until ``out/stop``
@@ -17,7 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _ps_task import ps_task, training_session, wait_for_chief
+# Run as a script, this file's folder comes first on sys.path: tests/ in its place, for the helpers
+# the children share.
+sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from _ps_task import ps_task, training_session, wait_for_chief  # noqa: E402 - after the path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

@@ -1,6 +1,6 @@
 """One task of a local parameter-server cluster, for tests/_tf/hook/test_gate_cluster.py (the start gate).
 
-Usage: ``python tests/_gate_child.py '<json>'`` with ``cluster``, ``type`` (``ps`` or ``worker``),
+Usage: ``python tests/_tf/hook/_gate_child.py '<json>'`` with ``cluster``, ``type`` (``ps`` or ``worker``),
 ``index``, ``scenario`` and ``out``. A parameter server serves until it is killed; a worker
 prints one ``REPORT {...}`` line. Worker 0 is the chief. It trains to step 5, waits there until
 every other worker is at its gate (a file each, written by its ``waiting_for_step`` subscriber or,
@@ -28,7 +28,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _ps_task import ps_task, training_session, wait_for_chief
+# Run as a script, this file's folder comes first on sys.path: tests/ in its place, for the helpers
+# the children share.
+sys.path[0] = str(Path(__file__).resolve().parents[2])
+
+from _ps_task import ps_task, training_session, wait_for_chief  # noqa: E402 - after the path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

@@ -1,6 +1,6 @@
 """One worker of a local MultiWorkerMirroredStrategy cluster, for tests/_tf/test_collective.py.
 
-Usage: ``python tests/_mwms_child.py '<json>'`` with ``cluster`` (``{"worker": [...]}``),
+Usage: ``python tests/_tf/_mwms_child.py '<json>'`` with ``cluster`` (``{"worker": [...]}``),
 ``index``, ``scenario`` (``loop``, ``keras`` or ``one-worker``), ``out`` (the shared output
 directory), ``stop_at`` (the step at which worker 1 alone asks to stop) and ``rate_at`` (the step
 at which worker 1 alone asks for a tenth of the learning rate). The worker trains a small
@@ -21,7 +21,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _mwms_step import mse_train_step, unsharded_batches
+# Run as a script, this file's folder comes first on sys.path: tests/ in its place, for the helpers
+# the children share (and tests/_tf/keras/ must not shadow Keras).
+sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from _mwms_step import mse_train_step, unsharded_batches  # noqa: E402 - after the path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

@@ -1,7 +1,7 @@
 """One worker of a local two-worker MultiWorkerMirroredStrategy cluster that profiles (for
 tests/_sinks/test_profiler.py).
 
-Usage: ``python tests/_profiler_child.py '<json>'`` with ``cluster``, ``index`` and ``out``. Both
+Usage: ``python tests/_sinks/_profiler_child.py '<json>'`` with ``cluster``, ``index`` and ``out``. Both
 workers train the same steps in lockstep (so their windows fall in the same second) on one host,
 with a ``ProfilerSink`` writing into the same logdir, and print one ``REPORT {...}`` line with the
 traces saved.
@@ -15,7 +15,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _mwms_step import mse_train_step, unsharded_batches
+# Run as a script, this file's folder comes first on sys.path: tests/ in its place, for the helpers
+# the children share (and tests/_sinks/mlflow/ must not shadow MLflow).
+sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from _mwms_step import mse_train_step, unsharded_batches  # noqa: E402 - after the path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

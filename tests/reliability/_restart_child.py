@@ -1,7 +1,7 @@
 """One task of a local parameter-server cluster whose chief the test kills and restarts, for
 tests/reliability/test_chief_restart.py.
 
-Usage: ``python tests/_restart_child.py '<json>'`` with ``cluster``, ``type`` (``ps`` or
+Usage: ``python tests/reliability/_restart_child.py '<json>'`` with ``cluster``, ``type`` (``ps`` or
 ``worker``), ``index``, ``out`` and ``last_step``. Every worker runs the same script (the command a
 restart repeats): the chief (worker 0) keeps checkpoints, early stopping, a plateau sink steering
 the rate (a variable on the parameter server), CSV, an event log and MLflow; every worker keeps its
@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Run as a script, this file's folder comes first on sys.path: tests/ in its place, for the helpers
+# the children share.
+sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 MARK_DELAY = 2.0
 
@@ -72,6 +74,11 @@ def main(config: dict[str, Any]) -> None:
     bus.attach(CSVSink(out / "each.csv", every_n_steps=10, runs_on="each", flush_secs=0.2))
     bus.attach(StopAtStepSink(last_step=int(config["last_step"]))).runs_on = "chief"
     bus.attach(HeldSave()).runs_on = "chief"
+
+    @bus.on("after_run", every_n_steps=10, runs_on="chief")
+    def held(event: Any) -> None:  # while ``out/hold-chief`` exists (the test restarts the worker)
+        while (out / "hold-chief").exists():
+            time.sleep(0.05)
 
     @bus.on("session_created", runs_on="chief")
     def session(event: Any) -> None:  # after the checkpoint sink (attached first) loaded the states

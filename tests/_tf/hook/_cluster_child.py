@@ -1,6 +1,6 @@
 """One task of a local parameter-server cluster, for tests/_tf/hook/test_distributed.py.
 
-Usage: ``python tests/_cluster_child.py '<json>'`` with ``cluster`` (the cluster spec), ``type``
+Usage: ``python tests/_tf/hook/_cluster_child.py '<json>'`` with ``cluster`` (the cluster spec), ``type``
 (``ps`` or ``worker``), ``index``, ``scenario`` (``files``, ``nan`` or ``early``) and ``out`` (a
 directory). A parameter server serves until it is killed; a worker trains until hookbus stops it
 and prints one JSON line (``REPORT {...}``) saying how it ended. In ``files`` the rate is a

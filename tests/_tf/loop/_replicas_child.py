@@ -1,6 +1,6 @@
 """A custom loop under a real ``MirroredStrategy`` on two logical CPUs, for tests/_tf/loop/test_replicas.py.
 
-Usage: ``python tests/_replicas_child.py OUT``. Logical devices must be configured before
+Usage: ``python tests/_tf/loop/_replicas_child.py OUT``. Logical devices must be configured before
 TensorFlow initializes its devices, so this runs in its own process. It trains a small Keras
 regression with ``strategy.run`` (each replica its own half of every batch) and publishes what
 ``strategy.run`` returns (``PerReplica`` values) through ``LoopPublisher(strategy=...)``, in
