@@ -82,6 +82,7 @@ class RunScope:
         self._interrupted = False  # a first Ctrl-C asked for a graceful stop
         self._signalled: int | None = None  # the first other stop signal of the run, handed on at its end
         self._previous_handlers: dict[int, Any] = {}  # the handlers `with bus:` replaced, by signal
+        self._ended_over: dict[int, Any] = {}  # what it replaced, where this run ended under another's
         self._evaluator: EvaluatorLink | None = None
         stops.watch(self._evaluator_stop, every_secs=POLL_SECS)  # the link reads its files as often
 
@@ -186,6 +187,7 @@ class RunScope:
             if signal_module.getsignal(signal_module.SIGINT) is not signal_module.SIG_IGN:  # a background job
                 handlers[signal_module.SIGINT] = self._on_sigint
             self._previous_handlers = {signum: signal_module.signal(signum, h) for signum, h in handlers.items()}
+            self._ended_over = {}
 
     def exit(self, exc: BaseException | None) -> None:
         replaced = dict(self._previous_handlers)  # put back below; a stop signal is handed on to its own
@@ -199,11 +201,7 @@ class RunScope:
                 self._stops.poll()
             self.close(raise_errors=exc is None)
         finally:
-            for signum, previous in self._previous_handlers.items():
-                # None: the previous handler was not installed from Python; the default is the
-                # closest that can be restored.
-                signal_module.signal(signum, signal_module.SIG_DFL if previous is None else previous)
-            self._previous_handlers = {}
+            self._restore_handlers()
             self.in_run = False
             self._stops.owner = None  # no training thread until the next run's first publisher begins
             self._state.started = False  # the run is over: sinks and functions may be (un)subscribed again
@@ -214,6 +212,22 @@ class RunScope:
         signalled, self._signalled = self._signalled, None
         if signalled is not None and exc is None:
             _hand_on(signalled, replaced.get(signalled))
+
+    def _restore_handlers(self) -> None:
+        """Put back the handlers `with bus:` replaced, where this run's are still installed. Runs of
+        two buses may end in any order (not only nested): a handler another run installed over this
+        one's stays, and this run remembers what it replaced, so that the run ending after it puts
+        back the program's handler, never the handler of a run that has ended."""
+        for signum, previous in self._previous_handlers.items():
+            mine = self._on_sigint if signum == signal_module.SIGINT else self._on_stop_signal
+            if signal_module.getsignal(signum) != mine:
+                self._ended_over[signum] = previous  # another run's handler is on top: it puts this back
+                continue
+            previous = _outlived(signum, previous)
+            # None: the previous handler was not installed from Python; the default is the
+            # closest that can be restored.
+            signal_module.signal(signum, signal_module.SIG_DFL if previous is None else previous)
+        self._previous_handlers = {}
 
     def close(self, *, raise_errors: bool = True) -> None:
         """See :meth:`hookbus.EventBus.close`."""
@@ -243,6 +257,16 @@ class RunScope:
             raise interrupt
         if first is not None and raise_errors:
             raise first
+
+
+def _outlived(signum: int, handler: Any) -> Any:
+    """``handler``, or, where it is the handler of a run that has ended since (under this one), what
+    that run replaced, followed down to a live handler."""
+    while True:
+        scope = getattr(handler, "__self__", None)
+        if not isinstance(scope, RunScope) or scope.in_run or signum not in scope._ended_over:
+            return handler
+        handler = scope._ended_over.pop(signum)
 
 
 def _hand_on(signum: int, previous: Any) -> None:

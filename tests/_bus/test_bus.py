@@ -906,3 +906,19 @@ def test_on_is_a_typed_decorator_that_keeps_the_function() -> None:
         assert direct.connected
     assert not direct.connected
     assert loss_of.connected
+
+
+@pytest.mark.parametrize("order", ["nested", "in the order they began"])
+def test_runs_of_two_buses_ending_in_any_order_put_back_the_programs_handlers(order: str) -> None:
+    """``hookbus watch`` closes its views' runs in the order they opened: the run that ends first
+    leaves the other's handlers in place, and the last one puts back the program's, never the
+    handler of a run that has ended (it would swallow the program's next Ctrl-C)."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    first, second = EventBus(), EventBus()
+    first.__enter__()
+    second.__enter__()
+    ending = [second, first] if order == "nested" else [first, second]
+    ending[0].__exit__(None, None, None)
+    assert signal.getsignal(signal.SIGINT) == ending[1]._scope._on_sigint  # the run still going keeps its own
+    ending[1].__exit__(None, None, None)
+    assert {s: signal.getsignal(s) for s in before} == before
