@@ -93,6 +93,7 @@ class CSVFile:
         self._unflushed: list[tuple[int, Row]] = []  # (end offset in the file, row) since the last flush
         self._lines: list[str] = []  # rows of the batch being written, not given to the handle yet
         self._size = 0  # the file's size once everything written so far reaches it
+        self._stale: set[str] = set()  # columns of kept rows this run does not write, once reported
 
     def read_header(self) -> list[str] | None:
         """The columns of an existing file (None if absent or empty); fails on a foreign file."""
@@ -120,8 +121,16 @@ class CSVFile:
         lines = text.splitlines(keepends=True)[1:]
         # A last line without its newline was torn by a kill; its step is regenerated after S.
         kept = [ln for ln in lines if ln.endswith("\n") and int(ln.split(",", 1)[0]) <= step]
-        self.columns = (old or []) + [c for c in self.columns if c not in (old or [])]
-        if not kept:  # no row to keep in step with the old header: the order is free
+        if kept:  # the kept rows are in the old header's columns: they stay, new ones follow
+            stale = [c for c in old or [] if c not in self.columns and c not in self._stale]
+            self.columns = (old or []) + [c for c in self.columns if c not in (old or [])]
+            if stale:
+                self._stale.update(stale)
+                self.report(
+                    f"{str(self.path)!r} keeps its rows up to step {kept[-1].split(',', 1)[0]}, which have the "
+                    f"columns {stale} that this run does not write: those columns stay, empty in this run's rows"
+                )
+        else:  # no row to keep: the header is this run's columns alone, in the order they take
             self.columns = self._ordered(self.columns)
         self.last_step = int(kept[-1].split(",", 1)[0]) if kept else -1
         self._layout()

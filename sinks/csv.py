@@ -38,6 +38,9 @@ class CSVSink(Sink):
     Columns are ``step``, ``wall_time`` and one per scalar key (eval keys without their
     ``eval/`` prefix), fixed at begin from the publishers' keys; a key first seen later rewrites
     the file atomically with a wider header (old rows keep their values, new cells stay empty).
+    A start that keeps no row of an existing file (a fresh training at that path, other keys
+    included) writes a header of this run's columns alone; a resume keeps its rows' columns too,
+    empty in the new rows, and says which of them this run does not write.
     Each file holds at most one row per step. Every session start at step S is a resume point:
     rows with step > S, and a last line torn by a kill, are dropped before appending. NaN and
     infinities are written ``nan``, ``inf``, ``-inf``. Arrays and bytes are not written.

@@ -618,3 +618,42 @@ def test_the_usual_rows_path_leaves_repeats_and_new_keys_to_the_general_one(tmp_
         "3,3.0,5.0,,6.0",
         "4,4.0,7.0,8.0,9.0",
     ]
+
+
+def _train(path: Path, keys: list[str], start: int, steps: int, restored: bool | None = None) -> None:
+    bus, _, pub = make(path, keys)
+    with bus:
+        pub.begin()
+        pub.session(start, restored=restored)
+        for step in range(start + 1, start + steps + 1):
+            pub.advance({k: float(step) for k in keys})
+        pub.end()
+
+
+def test_a_fresh_training_with_other_keys_writes_its_own_header(tmp_path: Path) -> None:
+    # The same script changed to log other metrics and run again from step 0: the file is this
+    # run's, with its columns only (not the last run's header with a column left empty).
+    path = tmp_path / "metrics.csv"
+    _train(path, ["loss", "acc"], 0, 3)
+    _train(path, ["loss", "mae"], 0, 2)
+    assert header(path) == ["step", "wall_time", "loss", "mae"]
+    assert [(r["step"], r["loss"], r["mae"]) for r in read(path)] == [("1", "1.0", "1.0"), ("2", "2.0", "2.0")]
+
+
+def test_a_resume_with_other_keys_keeps_the_rows_and_says_which_columns_stay(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "metrics.csv"
+    _train(path, ["loss", "acc"], 0, 4)
+    with caplog.at_level("WARNING", logger="hookbus"):
+        _train(path, ["loss", "mae"], 2, 2, restored=True)
+    assert header(path) == ["step", "wall_time", "acc", "loss", "mae"]
+    rows = read(path)
+    assert [(r["step"], r["acc"], r["loss"], r["mae"]) for r in rows] == [
+        ("1", "1.0", "1.0", ""),
+        ("2", "2.0", "2.0", ""),
+        ("3", "", "3.0", "3.0"),
+        ("4", "", "4.0", "4.0"),
+    ]
+    said = [r.getMessage() for r in caplog.records if "does not write" in r.getMessage()]
+    assert len(said) == 1 and "['acc']" in said[0] and "up to step 2" in said[0], said
