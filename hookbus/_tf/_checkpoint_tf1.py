@@ -221,6 +221,18 @@ def checkpoint_problem(path: str) -> str | None:
     return TENSORFLOW.problem(path)
 
 
+def _not_this_model(error: BaseException) -> bool:
+    """Whether a restore's ``error`` says the checkpoint does not fit the model (not that it is damaged).
+
+    TensorFlow's object-based restore raises ``ValueError`` for a variable of another shape and
+    its status's ``assert_existing_objects_matched`` an ``AssertionError`` for a variable the
+    checkpoint has no value for; a name-based (TF1) restore raises ``InvalidArgumentError`` for a
+    shape and ``NotFoundError`` for a missing key.
+    """
+    errors = _tf().errors
+    return isinstance(error, (ValueError, AssertionError, errors.InvalidArgumentError, errors.NotFoundError))
+
+
 def restore_failed(prefix: str, error: BaseException) -> RuntimeError:
     """The error for a restore of the latest checkpoint ``prefix`` that raised ``error``: which, why, what to do.
 
@@ -230,9 +242,19 @@ def restore_failed(prefix: str, error: BaseException) -> RuntimeError:
     which only the restore's checksums see, after the sinks began from the checkpoints they found:
     where an earlier checkpoint is kept, ``prefix`` is set aside here (``<directory>/unreadable``)
     and the pointer names the earlier one, so that the next start resumes from it, sinks' states
-    and all. Without an earlier one nothing is moved: a person decides.
+    and all. Without an earlier one nothing is moved: a person decides. A whole checkpoint that
+    does not fit the model (another shape, a variable it has no value for: a changed model) is
+    said to be that, not damage, and nothing is moved either.
     """
     problem = checkpoint_problem(prefix)
+    if problem is None and _not_this_model(error):
+        detail = str(error).strip().splitlines()[0].rstrip(". ") if str(error).strip() else ""
+        return RuntimeError(
+            f"cannot restore checkpoint {prefix} into this model: {type(error).__name__}: {detail}. The checkpoint "
+            "is whole (its index and data files check out); it was saved from a model whose variables differ from "
+            "this one's (other layers or other shapes). Restore it into the model that saved it, or train this "
+            "model with another checkpoint directory (or restore=False) to start it from scratch"
+        )
     if problem is not None or not isinstance(error, _tf().errors.DataLossError):
         problem = problem or f"{type(error).__name__}: {error}"
         return RuntimeError(

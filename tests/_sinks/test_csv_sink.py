@@ -656,4 +656,6 @@ def test_a_resume_with_other_keys_keeps_the_rows_and_says_which_columns_stay(
         ("4", "", "4.0", "4.0"),
     ]
     said = [r.getMessage() for r in caplog.records if "does not write" in r.getMessage()]
-    assert len(said) == 1 and "['acc']" in said[0] and "up to step 2" in said[0], said
+    assert len(said) == 1, said
+    assert "['acc']" in said[0]
+    assert "up to step 2" in said[0]

@@ -95,12 +95,13 @@ def test_tf1_a_damaged_tensor_fails_the_start_sets_it_aside_and_the_next_start_r
 BATCH, STEPS_PER_EPOCH = 32, 4
 
 
-def _fit(directory: Path, epochs: int, *, restore: bool) -> hookbus.EventBusCallback:
+def _fit(directory: Path, epochs: int, *, restore: bool, hidden: tuple[int, ...] = (8,)) -> hookbus.EventBusCallback:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(BATCH * STEPS_PER_EPOCH, 4)).astype("float32")
     y = (x[:, 0] > 0).astype("int32")
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
+    layers = [keras.layers.Dense(units, activation="relu") for units in hidden]
+    model = keras.Sequential([keras.Input((4,)), *layers, keras.layers.Dense(2)])
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss=loss)
     bus = hookbus.EventBus()
@@ -138,3 +139,24 @@ def test_the_only_checkpoint_damaged_inside_is_named_and_left_in_place(tmp_path:
     assert only in str(raised.value)
     assert not os.path.exists(tmp_path / "ckpt" / "unreadable")  # nothing moved: a person decides
     assert tf.train.latest_checkpoint(str(tmp_path / "ckpt")) == only
+
+
+@pytest.mark.parametrize(("hidden", "error"), [((16,), "ValueError"), ((8, 2), "AssertionError")])
+def test_a_checkpoint_of_another_model_is_not_called_damaged(
+    tmp_path: Path, hidden: tuple[int, ...], error: str
+) -> None:
+    # The script changed its model (wider; or one more layer, on top of the saved ones) and resumes
+    # from the old directory: the checkpoint is whole, the model differs. Nothing is moved or damaged.
+    _fit(tmp_path, 2, restore=False)
+    latest = str(tmp_path / "ckpt" / "model.ckpt-8")
+    with pytest.raises(RuntimeError) as raised:
+        _fit(tmp_path, 3, restore=True, hidden=hidden)
+    message = str(raised.value)
+    assert message.startswith(f"cannot restore checkpoint {latest} into this model: {error}: "), message
+    assert "saved from a model whose variables differ from this one's" in message
+    assert "another checkpoint directory" in message
+    for wrong in ("damaged", "move it away", "previous checkpoint"):
+        assert wrong not in message
+    assert not os.path.exists(tmp_path / "ckpt" / "unreadable")
+    assert tf.train.latest_checkpoint(str(tmp_path / "ckpt")) == latest
+    assert read_problem(latest) is None
