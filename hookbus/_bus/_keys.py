@@ -14,6 +14,10 @@ __all__ = ["KeyRegistry", "Publisher", "UnknownKeyError", "did_you_mean"]
 _KERAS_VAL = "val_"
 
 
+#: What an unknown key's error advises where the publishers have no advice of their own.
+DEFAULT_ADVICE = "Construct every publisher before training begins, each declaring the keys it provides."
+
+
 class UnknownKeyError(ValueError):
     """A subscriber asked for a key that no publisher attached to the bus provides."""
 
@@ -54,6 +58,11 @@ class Publisher(Protocol):
     @property
     def shapes(self) -> Mapping[str, tuple[int | None, ...]]:
         """Static shapes by bus key, where known before step 1 (``()``: a scalar)."""
+        ...
+
+    @property
+    def key_advice(self) -> str | None:
+        """What to do about a key it does not provide, in its user's words (``None``: no advice of its own)."""
         ...
 
 
@@ -106,6 +115,10 @@ class KeyRegistry:
                 raise UnknownKeyError(
                     f"subscriber {record.name!r} needs key {missing[0]!r}, which no publisher "
                     f"attached to this bus provides{did_you_mean(missing[0], known)}; known keys: "
-                    f"{sorted(known)}. Construct every "
-                    "publisher (an eval EventBusHook too) before the first session starts."
+                    f"{sorted(known)}. {' '.join(self.advice())}"
                 )
+
+    def advice(self) -> list[str]:
+        """What to do about an unknown key, in the words of the publishers of this run (once each)."""
+        said = [p.key_advice for p in self._current() if p.key_advice]
+        return list(dict.fromkeys(said)) or [DEFAULT_ADVICE]

@@ -86,6 +86,9 @@ class PublisherCore:
         #: (a graph tensor's shape; ``None`` entries for unknown dimensions). Sinks that need a
         #: scalar check it at begin (their context's ``static_shape``).
         self.shapes: dict[str, tuple[int | None, ...]] = {}
+        #: What a subscriber's unknown key's error tells the user to do, in this publisher's terms
+        #: (``None``: construct every publisher before training begins, each declaring its keys).
+        self.key_advice: str | None = None
         self._stops = port.stops
         self._roster = port.roster  # its version: a quiet step compares it, plans are stale when it moved
         self._planner = Planner(self.keys, self.bus_keys)

@@ -840,6 +840,22 @@ def test_a_reused_bus_starts_clean_a_publisher_of_an_earlier_run_no_longer_count
         second.begin()
 
 
+def test_an_unknown_keys_error_gives_each_publishers_advice_once() -> None:
+    bus = EventBus()
+    bus.on("after_run", lambda event: None, keys="acc", name="needs-acc")
+    plain = ScriptedPublisher(bus, keys=["loss"])
+    with pytest.raises(UnknownKeyError) as raised, bus:
+        plain.begin()
+    assert str(raised.value).endswith(
+        ". Construct every publisher before training begins, each declaring the keys it provides."
+    )
+    train, evaluation = ScriptedPublisher(bus, keys=["loss"]), ScriptedPublisher(bus, keys=["loss"], mode="eval")
+    train.core.key_advice = evaluation.core.key_advice = "Declare it in fetches=."
+    with pytest.raises(UnknownKeyError) as raised, bus:
+        train.begin()
+    assert str(raised.value).endswith("known keys: ['eval/loss', 'loss']. Declare it in fetches=.")
+
+
 def test_a_publisher_that_begins_again_counts_again_and_one_not_begun_yet_counts() -> None:
     bus = EventBus()
     train = ScriptedPublisher(bus, keys=["loss"])

@@ -165,6 +165,10 @@ class EventBusHook:
         self._fetches, graph_rate = check_fetches(tf, fetches, mode=mode, learning_rate=learning_rate)
         keys = [*self._fetches, LEARNING_RATE_KEY] if graph_rate is not None else self._fetches.keys()
         self._core = PublisherCore(bus, keys, mode=mode)
+        self._core.key_advice = (
+            "An EventBusHook provides the keys of its fetches (an eval hook's as eval/<key>); construct every "
+            "publisher (an eval EventBusHook too) before the first session starts."
+        )
         steps_per_run, self._final_fetches = check_run_arguments(
             tf,
             self._core.mode,

@@ -152,6 +152,11 @@ class EventBusCallback:
         logged = tuple(k for k in declared if k != LEARNING_RATE_KEY)  # Keras's log names
         self._core = PublisherCore(bus, declared)  # registers the keys: checked when training begins
         self._eval = PublisherCore(bus, logged, mode="eval")
+        self._core.key_advice = self._eval.key_advice = (
+            "EventBusCallback provides the Keras log names its keys= declares, e.g. "
+            "EventBusCallback(bus, keys=['loss', 'accuracy']): each on training steps, as eval/<name> from the "
+            "validation (Keras's val_<name>), as epoch/<name> in epoch events."
+        )
         self._core.register(EpochKeys(logged))  # a publisher's side of the bus
         self._rate: OptimizerRate | None = None
         self.bus = bus

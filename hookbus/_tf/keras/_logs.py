@@ -25,6 +25,7 @@ class EpochKeys:
     """Makes the epoch-level keys (``epoch/<name>``, ``epoch/val_<name>``) known to the bus."""
 
     mode = "epoch"
+    key_advice: str | None = None  # the callback's own cores give it
 
     def __init__(self, keys: Iterable[str]) -> None:
         self.bus_keys = frozenset(EPOCH_PREFIX + p + k for k in keys for p in ("", _VAL))

@@ -146,6 +146,11 @@ class LoopPublisher:
         self._core = PublisherCore(bus, keys)  # registers the keys: checked when the loop begins
         eval_keys = check_fetch_keys(eval_keys, "eval_keys")
         self._eval = PublisherCore(bus, eval_keys, mode="eval") if eval_keys else None
+        for core in (self._core, self._eval):
+            if core is not None:
+                core.key_advice = (
+                    "LoopPublisher provides the keys it is given: keys= on training steps, eval_keys= as eval/<key>."
+                )
         self.bus = bus
         self._counter = step_counter
         #: Offered to checkpoint sinks (``PublisherCore.offer_checkpoints``) while the loop runs; ``None``

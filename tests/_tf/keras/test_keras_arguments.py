@@ -157,3 +157,34 @@ def test_callback_keys_keras_does_not_log_fail_at_the_first_batch_also_when_no_s
     with pytest.raises(ValueError, match=message), bus:
         _model().fit(x, y, validation_data=(x, y), epochs=3, batch_size=8, callbacks=[callback, counter], verbose=0)
     assert batches == []  # the first batch's end, before any other callback saw it
+
+
+def test_an_unknown_key_under_fit_is_answered_in_the_callbacks_terms(tmp_path: Path) -> None:
+    # 'accuracy' is a metric the model logs but the callback does not declare: the advice is
+    # EventBusCallback's keys=, not the TF1 hook's "before the first session starts".
+    bus = EventBus()
+    bus.attach(CSVSink(tmp_path / "m.csv", keys=["accuracy"]))
+    callback = EventBusCallback(bus)
+    x, y = _data()
+    with pytest.raises(UnknownKeyError) as raised, bus:
+        _model().fit(x, y, epochs=1, batch_size=8, callbacks=[callback], verbose=0)
+    message = str(raised.value)
+    assert "needs key 'accuracy'" in message
+    assert message.endswith(
+        "EventBusCallback provides the Keras log names its keys= declares, e.g. EventBusCallback(bus, "
+        "keys=['loss', 'accuracy']): each on training steps, as eval/<name> from the validation (Keras's "
+        "val_<name>), as epoch/<name> in epoch events."
+    )
+    assert "session" not in message
+    assert "EventBusHook" not in message
+
+
+def test_an_unknown_key_under_a_loop_is_answered_in_the_loops_terms(tmp_path: Path) -> None:
+    bus = EventBus()
+    bus.attach(CSVSink(tmp_path / "m.csv", keys=["accuracy"]))
+    publisher = LoopPublisher(bus, keys=["loss"])
+    with pytest.raises(UnknownKeyError) as raised, bus:
+        publisher.begin()
+    assert str(raised.value).endswith(
+        "LoopPublisher provides the keys it is given: keys= on training steps, eval_keys= as eval/<key>."
+    )
