@@ -72,7 +72,11 @@ class TensorBoardSink(Sink):
     writes none): after a resume TensorBoard's default data server shows a re-run step once
     (the later write replaces it), its ``--load_fast=false`` reader twice, as after Keras's own
     ``BackupAndRestore``. Keras's ``batch_*`` steps count from each ``fit``'s start, these from the
-    model's ``iterations`` (the same for a ``fit`` from step 0).
+    model's ``iterations`` (the same for a ``fit`` from step 0). With ``steps_per_execution=k > 1``
+    Keras's callback counts calls, not steps (its ``batch_*`` step 3 is the model's step 3k, and its
+    ``update_freq`` counts calls); these ``batch_*`` steps and ``update_freq`` stay the model's real
+    steps, so the batch curves line up with ``evaluation_*_vs_iterations`` and with runs at another
+    ``steps_per_execution``: the same tags and values as Keras's, at the real steps.
 
     Each run (``with bus:``) starts a new event file whose name sorts after the existing ones.
     Every train session start at step S writes a ``SessionLog.START`` marker at S+1 into each

@@ -126,6 +126,39 @@ def test_keras_layout_with_update_freq_writes_kerass_batch_values_and_every_epoc
 
 
 @KERAS_NP_ARRAY
+def test_keras_layout_under_steps_per_execution_writes_kerass_batch_values_at_the_real_steps(tmp_path: Path) -> None:
+    """steps_per_execution=4 (8 batches an epoch: 2 calls): Keras's callback counts calls, so its
+    update_freq=1 writes batch_<name> at its steps 1, 2, ..., 8; the sink writes the same values at
+    the model's steps 4, 8, ..., 32 (update_freq=4 steps), where evaluation_*_vs_iterations is."""
+
+    def fit_with(callback: Any) -> None:
+        keras.backend.clear_session()
+        keras.utils.set_random_seed(0)
+        m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        m.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss, metrics=["accuracy"], steps_per_execution=4)
+        m.fit(*TRAIN, validation_data=VAL, epochs=4, batch_size=16, verbose=0, callbacks=[callback])
+
+    keras_dir, ours_dir = tmp_path / "keras", tmp_path / "hookbus"
+    fit_with(keras.callbacks.TensorBoard(str(keras_dir), update_freq=1, write_graph=False))
+    bus = hookbus.EventBus()
+    bus.attach(TensorBoardSink(ours_dir, layout="keras", update_freq=4))
+    with bus:
+        fit_with(hookbus.EventBusCallback(bus, ["loss", "accuracy"]))
+    theirs, ours = runs(keras_dir), _without_graphs(runs(ours_dir))
+    assert sorted(theirs["train"]["batch_loss"]) == list(range(1, 9))  # calls
+    assert sorted(ours["train"]["batch_loss"]) == list(range(4, 33, 4))  # steps
+    for tag in ("batch_loss", "batch_accuracy"):
+        at_steps = {4 * call: value for call, value in theirs["train"][tag].items()}
+        assert_same_runs({"train": {tag: at_steps}}, {"train": {tag: ours["train"][tag]}})
+    validation = ours["validation"]["evaluation_loss_vs_iterations"]
+    assert sorted(validation) == [8, 16, 24, 32]  # each epoch's last batch: among the batch steps
+    assert_same_runs(
+        {"validation": {"v": theirs["validation"]["evaluation_loss_vs_iterations"]}}, {"validation": {"v": validation}}
+    )
+
+
+@KERAS_NP_ARRAY
 def test_keras_layout_histograms_every_n_epochs_as_keras_counts_them(tmp_path: Path) -> None:
     """histogram_freq=2: epochs 0 and 2 of 4 (Keras's ``epoch % histogram_freq == 0``), the model's
     configuration at step 0 as Keras's write_graph writes it."""
