@@ -190,7 +190,7 @@ class RunScope:
             self._ended_over = {}
 
     def exit(self, exc: BaseException | None) -> None:
-        replaced = dict(self._previous_handlers)  # put back below; a stop signal is handed on to its own
+        handed: dict[int, Any] = {}  # where a stop signal goes on to: what is put back below
         try:
             if exc is not None:
                 self._dispatcher.publish_exception(exc)
@@ -201,7 +201,7 @@ class RunScope:
                 self._stops.poll()
             self.close(raise_errors=exc is None)
         finally:
-            self._restore_handlers()
+            handed = self._restore_handlers()
             self.in_run = False
             self._stops.owner = None  # no training thread until the next run's first publisher begins
             self._state.started = False  # the run is over: sinks and functions may be (un)subscribed again
@@ -211,23 +211,27 @@ class RunScope:
             raise KeyboardInterrupt("stopped gracefully after Ctrl-C; the final checkpoint and files are written")
         signalled, self._signalled = self._signalled, None
         if signalled is not None and exc is None:
-            _hand_on(signalled, replaced.get(signalled))
+            _hand_on(signalled, handed.get(signalled))
 
-    def _restore_handlers(self) -> None:
+    def _restore_handlers(self) -> dict[int, Any]:
         """Put back the handlers `with bus:` replaced, where this run's are still installed. Runs of
         two buses may end in any order (not only nested): a handler another run installed over this
         one's stays, and this run remembers what it replaced, so that the run ending after it puts
-        back the program's handler, never the handler of a run that has ended."""
+        back the program's handler, never the handler of a run that has ended. Returns, by signal,
+        the live handler below this run's (where a stop signal goes on to)."""
+        handed: dict[int, Any] = {}
         for signum, previous in self._previous_handlers.items():
             mine = self._on_sigint if signum == signal_module.SIGINT else self._on_stop_signal
             if signal_module.getsignal(signum) != mine:
                 self._ended_over[signum] = previous  # another run's handler is on top: it puts this back
+                handed[signum] = _outlived(signum, previous, keep=True)
                 continue
-            previous = _outlived(signum, previous)
+            previous = handed[signum] = _outlived(signum, previous)
             # None: the previous handler was not installed from Python; the default is the
             # closest that can be restored.
             signal_module.signal(signum, signal_module.SIG_DFL if previous is None else previous)
         self._previous_handlers = {}
+        return handed
 
     def close(self, *, raise_errors: bool = True) -> None:
         """See :meth:`hookbus.EventBus.close`."""
@@ -259,14 +263,15 @@ class RunScope:
             raise first
 
 
-def _outlived(signum: int, handler: Any) -> Any:
+def _outlived(signum: int, handler: Any, *, keep: bool = False) -> Any:
     """``handler``, or, where it is the handler of a run that has ended since (under this one), what
-    that run replaced, followed down to a live handler."""
+    that run replaced, followed down to a live handler (taken from the ended runs' records, unless
+    ``keep``: the run still on top takes them when it ends)."""
     while True:
         scope = getattr(handler, "__self__", None)
         if not isinstance(scope, RunScope) or scope.in_run or signum not in scope._ended_over:
             return handler
-        handler = scope._ended_over.pop(signum)
+        handler = scope._ended_over[signum] if keep else scope._ended_over.pop(signum)
 
 
 def _hand_on(signum: int, previous: Any) -> None:

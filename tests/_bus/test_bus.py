@@ -938,3 +938,24 @@ def test_runs_of_two_buses_ending_in_any_order_put_back_the_programs_handlers(or
     assert signal.getsignal(signal.SIGINT) == ending[1]._scope._on_sigint  # the run still going keeps its own
     ending[1].__exit__(None, None, None)
     assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_a_stop_signal_of_the_run_ending_last_goes_on_to_the_programs_handler_not_an_ended_runs() -> None:
+    """Two buses' runs end in the order they began; SIGTERM stops the second: when it ends, the
+    signal goes on to the program's handler (as if it came now), not to the first run's handler
+    that the second replaced (that run has ended: the stop would be lost on it)."""
+    received: list[int] = []
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    try:
+        first, second = EventBus(), EventBus()
+        first.__enter__()
+        second.__enter__()
+        first.__exit__(None, None, None)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert second.should_stop
+        assert received == []
+        second.__exit__(None, None, None)
+        assert received == [signal.SIGTERM]
+        assert not first.should_stop
+    finally:
+        signal.signal(signal.SIGTERM, before)
