@@ -44,7 +44,7 @@ __all__ = ["TensorBoardSink"]
 HParamValue = bool | int | float | str
 LAYOUTS = ("default", "keras")
 _VAL = "val_"
-_OLD_LAYOUT = re.compile(r"^events\.out\.tfevents\.")
+_OLD_LAYOUT = re.compile(r"^events\.out\.tfevents\..*\.hookbus$")  # hookbus's own training files
 
 
 class TensorBoardSink(Sink):
@@ -56,8 +56,10 @@ class TensorBoardSink(Sink):
     every train firing adds ``steps/sec`` (steps since the previous firing or session start, over
     the wall seconds between them). Eval values (``eval/<key>``) go to the ``eval`` run without
     the prefix, so TensorBoard overlays ``train`` and ``eval``. A logdir whose root already holds
-    event files (written before the training run had its own directory) goes on at its root, so
-    a resumed run stays one run. ``histogram_freq=N``: the histograms of the model's variables
+    hookbus's own training event files (``*.hookbus``, written before the training run had its
+    own directory) goes on at its root, so a resumed run stays one run; anybody else's event
+    files there (a ``tf.summary`` writer of the user's, ``hp.KerasCallback``'s) change nothing.
+    ``histogram_freq=N``: the histograms of the model's variables
     (what the training publisher offers: a Keras model's weights, the TF1 graph's trainable
     variables, a loop's ``weights=``) at the first write at or past every N-th step, tagged
     ``<variable>/histogram`` as Keras tags them.
