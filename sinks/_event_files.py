@@ -88,8 +88,9 @@ def histogram_tensor(tag: str, array: np.ndarray[Any, Any], bins: int = 30) -> S
     return Summary.Value(tag=tag, metadata=_HISTOGRAMS, tensor=tensor)
 
 
-def new_event_file(logdir: str, flush_secs: float, max_queue_size: int) -> EventFileWriter:
-    """An EventFileWriter whose file name sorts after every event file already in ``logdir``.
+def new_event_file(logdir: str, flush_secs: float, max_queue_size: int, suffix: str = ".hookbus") -> EventFileWriter:
+    """An EventFileWriter whose file name sorts after every event file already in ``logdir`` and
+    ends with ``suffix`` (hookbus's: ``.hookbus``; its HParams session's: ``.hookbus-hparams``).
 
     Names start ``events.out.tfevents.<whole seconds>.<host>.<pid>``: two files made in the
     same second sort by pid, not by age, and readers take files in name order. Waiting for the
@@ -98,7 +99,7 @@ def new_event_file(logdir: str, flush_secs: float, max_queue_size: int) -> Event
     stamps = [int(m.group(1)) for n in os.listdir(logdir) if (m := _EVENT_FILE_TIME.search(n))]
     while stamps and int(time.time()) <= max(stamps):
         time.sleep(max(stamps) + 1 - time.time())
-    return EventFileWriter(logdir, max_queue_size=max_queue_size, flush_secs=flush_secs, filename_suffix=".hookbus")
+    return EventFileWriter(logdir, max_queue_size=max_queue_size, flush_secs=flush_secs, filename_suffix=suffix)
 
 
 def flush_all(writers: dict[str, EventFileWriter]) -> None:

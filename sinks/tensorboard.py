@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -13,7 +14,6 @@ import numpy as np
 from tensorboard.compat.proto.event_pb2 import Event as EventProto
 from tensorboard.compat.proto.event_pb2 import SessionLog
 from tensorboard.compat.proto.summary_pb2 import Summary
-from tensorboard.plugins.hparams import summary_v2 as hparams_summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from hookbus.sink_api import (
@@ -22,10 +22,14 @@ from hookbus.sink_api import (
     EVAL_PREFIX,
     LEARNING_RATE_KEY,
     Event,
+    ExceptionRaised,
     Schedule,
     Sink,
+    SinkContext,
+    StopRequest,
     WriterKit,
     WriterStats,
+    how_ended,
 )
 from hookbus.validate import non_negative_int, positive_int
 
@@ -38,13 +42,15 @@ from ._event_files import (
     new_event_file,
     scalar_tensor,
 )
+from ._hparams import SESSION_SUFFIX, earlier_sessions, session_end, session_start
 
 __all__ = ["TensorBoardSink"]
 
 HParamValue = bool | int | float | str
 LAYOUTS = ("default", "keras")
 _VAL = "val_"
-_OLD_LAYOUT = re.compile(r"^events\.out\.tfevents\.")
+_OLD_LAYOUT = re.compile(r"^events\.out\.tfevents\..*\.hookbus$")  # hookbus's own training files
+_SESSION = "."  # the HParams session's run: the logdir's root
 
 
 class TensorBoardSink(Sink):
@@ -56,8 +62,10 @@ class TensorBoardSink(Sink):
     every train firing adds ``steps/sec`` (steps since the previous firing or session start, over
     the wall seconds between them). Eval values (``eval/<key>``) go to the ``eval`` run without
     the prefix, so TensorBoard overlays ``train`` and ``eval``. A logdir whose root already holds
-    event files (written before the training run had its own directory) goes on at its root, so
-    a resumed run stays one run. ``histogram_freq=N``: the histograms of the model's variables
+    hookbus's own training event files (``*.hookbus``, written before the training run had its
+    own directory) goes on at its root, so a resumed run stays one run; anybody else's event
+    files there (a ``tf.summary`` writer of the user's, ``hp.KerasCallback``'s) change nothing.
+    ``histogram_freq=N``: the histograms of the model's variables
     (what the training publisher offers: a Keras model's weights, the TF1 graph's trainable
     variables, a loop's ``weights=``) at the first write at or past every N-th step, tagged
     ``<variable>/histogram`` as Keras tags them.
@@ -77,6 +85,23 @@ class TensorBoardSink(Sink):
     ``update_freq`` counts calls); these ``batch_*`` steps and ``update_freq`` stay the model's real
     steps, so the batch curves line up with ``evaluation_*_vs_iterations`` and with runs at another
     ``steps_per_execution``: the same tags and values as Keras's, at the real steps.
+
+    ``hparams=`` makes the logdir one TensorBoard HParams session, as ``hp.KerasCallback(logdir,
+    hparams)`` beside Keras's ``TensorBoard(logdir)`` writes it: the session start at the logdir's
+    root (its own event file, ``*.hookbus-hparams``), so the HParams dashboard takes the training
+    run and the evaluation runs below it (``train``, ``eval``; ``train``, ``validation``) as the
+    session's metric columns, each with its last value; point TensorBoard at the directory above
+    the logdirs (``tensorboard --logdir runs`` for ``runs/<trial>``), as HParams expects. The
+    run's end writes the session's status from how it ended (:func:`hookbus.sink_api.how_ended`):
+    finished → ``STATUS_SUCCESS``, crashed → ``STATUS_FAILURE``, stopped (a signal, Ctrl-C:
+    preempted, resumable) → ``STATUS_UNKNOWN`` (TensorBoard has no "killed"; the end time says
+    when), also when a step raises or a signal stops the run. TensorBoard shows only the first
+    session start and end a directory holds, so the root keeps one session file: a training that
+    goes on (restored from a checkpoint, or a second ``fit`` of the same model: its first step is
+    past 0) replaces it keeping the session's start time, so a kill and a resume are one session
+    ending as the resumed run ends; a training from step 0 in the same logdir is a new session that
+    replaces the old one (its restart marker replaces the old curves alike). A run with only an
+    evaluation publisher writes no session.
 
     Each run (``with bus:``) starts a new event file whose name sorts after the existing ones.
     Every train session start at step S writes a ``SessionLog.START`` marker at S+1 into each
@@ -99,8 +124,9 @@ class TensorBoardSink(Sink):
             writes by time only).
         keys: Keys to write (default ``None``: every key).
         flush_secs: Longest time events stay unflushed (default 5.0).
-        hparams: Hyperparameters (name to bool, int, float or str) for the HParams dashboard,
-            written at begin (default ``None``: none).
+        hparams: Hyperparameters (name to bool, int, float or str) for the HParams dashboard:
+            the logdir's session, started at the first training session and ended at the run's
+            end with its status (default ``None``: no session).
         every_n_secs: Also (or instead) write every t seconds (default ``None``).
         max_queue_size: Events that may wait before training blocks (default 1024).
         histogram_bins: Buckets per histogram (default 30).
@@ -204,10 +230,17 @@ class TensorBoardSink(Sink):
         self._session_step = 0
         self._rate_from: tuple[int, float] | None = None
         self._graph_written = False
+        self._first_stop: StopRequest | None = None
+        self._error: BaseException | None = None
 
     @property
     def receives_epochs(self) -> bool:
         return self.layout == "keras"  # Keras's epoch_* values come from the epoch events
+
+    def setup(self, context: SinkContext) -> None:
+        """A run begins: no stop or exception seen yet (the HParams session's end is read from them)."""
+        super().setup(context)
+        self._first_stop, self._error = None, None
 
     def set_output_suffix(self, suffix: str) -> None:
         """Write under ``<logdir>/<suffix>`` instead: per-worker output, one TensorBoard run each."""
@@ -240,15 +273,15 @@ class TensorBoardSink(Sink):
             self._lock(run)
         self._histogram_block = -1
         if event.mode != "eval" and "train" not in self._writers:
-            writer = self._writer("train")
-            if self.hparams is not None:
-                summary = hparams_summary.hparams_pb(self.hparams, start_time_secs=int(event.wall_time))
-                self._add(writer, EventProto(wall_time=event.wall_time, step=0, summary=summary))
+            self._writer("train")
 
     def _run_dir(self, run: str) -> str:
-        """``"train"``'s directory, or the evaluation's (``eval``; Keras's ``validation``)."""
+        """``"train"``'s directory, the HParams session's (the logdir), or the evaluation's
+        (``eval``; Keras's ``validation``)."""
         if run == "train":
             return self._train_dir
+        if run == _SESSION:
+            return self.logdir
         return os.path.join(self.logdir, "validation" if self.layout == "keras" else run)
 
     def _lock(self, run: str) -> None:
@@ -264,11 +297,18 @@ class TensorBoardSink(Sink):
             # TensorBoard's writer flushes its first record as it is made: within the deadline too.
             made: list[EventFileWriter] = []
             self.output.run(
-                lambda: made.append(new_event_file(logdir, self.output.flush_secs, self.output.max_queue_size)),
+                lambda: made.append(
+                    new_event_file(
+                        logdir,
+                        self.output.flush_secs,
+                        self.output.max_queue_size,
+                        SESSION_SUFFIX if run == _SESSION else ".hookbus",
+                    )
+                ),
                 f"a new event file in {logdir!r} is not created",
             )
             writer = self._writers[run] = made[0]
-            if run != "train" and self.layout == "default":  # made lazily: the session's marker comes first
+            if run not in ("train", _SESSION) and self.layout == "default":  # made lazily: the session's marker first
                 self._add(writer, self._marker(time.time()))
         return writer
 
@@ -282,8 +322,11 @@ class TensorBoardSink(Sink):
             return  # an eval session evaluates a checkpoint; it is no restart
         self._session_step = event.step
         self._rate_from = (event.step, event.wall_time)
-        for writer in self._writers.values() if self.layout == "default" else ():  # Keras writes none
-            self._add(writer, self._marker(event.wall_time))
+        for run, writer in self._writers.items() if self.layout == "default" else ():  # Keras writes none
+            if run != _SESSION:
+                self._add(writer, self._marker(event.wall_time))
+        if (hparams := self.hparams) is not None and _SESSION not in self._writers:  # the run's first training
+            self._start_session(event, hparams)
         if not self._graph_written:  # once per event file: TensorBoard's graph tab
             self._graph_written = True
             graph_def = self.context.model().graph_def()
@@ -292,6 +335,24 @@ class TensorBoardSink(Sink):
             config = self.context.model().config()
             if config:
                 self._add(self._writer("train"), keras_model_event(event.wall_time, config))
+
+    def _start_session(self, event: Event, hparams: dict[str, HParamValue]) -> None:
+        """The logdir's HParams session (see ``sinks/_hparams.py``): a new session file, then the
+        earlier ones removed; a training that goes on keeps the session's start time."""
+        earlier = earlier_sessions(self.logdir)
+        goes_on = event.restored or event.step > 0
+        self._add(self._writer(_SESSION), session_start(hparams, event.wall_time, earlier, goes_on))
+        self.output.flush()  # on disk before the earlier session goes: the logdir always shows one
+        for path in earlier:
+            with contextlib.suppress(FileNotFoundError):  # gone already: nothing to replace
+                os.remove(path)
+
+    def on_stop_requested(self, event: StopRequest) -> None:
+        if self._first_stop is None:  # the first request is the one the run stopped for
+            self._first_stop = event
+
+    def on_exception(self, event: ExceptionRaised) -> None:
+        self._error = event.error
 
     def on_after_run(self, event: Event) -> None:
         if not self.output.writing:
@@ -398,6 +459,11 @@ class TensorBoardSink(Sink):
         leaves them to that thread at once.
         """
         try:
-            self.output.close()
+            session = self._writers.get(_SESSION)
+            if session is not None and self.output.writing and not self.output.stalled:
+                self._add(session, session_end(how_ended(self._first_stop, self._error), time.time()))
         finally:
-            self._writers = {}  # the closed run's stay with the kit's closing thread
+            try:
+                self.output.close()
+            finally:
+                self._writers = {}  # the closed run's stay with the kit's closing thread

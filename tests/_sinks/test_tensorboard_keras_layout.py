@@ -241,14 +241,15 @@ def test_the_default_layout_names_the_training_run_train_beside_eval_with_the_we
 
 
 def test_a_logdir_written_in_the_old_layout_goes_on_at_its_root(tmp_path: Path) -> None:
-    """A run written before the training run had its directory (events at the logdir's root) is
-    resumed where it is: the new session's steps join the same run, and nothing goes to train/."""
+    """A run hookbus wrote before the training run had its directory (its ``.hookbus`` event files
+    at the logdir's root) is resumed where it is: the new session's steps join the same run, and
+    nothing goes to train/."""
     from tensorboard.compat.proto.event_pb2 import Event as EventProto
     from tensorboard.compat.proto.summary_pb2 import Summary
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
     tf = pytest.importorskip("tensorflow")
-    old = EventFileWriter(str(tmp_path))
+    old = EventFileWriter(str(tmp_path), filename_suffix=".hookbus")  # as hookbus named its files
     for step in (1, 2):
         old.add_event(EventProto(step=step, summary=Summary(value=[Summary.Value(tag="loss", simple_value=1.0)])))
     old.close()
@@ -261,3 +262,27 @@ def test_a_logdir_written_in_the_old_layout_goes_on_at_its_root(tmp_path: Path) 
             loop.step({"loss": float(counter.numpy())})
     assert not (tmp_path / "train").exists()
     assert _scalars(tmp_path)["loss"] == {1: 1.0, 2: 1.0, 3: 3.0, 4: 4.0}
+
+
+@pytest.mark.parametrize("made", ["before", "after"])
+def test_a_users_own_summary_writer_at_the_logdir_leaves_the_training_run_in_train(tmp_path: Path, made: str) -> None:
+    """Issue 47: a ``tf.summary`` writer the user makes at the logdir, before ``with bus:`` or
+    after it, writes its own run at the root; hookbus's training run stays ``train`` (before, a
+    writer made first moved it to the root, as if the logdir were hookbus's old layout)."""
+    tf = pytest.importorskip("tensorflow")
+    bus = hookbus.EventBus()
+    bus.attach(TensorBoardSink(tmp_path, every_n_steps=1))
+    counter = tf.Variable(0, dtype=tf.int64)
+    writer = tf.summary.create_file_writer(str(tmp_path)) if made == "before" else None
+    with bus, hookbus.LoopPublisher(bus, ["loss"], step_counter=counter) as loop:
+        if writer is None:
+            writer = tf.summary.create_file_writer(str(tmp_path))
+        for _ in range(3):
+            counter.assign_add(1)
+            loop.step({"loss": float(counter.numpy())})
+            with writer.as_default():
+                tf.summary.scalar("user/metric", 2.0, step=counter)
+    writer.close()
+    assert _scalars(tmp_path / "train")["loss"] == {1: 1.0, 2: 2.0, 3: 3.0}
+    assert sorted(read_run(tmp_path)) == ["user/metric"]  # the user's run, alone at the root
+    assert sorted(read_run(tmp_path)["user/metric"]) == [1, 2, 3]

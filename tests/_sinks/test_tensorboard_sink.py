@@ -80,7 +80,8 @@ def test_event_files_sort_in_creation_order_and_have_our_suffix(tmp_path: Path) 
         _process(tmp_path, [(0, 5, 1, [])])
         files = [p for p in train.iterdir() if p.is_file() and p.name != ".events.lock"]  # the one-writer lock
         made.append(max(files, key=lambda p: p.stat().st_mtime_ns).name)
-    assert not list(tmp_path.glob("events.out.tfevents.*"))  # none at the logdir's root
+    # at the logdir's root only the HParams session (one: each run started from step 0 replaced it)
+    assert [p.name.rsplit(".", 1)[1] for p in tmp_path.glob("events.out.tfevents.*")] == ["hookbus-hparams"]
     names = sorted(p.name for p in train.iterdir() if p.is_file() and p.name != ".events.lock")
     assert len(names) == 3
     assert names == made
@@ -138,19 +139,23 @@ def test_steps_per_sec_is_steps_between_firings_over_wall_seconds(tmp_path: Path
     assert [(e.step, e.value) for e in acc.Scalars("steps/sec")] == [(10, 10.0), (20, 10.0), (30, 10.0)]
 
 
-def test_hparams_written_at_begin(tmp_path: Path) -> None:
-    from tensorboard.plugins.hparams import plugin_data_pb2
+def test_hparams_session_start_and_end_at_the_logdirs_root(tmp_path: Path) -> None:
+    """The session (see test_tensorboard_hparams.py) is the root's run, none is in train/."""
+    from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
 
     bus = hookbus.EventBus(clock=FakeClock())
     bus.attach(TensorBoardSink(tmp_path, hparams={"lr": 0.5, "layers": 3, "opt": "adam", "bn": True}))
     with bus:
         ScriptedPublisher(bus, ["loss"]).run([{"loss": 1.0}])
-    acc = event_accumulator.EventAccumulator(str(tmp_path / "train")).Reload()
-    (tag,) = [t for t in acc.Tags()["tensors"] if t.startswith("_hparams_")]
-    content = acc.summary_metadata[tag].plugin_data.content
-    info = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+    acc = event_accumulator.EventAccumulator(str(tmp_path)).Reload()
+    assert sorted(acc.Tags()["tensors"]) == ["_hparams_/session_end_info", "_hparams_/session_start_info"]
+    start, end = (acc.summary_metadata[f"_hparams_/session_{s}_info"].plugin_data.content for s in ("start", "end"))
+    info = plugin_data_pb2.HParamsPluginData.FromString(start).session_start_info
     assert dict(info.hparams)["lr"].number_value == 0.5
     assert dict(info.hparams)["opt"].string_value == "adam"
+    assert plugin_data_pb2.HParamsPluginData.FromString(end).session_end_info.status == api_pb2.STATUS_SUCCESS
+    train = event_accumulator.EventAccumulator(str(tmp_path / "train")).Reload()
+    assert not [t for t in train.Tags()["tensors"] if t.startswith("_hparams_")]
 
 
 def test_nan_scalars_and_nonfinite_arrays(tmp_path: Path) -> None:
