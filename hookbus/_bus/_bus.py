@@ -448,13 +448,20 @@ class EventBus:
             )
             self._add(record)
             roster = self._roster
+
+            def disconnect() -> None:
+                roster.remove(record)
+                if worker is not None:  # its thread ends now: what waits gets the close deadline
+                    for error in worker.close():
+                        logger.error("subscriber %r raised on its own thread", record.name, exc_info=error)
+
             return Subscription(
                 self,
                 signal,
                 func,
                 name=record.name,
                 connected=lambda: record in roster,
-                disconnect=lambda: roster.remove(record),
+                disconnect=disconnect,
             )
 
         return subscribe if fn is None else subscribe(fn)

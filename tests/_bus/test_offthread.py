@@ -385,3 +385,25 @@ def test_a_real_run_shows_the_call_that_held_a_step() -> None:
     (summary,) = [line for line in screen.getvalue().splitlines() if line.startswith("  sinks: ")]
     assert "notify" in summary
     assert "slowest call" in summary
+
+
+def test_disconnecting_ends_its_thread_after_delivering_what_waits(gates: list[Gate]) -> None:
+    bus = hookbus.EventBus()
+    gate = _gate(gates)
+    subscription = bus.on("after_run", gate, name="notify", background=True)
+    assert [s.background for s in bus.subscribers] == [True]
+    pub = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        pub.begin()
+        pub.session(0)
+        for _ in range(3):
+            pub.advance({"loss": 1.0})
+        assert gate.entered.wait(_WAIT)
+        gate.release.set()
+        subscription.disconnect()  # within the run: its queue drains now, its thread ends
+        assert gate.steps == [1, 2, 3]
+        (thread,) = gate.threads
+        assert not thread.is_alive()
+        pub.advance({"loss": 1.0})
+        pub.end()
+    assert gate.steps == [1, 2, 3]
