@@ -387,7 +387,10 @@ class EventBus:
                 training thread, which waits for it). For a function that waits on the network
                 (a webhook, a notifier): the training thread only puts the event in a bounded
                 queue, which blocks when full (nothing is dropped; training slows only if the
-                function cannot keep up on average); the function receives the events in order.
+                function cannot keep up on average; a queue that stays full while the function
+                finishes nothing for 30 s, the writers' flush deadline, gives the thread up as a
+                stalled writer: ``WriterStalled`` under ``on_error``, its events counted lost);
+                the function receives the events in order.
                 Its errors follow ``on_error``, reported on the training thread: an error on
                 the thread is raised again by the subscriber's next call (isolated, disabled or
                 raised there, as for any subscriber: ``"raise"`` ends training at that call) or,

@@ -36,7 +36,7 @@ class HeldServer:
 
     Attributes:
         arrived: The JSON bodies received, in order (as the request arrived).
-        answered: Those answered (after the release).
+        answered: Those answered (after the release), each recorded as its answer is sent.
         first: Set when the first request arrives.
     """
 
@@ -53,9 +53,9 @@ class HeldServer:
                 server.arrived.append(body)
                 server.first.set()
                 server.release.wait(_WAIT)
+                server.answered.append(body)  # before the answer: the client goes on once it has it
                 self.send_response(204)
                 self.end_headers()
-                server.answered.append(body)
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
                 pass
