@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHES = ("overhead", "dispatch", "keras_overhead", "watch", "startup")
+BENCHES = ("overhead", "dispatch", "keras_overhead", "watch", "startup", "slow_subscriber")
 ROW_FIELDS = {"wall_us", "cpu_us", "wall_median_us", "x_wall", "x_wall_median", "x_cpu", "x_cpu_median", "x_thread"}
 SPREAD = {"median", "min", "max", "runs"}
 RUNS = 2  # --quick runs two processes: the smallest run count with a spread
@@ -150,12 +150,27 @@ def check_startup(result: dict[str, Any]) -> None:
     assert result["targets"], "the targets are judged"
 
 
+def check_slow_subscriber(result: dict[str, Any]) -> None:
+    rows = result["rows"]
+    assert set(rows) == {"none", "inline", "background"}
+    for row in rows.values():
+        assert set(row) == ROW_FIELDS | {"fit_us", "fit_x_wall"}
+        check_figures({k: v for k, v in row.items() if k in ROW_FIELDS})
+        assert row["fit_us"]["min"] > 0
+    assert rows["none"]["fit_x_wall"]["runs"] == [pytest.approx(1.0)] * RUNS
+    steps = result["steps_per_fit"]
+    for counts in result["background"]:  # one post every `every` steps of each fit, each delivered
+        assert counts == {"delivered": result["rounds"] * (steps // result["every"]), "lost": 0}
+    assert result["targets"], "the targets are judged"
+
+
 CHECKS = {
     "overhead": check_overhead,
     "dispatch": check_dispatch,
     "keras_overhead": check_keras,
     "watch": check_watch,
     "startup": check_startup,
+    "slow_subscriber": check_slow_subscriber,
 }
 
 

@@ -145,3 +145,13 @@ def test_every_example_command_the_guides_give_is_one_its_docstring_runs() -> No
     for path in EXAMPLES.glob("*.py"):
         assert f"`{path.name}`" in guide, f"examples/README.md's table lacks {path.name}"
         assert f"examples/{path.name}" in guide, f"no guide in examples/README.md names examples/{path.name}"
+
+
+def test_the_webhook_notifier_delivers_every_epoch_off_the_training_thread(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_example("webhook_notifier.py", monkeypatch, "--epochs", "3", "--delay", "0.2")
+    out = capsys.readouterr().out
+    assert "notify: 3 of 3 events delivered, 0 lost, 0 errors" in out
+    assert "the webhook received epochs ['epoch 1', 'epoch 2', 'epoch 3']" in out
+    assert "sinks: 2 ok |" in out

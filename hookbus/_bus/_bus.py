@@ -22,6 +22,7 @@ from hookbus._bus._barrier import Barrier
 from hookbus._bus._dispatch import Dispatcher
 from hookbus._bus._keys import KeyRegistry
 from hookbus._bus._offers import Offers
+from hookbus._bus._offthread import OffThread
 from hookbus._bus._port import BusPort
 from hookbus._bus._roster import Roster
 from hookbus._bus._run import RunScope
@@ -43,7 +44,7 @@ from hookbus._contract._sink import (
     check_priority,
 )
 from hookbus._contract._stats import BusStats
-from hookbus._rules._validate import check_stop_signals, flag
+from hookbus._rules._validate import check_stop_signals, flag, positive_int, seconds
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -57,6 +58,8 @@ logger = logging.getLogger("hookbus")
 _SinkT = TypeVar("_SinkT", bound=Sink)
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+_QUEUE_SIZE = 1024  # bus.on(background=True)'s defaults: the writers' queue and close deadline
+_CLOSE_DEADLINE = 10.0
 
 
 class EventBus:
@@ -322,6 +325,9 @@ class EventBus:
         on_error: str = "raise",
         name: str | None = None,
         runs_on: str = "all",
+        background: bool = False,
+        queue_size: int | None = None,
+        close_deadline: float | None = None,
     ) -> Subscription[_P, _R]: ...
 
     @overload
@@ -339,6 +345,9 @@ class EventBus:
         on_error: str = "raise",
         name: str | None = None,
         runs_on: str = "all",
+        background: bool = False,
+        queue_size: int | None = None,
+        close_deadline: float | None = None,
     ) -> Callable[[Callable[_P, _R]], Subscription[_P, _R]]: ...
 
     def on(
@@ -355,6 +364,9 @@ class EventBus:
         on_error: str = "raise",
         name: str | None = None,
         runs_on: str = "all",
+        background: bool = False,
+        queue_size: int | None = None,
+        close_deadline: float | None = None,
     ) -> Subscription[_P, _R] | Callable[[Callable[_P, _R]], Subscription[_P, _R]]:
         """Subscribe a function to ``signal``; usable as a decorator.
 
@@ -371,6 +383,29 @@ class EventBus:
             on_error: ``"raise"`` (default), ``"isolate"`` or ``"disable"``.
             name: Shown in reports (default: the function's qualified name).
             runs_on: ``"all"`` (default) or ``"chief"``: where it runs in multi-worker training.
+            background: Call the function on a thread of its own (default ``False``: on the
+                training thread, which waits for it). For a function that waits on the network
+                (a webhook, a notifier): the training thread only puts the event in a bounded
+                queue, which blocks when full (nothing is dropped; training slows only if the
+                function cannot keep up on average; a queue that stays full while the function
+                finishes nothing for 30 s, the writers' flush deadline, gives the thread up as a
+                stalled writer: ``WriterStalled`` under ``on_error``, its events counted lost);
+                the function receives the events in order.
+                Its errors follow ``on_error``, reported on the training thread: an error on
+                the thread is raised again by the subscriber's next call (isolated, disabled or
+                raised there, as for any subscriber: ``"raise"`` ends training at that call) or,
+                without one, by the run's close; under ``"raise"`` and ``"disable"`` the function
+                is not called again after its error. ``event.request_stop`` from the thread is
+                recorded and acted on at the training thread's next step. At the run's close the
+                queue gets ``close_deadline`` seconds; the events the function did not receive
+                by then are counted lost, never waited for: ``bus.stats()[name].writer`` holds
+                its queue and the events given, delivered and lost, and the dashboard's summary
+                never counts it "ok" after an error or a loss. Not for ``"begin"``, whose
+                failures must stop a run before its first step.
+            queue_size: With ``background=True``, the events that may wait before the training
+                thread blocks (default 1024).
+            close_deadline: With ``background=True``, the seconds the run's close waits for the
+                function to receive what waits (default 10.0).
 
         Returns:
             A :class:`Subscription` (callable like the function, with its parameters and return
@@ -390,32 +425,72 @@ class EventBus:
         checked_policy = check_on_error(on_error)
         if check_runs_on(runs_on) == "each":
             raise ValueError("runs_on='each' is for sinks with an output path; a function takes 'all' or 'chief'")
+        threaded = _background_options(signal, background, queue_size, close_deadline)
 
         def subscribe(func: Callable[_P, _R]) -> Subscription[_P, _R]:
             if not callable(func):
                 raise TypeError(f"bus.on() needs a callable (got {func!r})")
+            label = name or str(getattr(func, "__qualname__", repr(func)))
+            handler = cast("Callable[[Any], None]", func)  # called with the payload alone
+            worker = None
+            if threaded is not None:
+                worker = OffThread(
+                    label, handler, on_error=checked_policy, queue_size=threaded[0], close_deadline=threaded[1]
+                )
+                handler = worker.deliver
             record = Subscriber(
-                name=name or str(getattr(func, "__qualname__", repr(func))),
-                handlers={signal: cast("Callable[[Any], None]", func)},  # called with the payload alone
+                name=label,
+                handlers={signal: handler},
                 schedule=schedule,
                 keys=checked_keys,
                 priority=checked_priority,
                 on_error=checked_policy,
                 order=self._roster.next_order(),
                 runs_on=runs_on,
+                worker=worker,
             )
             self._add(record)
             roster = self._roster
+
+            def disconnect() -> None:
+                roster.remove(record)
+                if worker is not None:  # its thread ends now: what waits gets the close deadline
+                    for error in worker.close():
+                        logger.error("subscriber %r raised on its own thread", record.name, exc_info=error)
+
             return Subscription(
                 self,
                 signal,
                 func,
                 name=record.name,
                 connected=lambda: record in roster,
-                disconnect=lambda: roster.remove(record),
+                disconnect=disconnect,
             )
 
         return subscribe if fn is None else subscribe(fn)
+
+
+def _background_options(
+    signal: str, background: object, queue_size: object, close_deadline: object
+) -> tuple[int, float] | None:
+    """``bus.on``'s thread options, checked: ``(queue_size, close_deadline)``, or ``None`` on the
+    training thread."""
+    if not flag("background", background):
+        options = (("queue_size", queue_size), ("close_deadline", close_deadline))
+        given = [f"{argument}={value!r}" for argument, value in options if value is not None]
+        if given:
+            raise ValueError(
+                f"{' and '.join(given)} apply to a subscriber on a thread of its own; pass background=True too"
+            )
+        return None
+    if signal == "begin":
+        raise ValueError(
+            "background=True is not for 'begin': a failure at begin must stop the run before its first step, "
+            "on the training thread"
+        )
+    size = _QUEUE_SIZE if queue_size is None else positive_int("queue_size", queue_size)
+    deadline = _CLOSE_DEADLINE if close_deadline is None else seconds("close_deadline", close_deadline)
+    return size, deadline
 
 
 class Subscription(Generic[_P, _R]):

@@ -137,6 +137,8 @@ class Roster:
                     writer = sink.writer_stats()
                 except Exception:  # one sink's report must not break the others' (or a dashboard)
                     logger.debug("writer_stats of %r failed", sink, exc_info=True)
+            elif record.worker is not None:  # a function on its own thread: its queue and losses
+                writer = record.worker.stats()
             frozen.append(
                 SubscriberStats(
                     name=record.name,

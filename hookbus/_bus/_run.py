@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from hookbus._bus._roster import Roster
     from hookbus._bus._state import RunState
     from hookbus._bus._stops import Stops
+    from hookbus._bus._subscription import Subscriber
     from hookbus._contract._context import SinkContext
     from hookbus._contract._sink import Sink
 
@@ -243,15 +244,31 @@ class RunScope:
             _implicit_runs.discard(self)
         first: BaseException | None = None
         interrupt: BaseException | None = None
-        for record in tuple(self._roster.records):  # a sink may detach itself when closed
-            sink = record.sink
+        # A sink that reports on the others (the dashboard's summary) closes after them, so that
+        # what their closes failed or cut is in its report. A snapshot: a sink may detach itself.
+        records = sorted(tuple(self._roster.records), key=lambda r: r.sink is not None and r.sink.closes_last)
+        for record in records:
+            sink, worker = record.sink, record.worker
+            if worker is not None:  # a function on its own thread: what waits gets its deadline
+                try:
+                    failures: list[Exception] = worker.close()
+                except Exception as failed:  # its thread died of more than the function's error
+                    failures = [failed]
+                except BaseException as stopped:
+                    interrupt = interrupt or stopped
+                    continue
+                for failure in failures:  # raised on its thread after its last call: reported here
+                    self._closed_with(record, failure)
+                    if record.on_error == "raise" and first is None:
+                        first = failure
+                continue
             if sink is None or id(sink) in self._closed:
                 continue
             self._closed.add(id(sink))
             try:
                 sink.close()
             except Exception as error:  # close the rest first
-                logger.exception("closing %r failed", sink)
+                self._closed_with(record, error)
                 if record.on_error == "raise" and first is None:
                     first = error
             except BaseException as error:  # Ctrl-C during a close: the others still close, then it surfaces
@@ -261,6 +278,20 @@ class RunScope:
             raise interrupt
         if first is not None and raise_errors:
             raise first
+
+    def _closed_with(self, record: Subscriber, error: Exception) -> None:
+        """``record``'s close failed (a background write that failed, an error its own thread raised
+        last): counted in its errors and published as ``subscriber_error`` to the sinks not closed
+        yet (the dashboard's summary among them), never reported as "ok". A disabled subscriber's
+        close repeats the failure it was disabled for, reported then: it is logged only."""
+        logger.error("closing %r failed", record.name, exc_info=error)
+        if record.disabled:  # disabled for a failure reported then; its close repeats it
+            return
+        record.failed(disable=False)
+        try:
+            self._dispatcher.announce_error(record, "close", self._state.step, error)
+        except Exception:  # a report must not keep the other sinks from closing
+            logger.exception("reporting the failed close of %r failed", record.name)
 
 
 def _outlived(signum: int, handler: Any, *, keep: bool = False) -> Any:

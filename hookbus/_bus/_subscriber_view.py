@@ -84,6 +84,11 @@ class SubscriberView:
         return self._record.passive
 
     @property
+    def background(self) -> bool:
+        """Whether it runs on a thread of its own (``bus.on(..., background=True)``)."""
+        return self._record.worker is not None
+
+    @property
     def handlers(self) -> Mapping[str, Callable[[Any], None]]:
         """Its handler for each signal it handles (a read-only mapping)."""
         return MappingProxyType(self._record.handlers)

@@ -9,6 +9,7 @@ from hookbus._contract._schedule import Schedule, ScheduleTimer
 from hookbus._contract._stats import Usage
 
 if TYPE_CHECKING:
+    from hookbus._bus._offthread import OffThread
     from hookbus._contract._sink import Sink
 
 __all__ = ["Subscriber"]
@@ -32,6 +33,7 @@ class Subscriber:
         "sink",
         "timer",
         "usage",
+        "worker",
     )
 
     def __init__(
@@ -46,8 +48,11 @@ class Subscriber:
         order: int,
         sink: Sink | None = None,
         runs_on: str = "all",
+        worker: OffThread | None = None,
     ) -> None:
         self.name = name
+        #: A function subscriber's own thread (``bus.on(..., background=True)``), else ``None``.
+        self.worker = worker
         self.runs_on = runs_on
         self.handlers = handlers
         self.timer: ScheduleTimer = schedule.timer()
@@ -74,6 +79,8 @@ class Subscriber:
         self.timer = self.timer.schedule.timer()
         self.errors, self.disabled = 0, False
         self.usage = Usage()
+        if self.worker is not None:
+            self.worker.new_run()
 
     @property
     def sort_key(self) -> tuple[int, int]:

@@ -150,6 +150,7 @@ class Sink:
     - ``passive = True``: observe only: every step event published for the others, with their
       values; never planned, adds no key to any fetch (``EventLogSink``).
     - ``checkpoint_directory``: publishers resume from it.
+    - ``closes_last = True``: closed after every other subscriber (a summary of the run's health).
 
     A stop a sink (or any thread) asks for is acted on by the training thread: ``request_stop``
     from a watchdog thread is recorded, and the publisher stops — with the final checkpoint — at
@@ -184,6 +185,11 @@ class Sink:
     #: fetched for them, and is never planned itself: its keys and schedule add nothing to any
     #: fetch, so it costs no extra ``session.run`` work (``EventLogSink``). Default ``False``.
     passive: ClassVar[bool] = False
+    #: Whether this sink reports on the others as the run closes (the dashboard's summary): it is
+    #: closed after every other subscriber, so that what their closes failed or cut (a background
+    #: write that failed, events a background subscriber never received) is in its report.
+    #: Default ``False``: sinks close in dispatch order.
+    closes_last: ClassVar[bool] = False
     priority: int = PRIORITY_DEFAULT
     on_error: str = "isolate"
     _context: SinkContext | None = None

@@ -57,6 +57,11 @@ class WriterStats:
         held: How many of the rows found the queue full, so that the training thread waited for
             the writer, or ``None`` when the writer does not say (TensorBoard's own thread).
         held_seconds: How long the training thread waited for those rows, in all.
+        lost: Rows that will never be written: left in the queue at the close deadline, or not
+            written because the writer failed (its error is counted in the subscriber's
+            ``errors``). 0 while the writer is healthy. For a function subscriber on a thread of
+            its own (``bus.on(..., background=True)``) a row is one event, ``written`` counts the
+            events handed to the function and ``lost`` those it never received.
     """
 
     rows: int
@@ -67,6 +72,7 @@ class WriterStats:
     unreachable: str | None = None
     held: int | None = None
     held_seconds: float = 0.0
+    lost: int = 0
 
     @property
     def backlog(self) -> float | None:
@@ -89,10 +95,13 @@ class SubscriberStats:
         max_seconds: The longest single call.
         step_calls: Calls for ``after_run`` (a due step or an evaluation).
         step_seconds: Time spent in those.
-        errors: Exceptions raised by its handlers.
+        errors: Exceptions raised by its handlers, on the training thread or on its own thread
+            (``bus.on(..., background=True)``), and by its ``close`` (a background write that
+            failed as the run closed).
         disabled: Whether the bus stopped calling it (``on_error="disable"``, or a writer that
             failed at a checkpoint barrier).
-        writer: Its writer's counters (sinks with a background writer), else ``None``.
+        writer: Its writer's counters (sinks with a background writer, and a function subscriber
+            on a thread of its own: its queue, the events delivered and those lost), else ``None``.
     """
 
     name: str
@@ -106,6 +115,15 @@ class SubscriberStats:
     errors: int
     disabled: bool
     writer: WriterStats | None
+
+    @property
+    def failed(self) -> bool:
+        """Whether anything of its work failed or was cut: an error, disabled, or a writer that
+        stalled or lost rows (at the close deadline). Such a subscriber is never counted "ok"."""
+        writer = self.writer
+        return bool(
+            self.errors or self.disabled or (writer is not None and (writer.lost or writer.stalled is not None))
+        )
 
     @property
     def mean_seconds(self) -> float:

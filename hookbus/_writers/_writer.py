@@ -9,7 +9,8 @@ only enqueues. The contract, which the checkpoint barrier relies on:
 - :meth:`BackgroundWriter.flush` returns once everything enqueued before it is written and
   flushed to the OS.
 - :meth:`BackgroundWriter.close` drains within a deadline; what it could not write is reported
-  with a :class:`WriterWarning` naming the writer and the count of rows lost.
+  with a :class:`WriterWarning` naming the writer and the count of rows lost, and counted in its
+  stats (``WriterStats.lost``), as are the rows a failed writer did not write.
 - Every flush has a deadline too (:class:`FlushDeadline`, shared by every writer, also those
   with a thread of their own such as TensorBoard's): a flush that does not return in time, or a
   ``put`` that waits that long on a full queue the thread no longer empties, raises
@@ -31,7 +32,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from hookbus._contract._stats import WriterStats
-from hookbus._rules._validate import positive_int, seconds
+from hookbus._rules._validate import flag, positive_int, seconds
 from hookbus._writers._deadline import DEFAULT_FLUSH_DEADLINE, FlushDeadline, WriterError
 from hookbus._writers._handoff import Handoff
 
@@ -127,6 +128,7 @@ class BackgroundWriter(Generic[T]):
             stalled=stalled,
             held=self._held,
             held_seconds=self._held_secs,
+            lost=self.lost,
         )
 
     # -- caller side -------------------------------------------------------------------------
@@ -171,20 +173,25 @@ class BackgroundWriter(Generic[T]):
         rows = self._given - self._on_disk
         return f"{rows} row{'s' if rows != 1 else ''} given to it since its last completed flush may not be written"
 
-    def close(self, deadline: float = 10.0) -> None:
+    def close(self, deadline: float = 10.0, *, warn: bool = True) -> int:
         """Drain and stop the thread, waiting at most ``deadline`` seconds (idempotent).
 
         Warns with :class:`WriterWarning` (naming the writer and the count of rows not
-        written) if the thread could not finish in time; raises :class:`WriterError` if it
-        failed.
+        written) if the thread could not finish in time, unless ``warn`` is false (the caller
+        reports it in its own words); raises :class:`WriterError` if it failed. Either way the
+        rows are counted in :meth:`stats` (``lost``).
+
+        Returns:
+            The rows left unwritten at the deadline (0 when everything was written).
         """
-        seconds("deadline", deadline)  # before anything closes: an invalid deadline loses nothing
+        seconds("deadline", deadline)  # before anything closes: an invalid argument loses nothing
+        flag("warn", warn)
         if self._closed:
-            return
+            return 0
         self._closed = True
         if self.deadline.stalled:  # reported when it stalled; its thread gets no more time
             self._abandoned = True
-            return
+            return self.lost
         end = time.monotonic() + deadline
         stopped = self._offer((_STOP, None), end)
         self._urgent.set()
@@ -192,15 +199,17 @@ class BackgroundWriter(Generic[T]):
         if not stopped or self._thread.is_alive():
             # The thread stops at its next item and leaves the rest: nothing may write after close.
             self._abandoned = True
-            lost = self.pending
-            warnings.warn(
-                f"{self.name}: {lost} row{'s' if lost != 1 else ''} could not be written within the "
-                f"{deadline:g} s close deadline and are lost (is the disk stalled?)",
-                WriterWarning,
-                stacklevel=2,
-            )
-            return
+            lost = self.lost
+            if warn:
+                warnings.warn(
+                    f"{self.name}: {lost} row{'s' if lost != 1 else ''} could not be written within the "
+                    f"{deadline:g} s close deadline and are lost (is the disk stalled?)",
+                    WriterWarning,
+                    stacklevel=2,
+                )
+            return lost
         self._raise_if_failed()
+        return 0
 
     def _enqueue(self, kind: int, payload: Any) -> None:
         self._raise_if_failed()
@@ -240,10 +249,14 @@ class BackgroundWriter(Generic[T]):
 
     @property
     def lost(self) -> int:
-        """Rows given to :meth:`put` that are not in the file, once the thread failed (else 0)."""
-        if self._error is None:
-            return 0
-        return self._given - (self._landed() if self._landed is not None else self._written)
+        """Rows given to :meth:`put` that will never be in the file: once the thread failed, or
+        once it was given up (stalled, or cut at the close deadline); else 0. A row the thread was
+        writing as it was given up is counted lost until it returns."""
+        if self._error is not None:
+            return self._given - (self._landed() if self._landed is not None else self._written)
+        if self._abandoned:
+            return self._given - self._written
+        return 0
 
     def _raise_if_failed(self) -> None:
         error = self._error

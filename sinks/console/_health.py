@@ -14,6 +14,7 @@ from hookbus.sink_api import BusStats
 __all__ = ["health_items", "health_summary"]
 
 _SLOW_SECONDS = 1e-3  # a subscriber taking this much per due step stands out
+_SLOW_CALL = 0.05  # a single call this long held a training step visibly
 _BACKLOG = 0.5  # a writer whose queue is this full stands out (full: training waits for the disk)
 
 
@@ -65,7 +66,7 @@ class _Line:
 
 def _line(stats: BusStats, errors: Sequence[tuple[str, int]], rows: bool) -> _Line:
     subs = stats.subscribers
-    failing = [s for s in subs if s.errors or s.disabled]
+    failing = [s for s in subs if s.failed]  # an error, disabled, a stalled writer or rows lost
     line = _Line()
     ok = f"sinks: {len(subs) - len(failing)} ok" + (f", {len(failing)} failing" if failing else "")
     line.add(ok, "red" if failing else "green")
@@ -84,6 +85,13 @@ def _line(stats: BusStats, errors: Sequence[tuple[str, int]], rows: bool) -> _Li
             slow = "bold yellow" if per_step >= _SLOW_SECONDS else ""
             cost = f"{1e3 * per_step:.2f} ms"
             line.mention(line.group("most: ", slow), costliest.name, cost, slow, aside=f"most {cost}")
+        # A mean hides the one call that held a step for seconds: each slow subscriber's slowest
+        # call, beside its mean where that is shown.
+        group = line.group("slowest call: ", "bold yellow")
+        for s in subs:
+            if s.max_seconds >= _SLOW_CALL or (s.step_calls and s.seconds / stats.due_steps >= _SLOW_SECONDS):
+                slowest = _duration(s.max_seconds)
+                line.mention(group, s.name, slowest, "bold yellow", aside=f"slowest call {slowest}")
     group = line.group("disabled: ", "bold red")
     for s in subs:
         if s.disabled:
@@ -95,6 +103,9 @@ def _line(stats: BusStats, errors: Sequence[tuple[str, int]], rows: bool) -> _Li
         if s.writer is not None and s.writer.unreachable is not None:
             unreachable = s.writer.unreachable.split(": ", 1)[-1]  # its server, the error, what waits locally
             line.mention(line.group("", "bold yellow"), s.name, unreachable, "bold yellow")
+        if s.writer is not None and s.writer.lost:
+            what = "events not delivered" if s.kind == "function" else "rows not written"
+            line.mention(line.group("", "bold red"), s.name, f"{s.writer.lost:,} {what}", "bold red")
         backlog = s.writer.backlog if s.writer is not None else None
         if backlog is not None and backlog >= _BACKLOG and s.writer is not None:
             queue = f"queue {s.writer.queued}/{s.writer.capacity}"
@@ -103,16 +114,25 @@ def _line(stats: BusStats, errors: Sequence[tuple[str, int]], rows: bool) -> _Li
         for s in subs:
             if s.writer is not None:
                 written = s.writer.rows if s.writer.written is None else s.writer.written
-                line.mention(line.group(""), s.name, f"{written:,} rows")
+                delivered = "delivered" if s.kind == "function" else "rows"  # a function's rows are events
+                line.mention(line.group(""), s.name, f"{written:,} {delivered}")
     return line
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.2f} s" if seconds >= 1.0 else f"{1e3 * seconds:.2f} ms"
 
 
 def health_items(stats: BusStats, errors: Sequence[tuple[str, int]] = ()) -> list[tuple[str, str]]:
     """The health line's parts as ``(text, style)``: how many subscribers are fine, their time on
-    the training thread per due step, each failing one (red: ``errors: name ×n (disabled)``),
-    the costliest one (yellow when slow), each writer stalled (red: what its flush could not
-    write), each writer whose server does not answer (yellow: its URI, the error, what waits)
-    and each writer falling behind (yellow). Each sink is
+    the training thread per due step, each failing one (red: ``errors: name ×n (disabled)``;
+    a subscriber whose writer stalled or lost rows is failing too, never "ok"), the costliest one
+    (yellow when slow), the slowest single call of each slow one (yellow: ``most: notify
+    218.00 ms (slowest call 2.00 s)``; a mean per step hides the call that held a step for
+    seconds), each writer stalled (red: what its flush could not write), the rows or events each
+    writer lost (red: cut at the close deadline, or not written after a failure), each writer
+    whose server does not answer (yellow: its URI, the error, what waits) and each writer falling
+    behind (yellow). Each sink is
     named once: what else is said about it follows its name in parentheses.
 
     Args:

@@ -107,6 +107,8 @@ class ConsoleSink(Sink):
     default_schedule: ClassVar[Schedule] = Schedule(every_n_secs=0.25, at_end=True)
     #: Multi-worker training: only the chief shows a dashboard (set ``sink.runs_on = "all"`` to change).
     default_runs_on: ClassVar[str] = "chief"
+    #: Its summary reports every other subscriber's close (a write that failed, events cut at a deadline).
+    closes_last: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -131,7 +131,7 @@ def test_the_health_line_names_a_failing_sink_a_slow_one_and_a_writer_falling_be
     items = dict(health_items(stats))
     assert items["sinks: 3 ok, 1 failing"] == "red"
     assert "20.11 ms per due step" in items  # (0.0001 + 0.2 + 0.001) s over 10 due steps
-    assert items["most: slow 20.00 ms"] == "bold yellow"
+    assert items["most: slow 20.00 ms (slowest call 200.00 ms)"] == "bold yellow"
     assert items["errors: broken ×3 (disabled)"] == "bold red"  # each sink named once
     assert items["CSV queue 900/1024"] == "bold yellow"
     assert health_summary(stats).count("CSV") == 1

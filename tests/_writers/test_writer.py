@@ -148,6 +148,21 @@ def test_hung_close_returns_after_its_deadline_and_warns_with_the_count() -> Non
     writer.close()  # idempotent, no second warning
 
 
+def test_rows_cut_at_the_close_deadline_are_counted_lost_in_stats() -> None:
+    # Issue 47: the close's warning was the only trace; bus.stats() and the summary read stats().
+    gate = Gate()
+    writer = BackgroundWriter("w", gate.write, gate.flush, max_queue_size=8)
+    for i in range(5):
+        writer.put(i)
+    assert writer.stats().lost == 0  # waiting is not lost
+    assert writer.close(deadline=0.1, warn=False) == 5  # said by the caller in its own words
+    assert (writer.stats().rows, writer.stats().written, writer.stats().lost) == (5, 0, 5)
+    gate.opened.set()  # the held row lands after all: it is no longer counted lost
+    _wait_for(lambda: gate.written)
+    _wait_for(lambda: writer.stats().written == 1)
+    assert (writer.stats().written, writer.stats().lost) == (1, 4)
+
+
 def test_hung_close_with_a_full_queue_still_returns() -> None:
     gate = Gate()
     writer = BackgroundWriter("w", gate.write, gate.flush, max_queue_size=2)

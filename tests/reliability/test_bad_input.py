@@ -506,10 +506,10 @@ SECONDS_OR_0 = "must be a finite number of seconds >= 0"
 RATE = "must be a positive finite number"
 
 
-def _close_writer(deadline: float) -> None:
+def _close_writer(deadline: float, warn: Any = True) -> None:
     writer: hookbus.sink_api.BackgroundWriter[Any] = hookbus.sink_api.BackgroundWriter("w", _fn, lambda: None)
     try:
-        writer.close(deadline)
+        writer.close(deadline, warn=warn)
     finally:
         writer.close()
 
@@ -549,6 +549,12 @@ TIME_ARGUMENTS: list[tuple[str, str, Callable[[Path, float], Any], str]] = [
     ("Schedule", "every_n_secs", lambda t, v: hookbus.sink_api.Schedule(every_n_secs=v), SECONDS),
     ("Sink", "every_n_secs", lambda t, v: hookbus.sink_api.Sink(every_n_secs=v), SECONDS),
     ("EventBus.on", "every_n_secs", lambda t, v: hookbus.EventBus().on("after_run", _fn, every_n_secs=v), SECONDS),
+    (
+        "EventBus.on",
+        "close_deadline",
+        lambda t, v: hookbus.EventBus().on("after_run", _fn, background=True, close_deadline=v),
+        SECONDS,
+    ),
     ("CSVSink", "every_n_secs", lambda t, v: CSVSink(t / "m.csv", every_n_secs=v), SECONDS),
     ("CSVSink", "flush_secs", lambda t, v: CSVSink(t / "m.csv", flush_secs=v), SECONDS),
     ("CSVSink", "close_deadline", lambda t, v: CSVSink(t / "m.csv", close_deadline=v), SECONDS),
@@ -753,6 +759,8 @@ FLAG_ARGUMENTS: list[tuple[str, str, Callable[[Path, Any], Any], str]] = [
     ("Sink", "at_end", lambda t, v: hookbus.sink_api.Sink(at_end=v), FLAG),
     ("EventBus.on", "at_begin", lambda t, v: hookbus.EventBus().on("after_run", _fn, at_begin=v), FLAG),
     ("EventBus.on", "at_end", lambda t, v: hookbus.EventBus().on("after_run", _fn, at_end=v), FLAG),
+    ("EventBus.on", "background", lambda t, v: hookbus.EventBus().on("after_run", _fn, background=v), FLAG),
+    ("BackgroundWriter.close", "warn", lambda t, v: _close_writer(1.0, warn=v), FLAG),
     ("EventBus.close", "raise_errors", lambda t, v: hookbus.EventBus().close(raise_errors=v), FLAG),
     ("ConsoleSink", "live", lambda t, v: ConsoleSink(live=v), FLAG_OR_NONE),
     ("ConsoleSink", "at_end", lambda t, v: ConsoleSink(at_end=v), FLAG),
