@@ -30,6 +30,11 @@ class Schedule:
         secs_from_session_start: Count ``every_n_secs`` from the start of each session instead of
             firing at its first step. Default ``False``; ``CheckpointSink`` uses it, so a fresh
             start or a resume does not save just because a timer began.
+        steps_from_last_firing: Count ``every_n_steps`` as TensorFlow's hooks count theirs
+            (``SecondOrStepTimer``): due at the first step of each session, then once ``n`` steps
+            have passed since it last fired (steps ``1, 1 + n, 1 + 2n, ...`` from a fresh start),
+            instead of at the multiples of ``n``. Default ``False``; :func:`hookbus.from_hooks`
+            uses it, so converted hooks write at the hooks' steps.
 
     Raises:
         ValueError: naming the argument and the value, when a value is invalid.
@@ -40,6 +45,7 @@ class Schedule:
     at_begin: bool = False
     at_end: bool = False
     secs_from_session_start: bool = False
+    steps_from_last_firing: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "every_n_steps", _check_steps(self.every_n_steps))
@@ -47,6 +53,7 @@ class Schedule:
         flag("at_begin", self.at_begin)
         flag("at_end", self.at_end)
         flag("secs_from_session_start", self.secs_from_session_start)
+        flag("steps_from_last_firing", self.steps_from_last_firing)
 
     @property
     def is_empty(self) -> bool:
@@ -85,8 +92,10 @@ class ScheduleTimer:
         """:attr:`next_step` and :attr:`next_time` from the state just written."""
         s = self.schedule
         n, secs = s.every_n_steps, s.every_n_secs
-        if self._begin_pending:
+        if self._begin_pending or (s.steps_from_last_firing and n is not None and self._last_step is None):
             self.next_step: float = -math.inf
+        elif s.steps_from_last_firing and n is not None and self._last_step is not None:
+            self.next_step = self._last_step + n
         else:
             self.next_step = (self._bucket + 1) * n if n is not None else math.inf
         if secs is None:
@@ -99,8 +108,8 @@ class ScheduleTimer:
         n = self.schedule.every_n_steps
         self._bucket = step // n if n else 0
         self._begin_pending = self.schedule.at_begin
-        if self._last_step is not None and self._last_step > step:
-            self._last_step = None
+        if self._last_step is not None and (self._last_step > step or self.schedule.steps_from_last_firing):
+            self._last_step = None  # TensorFlow's timers fire at a session's first step
         if self.schedule.secs_from_session_start and now is not None:
             self._last_time = now  # the time rule counts from here, not from the first step
         self._bounds()
@@ -110,7 +119,10 @@ class ScheduleTimer:
         s = self.schedule
         if self._begin_pending:
             return True
-        if s.every_n_steps is not None and step // s.every_n_steps > self._bucket:
+        if s.every_n_steps is not None and s.steps_from_last_firing:
+            if self._last_step is None or step >= self._last_step + s.every_n_steps:
+                return True
+        elif s.every_n_steps is not None and step // s.every_n_steps > self._bucket:
             return True
         if s.every_n_secs is not None:
             return self._last_time is None or now - self._last_time >= s.every_n_secs
