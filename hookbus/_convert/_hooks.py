@@ -170,15 +170,14 @@ def _checkpoints(hook: Any, done: _Converted) -> None:
     if any(isinstance(s, CheckpointSink) for s in done.sinks):
         raise _refuse(hook, "checkpoint_dir", hook._checkpoint_dir, "one CheckpointSaverHook per list")
     steps, secs = _timer(hook)
-    done.sinks.append(
-        CheckpointSink(
-            hook._checkpoint_dir,
-            every_n_steps=steps,
-            every_n_secs=secs,
-            keep=keep,
-            basename=os.path.basename(hook._save_path),
-        )
+    sink = CheckpointSink(
+        hook._checkpoint_dir,
+        every_n_steps=steps,
+        every_n_secs=secs,
+        keep=keep,
+        basename=os.path.basename(hook._save_path),
     )
+    done.sinks.append(_from_tf_timer(sink))  # counted from each session's start step, as the hook counts
     done.listeners.extend(hook._listeners)
     if hook._save_graph_def:
         done.graph_dirs.append(hook._checkpoint_dir)
@@ -296,8 +295,11 @@ def from_hooks(
 
     Args:
         hooks: The hooks, as given to ``MonitoredTrainingSession(hooks=...)``.
-        bus: The bus to publish on (default: a new :class:`hookbus.EventBus`; pass your own to
-            attach more sinks, such as a :class:`~hookbus.sinks.ConsoleSink`, or to use ``with bus:``).
+        bus: The bus to publish on (default: a new :class:`hookbus.EventBus`, reachable as the
+            returned hook's ``bus``). Pass your own to attach more sinks (a
+            :class:`~hookbus.sinks.ConsoleSink`) and to use ``with bus:``: without it the run, and the
+            locks on its directories, end only at ``bus.close()`` or when the interpreter exits, so a
+            second training in the same process writing the same directories fails naming the first.
         train_op: The training op (recommended: exact steps; see :class:`hookbus.EventBusHook`).
         fetches: More ``{key: tensor}`` to publish beside the hooks' (default ``None``).
         report: Called with the one line saying what was converted and what passes through

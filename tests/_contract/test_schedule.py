@@ -301,6 +301,22 @@ def test_steps_from_last_firing_starts_again_at_each_session() -> None:
     assert timer.is_due(8, 0.0)
 
 
+def test_steps_from_last_firing_from_the_session_start_counts_from_its_step() -> None:
+    """CheckpointSaverHook's rule (it saves as a session starts): a session from S is due at S + n."""
+    schedule = Schedule(every_n_steps=4, secs_from_session_start=True, steps_from_last_firing=True)
+    assert fire_steps(schedule, list(range(1, 13))) == [4, 8, 12]
+    assert fire_steps(schedule, list(range(7, 16)), start=6) == [10, 14]  # a resume at 6, not 8 and 12
+    timer = schedule.timer()
+    timer.reset(6)
+    assert timer.next_step == 10
+    assert not timer.is_due_at_end(6)  # a session that ends where it started owes no final firing
+    # A timer no session has reset yet (a run begun after its session) counts the multiples: it never
+    # fires at the first step it sees, as a save at the session's start would.
+    fresh = schedule.timer()
+    assert fresh.next_step == 4
+    assert not fresh.is_due(1, 0.0)
+
+
 def test_steps_from_last_firing_is_planned_exactly_by_the_publisher() -> None:
     """The publisher fetches only on the steps the timer fires at (its ``next_step`` is exact)."""
     bus = EventBus(clock=FakeClock())

@@ -327,6 +327,38 @@ def test_after_save_returning_true_stops_training(tmp_path: Path) -> None:
     assert steps == {"hooks": 4, "converted": 4}
 
 
+def test_a_resumed_training_saves_at_the_hooks_steps(tmp_path: Path) -> None:
+    """A second MonitoredTrainingSession restores the last checkpoint (step 6) and saves counting from
+    there, as the hook's timer does (10, 12), not at the multiples (8, 12): the same pointer after it."""
+    states = {}
+    for name in ("hooks", "converted"):
+        directory = str(tmp_path / name)
+        for last in (6, LAST_STEP):
+            graph = Graph()
+            with graph.graph.as_default():
+                saver = v1.train.Saver(max_to_keep=2)
+                hooks: list[Any] = [
+                    v1.train.CheckpointSaverHook(directory, save_steps=4, saver=saver),
+                    v1.train.StopAtStepHook(last_step=last),
+                ]
+                bus = hookbus.EventBus()  # each training its own run: the next may lock the same directory
+                if name == "converted":
+                    hooks = hookbus.from_hooks(hooks, bus=bus, train_op=graph.train_op, report=lambda line: None)
+                with bus:  # the session made inside the run, as the guide shows
+                    if name == "converted":
+                        session = hookbus.monitored_training_session(hooks=hooks, checkpoint_dir=directory)
+                    else:
+                        scaffold = v1.train.Scaffold(saver=saver)
+                        creator = v1.train.ChiefSessionCreator(scaffold=scaffold, checkpoint_dir=directory)
+                        session = v1.train.MonitoredSession(creator, hooks=hooks)
+                    with session as sess:
+                        while not sess.should_stop():
+                            sess.run(graph.train_op)
+        state = tf.train.get_checkpoint_state(directory)
+        states[name] = [os.path.basename(p) for p in state.all_model_checkpoint_paths]
+    assert states == {"hooks": ["model.ckpt-10", "model.ckpt-12"], "converted": ["model.ckpt-10", "model.ckpt-12"]}
+
+
 def _refusal(make: Callable[[Graph], list[Any]]) -> str:
     graph = Graph()
     with graph.graph.as_default(), pytest.raises(ValueError, match="^from_hooks: ") as raised:
