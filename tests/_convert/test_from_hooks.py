@@ -402,3 +402,44 @@ def test_other_hooks_pass_through_unchanged_in_order() -> None:
     nothing: list[str] = []
     assert hookbus.from_hooks([feed], report=nothing.append) == [feed]
     assert nothing == ["hookbus.from_hooks: nothing converted; FeedFnHook pass through unchanged"]
+
+
+def test_each_sink_is_built_from_the_hooks_arguments(tmp_path: Path) -> None:
+    """The arguments as TensorFlow's tests pass them: a scaffold's saver, a basename, save_secs, a
+    summary_writer instead of output_dir, a list of tensor names, a formatter, fail_on_nan_loss=False,
+    num_steps; read back from the sinks on the bus."""
+    graph = Graph()
+    with graph.graph.as_default():
+        writer = v1.summary.FileWriter(str(tmp_path / "tb"))
+        scaffold = v1.train.Scaffold(saver=v1.train.Saver(max_to_keep=3))
+        bus = hookbus.EventBus()
+        hooks = hookbus.from_hooks(
+            [
+                v1.train.CheckpointSaverHook(
+                    str(tmp_path / "ck"), save_secs=30, scaffold=scaffold, checkpoint_basename="m.ckpt"
+                ),
+                v1.train.SummarySaverHook(save_secs=20, summary_writer=writer, summary_op=[graph.summary]),
+                v1.train.LoggingTensorHook(["loss:0", "worst:0"], every_n_secs=15, formatter=str),
+                v1.train.NanTensorHook(graph.loss, fail_on_nan_loss=False),
+                v1.train.StopAtStepHook(num_steps=7),
+            ],
+            bus=bus,
+            train_op=graph.train_op,
+            report=lambda line: None,
+        )
+        writer.close()
+    assert len(hooks) == 1
+    assert isinstance(hooks[0], hookbus.EventBusHook)
+    by_kind: dict[str, Any] = {type(s).__name__: s for s in bus.sinks}
+    checkpoints = by_kind["CheckpointSink"]
+    assert (checkpoints.directory, checkpoints.keep, checkpoints.basename) == (str(tmp_path / "ck"), 3, "m.ckpt")
+    assert (checkpoints.schedule.every_n_steps, checkpoints.schedule.every_n_secs) == (None, 30)
+    summaries = by_kind["TensorBoardSink"]
+    assert (summaries.logdir, summaries.train_run, summaries.rate_tag) == (str(tmp_path / "tb"), "", None)
+    assert (summaries.schedule.every_n_secs, summaries.keys) == (20, frozenset({"summary"}))
+    lines = by_kind["LoggingSink"]
+    assert (lines.order, lines.formatter, lines.schedule.every_n_secs) == (("loss:0", "worst:0"), str, 15)
+    assert by_kind["NanGuardSink"].on_nan == "stop"
+    assert by_kind["StopAtStepSink"].num_steps == 7
+    # One fetch per tensor: the NaN hook's loss is the logging hook's "loss:0".
+    assert sorted(hooks[0].keys) == ["loss:0", "summary", "worst:0"]
