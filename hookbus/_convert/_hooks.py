@@ -37,6 +37,7 @@ CONVERTED = (
     "StepCounterHook",
     "NanTensorHook",
     "StopAtStepHook",
+    "FeedFnHook",
 )
 
 
@@ -94,6 +95,7 @@ class _Converted:
     listeners: list[Any] = dataclasses.field(default_factory=list)
     graph_dirs: list[str] = dataclasses.field(default_factory=list)
     meta_graph: bool = True
+    feed_fn: Callable[[], Mapping[Any, Any]] | None = None
     summaries: dict[str, tuple[TensorBoardSink, tuple[int | None, float | None]]] = dataclasses.field(
         default_factory=dict
     )
@@ -289,9 +291,11 @@ def from_hooks(
       raising ``tf.compat.v1.train.NanLossDuringTrainingError`` (or stopping); it also stops on
       an infinite loss, which the hook lets pass.
     - ``StopAtStepHook(num_steps | last_step)``: a :class:`~hookbus.sinks.StopAtStepSink`.
+    - ``FeedFnHook(feed_fn)``, beside a hook converted above: the ``EventBusHook``'s ``feed_fn``
+      (every run gets its ``feed_dict``); alone, or a second one, it stays a hook.
 
-    Every other hook — ``ProfilerHook``, ``GlobalStepWaiterHook``, ``FeedFnHook``,
-    ``FinalOpsHook``, a subclass of any hook, your own — passes through unchanged, in order.
+    Every other hook — ``ProfilerHook``, ``GlobalStepWaiterHook``, ``FinalOpsHook``, a subclass
+    of any hook, your own — passes through unchanged, in order.
 
     Args:
         hooks: The hooks, as given to ``MonitoredTrainingSession(hooks=...)``.
@@ -340,14 +344,22 @@ def from_hooks(
             _nan(hook, gathered, done)
         elif kind == "StopAtStepHook":
             _stop(hook, done)
+        elif kind == "FeedFnHook":
+            if done.feed_fn is not None:
+                continue  # one feed function per EventBusHook: a second FeedFnHook stays a hook
+            done.feed_fn = hook.feed_fn
         taken.add(i)
+    if all(kinds[i] == "FeedFnHook" for i in taken):
+        taken = set()  # feeds alone are no reason for an EventBusHook: the FeedFnHook stays
     kept = [h for i, h in enumerate(given) if i not in taken]
     say = report if report is not None else _print
     if not taken:
         say(f"hookbus.from_hooks: nothing converted; {_names(kept)} pass through unchanged")
         return given
     bus = bus if bus is not None else EventBus()
-    publisher = EventBusHook(bus, gathered.elements, train_op=train_op, checkpoint_listeners=done.listeners)
+    publisher = EventBusHook(
+        bus, gathered.elements, train_op=train_op, checkpoint_listeners=done.listeners, feed_fn=done.feed_fn
+    )
     if publisher.checkpoint_backend is not None:
         publisher.checkpoint_backend.write_meta_graph = done.meta_graph
     summaries = {k for sink, _ in done.summaries.values() for k in sink.keys or ()}

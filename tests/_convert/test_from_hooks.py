@@ -378,30 +378,64 @@ def test_an_argument_with_no_equivalent_fails_before_the_session_naming_it() -> 
     assert "max_to_keep=None" in message
 
 
-def test_other_hooks_pass_through_unchanged_in_order() -> None:
+def test_other_hooks_pass_through_unchanged_in_order(tmp_path: Path) -> None:
     graph = Graph()
     with graph.graph.as_default():
-        feed = v1.train.FeedFnHook(lambda: {})
+        profiler = v1.train.ProfilerHook(save_steps=2, output_dir=str(tmp_path / "profile"))
         final = v1.train.FinalOpsHook(graph.w)
         waiter = v1.train.GlobalStepWaiterHook(0)
         lines: list[str] = []
         hooks = hookbus.from_hooks(
-            [feed, v1.train.NanTensorHook(graph.loss), final, waiter, v1.train.StopAtStepHook(num_steps=3)],
+            [profiler, v1.train.NanTensorHook(graph.loss), final, waiter, v1.train.StopAtStepHook(num_steps=3)],
             train_op=graph.train_op,
             report=lines.append,
         )
-        assert hooks[0] is feed
+        assert hooks[0] is profiler
         assert isinstance(hooks[1], hookbus.EventBusHook)
         assert hooks[2:] == [final, waiter]
         assert lines == [
             "hookbus.from_hooks: converted NanTensorHook, StopAtStepHook into one EventBusHook; "
-            "passing through unchanged: FeedFnHook, FinalOpsHook, GlobalStepWaiterHook"
+            "passing through unchanged: ProfilerHook, FinalOpsHook, GlobalStepWaiterHook"
         ]
         assert train(graph, hooks, converted=True) == 3
     assert final.final_ops_values is not None  # the passed-through FinalOpsHook ran at the end
+    assert sorted(p.name for p in (tmp_path / "profile").glob("timeline-*.json")) == ["timeline-2.json"]
     nothing: list[str] = []
-    assert hookbus.from_hooks([feed], report=nothing.append) == [feed]
-    assert nothing == ["hookbus.from_hooks: nothing converted; FeedFnHook pass through unchanged"]
+    assert hookbus.from_hooks([final], report=nothing.append) == [final]
+    assert nothing == ["hookbus.from_hooks: nothing converted; FinalOpsHook pass through unchanged"]
+
+
+def test_feed_fn_hook_becomes_the_hooks_feed(tmp_path: Path) -> None:
+    """FeedFnHookTest: every run gets the function's feed_dict, from the FeedFnHook or from the
+    EventBusHook it became; the values fed reach the summaries alike."""
+    steps: dict[str, list[float]] = {}
+    for name in ("hooks", "converted"):
+        graph = Graph()
+        with graph.graph.as_default():
+            scale = v1.placeholder_with_default(1.0, [], name="scale")
+            fed = iter(range(1, 100))
+            scaled = v1.summary.scalar("scaled", scale * graph.loss)
+            hooks: list[Any] = [
+                v1.train.FeedFnHook(lambda scale=scale, fed=fed: {scale: float(next(fed))}),
+                v1.train.SummarySaverHook(save_steps=2, output_dir=str(tmp_path / name), summary_op=scaled),
+                v1.train.StopAtStepHook(last_step=6),
+            ]
+            if name == "converted":
+                lines: list[str] = []
+                hooks = hookbus.from_hooks(hooks, train_op=graph.train_op, report=lines.append)
+                assert lines == [
+                    "hookbus.from_hooks: converted FeedFnHook, SummarySaverHook, StopAtStepHook into one EventBusHook"
+                ]
+                assert len(hooks) == 1
+            train(graph, hooks, converted=name == "converted")
+        accumulator = EventAccumulator(str(tmp_path / name))
+        accumulator.Reload()
+        steps[name] = [(e.step, e.value) for e in accumulator.Scalars("scaled")]
+    assert steps["converted"] == steps["hooks"]
+    assert [step for step, _ in steps["hooks"]] == [1, 3, 5]
+    alone: list[str] = []
+    feed = v1.train.FeedFnHook(dict)
+    assert hookbus.from_hooks([feed], report=alone.append) == [feed]
 
 
 def test_each_sink_is_built_from_the_hooks_arguments(tmp_path: Path) -> None:
