@@ -408,7 +408,7 @@ def test_other_hooks_pass_through_unchanged_in_order(tmp_path: Path) -> None:
 def test_feed_fn_hook_becomes_the_hooks_feed(tmp_path: Path) -> None:
     """FeedFnHookTest: every run gets the function's feed_dict, from the FeedFnHook or from the
     EventBusHook it became; the values fed reach the summaries alike."""
-    steps: dict[str, list[float]] = {}
+    steps: dict[str, list[tuple[int, float]]] = {}
     for name in ("hooks", "converted"):
         graph = Graph()
         with graph.graph.as_default():
