@@ -1,1 +1,1 @@
-"""Tests of hookbus/_bus."""
+"""Tests of hookbus/_convert."""
