@@ -4,7 +4,8 @@ This module is for people who train. Make an :class:`EventBus`, attach sinks fro
 :mod:`hookbus.sinks` (``bus.attach``) and plain functions (``@bus.on("after_run", every_n_steps=100)``,
 which receive an :class:`Event`), and give your training one publisher:
 
-- :class:`EventBusHook` for a TF1 ``MonitoredTrainingSession`` (:func:`monitored_training_session`,
+- :class:`EventBusHook` for a TF1 ``MonitoredTrainingSession`` (:func:`monitored_training_session`;
+  :func:`from_hooks` turns a list of ``tf.compat.v1.train`` hooks into one, with its sinks;
   :func:`train_and_evaluate`, :func:`evaluate_checkpoints`; :class:`Task` and :func:`staggered_start`
   on a cluster);
 - :class:`EventBusCallback` for Keras ``fit``;
@@ -27,6 +28,9 @@ from hookbus._contract._cluster import Task
 from hookbus._contract._event_log import read_event_log
 from hookbus._contract._events import Event
 from hookbus._contract._stats import BusStats, SubscriberStats, WriterStats
+
+# Last: the conversions build sinks, whose modules import the faces above.
+from hookbus._convert._hooks import from_hooks  # noqa: E402
 from hookbus._publishing._replay import ReplayResult, replay
 from hookbus._rules._home import show_home
 from hookbus._tf.hook._evaluator import evaluate_checkpoints
@@ -58,6 +62,7 @@ __all__ = [
     "WriterStats",
     "__version__",
     "evaluate_checkpoints",
+    "from_hooks",
     "monitored_training_session",
     "read_event_log",
     "replay",

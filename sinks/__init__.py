@@ -7,6 +7,7 @@ from .early_stopping import EarlyStoppingSink
 from .event_log import EventLogSink
 from .export import ExportSink
 from .learning_rate.learning_rate import LearningRateSchedulerSink, ReduceLROnPlateauSink
+from .logging_values import LoggingSink
 from .mlflow._names import mlflow_name
 from .mlflow.mlflow import MLflowSink
 from .nan_guard import NanGuardSink, NonFiniteError
@@ -22,6 +23,7 @@ __all__: list[str] = [
     "EventLogSink",
     "ExportSink",
     "LearningRateSchedulerSink",
+    "LoggingSink",
     "MLflowSink",
     "NanGuardSink",
     "NonFiniteError",

@@ -34,6 +34,9 @@ class NanGuardSink(Sink):
         on_nan: ``"raise"`` (default): raise :class:`NonFiniteError` naming key, value and step;
             ``"stop"``: request a stop instead (no checkpoint is saved from that step on).
         name: Name in reports (default the class name).
+        error: With ``on_nan="raise"``, the exception class raised, made with the message (default
+            :class:`NonFiniteError`; :func:`hookbus.from_hooks` passes ``NanTensorHook``'s
+            ``tf.compat.v1.train.NanLossDuringTrainingError``).
 
     Attributes:
         nonfinite_step: The first step of the current session found non-finite, else ``None``;
@@ -51,13 +54,17 @@ class NanGuardSink(Sink):
         on_nan: str = "raise",
         *,
         name: str | None = None,
+        error: type[BaseException] = NonFiniteError,
     ) -> None:
+        if not (isinstance(error, type) and issubclass(error, BaseException)):
+            raise ValueError(f"error must be an exception class (got {error!r})")
         if keys is None:
             raise ValueError("keys must be a key or a list of keys to check (got None)")
         if on_nan not in ON_NAN:
             raise ValueError(f"on_nan must be 'raise' or 'stop' (got {on_nan!r})")
         super().__init__(keys=keys, every_n_steps=every_n_steps, name=name)
         self.on_nan = on_nan
+        self.error = error
         self.guarded: tuple[str, ...] = tuple(sorted(self.keys or ()))
         self.nonfinite_step: int | None = None
 
@@ -78,7 +85,7 @@ class NanGuardSink(Sink):
             self.nonfinite_step = event.step
         message = f"{key} is non-finite ({value!r}) at step {event.step}"
         if self.on_nan == "raise":
-            raise NonFiniteError(message + "; no checkpoint was saved from this step")
+            raise self.error(message + "; no checkpoint was saved from this step")
         event.request_stop(message)
 
     def checkpoint_veto(self, step: int) -> str | None:

@@ -145,6 +145,14 @@ class TensorBoardSink(Sink):
         runs_on: Multi-worker training: ``"chief"`` (default), ``"all"`` or ``"each"`` (every
             worker writes its runs under ``logdir/worker-<i>``: ``worker-<i>/train`` and
             ``worker-<i>/eval``). Summaries are keyed by ``event.step``, the shared global step.
+        train_run: The default layout's training run: a directory under ``logdir`` (default
+            ``"train"``), or ``""`` for ``logdir`` itself, where ``SummarySaverHook(output_dir)``
+            writes (:func:`hookbus.from_hooks`).
+        rate_tag: The tag of the training rate, in steps per second (default ``"steps/sec"``;
+            ``StepCounterHook`` writes ``"global_step/sec"``), or ``None``: no rate. With a
+            schedule counted from its last firing (``Schedule(steps_from_last_firing=True)``, as
+            :func:`hookbus.from_hooks` sets), the rate is measured between firings only, so a
+            session's first firing writes none, as ``StepCounterHook``'s first does not.
     """
 
     default_schedule: ClassVar[Schedule] = Schedule(every_n_steps=100)
@@ -170,7 +178,13 @@ class TensorBoardSink(Sink):
         layout: str = "default",
         histogram_freq: int = 0,
         update_freq: str | int | None = None,
+        train_run: str = "train",
+        rate_tag: str | None = "steps/sec",
     ) -> None:
+        if not isinstance(train_run, str) or os.path.isabs(train_run) or ".." in train_run.split(os.sep):
+            raise ValueError(f"train_run must be a directory under logdir, or '' for logdir itself (got {train_run!r})")
+        if rate_tag is not None and (not isinstance(rate_tag, str) or not rate_tag):
+            raise ValueError(f"rate_tag must be a non-empty tag or None (got {rate_tag!r})")
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {', '.join(map(repr, LAYOUTS))} (got {layout!r})")
         keras = layout == "keras"
@@ -232,6 +246,8 @@ class TensorBoardSink(Sink):
         self._graph_written = False
         self._first_stop: StopRequest | None = None
         self._error: BaseException | None = None
+        self.train_run = train_run
+        self.rate_tag = rate_tag
 
     @property
     def receives_epochs(self) -> bool:
@@ -255,7 +271,8 @@ class TensorBoardSink(Sink):
         if not self.output.writing:  # else a second publisher (eval) began in the same run
             self.output.prepare(self.logdir, "event files")  # fail now with the path, not inside TensorBoard's writer
             old = self.layout == "default" and any(_OLD_LAYOUT.match(n) for n in os.listdir(self.logdir))
-            self._train_dir = self.logdir if old else os.path.join(self.logdir, "train")
+            run = self.train_run if self.layout == "default" else "train"
+            self._train_dir = self.logdir if old or not run else os.path.join(self.logdir, run)
             writers: dict[str, EventFileWriter] = {}
             self._writers = writers  # this run's; closed on the kit's thread, unwaited for after a stall
             self.output.adopt(
@@ -321,7 +338,8 @@ class TensorBoardSink(Sink):
         if event.mode != "train" or not self.output.writing:
             return  # an eval session evaluates a checkpoint; it is no restart
         self._session_step = event.step
-        self._rate_from = (event.step, event.wall_time)
+        # Counted from the last firing (TensorFlow's timers): the first firing only starts the clock.
+        self._rate_from = None if self.schedule.steps_from_last_firing else (event.step, event.wall_time)
         for run, writer in self._writers.items() if self.layout == "default" else ():  # Keras writes none
             if run != _SESSION:
                 self._add(writer, self._marker(event.wall_time))
@@ -373,12 +391,11 @@ class TensorBoardSink(Sink):
                 values.append(Summary.Value(tag=tag, histo=histo))
             elif isinstance(value, bytes):
                 raw.append(Summary.FromString(value))  # a malformed proto raises (isolated by the bus)
-        if not eval_mode:
+        if not eval_mode and self.rate_tag is not None:
             last, self._rate_from = self._rate_from, (event.step, event.wall_time)
             if last is not None and event.step > last[0] and event.wall_time > last[1]:
-                values.append(
-                    Summary.Value(tag="steps/sec", simple_value=(event.step - last[0]) / (event.wall_time - last[1]))
-                )
+                rate = (event.step - last[0]) / (event.wall_time - last[1])
+                values.append(Summary.Value(tag=self.rate_tag, simple_value=rate))
         if not eval_mode and self.histogram_freq and event.step // self.histogram_freq > self._histogram_block:
             self._histogram_block = event.step // self.histogram_freq
             for name, array in self._variables():

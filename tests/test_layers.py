@@ -3,8 +3,13 @@
 The ladder, bottom first (each rung may import the ones below it, and its own folder)::
 
     _rules <- _checkpoints <- _contract <- _writers <- _bus <- _publishing <- _tf
-      <- {_tf.hook, _tf.keras, _tf.loop} <- the faces <- hookbus.sinks <- _watch <- _cli
+      <- {_tf.hook, _tf.keras, _tf.loop} <- the faces <- hookbus.sinks <- _convert <- _watch <- _cli
       <- hookbus.__main__ (``python -m hookbus``)
+
+- The conversions (``_convert``: ``hookbus.from_hooks``) build sinks, so they sit above
+  ``hookbus.sinks``; the trainers' face exports them all the same: ``hookbus`` importing
+  ``hookbus._convert`` is the one import allowed up the ladder (``UPWARD``), made last in
+  ``hookbus/__init__.py``, after every name the sinks import from the faces.
 
 - Every import between two project modules points down the ladder or stays in its folder; the
   three publishers' folders are peers and never import each other. Every import counts: those
@@ -34,6 +39,7 @@ RUNGS: tuple[tuple[str, ...], ...] = (
     ("hookbus._tf.hook", "hookbus._tf.keras", "hookbus._tf.loop"),  # peers
     ("hookbus",),  # the faces: hookbus/__init__, sink_api, publisher_api, testing, validate
     ("hookbus.sinks",),
+    ("hookbus._convert",),  # builds sinks from other libraries' callbacks and hooks
     ("hookbus._watch",),
     ("hookbus._cli",),
     ("hookbus.__main__",),  # python -m hookbus: the command
@@ -41,6 +47,9 @@ RUNGS: tuple[tuple[str, ...], ...] = (
 FACES = ("hookbus", "hookbus.sink_api", "hookbus.publisher_api", "hookbus.testing", "hookbus.validate")
 FRAMEWORKS = ("tensorflow", "keras", "tf_keras")
 ALLOWED_FRAMEWORK = ("hookbus._tf", "hookbus._cli")  # the backends, and the demo's model
+#: The imports allowed up the ladder, as (importing module, imported folder): the face for people
+#: who train exports the conversions, which sit above the sinks they build.
+UPWARD = {("hookbus", "hookbus._convert")}
 
 
 def folder_of(module: str) -> str:
@@ -63,7 +72,7 @@ def wrong_way(edges: list[Import]) -> list[str]:
     found = []
     for edge in edges:
         source, target = folder_of(edge.source), folder_of(edge.target)
-        if source == target:
+        if source == target or (edge.source, target) in UPWARD:
             continue
         if rung_of(target) >= rung_of(source):
             found.append(f"{edge.source}:{edge.line} imports {edge.target} ({source} -> {target})")

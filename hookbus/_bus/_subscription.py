@@ -88,8 +88,9 @@ class Subscriber:
 
     def wants(self, keys: frozenset[str]) -> bool:
         """Whether an event carrying ``keys`` concerns this subscriber: it is planned and fetched
-        for. Never for a passive one, which only observes what is published for others."""
-        return not self.passive and (self.keys is None or not self.keys.isdisjoint(keys))
+        for. Never for a passive one, which only observes what is published for others. An empty
+        ``keys`` (a sink that needs the step, not values) wants every event and adds no key to a fetch."""
+        return not self.passive and (self.keys is None or not self.keys or not self.keys.isdisjoint(keys))
 
     def wants_epochs(self, keys: frozenset[str]) -> bool:
         """Whether an epoch event (``mode="epoch"``, ``epoch/<name>`` keys) reaches this subscriber.

@@ -30,6 +30,13 @@ class Schedule:
         secs_from_session_start: Count ``every_n_secs`` from the start of each session instead of
             firing at its first step. Default ``False``; ``CheckpointSink`` uses it, so a fresh
             start or a resume does not save just because a timer began.
+        steps_from_last_firing: Count ``every_n_steps`` as TensorFlow's hooks count theirs
+            (``SecondOrStepTimer``): due at the first step of each session, then once ``n`` steps
+            have passed since it last fired (steps ``1, 1 + n, 1 + 2n, ...`` from a fresh start),
+            instead of at the multiples of ``n``. Default ``False``; :func:`hookbus.from_hooks`
+            uses it, so converted hooks write at the hooks' steps. With ``secs_from_session_start``
+            the steps count from the session's start step too (``CheckpointSaverHook``'s rule: a
+            session starting at S is due at S + n), so a session's first step is not due.
 
     Raises:
         ValueError: naming the argument and the value, when a value is invalid.
@@ -40,6 +47,7 @@ class Schedule:
     at_begin: bool = False
     at_end: bool = False
     secs_from_session_start: bool = False
+    steps_from_last_firing: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "every_n_steps", _check_steps(self.every_n_steps))
@@ -47,6 +55,7 @@ class Schedule:
         flag("at_begin", self.at_begin)
         flag("at_end", self.at_end)
         flag("secs_from_session_start", self.secs_from_session_start)
+        flag("steps_from_last_firing", self.steps_from_last_firing)
 
     @property
     def is_empty(self) -> bool:
@@ -85,9 +94,12 @@ class ScheduleTimer:
         """:attr:`next_step` and :attr:`next_time` from the state just written."""
         s = self.schedule
         n, secs = s.every_n_steps, s.every_n_secs
-        if self._begin_pending:
+        from_last = s.steps_from_last_firing and n is not None
+        if self._begin_pending or (from_last and self._last_step is None and not s.secs_from_session_start):
             self.next_step: float = -math.inf
-        else:
+        elif from_last and self._last_step is not None:
+            self.next_step = self._last_step + n  # type: ignore[operator]
+        else:  # the multiples; also a session-start count whose session is not known yet (not reset)
             self.next_step = (self._bucket + 1) * n if n is not None else math.inf
         if secs is None:
             self.next_time: float = math.inf
@@ -99,7 +111,10 @@ class ScheduleTimer:
         n = self.schedule.every_n_steps
         self._bucket = step // n if n else 0
         self._begin_pending = self.schedule.at_begin
-        if self._last_step is not None and self._last_step > step:
+        if self.schedule.steps_from_last_firing:
+            # TensorFlow's timers fire at a session's first step, or (the checkpoint hook's) count from its start.
+            self._last_step = step if self.schedule.secs_from_session_start else None
+        elif self._last_step is not None and self._last_step > step:
             self._last_step = None
         if self.schedule.secs_from_session_start and now is not None:
             self._last_time = now  # the time rule counts from here, not from the first step
@@ -110,7 +125,11 @@ class ScheduleTimer:
         s = self.schedule
         if self._begin_pending:
             return True
-        if s.every_n_steps is not None and step // s.every_n_steps > self._bucket:
+        n, last = s.every_n_steps, self._last_step
+        if n is not None and s.steps_from_last_firing and (last is not None or not s.secs_from_session_start):
+            if last is None or step >= last + n:
+                return True
+        elif n is not None and step // n > self._bucket:
             return True
         if s.every_n_secs is not None:
             return self._last_time is None or now - self._last_time >= s.every_n_secs

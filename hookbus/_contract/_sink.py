@@ -159,7 +159,10 @@ class Sink:
     Args:
         keys: Keys this sink needs (default ``None``: every key). On a due step the publisher
             fetches the union of the due subscribers' keys; the sink receives an ``after_run``
-            event only when it carries at least one of its keys.
+            event only when it carries at least one of its keys. A sink that needs only the step
+            (stop at a step, save a checkpoint) may set ``self.keys = frozenset()`` after this
+            ``__init__``: it adds no key to any fetch and receives its due steps' events with
+            whatever was fetched for the others.
         every_n_steps, every_n_secs, at_begin, at_end: The schedule (see :class:`Schedule`).
             When none is given the class's ``default_schedule`` applies.
         priority: Order among subscribers, lower first (default: the class's ``priority``).

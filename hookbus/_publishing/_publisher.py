@@ -417,7 +417,9 @@ class PublisherCore:
             self._last = (step, values)
             if self._rate is not None and LEARNING_RATE_KEY in values:
                 self._rate.seen(values[LEARNING_RATE_KEY])
-        targets = [r for r in due if "after_run" in r.handlers and (r.keys is None or not r.keys.isdisjoint(values))]
+        targets = [
+            r for r in due if "after_run" in r.handlers and (not r.keys or not r.keys.isdisjoint(values))
+        ]  # keys None (all) or empty (the step alone), or one of its keys fetched
         observers = self._planner.observers
         if observers and targets:  # they see what the due subscribers were sent, in dispatch order
             targets = sorted([*targets, *observers], key=_dispatch_order)

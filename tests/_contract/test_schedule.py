@@ -278,3 +278,64 @@ def test_the_planners_due_set_is_every_enabled_subscriber_whose_rule_is_due(
         if jump == 1 and not fire:
             for record in subs:
                 record.timer.reset(step, now)
+
+
+# -- steps_from_last_firing (TensorFlow's SecondOrStepTimer, for hookbus.from_hooks) ----------------
+def test_steps_from_last_firing_fires_at_the_first_step_then_every_n_after_it() -> None:
+    """SecondOrStepTimer: the first step, then once n steps have passed since the last firing."""
+    schedule = Schedule(every_n_steps=5, steps_from_last_firing=True)
+    assert fire_steps(schedule, list(range(1, 13))) == [1, 6, 11]
+    assert fire_steps(Schedule(every_n_steps=5), list(range(1, 13))) == [5, 10]  # the multiples, unchanged
+    # A step that jumps counts from the step it fired at (12 + 5), not from a multiple.
+    assert fire_steps(schedule, [1, 3, 12, 16, 17]) == [1, 12, 17]
+
+
+def test_steps_from_last_firing_starts_again_at_each_session() -> None:
+    timer = Schedule(every_n_steps=5, steps_from_last_firing=True).timer()
+    timer.reset(0)
+    assert timer.next_step == -math.inf
+    timer.fire(1, 0.0)
+    assert timer.next_step == 6
+    timer.reset(7)  # a new session: its first step fires, as a new hook's timer does
+    assert timer.next_step == -math.inf
+    assert timer.is_due(8, 0.0)
+
+
+def test_steps_from_last_firing_from_the_session_start_counts_from_its_step() -> None:
+    """CheckpointSaverHook's rule (it saves as a session starts): a session from S is due at S + n."""
+    schedule = Schedule(every_n_steps=4, secs_from_session_start=True, steps_from_last_firing=True)
+    assert fire_steps(schedule, list(range(1, 13))) == [4, 8, 12]
+    assert fire_steps(schedule, list(range(7, 16)), start=6) == [10, 14]  # a resume at 6, not 8 and 12
+    timer = schedule.timer()
+    timer.reset(6)
+    assert timer.next_step == 10
+    assert not timer.is_due_at_end(6)  # a session that ends where it started owes no final firing
+    # A timer no session has reset yet (a run begun after its session) counts the multiples: it never
+    # fires at the first step it sees, as a save at the session's start would.
+    fresh = schedule.timer()
+    assert fresh.next_step == 4
+    assert not fresh.is_due(1, 0.0)
+
+
+def test_steps_from_last_firing_is_planned_exactly_by_the_publisher() -> None:
+    """The publisher fetches only on the steps the timer fires at (its ``next_step`` is exact)."""
+    bus = EventBus(clock=FakeClock())
+    fired: list[int] = []
+
+    class Steps(hookbus.sink_api.Sink):
+        def on_after_run(self, event: hookbus.Event) -> None:
+            fired.append(event.step)
+
+    sink = Steps(keys=["loss"])
+    sink.schedule = Schedule(every_n_steps=4, steps_from_last_firing=True)
+    bus.attach(sink)
+    publisher = ScriptedPublisher(bus, keys=["loss"])
+    with bus:
+        publisher.run({"loss": 1.0} for _ in range(10))
+    assert fired == [1, 5, 9]
+    assert [step for step, _ in publisher.fetched] == [1, 5, 9]
+
+
+def test_steps_from_last_firing_must_be_a_flag() -> None:
+    with pytest.raises(ValueError, match="steps_from_last_firing"):
+        Schedule(every_n_steps=2, steps_from_last_firing="yes")  # type: ignore[arg-type]

@@ -22,6 +22,7 @@ from hookbus._tf.hook._eval import EvalRuns
 from hookbus._tf.hook._eval_mean import check_aggregate
 from hookbus._tf.hook._fetch import TrainFetches, key_sets
 from hookbus._tf.hook._gate import start_gate
+from hookbus._tf.hook._listeners import CheckpointListeners, check_listeners
 from hookbus._tf.hook._model_view import GraphModelView
 from hookbus._tf.hook._shared_stop import SharedStop
 from hookbus._tf.hook._steps import StepEstimate
@@ -124,6 +125,13 @@ class EventBusHook:
             predictions, both or neither: the ``serving_default`` signature of the SavedModel
             :class:`~hookbus.sinks.ExportSink` writes from the live session (the graph's
             variables as the session holds them). Default ``None``: the hook offers no export.
+        checkpoint_listeners: Train mode: ``tf.compat.v1.train.CheckpointSaverListener``\\ s,
+            called as ``CheckpointSaverHook`` calls its listeners, around every save of the
+            :class:`~hookbus.sinks.CheckpointSink` on this bus, with this hook's session:
+            ``begin()`` as the hook begins, ``before_save(session, step)`` before the checkpoint
+            barrier, ``after_save(session, step)`` once the pointer names the checkpoint (returning
+            ``True`` stops training at the end of the step), ``end(session, step)`` at the end,
+            after the final save. Default: none.
 
     Raises:
         ValueError, TypeError: at construction for malformed arguments; in ``begin()``, before
@@ -155,8 +163,10 @@ class EventBusHook:
         feed_fn: Callable[[], Mapping[Any, Any]] | None = None,
         serving_inputs: Mapping[str, Any] | None = None,
         serving_outputs: Mapping[str, Any] | None = None,
+        checkpoint_listeners: Iterable[Any] = (),
     ) -> None:
         _tensorflow("EventBusHook")
+        listeners = check_listeners(checkpoint_listeners)
         if feed_fn is not None and not callable(feed_fn):
             raise TypeError(f"feed_fn must be a function returning a feed_dict, or None (got {feed_fn!r})")
         self._feed_fn = feed_fn
@@ -211,6 +221,12 @@ class EventBusHook:
         self._profiling = self._core.profiling  # steps in a profile window carry a step marker
         self._serving = check_serving(serving_inputs, serving_outputs, mode=self._core.mode)
         self._export: GraphExport | None = None  # made in begin (its Saver), once per graph
+        if listeners:
+            if self._core.mode != "train":
+                raise ValueError("checkpoint_listeners are a train-mode hook's: an eval hook saves no checkpoint")
+            # Attached now, as the hook's keys are known now: a sink of its own on the same bus.
+            self.checkpoint_listeners = CheckpointListeners(listeners, self._live_session, bus.request_stop)
+            bus.attach(self.checkpoint_listeners)
 
     @property
     def _step(self) -> int:
