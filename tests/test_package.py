@@ -309,6 +309,7 @@ def test_the_sink_authors_surface_is_pinned() -> None:
         "StopRequest",
         "SubscriberError",
         "SubscriberStats",
+        "TEST_PREFIX",
         "TRACKER_STATUS",
         "UnknownKeyError",
         "WaitForStep",
@@ -371,6 +372,7 @@ def test_the_publisher_authors_surface_is_pinned() -> None:
         "RUNS_ON",
         "RateBackend",
         "Stops",
+        "TEST_PREFIX",
         "Task",
         "WeightsBackend",
     ]

@@ -291,7 +291,7 @@ CASES: list[Case] = [
         "publisher mode",
         lambda t, r: ScriptedPublisher(r.bus, ["loss"], mode="predict"),
         ValueError,
-        r"mode must be 'train' or 'eval' \(got 'predict'\)",
+        r"mode must be 'train', 'eval' or 'test' \(got 'predict'\)",
     ),
     (
         "early stopping mode",
