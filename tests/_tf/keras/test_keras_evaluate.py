@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import gc
+import io
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 import tensorflow as tf  # noqa: E402
 from _keras_data import KERAS_NP_ARRAY, classifier, data  # noqa: E402
+from rich.console import Console  # noqa: E402
 from tensorboard.backend.event_processing import event_accumulator, event_file_loader  # noqa: E402
 from tensorboard.util import tensor_util  # noqa: E402
 
@@ -138,7 +140,9 @@ class Ours:
         self.keras_tb, self.tb = root / "tb-keras", root / "tb"
         self.csv, self.epochs = root / "metrics.csv", root / "epochs.csv"
         self.log = root / "events.jsonl"
+        self.screen = io.StringIO()  # the dashboard's plain lines and summaries
         for sink in (
+            ConsoleSink(console=Console(file=self.screen, width=120), live=False, run_name="fit"),
             *([TensorBoardSink(self.keras_tb, layout="keras")] if keras_layout else []),
             TensorBoardSink(self.tb, every_n_steps=1),
             CSVSink(self.csv, every_n_steps=1),
@@ -238,6 +242,12 @@ def test_an_evaluate_after_fit_is_what_kerass_tensorboard_and_csv_logger_leave(
         assert_same_points(tensors(keras_run.logdir / "train"), tensors(ours.keras_tb / "train"))
     assert_training_outputs_kept(keras_run, ours)
     assert_test_outputs(ours, [(8, result)])
+    # The dashboard: a test line, the values in the summary, and the fit that completed is "finished"
+    # (on 19d8f43 the keras layout's error ended the run "crashed").
+    screen = ours.screen.getvalue()
+    assert f"test at step 8 | test/loss {result['loss']:.4g}" in screen
+    assert "fit: finished at step 8" in screen
+    assert "crashed" not in screen
 
 
 # -- between two fits -----------------------------------------------------------------------------
@@ -340,7 +350,6 @@ def test_a_declared_key_evaluate_does_not_log_fails_naming_what_it_logs() -> Non
 # -- control sinks ignore it; predict publishes nothing -----------------------------------------
 def _all_sinks(root: Path) -> list[hookbus.sink_api.Sink]:
     return [
-        ConsoleSink(),
         NanGuardSink(),
         EarlyStoppingSink("eval/loss", patience=1),
         StopAtStepSink(last_step=100),
