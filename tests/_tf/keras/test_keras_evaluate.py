@@ -24,6 +24,7 @@ pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 import tensorflow as tf  # noqa: E402
 from _keras_data import KERAS_NP_ARRAY, classifier, data  # noqa: E402
+from _tb import check_served, rust_data_server_or_skip, serve_and_read  # noqa: E402
 from rich.console import Console  # noqa: E402
 from tensorboard.backend.event_processing import event_accumulator, event_file_loader  # noqa: E402
 from tensorboard.util import tensor_util  # noqa: E402
@@ -248,6 +249,49 @@ def test_an_evaluate_after_fit_is_what_kerass_tensorboard_and_csv_logger_leave(
     assert f"test at step 8 | test/loss {result['loss']:.4g}" in screen
     assert "fit: finished at step 8" in screen
     assert "crashed" not in screen
+
+
+# -- what TensorBoard's servers show -------------------------------------------------------------
+@pytest.fixture(scope="module")
+def evaluated_after_the_block(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tuple[str, str], Any]]:
+    """A fit with validation, then an evaluate after ``with bus:``, in the default layout: the logdir and
+    what a server must show (each run's loss by step)."""
+    root = tmp_path_factory.mktemp("served")
+    ours = Ours(root, keras_layout=False)
+    m = model()
+    with ours.bus:
+        history = fit(m, [ours.callback])
+    result = evaluate(m, [ours.callback])
+    ours.bus.close()
+    return ours.tb, {
+        ("train", "loss"): {int(r["step"]): float(r["loss"]) for r in rows(ours.csv)},
+        ("eval", "loss"): dict(zip([4, 8], history.history["val_loss"], strict=True)),  # Keras's own
+        ("test", "loss"): {8: result["loss"]},
+    }
+
+
+@pytest.mark.subprocess
+@KERAS_NP_ARRAY
+def test_tensorboards_python_loader_shows_the_validation_curve_whole_and_the_test_point(
+    evaluated_after_the_block: tuple[Path, dict[tuple[str, str], Any]],
+) -> None:
+    """``tensorboard --load_fast=false`` on the logdir: the eval run keeps both validation points, the
+    test run has the evaluation at step 8. On 19d8f43 the evaluate's marker at step 1 in ``eval``
+    purged the curve to the test value at step 8."""
+    logdir, want = evaluated_after_the_block
+    got, log = serve_and_read(logdir, ["--load_fast=false"], want)
+    check_served(got, want, log)
+
+
+@pytest.mark.subprocess
+@KERAS_NP_ARRAY
+def test_tensorboards_rust_data_server_shows_the_validation_curve_whole_and_the_test_point(
+    evaluated_after_the_block: tuple[Path, dict[tuple[str, str], Any]],
+) -> None:
+    rust_data_server_or_skip()
+    logdir, want = evaluated_after_the_block
+    got, log = serve_and_read(logdir, ["--load_fast=true"], want)
+    check_served(got, want, log)
 
 
 # -- between two fits -----------------------------------------------------------------------------
