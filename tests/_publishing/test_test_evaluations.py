@@ -15,7 +15,8 @@ import pytest
 from tensorboard.backend.event_processing import event_accumulator, event_file_loader
 
 import hookbus
-from hookbus.publisher_api import TEST_PREFIX
+import hookbus.publisher_api
+import hookbus.sink_api
 from hookbus.sinks import CSVSink, EarlyStoppingSink, EventLogSink, NanGuardSink, StopAtStepSink, TensorBoardSink
 from hookbus.testing import ScriptedPublisher
 
@@ -77,7 +78,7 @@ def test_subscribers_naming_test_keys_pass_the_key_check_and_fetch_keys_cannot_t
         ValueError, match=r"fetch key 'test/loss' must not start with 'test/'; a publisher in mode='test'"
     ):
         ScriptedPublisher(bus, ["test/loss"])
-    assert TEST_PREFIX == "test/"
+    assert hookbus.publisher_api.TEST_PREFIX == hookbus.sink_api.TEST_PREFIX == "test/"
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
