@@ -16,9 +16,9 @@ runs), whose step markers the publisher sets through ``PublisherCore.profiling``
 :class:`Profiling`). A publisher is a :class:`Publisher` (what the bus reads of it);
 ``PublisherCore.stops`` is the run's :class:`Stops`, what a transport of stops between workers
 reads and requests through.
-Evaluation's keys are published as ``EVAL_PREFIX + key`` and Keras epochs' as
-``EPOCH_PREFIX + key``; a fetch key may not be one of :data:`RESERVED_KEYS`. Guide and a
-NumPy example without TensorFlow: examples/README.md "Writing a publisher",
+Evaluation's keys are published as ``EVAL_PREFIX + key``, a test evaluation's (``mode="test"``)
+as ``TEST_PREFIX + key`` and Keras epochs' as ``EPOCH_PREFIX + key``; a fetch key may not be one
+of :data:`RESERVED_KEYS`. Guide and a NumPy example without TensorFlow: examples/README.md "Writing a publisher",
 ``examples/custom_publisher.py``.
 """
 
@@ -32,7 +32,7 @@ from hookbus._contract._cluster import RUNS_ON, Task
 from hookbus._contract._learning_rate import RateBackend
 from hookbus._contract._model import EpochProgress, ModelExport, ModelView, WeightsBackend
 from hookbus._contract._profiling import ProfileOptions, ProfilerBackend, ProfilerBusy, Profiling
-from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX, RESERVED_KEYS
+from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX, RESERVED_KEYS, TEST_PREFIX
 from hookbus._publishing._planner import Plan
 from hookbus._publishing._publisher import PublisherCore
 from hookbus._rules._home import show_home
@@ -42,6 +42,7 @@ __all__ = [
     "EVAL_PREFIX",
     "RESERVED_KEYS",
     "RUNS_ON",
+    "TEST_PREFIX",
     "CheckpointBackend",
     "CheckpointStore",
     "EpochProgress",

@@ -30,7 +30,8 @@ What it holds:
   :class:`BackgroundWriter`, :class:`OwnThreadWriter`, :class:`OutputLock`, :class:`FlushDeadline`,
   :func:`write_atomically`, :func:`check_writable_dir` and their errors and stats;
 - the rules sinks share: :func:`better_direction` (which way is better for a metric),
-  :data:`EVAL_PREFIX` and :data:`EPOCH_PREFIX` (evaluation's and Keras epochs' keys),
+  :data:`EVAL_PREFIX`, :data:`TEST_PREFIX` and :data:`EPOCH_PREFIX` (validation's, a test
+  evaluation's and Keras epochs' keys),
   :func:`is_real_dtype` (which values are numbers), :func:`step_of` and :func:`recover`
   (a checkpoint's step, and what a checkpoint directory keeps as a run starts), and the event
   log's line format :func:`event_log_line`, and how a run ended in one word, :func:`how_ended`
@@ -68,7 +69,7 @@ from hookbus._contract._events import (
 from hookbus._contract._learning_rate import LEARNING_RATE_KEY, LearningRate, LearningRateChange, RateRequest
 from hookbus._contract._model import EpochProgress, ModelExport, ModelView, WeightsBackend
 from hookbus._contract._profiling import ProfileOptions, Profiler, ProfileResult, ProfileWindow
-from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX
+from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX, TEST_PREFIX
 from hookbus._contract._schedule import Schedule, ScheduleTimer
 from hookbus._contract._sink import (
     PRIORITY_CHECKPOINT,
@@ -103,6 +104,7 @@ __all__ = [
     "PRIORITY_NAN_GUARD",
     "PRIORITY_STOP_AT_STEP",
     "SIGNALS",
+    "TEST_PREFIX",
     "TRACKER_STATUS",
     "BackgroundWriter",
     "BusStats",

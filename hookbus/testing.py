@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from hookbus._contract._model import ModelView
-from hookbus._contract._publisher_keys import EVAL_PREFIX
+from hookbus._contract._publisher_keys import EVAL_PREFIX, TEST_PREFIX
 from hookbus._publishing._publisher import PublisherCore
 from hookbus._tf._checkpoint_tf1 import TENSORFLOW
 
@@ -62,7 +62,9 @@ class ScriptedPublisher:
     Args:
         bus: The bus to publish on.
         keys: The keys it provides.
-        mode: ``"train"`` (default) or ``"eval"``.
+        mode: ``"train"`` (default), ``"eval"`` or ``"test"`` (a test evaluation outside training,
+            ``test/<key>``: :meth:`evaluate` publishes it, as ``model.evaluate`` under
+            :class:`hookbus.EventBusCallback` does; no session).
         shapes: Static shapes by key, declared before step 1 as a graph publisher declares its
             tensors' shapes (default ``None``: unknown).
         weights: Offered to sinks as the live model's weights (``snapshot()`` /
@@ -104,7 +106,7 @@ class ScriptedPublisher:
         unknown = sorted(set(shapes or {}) - set(self.core.keys))
         if unknown:
             raise ValueError(f"shapes names key {unknown[0]!r}, which is not in keys {sorted(self.core.keys)}")
-        prefix = EVAL_PREFIX if self.core.mode == "eval" else ""
+        prefix = {"eval": EVAL_PREFIX, "test": TEST_PREFIX}.get(self.core.mode, "")
         self.core.shapes = {prefix + k: tuple(shape) for k, shape in (shapes or {}).items()}
         self.bus = bus
         self.step = 0
@@ -142,7 +144,7 @@ class ScriptedPublisher:
         return self.core.should_stop()
 
     def evaluate(self, values: Mapping[str, Any], *, step: int | None = None) -> None:
-        """Publish one evaluation (eval mode) of ``values`` at training ``step``."""
+        """Publish one evaluation (eval or test mode) of ``values`` at training ``step``."""
         self.core.publish_eval(self.step if step is None else step, values)
 
     def end(self, final_values: Values | None = None) -> None:

@@ -26,6 +26,7 @@ import contextlib
 import csv
 import io
 import os
+import sys
 from collections.abc import Callable, Iterable
 from operator import itemgetter
 from pathlib import Path
@@ -72,9 +73,12 @@ class CSVFile:
         columns: list[str],
         *,
         csv_logger_order: bool = False,
+        every_row: bool = False,
         report: Callable[[str], None] = lambda message: None,
     ) -> None:
         self.path = path
+        #: A test evaluation's file: every row is kept (two of one step too), none is ever dropped.
+        self.every_row = every_row
         self.report = report  # says that the file at the path changed under the sink
         # CSVLogger's columns and order for epoch files (csv_logger_columns), fixed by the first
         # row: metrics the callback's keys did not name arrive with the first epoch.
@@ -223,8 +227,8 @@ class CSVFile:
         step, wall_time, values = row
         handle = self.handle
         if handle is None:  # no session announced, or a file deferred by start_session
-            handle = self.resume(step - 1 if self.resume_at is None else self.resume_at)
-        if step <= self.last_step:
+            handle = self.resume(self._kept_to(step - 1 if self.resume_at is None else self.resume_at))
+        if step <= self.last_step and not self.every_row:
             self.landed += 1  # dropped on purpose, not lost
             return  # one row per step: a repeat of a step already in the file is dropped
         new = [k for k in values if k not in self._known]
@@ -233,7 +237,7 @@ class CSVFile:
             self._first = list(values)
         if new or first:
             self.columns += new
-            handle = self.resume(self.last_step)
+            handle = self.resume(self._kept_to(self.last_step))
         missing = self.missing
         cells = [_cell(values[c]) if c in values else missing for c in self.columns]
         line = ",".join([str(step), repr(wall_time), *cells]) + "\n"
@@ -241,6 +245,10 @@ class CSVFile:
         self._size += len(line)  # ASCII: digits, signs, '.', 'e', nan, inf, NA
         self._unflushed.append((self._size, row))
         self._lines.append(line)
+
+    def _kept_to(self, step: int) -> int:
+        """The last step whose rows a rewrite keeps: ``step``, or all rows in an ``every_row`` file."""
+        return sys.maxsize if self.every_row else step
 
     def _moved(self) -> bool:
         """Whether the path no longer names the open file (deleted, moved away or replaced)."""
@@ -268,7 +276,7 @@ class CSVFile:
                 f"{str(self.path)!r} was deleted (or moved) while the run wrote it; a new file with the header "
                 "takes its place: the rows written before are not in it, every later row is"
             )
-        self.resume(self.last_step)  # a foreign file there now fails (it is not ours to overwrite)
+        self.resume(self._kept_to(self.last_step))  # a foreign file there now fails (it is not ours to overwrite)
         for row in replay:
             self._write(row)
 

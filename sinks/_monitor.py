@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from hookbus.sink_api import better_direction
+from hookbus.sink_api import TEST_PREFIX, better_direction
 from hookbus.validate import key_name
 
 __all__ = ["MODES", "Monitor", "check_scalar", "resolve_direction"]
@@ -76,6 +76,13 @@ class Monitor:
 
     def __post_init__(self) -> None:
         key_name("monitor", self.key)
+        if self.key.startswith(TEST_PREFIX):
+            # Test evaluations (model.evaluate outside fit) never reach a sink that steers training.
+            name = self.key[len(TEST_PREFIX) :]
+            raise ValueError(
+                f"monitor {self.key!r} is a test evaluation's (model.evaluate outside fit), which never steers "
+                f"training; monitor fit's validation {'eval/' + name!r} or the training's {name!r}"
+            )
         _checked_mode(self.mode)
 
     def settled(self, owner: str, declared: Callable[[str], str | None]) -> Monitor:

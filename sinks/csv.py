@@ -1,4 +1,4 @@
-"""CSVSink: one row per step of scalar values, train and eval in sibling files, resumable."""
+"""CSVSink: one row per step of scalar values, train, eval and test in sibling files, resumable."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from hookbus.sink_api import (
     DEFAULT_FLUSH_DEADLINE,
     EPOCH_PREFIX,
     EVAL_PREFIX,
+    TEST_PREFIX,
     Event,
     Schedule,
     Sink,
@@ -26,17 +27,18 @@ __all__ = ["CSVSink"]
 
 logger = logging.getLogger("hookbus")
 
-#: What the training thread hands the writer: the file (``"train"``, ``"eval"``, ``"epoch"``), the
+#: What the training thread hands the writer: the file (``"train"``, ``"eval"``, ``"test"``, ``"epoch"``), the
 #: step, the wall time and the event's read-only values (an epoch's row already made); the writer
 #: thread makes the row (:meth:`CSVSink._row`).
 Item = tuple[str, int, float, Mapping[str, Any]]
 
 
 class CSVSink(Sink):
-    """Writes scalar values as CSV: train rows to ``path``, eval rows to ``<stem>.eval.csv``.
+    """Writes scalar values as CSV: train rows to ``path``, eval rows to ``<stem>.eval.csv``, test
+    evaluations to ``<stem>.test.csv``.
 
-    Columns are ``step``, ``wall_time`` and one per scalar key (eval keys without their
-    ``eval/`` prefix), fixed at begin from the publishers' keys; a key first seen later rewrites
+    Columns are ``step``, ``wall_time`` and one per scalar key (eval and test keys without their
+    ``eval/`` or ``test/`` prefix), fixed at begin from the publishers' keys; a key first seen later rewrites
     the file atomically with a wider header (old rows keep their values, new cells stay empty).
     A start that keeps no row of an existing file (a fresh training at that path, other keys
     included) writes a header of this run's columns alone; a resume keeps its rows' columns too,
@@ -44,6 +46,12 @@ class CSVSink(Sink):
     Each file holds at most one row per step. Every session start at step S is a resume point:
     rows with step > S, and a last line torn by a kill, are dropped before appending. NaN and
     infinities are written ``nan``, ``inf``, ``-inf``. Arrays and bytes are not written.
+
+    A test evaluation (``model.evaluate`` outside ``fit`` under :class:`hookbus.EventBusCallback`:
+    ``mode="test"``, keys ``test/<name>``) is one row of ``<stem>.test.csv`` at the training step it
+    evaluated, whatever the schedule. That file only grows: every evaluation is a row (two of the
+    same step included), no session start drops one, and no evaluation touches the train or eval
+    file. It is made by the first test evaluation (and locked then), never by training.
 
     Rows are written by a :class:`hookbus.sink_api.BackgroundWriter` thread, which the sink's
     :class:`hookbus.sink_api.WriterKit` (``self.output``) starts at begin; :meth:`flush` (the checkpoint
@@ -107,6 +115,7 @@ class CSVSink(Sink):
         )
         self._base_path = self.path = WriterKit.file_path("path", path)
         self.eval_path = self.path.with_name(self.path.stem + ".eval.csv")
+        self.test_path = self.path.with_name(self.path.stem + ".test.csv")
         #: Options, locks and the background writer: :class:`hookbus.sink_api.WriterKit`.
         self.output: WriterKit[Item] = WriterKit(
             self.name,
@@ -128,10 +137,11 @@ class CSVSink(Sink):
         return self.epochs  # epochs=True: the Keras callback's epoch events, CSVLogger-like rows
 
     def set_output_suffix(self, suffix: str) -> None:
-        """Write ``<stem>.<suffix><ext>`` (and its eval file) instead: per-worker output."""
+        """Write ``<stem>.<suffix><ext>`` (and its eval and test files) instead: per-worker output."""
         base = self._base_path
         self.path = base.with_name(f"{base.stem}.{suffix}{base.suffix}")
         self.eval_path = self.path.with_name(self.path.stem + ".eval.csv")
+        self.test_path = self.path.with_name(self.path.stem + ".test.csv")
 
     def on_begin(self, event: Event) -> None:
         if self.output.writing:
@@ -144,11 +154,13 @@ class CSVSink(Sink):
             columns = ["epoch"] + [k[len(EPOCH_PREFIX) :] for k in wanted if k.startswith(EPOCH_PREFIX)]
             self._files = {"epoch": CSVFile(self.path, columns, csv_logger_order=True, report=self._report)}
         else:
-            train = [k for k in wanted if not k.startswith((EVAL_PREFIX, EPOCH_PREFIX))]
+            train = [k for k in wanted if not k.startswith((EVAL_PREFIX, EPOCH_PREFIX, TEST_PREFIX))]
             evals = [k[len(EVAL_PREFIX) :] for k in wanted if k.startswith(EVAL_PREFIX)]
+            tests = [k[len(TEST_PREFIX) :] for k in wanted if k.startswith(TEST_PREFIX)]
             self._files = {
                 "train": CSVFile(self.path, train, report=self._report),
                 "eval": CSVFile(self.eval_path, evals, report=self._report),
+                "test": CSVFile(self.test_path, tests, every_row=True, report=self._report),
             }
         for f in self._files.values():
             f.read_header()  # a foreign file fails here, before training
@@ -166,19 +178,23 @@ class CSVSink(Sink):
         """Take the lock of every file this publisher writes (one writer per file), before step 1.
 
         A train publisher writes the train (or epoch) file, and the eval file when eval keys are
-        known; an eval publisher only the eval file, so an evaluator beside training may share ``path``.
+        known; an eval publisher only the eval file, so an evaluator beside training may share ``path``;
+        a test evaluation only the test file.
         """
         wanted = [name for name, f in self._files.items() if name != "eval" or f.columns or event.mode == "eval"]
-        if event.mode == "eval":
-            wanted = [name for name in wanted if name == "eval"]
+        if event.mode in ("eval", "test"):
+            wanted = [name for name in wanted if name == event.mode]
+        else:
+            wanted = [name for name in wanted if name != "test"]
         for name in wanted:
             self.output.lock(self._files[name].path, "the CSV file")
 
     def on_session_created(self, event: Event) -> None:
         if event.mode != "train" or not self.output.writing:
             return  # an eval session evaluates a checkpoint; it is no resume point
-        for f in self._files.values():
-            self.output.call(functools.partial(f.start_session, event.step))
+        for name, f in self._files.items():
+            if name != "test":  # test evaluations are no training rows: no resume drops them
+                self.output.call(functools.partial(f.start_session, event.step))
 
     def on_after_run(self, event: Event) -> None:
         output, mode = self.output, event.mode
@@ -198,7 +214,7 @@ class CSVSink(Sink):
         keys, values = self.keys, event.values
         for key, value in values.items():
             if isinstance(value, float) and (keys is None or key in keys):
-                output.put(("eval" if mode == "eval" else "train", event.step, event.wall_time, values))
+                output.put((mode if mode in ("eval", "test") else "train", event.step, event.wall_time, values))
                 return
 
     def flush(self) -> None:
@@ -219,15 +235,16 @@ class CSVSink(Sink):
 
     def _row(self, item: Item) -> Row:
         """The row of ``item`` (writer thread): its scalar values this sink writes, as floats,
-        eval keys without their prefix."""
+        eval and test keys without their prefix."""
         name, step, wall_time, values = item
         if name == "epoch":
             return step, wall_time, dict(values)  # made on the training thread (epochs are few)
-        keys, strip = self.keys, name == "eval"
+        keys = self.keys
+        prefix = EVAL_PREFIX if name == "eval" else TEST_PREFIX if name == "test" else None
         row: dict[str, float] = {}
         for k, v in values.items():  # a loop: on Python 3.11 a comprehension is one more call per row
             if isinstance(v, float) and (keys is None or k in keys):
-                row[k[len(EVAL_PREFIX) :] if strip and k.startswith(EVAL_PREFIX) else k] = float(v)
+                row[k[len(prefix) :] if prefix is not None and k.startswith(prefix) else k] = float(v)
         return step, wall_time, row
 
     def _write(self, item: Item) -> None:

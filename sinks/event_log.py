@@ -169,6 +169,10 @@ class EventLogSink(Sink):
     def on_begin(self, event: Event) -> None:
         if not self.output.writing:
             self._open()
+        if event.mode == "test" and not self._started and self._file is not None:
+            # A test evaluation creates no session: its records go on the log at once (appended).
+            self.output.call(functools.partial(self._file.start_session, "append", event.step, None))
+            self._started = True
         context = self.context
         totals = [p.total_steps for p in context.peers() if p.total_steps is not None]
         shapes = {k: (None if (s := context.static_shape(k)) is None else list(s)) for k in sorted(context.known_keys)}

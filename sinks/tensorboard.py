@@ -21,6 +21,7 @@ from hookbus.sink_api import (
     EPOCH_PREFIX,
     EVAL_PREFIX,
     LEARNING_RATE_KEY,
+    TEST_PREFIX,
     Event,
     ExceptionRaised,
     Schedule,
@@ -61,11 +62,14 @@ class TensorBoardSink(Sink):
     (serialized ``Summary`` protos, e.g. ``tf.summary.merge_all()``) are written as they are, and
     every train firing adds ``steps/sec`` (steps since the previous firing or session start, over
     the wall seconds between them). Eval values (``eval/<key>``) go to the ``eval`` run without
-    the prefix, so TensorBoard overlays ``train`` and ``eval``. A logdir whose root already holds
-    hookbus's own training event files (``*.hookbus``, written before the training run had its
-    own directory) goes on at its root, so a resumed run stays one run; anybody else's event
-    files there (a ``tf.summary`` writer of the user's, ``hp.KerasCallback``'s) change nothing.
-    ``histogram_freq=N``: the histograms of the model's variables
+    the prefix, so TensorBoard overlays ``train`` and ``eval``. A test evaluation (``test/<key>``:
+    ``model.evaluate`` outside ``fit``) goes to its own ``test`` run, without the prefix, at the
+    training step it evaluated; that run never gets a session marker (an evaluation is no restart,
+    and a test curve is no training curve to cut back), so every test evaluation stays. A logdir
+    whose root already holds hookbus's own training event files (``*.hookbus``, written before the
+    training run had its own directory) goes on at its root, so a resumed run stays one run;
+    anybody else's event files there (a ``tf.summary`` writer of the user's,
+    ``hp.KerasCallback``'s) change nothing. ``histogram_freq=N``: the histograms of the model's variables
     (what the training publisher offers: a Keras model's weights, the TF1 graph's trainable
     variables, a loop's ``weights=``) at the first write at or past every N-th step, tagged
     ``<variable>/histogram`` as Keras tags them.
@@ -75,7 +79,9 @@ class TensorBoardSink(Sink):
     ``epoch_<name>`` at the 0-based epoch (``epoch_learning_rate`` in ``train/``), with
     ``update_freq`` a number of batches ``batch_<name>`` every that many steps, the weights'
     histograms every ``histogram_freq`` epochs (epochs 0, N, 2N, ...), each validation as
-    ``evaluation_<name>_vs_iterations`` at the step, and the model's configuration (tag
+    ``evaluation_<name>_vs_iterations`` at the step, each test evaluation (``model.evaluate``
+    outside ``fit``, before, between or after fits) likewise into ``validation/`` at the model's
+    ``iterations`` (Keras's own ``on_test_end``), and the model's configuration (tag
     ``keras``), all as ``tf.summary`` writes them (tensors). It writes no session markers (Keras
     writes none): after a resume TensorBoard's default data server shows a re-run step once
     (the later write replaces it), its ``--load_fast=false`` reader twice, as after Keras's own
@@ -263,7 +269,8 @@ class TensorBoardSink(Sink):
         self.logdir = os.path.join(self._base_logdir, suffix)
 
     def on_begin(self, event: Event) -> None:
-        if self.layout == "keras" and (event.mode != "train" or not self.context.model().ends_epochs()):
+        keras_fit = event.mode == "test" or (event.mode == "train" and self.context.model().ends_epochs())
+        if self.layout == "keras" and not keras_fit:  # a test evaluation is the Keras callback's evaluate
             raise ValueError(
                 f"{self.name}: layout='keras' writes what Keras's TensorBoard callback writes and needs "
                 "EventBusCallback under Keras fit; under this publisher use the default layout"
@@ -286,15 +293,19 @@ class TensorBoardSink(Sink):
         # an evaluator process beside training may share the logdir.
         keys = self.context.known_keys if self.keys is None else self.context.known_keys & self.keys
         evals = any(k.startswith(EVAL_PREFIX) for k in keys)
-        for run in ["eval"] if event.mode == "eval" else ["train", "eval"] if evals else ["train"]:
+        # A test evaluation's run is locked with its first write (training never writes it).
+        runs = {"eval": ["eval"], "test": []}.get(event.mode, ["train", "eval"] if evals else ["train"])
+        for run in runs:
             self._lock(run)
+        if event.mode != "train":
+            return
         self._histogram_block = -1
-        if event.mode != "eval" and "train" not in self._writers:
+        if "train" not in self._writers:
             self._writer("train")
 
     def _run_dir(self, run: str) -> str:
         """``"train"``'s directory, the HParams session's (the logdir), or the evaluation's
-        (``eval``; Keras's ``validation``)."""
+        (``eval``, ``test``; Keras's ``validation`` for both)."""
         if run == "train":
             return self._train_dir
         if run == _SESSION:
@@ -325,7 +336,7 @@ class TensorBoardSink(Sink):
                 f"a new event file in {logdir!r} is not created",
             )
             writer = self._writers[run] = made[0]
-            if run not in ("train", _SESSION) and self.layout == "default":  # made lazily: the session's marker first
+            if run == "eval" and self.layout == "default":  # made lazily: the session's marker comes first
                 self._add(writer, self._marker(time.time()))
         return writer
 
@@ -341,7 +352,7 @@ class TensorBoardSink(Sink):
         # Counted from the last firing (TensorFlow's timers): the first firing only starts the clock.
         self._rate_from = None if self.schedule.steps_from_last_firing else (event.step, event.wall_time)
         for run, writer in self._writers.items() if self.layout == "default" else ():  # Keras writes none
-            if run != _SESSION:
+            if run not in (_SESSION, "test"):  # test evaluations are no training curve: never cut back
                 self._add(writer, self._marker(event.wall_time))
         if (hparams := self.hparams) is not None and _SESSION not in self._writers:  # the run's first training
             self._start_session(event, hparams)
@@ -378,13 +389,14 @@ class TensorBoardSink(Sink):
         if self.layout == "keras":
             self._keras(event)
             return
-        eval_mode = event.mode == "eval"
+        eval_mode = event.mode in ("eval", "test")
+        prefix = TEST_PREFIX if event.mode == "test" else EVAL_PREFIX
         values: list[Summary.Value] = []
         raw: list[Summary] = []
         for key, value in event.values.items():
             if self.keys is not None and key not in self.keys:
                 continue
-            tag = key[len(EVAL_PREFIX) :] if eval_mode and key.startswith(EVAL_PREFIX) else key
+            tag = key[len(prefix) :] if eval_mode and key.startswith(prefix) else key
             if isinstance(value, float):
                 values.append(Summary.Value(tag=tag, simple_value=value))
             elif isinstance(value, np.ndarray) and (histo := histogram(value, self.histogram_bins)) is not None:
@@ -401,7 +413,8 @@ class TensorBoardSink(Sink):
             for name, array in self._variables():
                 if (histo := histogram(array, self.histogram_bins)) is not None:
                     values.append(Summary.Value(tag=f"{name}/histogram", histo=histo))
-        self._write("eval" if eval_mode else "train", event, [Summary(value=values)] if values else [], raw)
+        run = event.mode if eval_mode else "train"
+        self._write(run, event, [Summary(value=values)] if values else [], raw)
 
     def _keras(self, event: Event) -> None:
         """What Keras's ``TensorBoard`` callback writes for ``event``."""
@@ -423,8 +436,9 @@ class TensorBoardSink(Sink):
             val = [scalar_tensor(f"epoch_{k[len(_VAL) :]}", float(v)) for k, v in logs.items() if k.startswith(_VAL)]
             if val:
                 self._write("eval", event, [Summary(value=val)], step=epoch)
-        elif event.mode == "eval":
-            tags = [(f"evaluation_{k[len(EVAL_PREFIX) :]}_vs_iterations", v) for k, v in values.items()]
+        elif event.mode in ("eval", "test"):  # Keras's on_test_end: fit's validation, or an evaluate
+            prefix = EVAL_PREFIX if event.mode == "eval" else TEST_PREFIX
+            tags = [(f"evaluation_{k[len(prefix) :]}_vs_iterations", v) for k, v in values.items()]
             val = [scalar_tensor(tag, v) for tag, v in tags if isinstance(v, float)]
             if val:
                 self._write("eval", event, [Summary(value=val)])

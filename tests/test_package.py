@@ -312,6 +312,7 @@ def test_the_sink_authors_surface_is_pinned() -> None:
         "StopRequest",
         "SubscriberError",
         "SubscriberStats",
+        "TEST_PREFIX",
         "TRACKER_STATUS",
         "UnknownKeyError",
         "WaitForStep",
@@ -374,6 +375,7 @@ def test_the_publisher_authors_surface_is_pinned() -> None:
         "RUNS_ON",
         "RateBackend",
         "Stops",
+        "TEST_PREFIX",
         "Task",
         "WeightsBackend",
     ]

@@ -1,5 +1,8 @@
 """One evaluation per training step: the rule every sink and early stopping see alike.
 
+It concerns evaluations of training (an eval publisher's, fit's validation); a test evaluation
+(``mode="test"``: Keras's ``model.evaluate`` outside ``fit``) is published every time.
+
 A loop whose step does not advance evaluates one step several times: under mixed precision a
 ``LossScaleOptimizer`` skips non-finite steps without advancing ``iterations``, so a loop that
 evaluates on ``step % n == 0`` evaluates step 0 once per skipped step. Published, each would be
@@ -38,8 +41,11 @@ class EvaluatedSteps:
             logger.warning(
                 "an evaluation of %s at step %d repeats one already published at that step; the first "
                 "evaluation of a step counts (every sink and early stopping see it once) and later ones "
-                "are not published. Did the training step not advance? (a LossScaleOptimizer skips "
-                "non-finite steps without advancing iterations.) Further repeats in this run are not reported",
+                "are not published. The same training step was evaluated twice: the step did not advance "
+                "between the two (training steps that do not count, e.g. a LossScaleOptimizer skipping "
+                "non-finite steps, leave it where it was), or the same step was evaluated again. (Keras's "
+                "model.evaluate outside fit is a test evaluation, test/ keys, which this rule does not "
+                "concern.) Further repeats in this run are not reported",
                 ", ".join(sorted(keys)),
                 step,
             )

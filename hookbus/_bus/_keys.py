@@ -47,12 +47,12 @@ class Publisher(Protocol):
 
     @property
     def bus_keys(self) -> frozenset[str]:
-        """The keys it publishes, as subscribers name them (``eval/`` prefixed in eval mode)."""
+        """The keys it publishes, as subscribers name them (``eval/`` prefixed in eval mode, ``test/`` in test mode)."""
         ...
 
     @property
     def mode(self) -> str:
-        """``"train"``, ``"eval"`` or ``"epoch"``."""
+        """``"train"``, ``"eval"``, ``"test"`` or ``"epoch"``."""
         ...
 
     @property

@@ -31,6 +31,7 @@ class Subscriber:
         "priority",
         "runs_on",
         "sink",
+        "steers",
         "timer",
         "usage",
         "worker",
@@ -66,6 +67,9 @@ class Subscriber:
         self.usage = Usage()  # timed by the dispatcher; see hookbus.EventBus.stats
         self.epochs = sink.receives_epochs if sink is not None else False
         self.passive = sink.passive if sink is not None else False
+        # A sink that steers training (stops it, guards it, sets its rate) or saves its checkpoints:
+        # a test evaluation (``mode="test"``) never reaches it.
+        self.steers = sink is not None and (sink.controls_training or sink.checkpoint_directory is not None)
 
     # -- its health: written here only (the dispatcher, the barrier and the roster ask) ---------
     def failed(self, *, disable: bool) -> None:
@@ -91,6 +95,19 @@ class Subscriber:
         for. Never for a passive one, which only observes what is published for others. An empty
         ``keys`` (a sink that needs the step, not values) wants every event and adds no key to a fetch."""
         return not self.passive and (self.keys is None or not self.keys or not self.keys.isdisjoint(keys))
+
+    def wants_tests(self, keys: frozenset[str]) -> bool:
+        """Whether a test evaluation (``mode="test"``, ``test/<name>`` keys: ``model.evaluate`` outside
+        ``fit``) reaches this subscriber.
+
+        The one rule: it handles ``after_run``, is not disabled, does not steer training (a sink with
+        ``controls_training``, or one that saves checkpoints: checkpoints, early stopping, the NaN
+        guard, stop-at-step, the learning rate ignore test evaluations), and either wants every key
+        (``keys=None``), names a ``test/`` key, or observes (``passive``: the event log).
+        """
+        if "after_run" not in self.handlers or self.disabled or self.steers:
+            return False
+        return self.passive or self.keys is None or not self.keys.isdisjoint(keys)
 
     def wants_epochs(self, keys: frozenset[str]) -> bool:
         """Whether an epoch event (``mode="epoch"``, ``epoch/<name>`` keys) reaches this subscriber.

@@ -51,11 +51,13 @@ class Event:
 
     Attributes:
         signal: The signal's name (``"after_run"``, ``"begin"``, ...).
-        step: Completed training steps: the global step after the run. In eval mode, the
-            training step being evaluated.
-        mode: ``"train"`` or ``"eval"``.
+        step: Completed training steps: the global step after the run. In eval and test mode,
+            the training step being evaluated.
+        mode: ``"train"``, ``"eval"`` (an evaluation of training: fit's validation, an eval
+            hook's), ``"test"`` (a test evaluation: Keras's ``model.evaluate`` outside ``fit``) or
+            ``"epoch"`` (a Keras epoch's logs).
         values: Read-only mapping of the keys fetched for this event (eval keys carry the
-            ``eval/`` prefix). Scalars are floats, arrays numpy arrays, bytes stay bytes.
+            ``eval/`` prefix, test keys ``test/``). Scalars are floats, arrays numpy arrays, bytes stay bytes.
         wall_time: ``time.time()`` when the event was made.
         elapsed: Seconds since the run (``with bus:``) or the first publisher began.
         restored: For ``session_created``: whether the session started from saved state

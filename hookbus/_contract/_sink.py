@@ -339,7 +339,9 @@ class Sink:
         """A due training step is about to run (scheduled)."""
 
     def on_after_run(self, event: Event) -> None:
-        """A due step ran (scheduled), or an evaluation finished (``event.mode == "eval"``)."""
+        """A due step ran (scheduled), or an evaluation finished (``event.mode == "eval"``; a test
+        evaluation, ``"test"``, reaches a sink with ``keys=None`` or naming a ``test/`` key, never one
+        that steers training: ``controls_training`` or a ``checkpoint_directory``)."""
 
     def on_end(self, event: Event) -> None:
         """A publisher ended cleanly."""

@@ -24,11 +24,12 @@ from hookbus._contract._learning_rate import LEARNING_RATE_KEY, LearningRate, of
 from hookbus._contract._model import NOT_OFFERED, ModelView
 from hookbus._contract._publisher_keys import (
     EVAL_PREFIX,
+    TEST_PREFIX,
     check_fetch_keys,
     check_mode,
 )
 from hookbus._publishing._planner import Plan, Planner, planned
-from hookbus._publishing._unscheduled import eval_wanted, publish_epoch, publish_eval
+from hookbus._publishing._unscheduled import eval_wanted, publish_epoch, publish_eval, publish_test, test_wanted
 from hookbus._rules._validate import flag
 from hookbus._rules._values import publishable_values
 
@@ -61,8 +62,10 @@ class PublisherCore:
     Args:
         bus: The bus to publish on; the publisher registers its keys there.
         keys: The keys it can fetch (its ``fetches``' names); a ``str`` is one key.
-        mode: ``"train"`` (scheduled steps) or ``"eval"`` (one aggregated event per evaluation,
-            keys published as ``eval/<key>``).
+        mode: ``"train"`` (scheduled steps), ``"eval"`` (one aggregated event per evaluation,
+            keys published as ``eval/<key>``) or ``"test"`` (a test evaluation outside training,
+            keys published as ``test/<key>``: :meth:`publish_eval` publishes it; a test publisher
+            creates no session, so no sink takes it for a resume point).
     """
 
     def __init__(self, bus: EventBus, keys: str | Iterable[object], *, mode: str = "train") -> None:
@@ -80,7 +83,7 @@ class PublisherCore:
         self._profiling = port.offers.profiler  # a step in a profile window is never quiet
         self.mode = check_mode(mode)
         self.keys = check_fetch_keys(keys)
-        prefix = EVAL_PREFIX if self.mode == "eval" else ""
+        prefix = {"eval": EVAL_PREFIX, "test": TEST_PREFIX}.get(self.mode, "")
         self.bus_keys = frozenset(prefix + k for k in self.keys)
         #: Static shapes of the values, by bus key, where the publisher knows them before step 1
         #: (a graph tensor's shape; ``None`` entries for unknown dimensions). Sinks that need a
@@ -428,17 +431,25 @@ class PublisherCore:
 
     # -- evaluation and epochs (:mod:`hookbus._publishing._unscheduled`) -------------------------------------
     def eval_wanted(self) -> bool:
-        """Whether any subscriber wants this eval publisher's keys."""
+        """Whether any subscriber wants this eval (or test) publisher's keys."""
+        if self.mode == "test":
+            return test_wanted(self._port, self.bus_keys)
         return eval_wanted(self._port, self.bus_keys)
 
     def publish_eval(self, step: int, values: Mapping[str, Any]) -> None:
-        """Publish one evaluation's aggregated ``values`` as ``eval/<key>`` at training ``step``.
+        """Publish one evaluation's aggregated ``values`` as ``eval/<key>`` at training ``step``
+        (a test publisher: as ``test/<key>``, ``mode="test"``).
 
         Evaluations are not scheduled: every subscriber wanting one of the keys receives it.
         One evaluation per training step: an evaluation of a step
         this publisher already published since the resume point before it reaches no subscriber.
+        A test evaluation is published every time, never to a sink that steers training
+        (:meth:`hookbus.sink_api.Sink` ``controls_training``, a checkpoint sink).
         """
-        publish_eval(self._port, self.bus_keys, step, values)
+        if self.mode == "test":
+            publish_test(self._port, step, values)
+        else:
+            publish_eval(self._port, self.bus_keys, step, values)
 
     def publish_epoch(self, step: int, values: Mapping[str, Any]) -> None:
         """Publish an epoch event (``mode="epoch"``; ``values`` keyed ``epoch/<name>`` plus ``epoch``)

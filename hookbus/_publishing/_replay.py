@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hookbus._contract._event_log import iter_event_log, iter_event_log_shapes
-from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX
+from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX, TEST_PREFIX
 from hookbus._publishing._publisher import PublisherCore
 
 if TYPE_CHECKING:
@@ -70,8 +70,9 @@ def _recorded_time(bus: EventBus, clock: _RecordedClock | None = None) -> Iterat
 
 def _keys(
     records: Iterable[dict[str, Any]],
-) -> tuple[list[str], list[str], list[str], dict[str, tuple[int | None, ...]]]:
-    """Train, eval (without ``eval/``) and epoch keys, and shapes by bus key, from the log."""
+) -> tuple[list[str], list[str], list[str], list[str], dict[str, tuple[int | None, ...]]]:
+    """Train, eval (without ``eval/``), test (without ``test/``) and epoch keys, and shapes by bus key,
+    from the log."""
     known: dict[str, None] = {}
     shapes: dict[str, tuple[int | None, ...]] = {}
     for record in records:
@@ -84,23 +85,26 @@ def _keys(
             known.update(
                 dict.fromkeys(k for k in record["values"] if record["mode"] != "epoch" or k.startswith(EPOCH_PREFIX))
             )
-    train = [k for k in known if not k.startswith((EVAL_PREFIX, EPOCH_PREFIX))]
+    train = [k for k in known if not k.startswith((EVAL_PREFIX, EPOCH_PREFIX, TEST_PREFIX))]
     evaluated = [k[len(EVAL_PREFIX) :] for k in known if k.startswith(EVAL_PREFIX)]
+    tested = [k[len(TEST_PREFIX) :] for k in known if k.startswith(TEST_PREFIX)]
     epoch = [k for k in known if k.startswith(EPOCH_PREFIX)]
-    return train, evaluated, epoch, shapes
+    return train, evaluated, tested, epoch, shapes
 
 
 class _Replayer:
     """Publishes one log's records on ``bus`` (inside a run)."""
 
     def __init__(self, bus: EventBus, records: Iterable[dict[str, Any]]) -> None:
-        train, evaluated, epoch, shapes = _keys(records)
+        train, evaluated, tested, epoch, shapes = _keys(records)
         self.bus = bus
         self.train = PublisherCore(bus, train)
         self.train.shapes = {k: s for k, s in shapes.items() if k in train}
         self.eval = PublisherCore(bus, evaluated, mode="eval") if evaluated else None
         if self.eval is not None:
             self.eval.shapes = {k: s for k, s in shapes.items() if k.startswith(EVAL_PREFIX)}
+        # Test evaluations (model.evaluate outside fit) as they were: test/ keys, no session.
+        self.test = PublisherCore(bus, tested, mode="test") if tested else None
         # Epoch keys are known to the bus through a core of their own; it only publishes epochs.
         self.epoch = PublisherCore(bus, epoch) if epoch else None
         self.begun = False
@@ -126,7 +130,7 @@ class _Replayer:
         if record["record"] != "step" or record.get("final"):
             return True
         mode = record.get("mode", "train")
-        core = self.eval if mode == "eval" else self.epoch if mode == "epoch" else self.train
+        core = {"eval": self.eval, "test": self.test, "epoch": self.epoch}.get(mode, self.train)
         return core is not None and all(key in core.bus_keys for key in record["values"])
 
     def feed(self, record: dict[str, Any], clock: _RecordedClock) -> bool:
@@ -135,9 +139,11 @@ class _Replayer:
         kind, mode, step = record["record"], record.get("mode", "train"), record.get("step")
         if kind == "begin" or (not self.begun and kind in ("session_created", "step")):
             self.begun = True
-            if kind == "begin" and mode == "eval" and self.eval is not None:
-                self.eval.begin()
-            elif mode != "eval":
+            if mode in ("eval", "test"):  # an evaluation begins on its own (a test one also without a begin record)
+                core = self.eval if mode == "eval" else self.test
+                if core is not None and (kind == "begin" or mode == "test"):
+                    core.begin()
+            else:
                 self.train.begin()
             if kind == "begin":
                 return False
@@ -165,6 +171,8 @@ class _Replayer:
                 self._end(step)
             elif mode == "eval" and self.eval is not None:
                 self.eval.end(step)
+            elif mode == "test" and self.test is not None:
+                self.test.end(step)
         return False
 
     def _step(self, record: dict[str, Any], mode: str, step: int) -> bool:
@@ -176,6 +184,12 @@ class _Replayer:
             prefixed = {k[len(EVAL_PREFIX) :]: v for k, v in values.items() if k.startswith(EVAL_PREFIX)}
             self.eval.publish_eval(step, prefixed)
             return self.eval.should_stop()
+        if mode == "test":
+            if self.test is None:
+                return False
+            tested = {k[len(TEST_PREFIX) :]: v for k, v in values.items() if k.startswith(TEST_PREFIX)}
+            self.test.publish_eval(step, tested)
+            return self.test.should_stop()
         if mode == "epoch":
             if self.epoch is None:
                 return False

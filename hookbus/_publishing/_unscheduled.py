@@ -1,4 +1,4 @@
-"""The events no schedule plans: an evaluation's aggregated values and a Keras epoch's logs.
+"""The events no schedule plans: an evaluation's aggregated values, a test evaluation's and a Keras epoch's logs.
 
 Whoever wants their keys receives them, at once; :class:`hookbus.publisher_api.PublisherCore` publishes them
 through these functions with its bus's port (they hold nothing). Passive subscribers (an event
@@ -11,14 +11,14 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX
+from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX, TEST_PREFIX
 from hookbus._rules._values import publishable
 
 if TYPE_CHECKING:
     from hookbus._bus._port import BusPort
     from hookbus._bus._subscription import Subscriber
 
-__all__ = ["eval_wanted", "publish_epoch", "publish_eval"]
+__all__ = ["eval_wanted", "publish_epoch", "publish_eval", "publish_test", "test_wanted"]
 
 
 def _unless_only_passive(targets: list[Subscriber]) -> list[Subscriber]:
@@ -46,6 +46,27 @@ def publish_eval(port: BusPort, bus_keys: frozenset[str], step: int, values: Map
     ]
     event = port.event("after_run", step=step, mode="eval", values=MappingProxyType(prefixed))
     port.dispatcher.publish("after_run", event, _unless_only_passive(targets))
+
+
+def test_wanted(port: BusPort, bus_keys: frozenset[str]) -> bool:
+    """Whether a test evaluation of ``bus_keys`` (``test/<name>``) reaches anyone on this task
+    (:meth:`hookbus._bus._subscription.Subscriber.wants_tests`) besides passive observers."""
+    return any(r.wants_tests(bus_keys) and not r.passive for r in port.roster.here)
+
+
+def publish_test(port: BusPort, step: int, values: Mapping[str, Any]) -> None:
+    """Publish one test evaluation's ``values`` as ``test/<key>`` (``mode="test"``) at training ``step``
+    to every subscriber its rule lets through (:meth:`~hookbus._bus._subscription.Subscriber.wants_tests`).
+
+    Unlike validation it is published every time: a test evaluation is no step of training, so the
+    one-evaluation-per-step rule (:mod:`hookbus._bus._evaluated`) does not apply, and it is no resume
+    point for anyone."""
+    prefixed = {TEST_PREFIX + k: publishable(TEST_PREFIX + k, v, step) for k, v in values.items()}
+    keyset = frozenset(prefixed)
+    targets = _unless_only_passive([r for r in port.roster.here if r.wants_tests(keyset)])
+    if targets:
+        event = port.event("after_run", step=step, mode="test", values=MappingProxyType(prefixed))
+        port.dispatcher.publish("after_run", event, targets)
 
 
 def publish_epoch(port: BusPort, step: int, values: Mapping[str, Any]) -> None:

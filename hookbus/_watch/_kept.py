@@ -122,6 +122,7 @@ class KeptRecords:
         self._events: deque[Kept] = deque(maxlen=EVENTS)  # sessions, ends, start gates, the close
         self._train: deque[Kept] = deque(maxlen=self.window)
         self._evals: deque[Kept] = deque(maxlen=self.window)
+        self._tests: deque[Kept] = deque(maxlen=self.window)  # test evaluations: never cut by a resume
         self._epochs: deque[Kept] = deque(maxlen=self.window)
         self._finals: deque[Kept] = deque(maxlen=_FINALS)
         self._checkpoints: deque[tuple[Kept, dict[str, Best]]] = deque(maxlen=_CHECKPOINTS)
@@ -170,6 +171,8 @@ class KeptRecords:
             self._train.append(kept)
         elif mode == "eval":
             self._evals.append(kept)
+        elif mode == "test":
+            self._tests.append(kept)
         elif mode == "epoch":
             self._epochs.append(kept)
         else:
@@ -252,7 +255,7 @@ class KeptRecords:
                 self.bests[key] = [*best[4:8], *best[4:8]]
             if key in base:
                 self._merge(key, base[key])
-        for kept in (*self._train, *self._evals, *self._epochs, *self._finals):
+        for kept in (*self._train, *self._evals, *self._tests, *self._epochs, *self._finals):
             self._refold(lost, kept)
 
     def _merge(self, key: str, other: Best) -> None:
@@ -280,6 +283,7 @@ class KeptRecords:
             self._events,
             self._train,
             self._evals,
+            self._tests,
             self._epochs,
             self._finals,
             [c[0] for c in self._checkpoints],

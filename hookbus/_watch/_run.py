@@ -171,7 +171,9 @@ class RunLog:
             return False
         step = record.get("step")
         rebuilt = False
-        if kind == "begin" and self.closed:  # a next run in the same log
+        # A next run in the same log; a test evaluation after the run (model.evaluate, which opens a
+        # run of its own outside `with bus:`) is shown with the run it evaluated.
+        if kind == "begin" and self.closed and record.get("mode", "train") != "test":
             self.kept.clear()
             self._taken = 0
             self._clear_facts()

@@ -31,6 +31,7 @@ from ._render import (
     MetricTracker,
     Snapshot,
     best_direction,
+    format_value,
     plain_eval_line,
     plain_line,
     plain_summary,
@@ -316,6 +317,9 @@ class ConsoleSink(Sink):
         self._publish()
 
     def on_after_run(self, event: Event) -> None:
+        if event.mode == "test":
+            self._tested(event)
+            return
         self._mode = event.mode
         if event.mode == "eval":
             self._eval_step = event.step
@@ -337,6 +341,19 @@ class ConsoleSink(Sink):
         if not self.display.is_live and (self._last_plain is None or now - self._last_plain >= self.plain_every_n_secs):
             self._last_plain = now
             self._plain(plain_line(snap))
+
+    def _tested(self, event: Event) -> None:
+        """A test evaluation (``model.evaluate`` outside ``fit``): its ``test/`` values beside the
+        validation's, and a line of its own; no step of training, so no rate and no mode change."""
+        self._eval_step = event.step
+        self._step = max(self._step, event.step)
+        self._activity = None
+        scalars = [(key, value) for key, value in event.values.items() if isinstance(value, float)]
+        for key, value in scalars:
+            self._metric(self._evals, key).update(event.step, value)
+        self._publish()
+        pairs = [f"{key} {format_value(value)}" for key, value in scalars]
+        self._plain(" | ".join([f"test at step {event.step}", *pairs]))
 
     def on_checkpoint_saved(self, event: CheckpointSaved) -> None:
         self._checkpoint = event

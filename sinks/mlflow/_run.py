@@ -29,7 +29,7 @@ MAX_ENTITIES_PER_BATCH = 1000
 MAX_TAGS_PER_BATCH = 100
 MAX_METRICS_PER_BATCH = MAX_ENTITIES_PER_BATCH - MAX_TAGS_PER_BATCH
 #: The modes of points, each with its own shipped step (an evaluation at S after training at S).
-MODES = ("train", "eval", "epoch")
+MODES = ("train", "eval", "epoch", "test")
 SHIPPED_TAG = "hookbus.shipped."
 RUN_KEY_TAG = "hookbus.run_key"
 HOST_TAG = "hookbus.host"

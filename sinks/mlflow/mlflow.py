@@ -65,7 +65,10 @@ class MLflowSink(Sink):
     What goes where: ``hparams`` as params; train values as metrics at their step; evaluations
     under their ``eval/`` names at the training step evaluated; Keras epoch values under
     ``epoch/`` names at the step the epoch ended, but for the validation's (``val_*``), logged once,
-    as the evaluation's ``eval/`` names at that step (unless ``keys`` names them); ``steps/sec``
+    as the evaluation's ``eval/`` names at that step (unless ``keys`` names them); a test
+    evaluation (``model.evaluate`` outside ``fit``) under its ``test/`` names at the training step
+    it evaluated, once per step (the first; an ``evaluate`` after ``with bus:`` is a run of its own,
+    a new MLflow run unless ``continue_ended=True`` adds it to the training's); ``steps/sec``
     between due train steps; each point timestamped with its event's own wall time. Keys become MLflow names by
     :func:`mlflow_name` (one rule; a collision fails at begin naming both keys; the run's tag
     ``hookbus.names`` records every changed name). Scalars only (arrays and bytes are not logged).
@@ -322,6 +325,10 @@ class MLflowSink(Sink):
         settings = {**HTTP_BOUNDS, **(QUIET_URL if self._redactor.shown != self._redactor.uri else {})}
         self._held_settings = hold_settings(settings)
         self._shipper.start()
+        if event.mode == "test":  # a test evaluation creates no session: its run opens with it
+            self._opened = True
+            self._wall_ms = int(event.wall_time * 1000)
+            self.output.call(functools.partial(self._open_spool, self._loaded, self._wall_ms))
 
     def _spool_point(self, point: Point) -> None:
         assert self._spool is not None

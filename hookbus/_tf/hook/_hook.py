@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from hookbus._checkpoints._store import step_of
 from hookbus._contract._cluster import Task
 from hookbus._contract._learning_rate import LEARNING_RATE_KEY
-from hookbus._contract._publisher_keys import EVAL_PREFIX
+from hookbus._contract._publisher_keys import EVAL_PREFIX, check_mode
 from hookbus._publishing._planner import Plan
 from hookbus._publishing._publisher import PublisherCore
 from hookbus._tf._checkpoint_tf1 import TENSORFLOW, SaverBackend
@@ -172,6 +172,7 @@ class EventBusHook:
         self._feed_fn = feed_fn
         if feed_fn is not None:  # an instance attribute: the hook without feeds keeps its plain before_run
             self.before_run = self._before_run_feeding  # type: ignore[method-assign]
+        mode = check_mode(mode, ("train", "eval"))  # a test evaluation is Keras's evaluate (EventBusCallback)
         self._fetches, graph_rate = check_fetches(tf, fetches, mode=mode, learning_rate=learning_rate)
         keys = [*self._fetches, LEARNING_RATE_KEY] if graph_rate is not None else self._fetches.keys()
         self._core = PublisherCore(bus, keys, mode=mode)

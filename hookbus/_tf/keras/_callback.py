@@ -18,7 +18,7 @@ from hookbus._tf._import import require_keras, require_tensorflow, with_framewor
 from hookbus._tf._learning_rate_tf import OptimizerRate
 from hookbus._tf._profiler_tf import TFProfiler
 from hookbus._tf.keras._hold import HeldWork
-from hookbus._tf.keras._logs import EpochKeys, LogChecks, epoch_values, validation_values
+from hookbus._tf.keras._logs import EpochKeys, LogChecks, TestKeys, epoch_values, validation_values
 from hookbus._tf.keras._model_view import KerasModelView
 from hookbus._tf.keras._resume import cut_short, pass_over, prepare_restore, restore_train_function, start_epoch
 
@@ -47,10 +47,25 @@ class EventBusCallback:
     Python floats whenever a callback overrides ``on_train_batch_end`` (its asynchronous
     dispatch is off then; the progress bar does the same), so that cost is Keras's, not ours.
 
-    Evaluation is published once per evaluation, as ``mode="eval"`` with keys ``eval/<key>`` at
-    the training step evaluated: inside ``fit`` from ``on_epoch_end``'s ``val_*`` values (fit's
-    validation also fires ``on_test_end``, which is ignored then), for a standalone
-    ``evaluate`` from ``on_test_end``.
+    Validation is published once per evaluation, as ``mode="eval"`` with keys ``eval/<key>`` at
+    the training step evaluated, from ``on_epoch_end``'s ``val_*`` values (fit's validation also
+    fires ``on_test_end``, which is ignored then).
+
+    Test evaluations: a ``model.evaluate(..., callbacks=[cb])`` that is not ``fit``'s validation
+    (after ``fit``, between two, without one, inside or outside ``with bus:``) is published once,
+    from ``on_test_end``, as ``mode="test"`` with keys ``test/<key>`` (the declared keys as Keras
+    logs them; one it does not log is a ``ValueError`` naming what it logs) at the model's current
+    training step (``optimizer.iterations``; 0 for a model never trained). It reaches the sinks
+    that record evaluations and subscribers with ``keys=None`` or naming a ``test/`` key (the
+    ``test/`` keys are known to the bus whenever this callback is, so ``keys=["test/loss"]`` passes
+    the key check under ``fit`` too); never a sink that steers training (checkpoints, early
+    stopping, the NaN guard, stop-at-step, the learning rate). It creates no session, so no sink
+    takes it for a resume point: ``CSVSink`` writes it to ``<stem>.test.csv``, ``TensorBoardSink``
+    to its ``test`` run (``layout="keras"``: ``validation/evaluation_<name>_vs_iterations`` at the
+    step, what Keras's ``TensorBoard`` writes), and no training or validation row is replaced.
+    Outside ``with bus:`` it opens a run of its own, like a ``fit`` without ``with bus:``, and
+    flushes what it wrote before ``evaluate`` returns. With no subscriber for it, nothing happens.
+    ``predict`` publishes nothing.
 
     Epoch events: every ``every_n_epochs`` epochs ``on_epoch_end`` publishes an ``after_run``
     with ``mode="epoch"``, ``values`` = ``{"epoch": <0-based index>, "epoch/<name>": ...}`` for
@@ -151,13 +166,16 @@ class EventBusCallback:
         declared = check_fetch_keys(keys)
         logged = tuple(k for k in declared if k != LEARNING_RATE_KEY)  # Keras's log names
         self._core = PublisherCore(bus, declared)  # registers the keys: checked when training begins
-        self._eval = PublisherCore(bus, logged, mode="eval")
-        self._core.key_advice = self._eval.key_advice = (
+        self._eval = PublisherCore(bus, logged, mode="eval")  # fit's validation
+        self._test = PublisherCore(bus, logged, mode="test")  # evaluate outside fit
+        self._core.key_advice = self._eval.key_advice = self._test.key_advice = (
             "EventBusCallback provides the Keras log names its keys= declares, e.g. "
             "EventBusCallback(bus, keys=['loss', 'accuracy']): each on training steps, as eval/<name> from the "
-            "validation (Keras's val_<name>), as epoch/<name> in epoch events."
+            "validation (Keras's val_<name>), as test/<name> from evaluate outside fit, as epoch/<name> in epoch "
+            "events."
         )
         self._core.register(EpochKeys(logged))  # a publisher's side of the bus
+        self._core.register(TestKeys(logged))  # test/<key> known in every run, evaluated or not
         self._rate: OptimizerRate | None = None
         self.bus = bus
         #: Offered to checkpoint sinks (``PublisherCore.offer_checkpoints``) from train begin to train end.
@@ -375,17 +393,22 @@ class EventBusCallback:
     def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
         if self._in_fit:
             return  # fit's validation: published once, from on_epoch_end's val_* values
+        # A test evaluation of the model as it is now: the step its training reached (0 untrained).
         optimizer = getattr(self.model, "optimizer", None)  # type: ignore[attr-defined]
         self._iterations = getattr(optimizer, "iterations", None)
         self._step = self._read_step()
-        self._eval.begin()
-        self._eval.session_created(self._step)
 
     def on_test_end(self, logs: Mapping[str, Any] | None = None) -> None:
         if self._in_fit:
             return
         logs = logs or {}
         self._checks.check_keys(logs, "evaluation")
-        if self._eval.eval_wanted():
-            self._eval.publish_eval(self._step, {k: logs[k] for k in self._eval.keys})
-        self._eval.end(self._step)
+        test = self._test
+        if not test.eval_wanted():
+            return  # nobody records test evaluations: no run is opened for one
+        # One test evaluation: begin (a run opens if none is, without `with bus:`; sinks are set up
+        # if this run had no publisher yet), its values, end (what it wrote is flushed). No session:
+        # it is no resume point, so no sink drops, replaces or restarts anything training wrote.
+        test.begin()
+        test.publish_eval(self._step, {k: logs[k] for k in test.keys})
+        test.end(self._step)

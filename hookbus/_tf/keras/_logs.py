@@ -4,7 +4,9 @@ Keras knows its log names only after the first batch, so :class:`~hookbus.EventB
 declares its keys and :class:`LogChecks` checks them against the first logs that carry them.
 Every value of Keras's epoch logs is published at an epoch end as ``epoch/<name>``
 (:func:`epoch_values`, the keys :class:`EpochKeys` makes known), and fit's ``val_<name>`` as the
-evaluation's ``<name>`` (:func:`validation_values`, published as ``eval/<name>``).
+evaluation's ``<name>`` (:func:`validation_values`, published as ``eval/<name>``). A test
+evaluation (``model.evaluate`` outside ``fit``) publishes the declared keys as ``test/<name>``
+(:class:`TestKeys` makes them known in every run, whether or not it evaluates).
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hookbus._bus._keys import did_you_mean
-from hookbus._contract._publisher_keys import EPOCH_PREFIX
+from hookbus._contract._publisher_keys import EPOCH_PREFIX, TEST_PREFIX
 from hookbus._rules._validate import key_name
 
-__all__ = ["EpochKeys", "LogChecks", "epoch_values", "validation_values"]
+__all__ = ["EpochKeys", "LogChecks", "TestKeys", "epoch_values", "validation_values"]
 
 _VAL = "val_"  # Keras's prefix of fit's validation values
 
@@ -29,6 +31,18 @@ class EpochKeys:
 
     def __init__(self, keys: Iterable[str]) -> None:
         self.bus_keys = frozenset(EPOCH_PREFIX + p + k for k in keys for p in ("", _VAL))
+        self.shapes: dict[str, tuple[int | None, ...]] = {}  # Keras logs scalars; none declared
+
+
+class TestKeys:
+    """Makes a test evaluation's keys (``test/<name>``) known to the bus in every run: a subscriber
+    naming ``test/loss`` passes the key check under ``fit`` too, before any ``evaluate``."""
+
+    mode = "test"
+    key_advice: str | None = None  # the callback's own cores give it
+
+    def __init__(self, keys: Iterable[str]) -> None:
+        self.bus_keys = frozenset(TEST_PREFIX + k for k in keys)
         self.shapes: dict[str, tuple[int | None, ...]] = {}  # Keras logs scalars; none declared
 
 

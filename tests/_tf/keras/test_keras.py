@@ -79,9 +79,13 @@ def test_steps_per_execution_fires_when_the_step_crosses_a_multiple() -> None:
 
 
 def test_evaluation_is_published_once_per_evaluation(caplog: pytest.LogCaptureFixture) -> None:
+    """fit's validations are ``eval/`` once each; a ``model.evaluate`` outside fit is a test evaluation
+    (``test/``, issue 47 item 1), published every time, also twice at one step, never as validation."""
     bus = EventBus()
     evals: list[tuple[int, dict[str, Any]]] = []
+    tests: list[tuple[int, dict[str, Any]]] = []
     bus.on("after_run", lambda e: evals.append((e.step, dict(e.values))), keys=["eval/loss"])
+    bus.on("after_run", lambda e: tests.append((e.step, dict(e.values))), keys=["test/loss"])
     callback = EventBusCallback(bus, keys=["loss", "accuracy"])
     x, y = data()
     m = model()
@@ -91,15 +95,12 @@ def test_evaluation_is_published_once_per_evaluation(caplog: pytest.LogCaptureFi
         result = m.evaluate(*data(32, 1), batch_size=16, verbose=0, return_dict=True, callbacks=[callback])
         with caplog.at_level(logging.WARNING, logger="hookbus"):
             m.evaluate(*data(32, 1), batch_size=16, verbose=0, callbacks=[callback])  # step 16 again
-    # Three validations inside fit, one evaluate at step 16; the second evaluate repeats step 16:
-    # only the first evaluation of a step counts (hookbus._bus._evaluated).
-    assert [s for s, _ in evals] == [4, 8, 12, 16]
-    assert [v["eval/loss"] for _, v in evals[:3]] == pytest.approx(history.history["val_loss"])
-    assert evals[3][1] == {
-        "eval/loss": pytest.approx(result["loss"]),
-        "eval/accuracy": pytest.approx(result["accuracy"]),
-    }
-    assert [r.getMessage() for r in caplog.records if "repeats one already published" in r.getMessage()]
+    # Three validations inside fit; the two evaluates are test evaluations of step 16, each published.
+    assert [s for s, _ in evals] == [4, 8, 12]
+    assert [v["eval/loss"] for _, v in evals] == pytest.approx(history.history["val_loss"])
+    expected = {"test/loss": pytest.approx(result["loss"]), "test/accuracy": pytest.approx(result["accuracy"])}
+    assert tests == [(16, expected), (16, expected)]
+    assert not [r for r in caplog.records if "repeats one already published" in r.getMessage()]
 
 
 def test_epoch_events_reach_only_subscribers_that_ask(tmp_path: Path) -> None:

@@ -173,7 +173,7 @@ def test_an_unknown_key_under_fit_is_answered_in_the_callbacks_terms(tmp_path: P
     assert message.endswith(
         "EventBusCallback provides the Keras log names its keys= declares, e.g. EventBusCallback(bus, "
         "keys=['loss', 'accuracy']): each on training steps, as eval/<name> from the validation (Keras's "
-        "val_<name>), as epoch/<name> in epoch events."
+        "val_<name>), as test/<name> from evaluate outside fit, as epoch/<name> in epoch events."
     )
     assert "session" not in message
     assert "EventBusHook" not in message
