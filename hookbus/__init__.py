@@ -7,7 +7,8 @@ which receive an :class:`Event`), and give your training one publisher:
 - :class:`EventBusHook` for a TF1 ``MonitoredTrainingSession`` (:func:`monitored_training_session`,
   :func:`train_and_evaluate`, :func:`evaluate_checkpoints`; :class:`Task` and :func:`staggered_start`
   on a cluster);
-- :class:`EventBusCallback` for Keras ``fit``;
+- :class:`EventBusCallback` for Keras ``fit`` (:func:`from_keras` turns a Keras callback list into one,
+  with its sinks);
 - :class:`LoopPublisher` for a loop of your own (eager or ``tf.function``).
 
 ``bus.stats()`` says what each subscriber costs (:class:`BusStats`); :func:`read_event_log` and
@@ -27,6 +28,7 @@ from hookbus._contract._cluster import Task
 from hookbus._contract._event_log import read_event_log
 from hookbus._contract._events import Event
 from hookbus._contract._stats import BusStats, SubscriberStats, WriterStats
+from hookbus._convert._keras import from_keras
 from hookbus._publishing._replay import ReplayResult, replay
 from hookbus._rules._home import show_home
 from hookbus._tf.hook._evaluator import evaluate_checkpoints
@@ -58,6 +60,7 @@ __all__ = [
     "WriterStats",
     "__version__",
     "evaluate_checkpoints",
+    "from_keras",
     "monitored_training_session",
     "read_event_log",
     "replay",

@@ -84,14 +84,15 @@ def _imports(path: Path) -> set[str]:
 def test_the_seams_hold() -> None:
     """README "Two commands" (the bus and the sinks run without TensorFlow): one module imports
     TensorFlow; nothing in hookbus/ imports the sinks but the ``hookbus`` command, an application
-    that wires them; no sink imports another sink (helpers, private modules, are shared)."""
+    that wires them, and the conversions of callback lists into sinks (``hookbus.from_keras``); no
+    sink imports another sink (helpers, private modules, are shared)."""
     found = modules()
     importers = sorted(name for name, path in found.items() if "tensorflow" in external_imports(path))
     assert importers == ["hookbus._tf._import"]
     edges = all_imports()
     into_sinks = sorted({e.source for e in edges if e.target.startswith("hookbus.sinks")})
     applications = [m for m in into_sinks if not m.startswith("hookbus.sinks")]
-    assert applications == ["hookbus._cli._cli", "hookbus._watch._command"]
+    assert applications == ["hookbus._cli._cli", "hookbus._convert._keras", "hookbus._watch._command"]
     sinks = {n for n in found if n.startswith("hookbus.sinks.") and not n.rpartition(".")[2].startswith("_")}
     sinks -= {n for n in sinks if found[n].name == "__init__.py"}  # a sink's folder, not a sink
     assert len(sinks) == 12
@@ -121,6 +122,7 @@ def test_public_surface_is_pinned() -> None:
         "WriterStats",
         "__version__",
         "evaluate_checkpoints",
+        "from_keras",
         "monitored_training_session",
         "read_event_log",
         "replay",

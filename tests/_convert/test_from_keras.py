@@ -1,0 +1,285 @@
+"""hookbus.from_keras: a Keras callback list and its conversion on the same seeded fit, their outputs
+compared as the next tool reads them (EventAccumulator, ``history``, the weights, the CSV file)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorflow")
+keras = pytest.importorskip("keras")
+from _keras_data import KERAS_NP_ARRAY, classifier, data  # noqa: E402
+from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
+from tensorboard.util import tensor_util  # noqa: E402
+
+import hookbus  # noqa: E402
+
+TRAIN, VAL = data(64, 0), data(32, 1)
+callbacks = keras.callbacks
+
+
+def model(rate: float = 0.5) -> Any:
+    """The seeded classifier (its layers named from scratch, so the histograms' tags agree)."""
+    keras.backend.clear_session()
+    return classifier(keras.optimizers.SGD(rate), ["accuracy"])
+
+
+def fit(given: list[Any], epochs: int = 10, rate: float = 0.5, **kwargs: Any) -> tuple[Any, Any]:
+    """A fresh seeded model fitted with ``given`` as its callbacks: (the model, its history)."""
+    m = model(rate)
+    history = m.fit(*TRAIN, validation_data=VAL, epochs=epochs, batch_size=16, verbose=0, callbacks=given, **kwargs)
+    return m, history
+
+
+def converted(given: list[Any], **kwargs: Any) -> tuple[list[Any], hookbus.EventBus]:
+    """``from_keras(given)`` and the bus its callback publishes on."""
+    result = hookbus.from_keras(given, report=io.StringIO(), **kwargs)
+    publisher = next(c for c in result if isinstance(c, hookbus.EventBusCallback))
+    return result, publisher.bus
+
+
+#: A run as TensorBoard's reader takes it: tag -> step -> value (a float, or a histogram's rows).
+Run = dict[str, dict[int, Any]]
+
+
+def runs(logdir: Path) -> dict[str, Run]:
+    """Every run directory under ``logdir`` and its tensor summaries, read by EventAccumulator."""
+    found: dict[str, Run] = {}
+    for directory in sorted({p.parent for p in logdir.rglob("events.out.tfevents.*")}):
+        acc = event_accumulator.EventAccumulator(str(directory), size_guidance={event_accumulator.TENSORS: 0})
+        acc.Reload()
+        run: Run = {}
+        for tag in acc.Tags()["tensors"]:
+            for e in acc.Tensors(tag):
+                value = tensor_util.make_ndarray(e.tensor_proto)
+                number = value.dtype.kind == "f"
+                run.setdefault(tag, {})[e.step] = (
+                    (float(value) if value.ndim == 0 else value) if number else value.item()
+                )
+        found[str(directory.relative_to(logdir))] = run
+    return found
+
+
+def assert_same_runs(theirs: dict[str, Run], ours: dict[str, Run]) -> None:
+    assert sorted(ours) == sorted(theirs)
+    for name, run in theirs.items():
+        assert sorted(ours[name]) == sorted(run), name
+        for tag, points in run.items():
+            assert sorted(ours[name][tag]) == sorted(points), (name, tag)
+            for step, value in points.items():
+                np.testing.assert_allclose(ours[name][tag][step], value, rtol=1e-6, err_msg=f"{name} {tag} {step}")
+
+
+def assert_same_history(theirs: Any, ours: Any) -> None:
+    assert ours.epoch == theirs.epoch
+    assert sorted(ours.history) == sorted(theirs.history)
+    for name, values in theirs.history.items():
+        np.testing.assert_allclose(ours.history[name], values, rtol=1e-6, err_msg=name)
+
+
+def assert_same_weights(theirs: Any, ours: Any) -> None:
+    for a, b in zip(theirs.get_weights(), ours.get_weights(), strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-6)
+
+
+# -- the list ------------------------------------------------------------------------------------
+
+
+class Recorder(keras.callbacks.Callback):  # type: ignore[misc,name-defined]  # Keras ships no type information
+    """A callback of the user's own: passes through, and sees every epoch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.epochs: list[int] = []
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self.epochs.append(epoch)
+
+
+def test_converted_callbacks_become_one_publisher_at_the_first_ones_place_and_the_rest_pass_through(
+    tmp_path: Path,
+) -> None:
+    first, last = Recorder(), callbacks.LambdaCallback()
+    given = [first, callbacks.TensorBoard(str(tmp_path)), callbacks.History(), callbacks.EarlyStopping(), last]
+    out = io.StringIO()
+    result = hookbus.from_keras(given, report=out)
+    assert [type(c).__name__ for c in result] == ["Recorder", "EventBusCallback", "History", "LambdaCallback"]
+    assert result[0] is first
+    assert result[2] is given[2]
+    assert result[3] is last
+    assert out.getvalue() == (
+        "hookbus.from_keras: converted TensorBoard, EarlyStopping; passed through Recorder, History, LambdaCallback\n"
+    )
+    bus = result[1].bus
+    assert [s.name for s in bus.subscribers] == ["EarlyStoppingSink", "TensorBoardSink"]
+
+
+def test_a_list_with_nothing_to_convert_comes_back_as_it_is() -> None:
+    given = [callbacks.LambdaCallback(), Recorder()]
+    out = io.StringIO()
+    assert hookbus.from_keras(given, report=out) == given
+    assert out.getvalue() == "hookbus.from_keras: converted nothing; passed through LambdaCallback, Recorder\n"
+
+
+def test_a_subclass_of_a_keras_callback_is_its_own_and_passes_through(tmp_path: Path) -> None:
+    class MyBoard(keras.callbacks.TensorBoard):  # type: ignore[misc,name-defined]
+        pass
+
+    given = [MyBoard(str(tmp_path))]
+    assert hookbus.from_keras(given, report=io.StringIO()) == given
+
+
+def test_the_bus_given_gets_the_sinks() -> None:
+    bus = hookbus.EventBus()
+    result, used = converted([callbacks.EarlyStopping(monitor="val_accuracy")], bus=bus)
+    assert used is bus
+    assert [s.name for s in bus.subscribers] == ["EarlyStoppingSink"]
+    assert result[0].keys == ("loss", "accuracy")  # loss, and what the monitors read
+
+
+@pytest.mark.parametrize(
+    ("callback", "message"),
+    [
+        (lambda d: callbacks.TensorBoard(d, write_images=True), r"TensorBoard\(write_images=True\)"),
+        (lambda d: callbacks.TensorBoard(d, write_graph=False), r"TensorBoard\(write_graph=False\)"),
+        (lambda d: callbacks.TensorBoard(d, write_steps_per_second=True), r"TensorBoard\(write_steps_per_second="),
+        (lambda d: callbacks.TensorBoard(d, embeddings_freq=1), r"TensorBoard\(embeddings_freq=1\)"),
+        (lambda d: callbacks.TensorBoard(d, profile_batch=(2, 4)), r"TensorBoard\(profile_batch=\(2, 4\)\).*Profiler"),
+        (lambda d: callbacks.TensorBoard(d, profile_batch=3), r"TensorBoard\(profile_batch=3\)"),
+        (lambda d: callbacks.EarlyStopping(start_from_epoch=2), r"EarlyStopping\(start_from_epoch=2\)"),
+        (lambda d: callbacks.EarlyStopping(monitor=""), r"EarlyStopping\(monitor=''\)"),
+    ],
+)
+def test_an_argument_with_no_equivalent_fails_naming_the_callback_the_argument_and_the_value(
+    tmp_path: Path, callback: Any, message: str
+) -> None:
+    bus = hookbus.EventBus()
+    kept = callbacks.EarlyStopping(monitor="val_accuracy")
+    with pytest.raises(ValueError, match="hookbus.from_keras: " + message):
+        hookbus.from_keras([kept, callback(str(tmp_path))], bus=bus, report=io.StringIO())
+    assert bus.subscribers == []  # nothing attached: the list is checked first
+
+
+def test_not_a_list_fails() -> None:
+    with pytest.raises(TypeError, match="callbacks must be a list of Keras callbacks"):
+        hookbus.from_keras("TensorBoard")
+
+
+# -- TensorBoard ----------------------------------------------------------------------------------
+
+
+def _without_graphs(found: dict[str, Run]) -> dict[str, Run]:
+    """Keras's tag ``keras`` holds its traced train function beside the model's configuration; the
+    sink writes the configuration only: compared apart."""
+    return {name: {t: p for t, p in run.items() if t != "keras"} for name, run in found.items()}
+
+
+@KERAS_NP_ARRAY
+@pytest.mark.parametrize("update_freq", ["epoch", 2])
+def test_tensorboard_writes_kerass_runs_tags_steps_and_values(tmp_path: Path, update_freq: str | int) -> None:
+    """Keras's TensorBoard(histogram_freq=2, update_freq) and its conversion (no bus given, no
+    ``with bus:``) on the same fit: the same runs (train/, validation/), tags (epoch_*,
+    batch_* with update_freq, evaluation_*_vs_iterations, the weights' histograms), steps and
+    values, as EventAccumulator reads them once fit returns."""
+    theirs_dir, ours_dir = tmp_path / "keras", tmp_path / "hookbus"
+    fit([callbacks.TensorBoard(str(theirs_dir), histogram_freq=2, update_freq=update_freq)], epochs=4)
+    given = [callbacks.TensorBoard(str(ours_dir), histogram_freq=2, update_freq=update_freq)]
+    result, bus = converted(given, keys=["loss", "accuracy"])
+    fit(result, epochs=4)
+    theirs, ours = runs(theirs_dir), runs(ours_dir)
+    assert sorted(theirs) == ["train", "validation"]
+    assert "sequential/dense/kernel/histogram" in theirs["train"]
+    assert sorted(theirs["train"]["epoch_loss"]) == [0, 1, 2, 3]
+    if update_freq == 2:
+        assert sorted(theirs["train"]["batch_loss"]) == list(range(2, 17, 2))
+    assert sorted(ours["train"]["keras"]) == [0]
+    assert_same_runs(_without_graphs(theirs), _without_graphs(ours))
+    bus.close()
+
+
+# -- EarlyStopping --------------------------------------------------------------------------------
+
+#: Keras's early_stopping_test cases on a real fit whose val_loss is best at epoch 1 and then
+#: drifts (by less than 0.01), whose loss falls every epoch, and whose val_accuracy ties.
+EARLY_STOPPING = [
+    {"monitor": "val_loss", "patience": 0},
+    {"monitor": "val_loss", "patience": 2, "restore_best_weights": True},
+    {"monitor": "val_loss", "patience": 3, "min_delta": 0.001, "mode": "min", "restore_best_weights": True},
+    {"monitor": "val_loss", "patience": 3, "baseline": 0.55, "restore_best_weights": True},
+    {"monitor": "loss", "patience": 1, "min_delta": 0.005},
+    {"monitor": "val_accuracy", "patience": 2, "restore_best_weights": True},
+    {"monitor": "val_accuracy", "patience": 2, "mode": "min"},
+    {"monitor": "loss", "patience": 2, "mode": "max", "baseline": 0.1},
+]
+
+
+@pytest.mark.parametrize("settings", EARLY_STOPPING, ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
+def test_early_stopping_stops_at_kerass_epoch_with_its_history_and_weights(settings: dict[str, Any]) -> None:
+    """The same stopped epoch, ``history`` and (restored) weights as Keras's EarlyStopping."""
+    keras_stopper = callbacks.EarlyStopping(**settings)
+    theirs, their_history = fit([keras_stopper])
+    result, bus = converted([callbacks.EarlyStopping(**settings)])
+    with bus:
+        ours, our_history = fit(result)
+    assert len(their_history.epoch) < 10 or settings["monitor"] == "loss" and "min_delta" not in settings
+    assert_same_history(their_history, our_history)
+    assert_same_weights(theirs, ours)
+
+
+# -- ModelCheckpoint ------------------------------------------------------------------------------
+
+#: Keras's model_checkpoint_test cases: file name templates, best only (by a validation value, a
+#: training one, with a threshold), every epoch, every N batches, weights only, a subdirectory.
+MODEL_CHECKPOINT = [
+    {"filepath": "ckpt-{epoch:02d}-{val_loss:.2f}.keras", "save_best_only": True},
+    {"filepath": "model.keras"},
+    {"filepath": "w-{epoch:02d}.weights.h5", "save_weights_only": True},
+    {"filepath": "best.weights.h5", "save_weights_only": True, "save_best_only": True, "monitor": "loss"},
+    {"filepath": "b-{epoch:02d}-{batch:02d}-{loss:.3f}.keras", "save_freq": 3},
+    {"filepath": "acc-{val_accuracy:.3f}.keras", "monitor": "val_accuracy", "save_best_only": True},
+    {"filepath": "t-{epoch}.keras", "monitor": "val_loss", "save_best_only": True, "initial_value_threshold": 0.57},
+    {"filepath": "run/{epoch}/model.keras", "mode": "min", "monitor": "loss", "save_best_only": True},
+]
+
+
+def _files(directory: Path) -> list[str]:
+    """The files a tool sees under ``directory`` (hookbus's lock, a hidden file, aside)."""
+    found = [p for p in directory.rglob("*") if p.is_file() and p.name != ".export.lock"]
+    return sorted(str(p.relative_to(directory)) for p in found)
+
+
+def _predictions(path: Path) -> Any:
+    if path.name.endswith(".weights.h5"):
+        m = model()
+        m.load_weights(str(path))
+    else:
+        m = keras.saving.load_model(str(path))
+    return m.predict(VAL[0], verbose=0)
+
+
+@KERAS_NP_ARRAY
+@pytest.mark.parametrize("settings", MODEL_CHECKPOINT, ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
+def test_model_checkpoint_writes_the_same_files_at_the_same_paths(tmp_path: Path, settings: dict[str, Any]) -> None:
+    """The same file names (Keras's formatting of epoch, batch and the logs) and files that load
+    (``keras.saving.load_model``, ``model.load_weights``) to the same predictions."""
+    theirs_dir, ours_dir = tmp_path / "keras", tmp_path / "hookbus"
+    options = {k: v for k, v in settings.items() if k != "filepath"}
+    fit([callbacks.ModelCheckpoint(str(theirs_dir / settings["filepath"]), **options)], epochs=5)
+    result, bus = converted([callbacks.ModelCheckpoint(str(ours_dir / settings["filepath"]), **options)])
+    with bus:
+        fit(result, epochs=5)
+    theirs = _files(theirs_dir)
+    assert theirs
+    assert _files(ours_dir) == theirs
+    for name in theirs:
+        np.testing.assert_allclose(_predictions(ours_dir / name), _predictions(theirs_dir / name), rtol=1e-6)
+
+
+def test_model_checkpoint_with_save_best_only_on_batches_fails_naming_it(tmp_path: Path) -> None:
+    given = [callbacks.ModelCheckpoint(str(tmp_path / "m.keras"), save_best_only=True, save_freq=4)]
+    with pytest.raises(ValueError, match=r"ModelCheckpoint\(save_freq=4\) has no hookbus equivalent"):
+        hookbus.from_keras(given)
