@@ -20,7 +20,7 @@ from hookbus.sink_api import (
 )
 from hookbus.validate import flag
 
-from ._csv_file import CSVFile, Row
+from ._csv_file import CSVFile, Row, check_separator
 
 __all__ = ["CSVSink"]
 
@@ -71,6 +71,14 @@ class CSVSink(Sink):
         runs_on: Multi-worker training: ``"chief"`` (default), ``"all"`` or ``"each"`` (every
             worker writes ``<stem>.worker-<i><suffix>``). Rows are keyed by ``event.step``, the
             shared global step.
+        separator: The character between cells (default ``","``), as ``CSVLogger(separator=)``:
+            one ASCII character that no cell holds (``";"``, a tab, ...).
+        append: What a training (a ``fit``, a session loop) does with the file it finds
+            (default ``True``): keep its rows up to the step the training starts at and add its
+            own: a resume from a checkpoint writes every step once, and a second ``fit`` of the
+            model adds its rows, as ``CSVLogger(append=True)`` (rows are keyed by step: a training
+            from step 0 keeps none). ``False``: start the file anew at each training's start, a
+            resume's included, as ``CSVLogger(append=False)`` does at each ``fit``.
     """
 
     default_schedule: ClassVar[Schedule] = Schedule(every_n_steps=10)
@@ -92,6 +100,8 @@ class CSVSink(Sink):
         on_error: str | None = None,
         name: str | None = None,
         runs_on: str | None = None,
+        separator: str = ",",
+        append: bool = True,
     ) -> None:
         super().__init__(
             keys=keys,
@@ -113,6 +123,10 @@ class CSVSink(Sink):
             flush_deadline=flush_deadline,
         )
         flag("epochs", epochs)
+        self.separator = check_separator(separator)
+        flag("append", append)
+        self.append = append
+        self._sessions = 0  # train sessions since the training began: its first may start the file anew
         if not epochs and self.keys is not None and any(k.startswith(EPOCH_PREFIX) for k in self.keys):
             raise ValueError(f"keys {sorted(self.keys)} name epoch keys; pass epochs=True to write epoch rows")
         self.epochs = epochs
@@ -131,6 +145,8 @@ class CSVSink(Sink):
         self.eval_path = self.path.with_name(self.path.stem + ".eval.csv")
 
     def on_begin(self, event: Event) -> None:
+        if event.mode == "train":
+            self._sessions = 0  # a training begins (a fit): its first session may start the file anew
         if self.output.writing:
             self._lock_files(event)  # a second publisher (eval) began in the same run
             return
@@ -139,13 +155,16 @@ class CSVSink(Sink):
         wanted = sorted(k for k in known if self.keys is None or k in self.keys)
         if self.epochs:
             columns = ["epoch"] + [k[len(EPOCH_PREFIX) :] for k in wanted if k.startswith(EPOCH_PREFIX)]
-            self._files = {"epoch": CSVFile(self.path, columns, csv_logger_order=True, report=self._report)}
+            logger_file = CSVFile(
+                self.path, columns, csv_logger_order=True, report=self._report, separator=self.separator
+            )
+            self._files = {"epoch": logger_file}
         else:
             train = [k for k in wanted if not k.startswith((EVAL_PREFIX, EPOCH_PREFIX))]
             evals = [k[len(EVAL_PREFIX) :] for k in wanted if k.startswith(EVAL_PREFIX)]
             self._files = {
-                "train": CSVFile(self.path, train, report=self._report),
-                "eval": CSVFile(self.eval_path, evals, report=self._report),
+                "train": CSVFile(self.path, train, report=self._report, separator=self.separator),
+                "eval": CSVFile(self.eval_path, evals, report=self._report, separator=self.separator),
             }
         for f in self._files.values():
             f.read_header()  # a foreign file fails here, before training
@@ -174,8 +193,10 @@ class CSVSink(Sink):
     def on_session_created(self, event: Event) -> None:
         if event.mode != "train" or not self.output.writing:
             return  # an eval session evaluates a checkpoint; it is no resume point
-        for f in self._files.values():
-            self.output.call(functools.partial(f.start_session, event.step))
+        anew = not self.append and self._sessions == 0
+        self._sessions += 1
+        for f in self._files.values():  # anew: keep no row (steps count from 0)
+            self.output.call(functools.partial(f.start_session, -1 if anew else event.step))
 
     def on_after_run(self, event: Event) -> None:
         output, mode = self.output, event.mode

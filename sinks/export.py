@@ -172,8 +172,9 @@ class ExportSink(Sink):
             raise ValueError(f"mode must be 'min', 'max' or 'auto' (got {mode!r})")
         self._scheduled = every_n_steps is not None or every_n_secs is not None
         self.filename = check_filename(filename, weights_only, keep)
-        self.every_epoch = flag("every_epoch", every_epoch)
-        self.weights_only = flag("weights_only", weights_only)
+        flag("every_epoch", every_epoch)
+        flag("weights_only", weights_only)
+        self.every_epoch, self.weights_only = every_epoch, weights_only
         if every_epoch and (monitor is not None or self._scheduled):
             raise ValueError("every_epoch=True exports at every epoch end: pass no monitor and no schedule with it")
         threshold = initial_value_threshold

@@ -15,8 +15,10 @@ from hookbus._tf.keras._known import keras_callback_name
 from hookbus.sink_api import EPOCH_PREFIX, EVAL_PREFIX, Sink
 from hookbus.sinks import (
     ConsoleSink,
+    CSVSink,
     EarlyStoppingSink,
     ExportSink,
+    NanGuardSink,
     TensorBoardSink,
 )
 
@@ -145,10 +147,24 @@ def _early_stopping(callback: Any) -> _Converted:
     return _Converted([sink], [name])
 
 
+def _csv_logger(callback: Any) -> _Converted:
+    sink = CSVSink(callback.filename, epochs=True, separator=callback.sep, append=bool(callback.append))
+    return _Converted([sink])
+
+
+def _terminate_on_nan(callback: Any) -> _Converted:
+    # Keras checks every batch's loss: stop after that batch, or raise there (a RuntimeError, as Keras).
+    raise_error = bool(getattr(callback, "raise_error", False))
+    sink = NanGuardSink("loss", every_n_steps=1, on_nan="raise" if raise_error else "stop")
+    return _Converted([sink], ["loss"])
+
+
 _CONVERTERS: dict[str, Callable[[Any], _Converted]] = {
     "TensorBoard": _tensorboard,
     "ModelCheckpoint": _model_checkpoint,
     "EarlyStopping": _early_stopping,
+    "CSVLogger": _csv_logger,
+    "TerminateOnNaN": _terminate_on_nan,
 }
 
 
@@ -180,13 +196,21 @@ def from_keras(
       another name from the epoch's logs (``epoch/<name>``); Keras's rule, NaN never an
       improvement; the same weights restored. ``verbose`` is Keras's printing: hookbus gives
       the stop's reason as ``bus.stop_reason`` and in its summary.
+    - ``ModelCheckpoint(filepath, monitor, save_best_only, save_weights_only, mode, save_freq,
+      initial_value_threshold)`` → ``ExportSink(directory, filename=..., keep=None, ...)``: the
+      same files at the same paths, named as Keras formats ``filepath`` (``{epoch}``,
+      ``{batch}``, the logs' values), ``.keras`` (``model.save``) or ``.weights.h5``
+      (``model.save_weights``); every epoch, every ``save_freq`` batches, or on improvement of
+      ``monitor`` read from the epoch's logs. ``directory`` is the part of ``filepath`` before
+      its first field; it also holds hookbus's lock file ``.export.lock``.
     - ``CSVLogger(filename, separator, append)`` → ``CSVSink(filename, epochs=True, ...)``:
-      CSVLogger's columns in its order, after hookbus's ``step`` and ``wall_time``;
-      ``append=False`` starts the file anew at each ``fit`` (a resume from a checkpoint keeps
-      the rows up to it), ``append=True`` adds the rows of each ``fit`` to the file.
+      CSVLogger's columns, order and cells, after hookbus's ``step`` and ``wall_time``;
+      ``append=False`` starts the file anew at each ``fit``, ``append=True`` adds each
+      ``fit``'s rows (rows are keyed by step: a ``fit`` of a new model from step 0 keeps none).
     - ``TerminateOnNaN(raise_error)`` → ``NanGuardSink("loss", every_n_steps=1)``: a NaN or
-      infinite loss stops ``fit`` after that batch, or with ``raise_error=True`` raises
-      ``RuntimeError`` there, as Keras does.
+      infinite loss stops ``fit`` after that batch (the epoch's record still goes out, as
+      CSVLogger writes its row), or with ``raise_error=True`` raises there a
+      ``NonFiniteError``, a ``RuntimeError`` as Keras's.
 
     An argument hookbus cannot honour (``TensorBoard(write_images=True)``,
     ``EarlyStopping(start_from_epoch=2)``, ...) raises ``ValueError`` here, before training,

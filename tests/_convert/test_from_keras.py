@@ -283,3 +283,111 @@ def test_model_checkpoint_with_save_best_only_on_batches_fails_naming_it(tmp_pat
     given = [callbacks.ModelCheckpoint(str(tmp_path / "m.keras"), save_best_only=True, save_freq=4)]
     with pytest.raises(ValueError, match=r"ModelCheckpoint\(save_freq=4\) has no hookbus equivalent"):
         hookbus.from_keras(given)
+
+
+# -- CSVLogger ------------------------------------------------------------------------------------
+
+
+def _table(path: Path, separator: str = ",") -> tuple[list[str], list[list[str]]]:
+    """The header and rows of a CSV file as ``csv`` reads them (pandas reads the same)."""
+    import csv
+
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f, delimiter=separator))
+    return rows[0], rows[1:]
+
+
+def assert_csv_logger_columns(theirs: Path, ours: Path, separator: str = ",") -> None:
+    """CSVLogger's columns, in its order, after hookbus's ``step`` and ``wall_time``, with the same
+    cells (``NA`` included) in the same rows."""
+    their_header, their_rows = _table(theirs, separator)
+    our_header, our_rows = _table(ours, separator)
+    assert our_header == ["step", "wall_time", *their_header]
+    assert len(our_rows) == len(their_rows)
+    for mine, their in zip(our_rows, their_rows, strict=True):
+        assert mine[2] == their[0]  # the epoch
+        for a, b in zip(mine[3:], their[1:], strict=True):
+            assert (a == b == "NA") or float(a) == pytest.approx(float(b), rel=1e-6, nan_ok=True)
+
+
+@pytest.mark.parametrize("separator", [",", ";", "\t"])
+def test_csv_logger_writes_its_columns_and_rows_in_the_same_file(tmp_path: Path, separator: str) -> None:
+    theirs, ours = tmp_path / "keras.csv", tmp_path / "hookbus.csv"
+    fit([callbacks.CSVLogger(str(theirs), separator=separator)], epochs=3)
+    result, bus = converted([callbacks.CSVLogger(str(ours), separator=separator)])
+    fit(result, epochs=3)
+    bus.close()
+    assert_csv_logger_columns(theirs, ours, separator)
+
+
+@pytest.mark.parametrize("append", [False, True])
+def test_csv_logger_append_across_two_fits(tmp_path: Path, append: bool) -> None:
+    """Keras's csv_logger_test: a second fit of the model adds its rows (append=True) or starts
+    the file anew (append=False); with append=False a file left by an earlier run is replaced."""
+    theirs, ours = tmp_path / "keras.csv", tmp_path / "hookbus.csv"
+    if not append:  # left by an earlier run of the script
+        theirs.write_text("epoch,loss\n0,9.0\n")
+        ours.write_text("step,wall_time,epoch,loss\n4,1.0,0,9.0\n")
+    for path in (theirs, ours):
+        logger = callbacks.CSVLogger(str(path), append=append)
+        given = [logger] if path == theirs else converted([logger])[0]
+        m = model()
+        for _ in range(2):
+            m.fit(*TRAIN, validation_data=VAL, epochs=2, batch_size=16, verbose=0, callbacks=given)
+    assert len(_table(theirs)[1]) == (4 if append else 2)
+    assert_csv_logger_columns(theirs, ours)
+
+
+# -- TerminateOnNaN -------------------------------------------------------------------------------
+
+
+def exploding() -> Any:
+    """Keras's terminate_on_nan_test model: five Dense layers whose kernels are 1e5 overflow the
+    first batch's loss (inf); seeded."""
+    keras.utils.set_random_seed(0)
+    keras.backend.clear_session()
+    big = keras.initializers.Constant(1e5)
+    layers = [keras.layers.Dense(8, activation="relu", kernel_initializer=big) for _ in range(5)]
+    m = keras.Sequential([keras.Input((4,)), *layers, keras.layers.Dense(1, kernel_initializer=big)])
+    m.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", metrics=["mae"])
+    return m
+
+
+def test_terminate_on_nan_stops_after_the_same_batch_with_the_epochs_csv_row(tmp_path: Path) -> None:
+    """Keras's terminate_on_nan_test (graceful stop): fit ends after the batch whose loss is not
+    finite; the same history and step, and CSVLogger's row of the epoch it stopped in."""
+    theirs, ours = tmp_path / "keras.csv", tmp_path / "hookbus.csv"
+    found = []
+    for path in (theirs, ours):
+        given = [callbacks.TerminateOnNaN(), callbacks.CSVLogger(str(path))]
+        m = exploding()
+        used = given if path == theirs else converted(given)[0]
+        history = m.fit(*TRAIN, validation_data=VAL, epochs=3, batch_size=16, verbose=0, callbacks=used)
+        found.append((m, history))
+    (their_model, their_history), (our_model, our_history) = found
+    assert int(their_model.optimizer.iterations) == int(our_model.optimizer.iterations) == 1
+    assert_same_history(their_history, our_history)
+    assert not np.isfinite(their_history.history["loss"][0])
+    assert len(_table(theirs)[1]) == 1
+    assert_csv_logger_columns(theirs, ours)
+
+
+def test_terminate_on_nan_raise_error_raises_a_runtime_error_at_the_same_batch(tmp_path: Path) -> None:
+    """raise_error=True: a RuntimeError from fit at that batch, as Keras's; no epoch row written."""
+    theirs, ours = tmp_path / "keras.csv", tmp_path / "hookbus.csv"
+    steps = []
+    for path in (theirs, ours):
+        given = [callbacks.TerminateOnNaN(raise_error=True), callbacks.CSVLogger(str(path))]
+        m = exploding()
+        if path == theirs:
+            with pytest.raises(RuntimeError, match="NaN or Inf loss"):
+                m.fit(*TRAIN, epochs=3, batch_size=16, verbose=0, callbacks=given)
+            given[1].csv_file.close()  # Keras leaves it open: no on_train_end after the raise
+        else:
+            result, bus = converted(given)
+            with pytest.raises(RuntimeError, match="loss"), bus:
+                m.fit(*TRAIN, epochs=3, batch_size=16, verbose=0, callbacks=result)
+        steps.append(int(m.optimizer.iterations))
+    assert steps == [1, 1]
+    assert theirs.read_text() == ""  # CSVLogger writes its header with the first epoch's row
+    assert not ours.exists() or len(ours.read_text().splitlines()) <= 1  # a header at most

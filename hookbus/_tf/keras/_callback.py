@@ -18,7 +18,7 @@ from hookbus._tf._import import require_keras, require_tensorflow, with_framewor
 from hookbus._tf._learning_rate_tf import OptimizerRate
 from hookbus._tf._profiler_tf import TFProfiler
 from hookbus._tf.keras._hold import HeldWork
-from hookbus._tf.keras._logs import EpochKeys, LogChecks, epoch_values, validation_values
+from hookbus._tf.keras._logs import EpochKeys, LogChecks, epoch_values, finite_logs, validation_values
 from hookbus._tf.keras._model_view import KerasModelView
 from hookbus._tf.keras._resume import cut_short, pass_over, prepare_restore, restore_train_function, start_epoch
 
@@ -82,7 +82,10 @@ class EventBusCallback:
     last trained batch: Keras reads the batches before it without training on them (other
     callbacks see their batch ends, with empty logs), so no step is trained twice and the run
     ends where an uninterrupted one ends. An epoch a stop cut short publishes neither its
-    validation nor its epoch event; the resume completes it and publishes them once.
+    validation nor its epoch event; the resume completes it and publishes them once. An epoch
+    cut short with a non-finite value in its logs (``NanGuardSink(on_nan="stop")``, as Keras's
+    ``TerminateOnNaN``) is over (no checkpoint holds a non-finite step): it publishes both, as
+    Keras's ``CSVLogger`` writes its row.
 
     A save at an epoch's last step (and whatever else subscribers defer at a batch) runs once
     Keras moves on: at the next batch, or after that epoch's validation and epoch events, which
@@ -333,7 +336,10 @@ class EventBusCallback:
                 # As Keras's ReduceLROnPlateau and LearningRateScheduler: the rate the epoch trained with,
                 # in the logs History and the callbacks after this one read (and in the epoch event).
                 logs[LEARNING_RATE_KEY] = self._rate.used()
-            if not cut_short(self.params, self.model, self._batches):  # type: ignore[attr-defined]
+            # An epoch a stop cut short is withheld for the resume to complete, unless a non-finite
+            # value ended it (the NaN guard): no checkpoint holds such a step, no resume completes the
+            # epoch, so it is over, and its record goes out as Keras's callbacks receive it (CSVLogger's row).
+            if not cut_short(self.params, self.model, self._batches) or not finite_logs(logs):  # type: ignore[attr-defined]
                 val = validation_values(logs)
                 if val and self._eval.eval_wanted():
                     self._eval.publish_eval(self._step, {k: val[k] for k in self._eval.keys if k in val})
