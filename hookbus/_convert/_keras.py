@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import string
 import sys
@@ -18,7 +19,9 @@ from hookbus.sinks import (
     CSVSink,
     EarlyStoppingSink,
     ExportSink,
+    LearningRateSchedulerSink,
     NanGuardSink,
+    ReduceLROnPlateauSink,
     TensorBoardSink,
 )
 
@@ -159,12 +162,64 @@ def _terminate_on_nan(callback: Any) -> _Converted:
     return _Converted([sink], ["loss"])
 
 
+def _reduce_lr_on_plateau(callback: Any) -> _Converted:
+    key, name = _monitored("ReduceLROnPlateau", callback.monitor)
+    sink = ReduceLROnPlateauSink(
+        monitor=key,
+        factor=float(callback.factor),
+        patience=callback.patience,
+        mode=callback.mode,
+        min_delta=float(callback.min_delta),  # kept as abs(min_delta), as EarlyStopping's
+        cooldown=callback.cooldown,
+        min_lr=float(callback.min_lr),
+    )
+    return _Converted([sink], [name])
+
+
+class _EpochOnly:
+    """A Keras schedule of the epoch alone, ``schedule(epoch)``, called as ``(epoch, lr)``."""
+
+    def __init__(self, schedule: Callable[[int], float]) -> None:
+        self.schedule = schedule
+
+    def __call__(self, epoch: int, lr: float) -> float:
+        return self.schedule(epoch)
+
+    def __repr__(self) -> str:
+        return f"{self.schedule!r} (of the epoch alone)"
+
+
+def _learning_rate_scheduler(callback: Any) -> _Converted:
+    schedule = callback.schedule
+    if not callable(schedule):
+        raise ValueError(f"hookbus.from_keras: LearningRateScheduler(schedule={schedule!r}) must be a function")
+    # Keras calls schedule(epoch, lr), and schedule(epoch) where that raises TypeError; hookbus
+    # reads which one it is from the signature, before training.
+    try:
+        signature = inspect.signature(schedule)
+    except ValueError:  # a builtin without a signature: called as Keras's new API calls it
+        signature = None
+    if signature is not None and not _binds(signature, 0, 0.1) and _binds(signature, 0):
+        schedule = _EpochOnly(schedule)
+    return _Converted([LearningRateSchedulerSink(schedule)])
+
+
+def _binds(signature: inspect.Signature, *args: Any) -> bool:
+    try:
+        signature.bind(*args)
+    except TypeError:
+        return False
+    return True
+
+
 _CONVERTERS: dict[str, Callable[[Any], _Converted]] = {
     "TensorBoard": _tensorboard,
     "ModelCheckpoint": _model_checkpoint,
     "EarlyStopping": _early_stopping,
     "CSVLogger": _csv_logger,
     "TerminateOnNaN": _terminate_on_nan,
+    "ReduceLROnPlateau": _reduce_lr_on_plateau,
+    "LearningRateScheduler": _learning_rate_scheduler,
 }
 
 
@@ -212,6 +267,12 @@ def from_keras(
       CSVLogger writes its row), or with ``raise_error=True`` raises there a
       ``NonFiniteError``, a ``RuntimeError`` as Keras's.
 
+    - ``ReduceLROnPlateau(monitor, factor, patience, mode, min_delta, cooldown, min_lr)`` →
+      ``ReduceLROnPlateauSink``, its monitor read as early stopping's.
+    - ``LearningRateScheduler(schedule)`` → ``LearningRateSchedulerSink(schedule)``, a
+      one-argument ``schedule(epoch)`` included (told apart by its signature, before training).
+
+    ``verbose`` is Keras's printing: hookbus says the same in its summary and the dashboard.
     An argument hookbus cannot honour (``TensorBoard(write_images=True)``,
     ``EarlyStopping(start_from_epoch=2)``, ...) raises ``ValueError`` here, before training,
     naming the callback, the argument and its value.

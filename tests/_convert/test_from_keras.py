@@ -391,3 +391,52 @@ def test_terminate_on_nan_raise_error_raises_a_runtime_error_at_the_same_batch(t
     assert steps == [1, 1]
     assert theirs.read_text() == ""  # CSVLogger writes its header with the first epoch's row
     assert not ours.exists() or len(ours.read_text().splitlines()) <= 1  # a header at most
+
+
+# -- ReduceLROnPlateau and LearningRateScheduler --------------------------------------------------
+
+REDUCE_LR = [
+    {"monitor": "val_loss", "factor": 0.1, "patience": 1, "min_delta": 100.0},  # Keras's: reduces every epoch
+    {"monitor": "val_loss", "factor": 0.5, "patience": 1, "min_delta": 100.0, "min_lr": 0.1},  # honours min_lr
+    {"monitor": "val_loss", "factor": 0.5, "patience": 1, "cooldown": 2, "min_delta": 100.0},
+    {"monitor": "loss", "factor": 0.5, "patience": 0, "min_delta": 0.02},
+    {"monitor": "val_accuracy", "factor": 0.5, "patience": 2},
+]
+
+
+@KERAS_NP_ARRAY
+@pytest.mark.parametrize("settings", REDUCE_LR, ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
+def test_reduce_lr_on_plateau_sets_the_same_rates_history_and_weights(settings: dict[str, Any]) -> None:
+    """Keras's reduce_lr_on_plateau_test cases: the same rates (``learning_rate`` in ``history``),
+    losses and final weights."""
+    theirs, their_history = fit([callbacks.ReduceLROnPlateau(**settings)], epochs=6)
+    result, bus = converted([callbacks.ReduceLROnPlateau(**settings)])
+    with bus:
+        ours, our_history = fit(result, epochs=6)
+    assert len(set(their_history.history["learning_rate"])) > 1  # the rate changed
+    assert_same_history(their_history, our_history)
+    assert float(ours.optimizer.learning_rate) == pytest.approx(float(theirs.optimizer.learning_rate))
+    assert_same_weights(theirs, ours)
+
+
+def halve_from_epoch_2(epoch: int) -> float:
+    return 0.5 if epoch < 2 else 0.25
+
+
+SCHEDULES = {
+    "one argument": halve_from_epoch_2,
+    "epoch and rate": lambda epoch, lr: lr * 0.9,
+    "Keras's test": lambda step: 1.0 / (1.0 + step),
+}
+
+
+@KERAS_NP_ARRAY
+@pytest.mark.parametrize("schedule", SCHEDULES.values(), ids=SCHEDULES.keys())
+def test_learning_rate_scheduler_sets_the_same_rates_history_and_weights(schedule: Any) -> None:
+    theirs, their_history = fit([callbacks.LearningRateScheduler(schedule)], epochs=4)
+    result, bus = converted([callbacks.LearningRateScheduler(schedule)])
+    with bus:
+        ours, our_history = fit(result, epochs=4)
+    assert_same_history(their_history, our_history)
+    assert float(ours.optimizer.learning_rate) == pytest.approx(float(theirs.optimizer.learning_rate))
+    assert_same_weights(theirs, ours)
