@@ -15,6 +15,7 @@ from hookbus._tf.keras._callback import EventBusCallback
 from hookbus._tf.keras._known import keras_callback_name
 from hookbus.sink_api import EPOCH_PREFIX, EVAL_PREFIX, Sink
 from hookbus.sinks import (
+    CheckpointSink,
     ConsoleSink,
     CSVSink,
     EarlyStoppingSink,
@@ -36,6 +37,7 @@ class _Converted:
 
     sinks: list[Sink] = field(default_factory=list)
     log_names: list[str] = field(default_factory=list)
+    restore: bool = False  # the publisher restores from the checkpoint sink's directory
 
 
 def _refuse(kind: str, argument: str, value: Any, why: str) -> ValueError:
@@ -212,6 +214,18 @@ def _binds(signature: inspect.Signature, *args: Any) -> bool:
     return True
 
 
+def _backup_and_restore(callback: Any) -> _Converted:
+    save_freq = callback.save_freq
+    schedule: dict[str, Any] = {} if save_freq == "epoch" else {"every_n_steps": save_freq}  # epoch: the default
+    sink = CheckpointSink(
+        callback.backup_dir,
+        keep=2 if callback.double_checkpoint else 1,
+        delete_at_end=bool(callback.delete_checkpoint),
+        **schedule,
+    )
+    return _Converted([sink], restore=True)
+
+
 _CONVERTERS: dict[str, Callable[[Any], _Converted]] = {
     "TensorBoard": _tensorboard,
     "ModelCheckpoint": _model_checkpoint,
@@ -220,6 +234,7 @@ _CONVERTERS: dict[str, Callable[[Any], _Converted]] = {
     "TerminateOnNaN": _terminate_on_nan,
     "ReduceLROnPlateau": _reduce_lr_on_plateau,
     "LearningRateScheduler": _learning_rate_scheduler,
+    "BackupAndRestore": _backup_and_restore,
 }
 
 
@@ -272,6 +287,13 @@ def from_keras(
     - ``LearningRateScheduler(schedule)`` → ``LearningRateSchedulerSink(schedule)``, a
       one-argument ``schedule(epoch)`` included (told apart by its signature, before training).
 
+    - ``BackupAndRestore(backup_dir, save_freq, double_checkpoint, delete_checkpoint)`` →
+      ``CheckpointSink(backup_dir, keep=1 or 2, delete_at_end=...)`` and the callback's
+      ``restore=True``: TensorFlow checkpoints in ``backup_dir`` (not Keras's
+      ``latest.weights.h5``), saved at each epoch end or every ``save_freq`` batches, a killed
+      ``fit`` resumes from the latest at its epoch, and a finished one deletes them (a stop from
+      outside, a signal, keeps them), so running the script again trains again.
+
     ``verbose`` is Keras's printing: hookbus says the same in its summary and the dashboard.
     An argument hookbus cannot honour (``TensorBoard(write_images=True)``,
     ``EarlyStopping(start_from_epoch=2)``, ...) raises ``ValueError`` here, before training,
@@ -316,7 +338,8 @@ def from_keras(
         if name not in log_names:
             log_names.append(name)
     bus = EventBus() if bus is None else bus
-    publisher = EventBusCallback(bus, keys=log_names)
+    restore = any(c.restore for _, _, c in converted)
+    publisher = EventBusCallback(bus, keys=log_names, restore=restore)
     for _, _, c in converted:
         for sink in c.sinks:
             bus.attach(sink)

@@ -440,3 +440,72 @@ def test_learning_rate_scheduler_sets_the_same_rates_history_and_weights(schedul
     assert_same_history(their_history, our_history)
     assert float(ours.optimizer.learning_rate) == pytest.approx(float(theirs.optimizer.learning_rate))
     assert_same_weights(theirs, ours)
+
+
+# -- BackupAndRestore -----------------------------------------------------------------------------
+
+
+class InterruptAfterEpoch(keras.callbacks.Callback):  # type: ignore[misc,name-defined]
+    """Keras's backup_and_restore_test interruption: raises at the end of epoch ``epoch``."""
+
+    def __init__(self, epoch: int) -> None:
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        if epoch == self.epoch:
+            raise RuntimeError("interrupted")
+
+
+def _latest(directory: Path) -> str | None:
+    import tensorflow as tf
+
+    found: str | None = tf.train.latest_checkpoint(str(directory))
+    return found
+
+
+@KERAS_NP_ARRAY
+@pytest.mark.parametrize("save_freq", ["epoch", 4])
+def test_backup_and_restore_resumes_an_interrupted_fit_as_keras_and_deletes_its_backup(
+    tmp_path: Path, save_freq: str | int
+) -> None:
+    """Keras's backup_and_restore_test: a fit interrupted after epoch 2 resumes at epoch 3 with the
+    same weights (``history.epoch``, values, final weights as Keras's own); the completed fit
+    deletes the backup (delete_checkpoint=True), so running the script again trains from epoch 0.
+    With save_freq=4 (batches) Keras trains the interrupted epoch again; hookbus resumes after it."""
+    theirs_dir, ours_dir = tmp_path / "keras", tmp_path / "hookbus"
+    with pytest.raises(RuntimeError, match="interrupted"):
+        fit([callbacks.BackupAndRestore(str(theirs_dir), save_freq=save_freq), InterruptAfterEpoch(2)], epochs=5)
+    theirs, their_history = fit([callbacks.BackupAndRestore(str(theirs_dir), save_freq=save_freq)], epochs=5)
+
+    result, bus = converted([callbacks.BackupAndRestore(str(ours_dir), save_freq=save_freq), InterruptAfterEpoch(2)])
+    with pytest.raises(RuntimeError, match="interrupted"), bus:
+        fit(result, epochs=5)
+    assert _latest(ours_dir) is not None  # the backup a restarted script resumes from
+    result, bus = converted([callbacks.BackupAndRestore(str(ours_dir), save_freq=save_freq)])
+    with bus:
+        ours, our_history = fit(result, epochs=5)
+
+    if save_freq == "epoch":
+        assert their_history.epoch == [3, 4]
+        assert_same_history(their_history, our_history)
+        assert_same_weights(theirs, ours)
+    else:  # Keras's batch backup of epoch 2's last batch records epoch 2: it trains that epoch again
+        assert their_history.epoch == [2, 3, 4]
+        assert our_history.epoch == [3, 4]  # hookbus resumes at the step its checkpoint holds
+    assert not theirs_dir.exists()
+    assert _latest(ours_dir) is None
+    result, bus = converted([callbacks.BackupAndRestore(str(ours_dir), save_freq=save_freq)])
+    with bus:
+        assert fit(result, epochs=5)[1].epoch == [0, 1, 2, 3, 4]
+
+
+@KERAS_NP_ARRAY
+def test_backup_and_restore_keeps_its_backup_with_delete_checkpoint_false(tmp_path: Path) -> None:
+    result, bus = converted([callbacks.BackupAndRestore(str(tmp_path), delete_checkpoint=False)])
+    with bus:
+        fit(result, epochs=2)
+    assert _latest(tmp_path) is not None
+    result, bus = converted([callbacks.BackupAndRestore(str(tmp_path), delete_checkpoint=False)])
+    with bus:
+        assert fit(result, epochs=3)[1].epoch == [2]  # as Keras's: the backup says two epochs are done
