@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytest.importorskip("tensorflow")
+tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 from _keras_data import KERAS_NP_ARRAY, classifier, data  # noqa: E402
 from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
@@ -139,6 +139,13 @@ def test_the_bus_given_gets_the_sinks() -> None:
     assert used is bus
     assert [s.name for s in bus.subscribers] == ["EarlyStoppingSink"]
     assert result[0].keys == ("loss", "accuracy")  # loss, and what the monitors read
+
+
+def test_keys_and_a_dashboard_on_request(tmp_path: Path) -> None:
+    given = [callbacks.ModelCheckpoint(str(tmp_path / "{epoch}-{val_mae:.2f}.keras"))]
+    result, bus = converted(given, keys="accuracy", dashboard=True)
+    assert result[0].keys == ("loss", "accuracy", "mae")  # what the file name needs too
+    assert [s.name for s in bus.subscribers] == ["ExportSink", "ConsoleSink"]
 
 
 @pytest.mark.parametrize(
@@ -458,8 +465,6 @@ class InterruptAfterEpoch(keras.callbacks.Callback):  # type: ignore[misc,name-d
 
 
 def _latest(directory: Path) -> str | None:
-    import tensorflow as tf
-
     found: str | None = tf.train.latest_checkpoint(str(directory))
     return found
 
