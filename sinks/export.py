@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
@@ -43,6 +44,10 @@ def _remove(path: str) -> None:
         shutil.rmtree(path)
     elif os.path.lexists(path):
         os.remove(path)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8"), usedforsecurity=False).hexdigest()[:12]
 
 
 def check_filename(filename: str | None, weights_only: bool, keep: int | None) -> str | None:
@@ -194,7 +199,10 @@ class ExportSink(Sink):
             raise ValueError(f"directory must be a directory, but {self.directory!r} is an existing file")
         check_writable_dir(self.directory, "directory")
         self.keep = None if keep is None else positive_int("keep", keep)
-        lock_file = os.path.join(self.directory, ".export.lock")
+        # One writer per directory; with Keras's file names one per name template, so that two
+        # ModelCheckpoints may share a directory (ckpt/best.keras and ckpt/last.keras) as in Keras.
+        lock_name = ".export.lock" if filename is None else f".export-{_digest(filename)}.lock"
+        lock_file = os.path.join(self.directory, lock_name)
         self._lock = OutputLock(self.directory, self.name, "the export directory", lock_file)
         #: Written, waiting for the flush of their step: (step, where it is, where it goes, what it is).
         self._pending: list[tuple[int, str, str, str]] = []

@@ -272,7 +272,7 @@ def from_keras(
       ``{batch}``, the logs' values), ``.keras`` (``model.save``) or ``.weights.h5``
       (``model.save_weights``); every epoch, every ``save_freq`` batches, or on improvement of
       ``monitor`` read from the epoch's logs. ``directory`` is the part of ``filepath`` before
-      its first field; it also holds hookbus's lock file ``.export.lock``.
+      its first field; it also holds hookbus's lock file ``.export-<hash of the name>.lock``.
     - ``CSVLogger(filename, separator, append)`` → ``CSVSink(filename, epochs=True, ...)``:
       CSVLogger's columns, order and cells, after hookbus's ``step`` and ``wall_time``;
       ``append=False`` starts the file anew at each ``fit``, ``append=True`` adds each

@@ -254,8 +254,8 @@ MODEL_CHECKPOINT = [
 
 
 def _files(directory: Path) -> list[str]:
-    """The files a tool sees under ``directory`` (hookbus's lock, a hidden file, aside)."""
-    found = [p for p in directory.rglob("*") if p.is_file() and p.name != ".export.lock"]
+    """The files a tool sees under ``directory`` (hookbus's lock, a hidden ``.export-*.lock``, aside)."""
+    found = [p for p in directory.rglob("*") if p.is_file() and not p.name.startswith(".export")]
     return sorted(str(p.relative_to(directory)) for p in found)
 
 
@@ -283,6 +283,24 @@ def test_model_checkpoint_writes_the_same_files_at_the_same_paths(tmp_path: Path
     assert theirs
     assert _files(ours_dir) == theirs
     for name in theirs:
+        np.testing.assert_allclose(_predictions(ours_dir / name), _predictions(theirs_dir / name), rtol=1e-6)
+
+
+@KERAS_NP_ARRAY
+def test_two_model_checkpoints_share_a_directory(tmp_path: Path) -> None:
+    """The best and the last model side by side in one directory, as Keras writes them."""
+    theirs_dir, ours_dir = tmp_path / "keras", tmp_path / "hookbus"
+
+    def both(directory: Path) -> list[Any]:
+        best = callbacks.ModelCheckpoint(str(directory / "best.keras"), save_best_only=True)
+        return [best, callbacks.ModelCheckpoint(str(directory / "last.keras"))]
+
+    fit(both(theirs_dir), epochs=5)
+    result, bus = converted(both(ours_dir))
+    with bus:
+        fit(result, epochs=5)
+    assert _files(ours_dir) == _files(theirs_dir) == ["best.keras", "last.keras"]
+    for name in ("best.keras", "last.keras"):
         np.testing.assert_allclose(_predictions(ours_dir / name), _predictions(theirs_dir / name), rtol=1e-6)
 
 
