@@ -301,9 +301,10 @@ def from_keras(
 
     Args:
         callbacks: The Keras callback list (any iterable of callbacks).
-        bus: The bus to attach the sinks to (default ``None``: a new :class:`EventBus`, whose
-            run opens when ``fit`` begins and closes at ``bus.close()`` or interpreter exit;
-            pass your own to subscribe functions or use ``with bus:``).
+        bus: The bus to attach the sinks to (default ``None``: a new :class:`EventBus` whose run
+            opens when ``fit`` (or ``evaluate``) begins and closes when it ends, its files
+            written and closed, so the same cell can run again; pass your own to subscribe
+            functions, keep the run open across calls, or use ``with bus:``).
         keys: Keras log names the callback publishes on every due step (default ``None``:
             ``"loss"`` and the names the converted callbacks monitor). Name your compiled
             metrics (``["loss", "accuracy"]``) for ``TensorBoard(update_freq=...)``'s
@@ -337,9 +338,10 @@ def from_keras(
     ]:
         if name not in log_names:
             log_names.append(name)
+    own = bus is None  # a bus only this list publishes on: closed as each fit ends (a notebook cell run again)
     bus = EventBus() if bus is None else bus
     restore = any(c.restore for _, _, c in converted)
-    publisher = EventBusCallback(bus, keys=log_names, restore=restore)
+    publisher = EventBusCallback(bus, keys=log_names, restore=restore, close_bus=own)
     for _, _, c in converted:
         for sink in c.sinks:
             bus.attach(sink)

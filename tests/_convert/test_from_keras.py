@@ -171,6 +171,19 @@ def test_an_argument_with_no_equivalent_fails_naming_the_callback_the_argument_a
     assert bus.subscribers == []  # nothing attached: the list is checked first
 
 
+@KERAS_NP_ARRAY
+def test_the_same_cell_runs_twice_the_bus_made_for_it_closes_as_each_fit_ends(tmp_path: Path) -> None:
+    """A notebook cell ``model.fit(..., callbacks=hookbus.from_keras([...]))`` run twice: the first
+    list's bus closed its files as its fit ended, so the second takes the same outputs."""
+    m = model()
+    for _ in range(2):
+        given = [callbacks.TensorBoard(str(tmp_path / "logs")), callbacks.CSVLogger(str(tmp_path / "log.csv"))]
+        m.fit(*TRAIN, validation_data=VAL, epochs=2, batch_size=16, verbose=0, callbacks=converted(given)[0])
+    header, rows = _table(tmp_path / "log.csv")
+    assert [(r[0], r[2]) for r in rows] == [("12", "0"), ("16", "1")]  # the second fit's, CSVLogger(append=False)
+    assert sorted(runs(tmp_path / "logs")["train"]["epoch_loss"]) == [0, 1]
+
+
 def test_not_a_list_fails() -> None:
     with pytest.raises(TypeError, match="callbacks must be a list of Keras callbacks"):
         hookbus.from_keras("TensorBoard")

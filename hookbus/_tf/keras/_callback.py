@@ -10,7 +10,7 @@ from hookbus._contract._learning_rate import LEARNING_RATE_KEY
 from hookbus._contract._model import EpochProgress
 from hookbus._contract._publisher_keys import check_fetch_keys
 from hookbus._publishing._publisher import PublisherCore
-from hookbus._rules._validate import positive_int
+from hookbus._rules._validate import flag, positive_int
 from hookbus._tf._checkpoint_tf1 import TENSORFLOW
 from hookbus._tf._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
 from hookbus._tf._collective import CollectiveStop, task_of_strategy
@@ -123,6 +123,10 @@ class EventBusCallback:
             kept for later fits of the same model and optimizer).
         check_stop_every_n_steps: Under a multi-worker strategy, agree on stopping each time the
             step crosses a multiple of n (default 10).
+        close_bus: Close ``bus`` (``bus.close()``) when each ``fit`` and standalone ``evaluate``
+            ends, so its files are closed and its outputs free for the next: for a bus nothing
+            else publishes on and no ``with bus:`` holds, the one :func:`hookbus.from_keras` makes
+            (default ``False``: the run stays open until ``bus.close()``, ``with bus:`` or exit).
 
     Raises:
         ValueError, TypeError: at construction for malformed arguments; at train begin for an
@@ -143,12 +147,15 @@ class EventBusCallback:
         restore: Restore = False,
         checkpoint: Any = None,
         check_stop_every_n_steps: int = 10,
+        close_bus: bool = False,
     ) -> None:
         require_keras("EventBusCallback").callbacks.Callback.__init__(self)
         self.every_n_epochs = positive_int("every_n_epochs", every_n_epochs)
         self._check_every = positive_int("check_stop_every_n_steps", check_stop_every_n_steps)
         self._collective: CollectiveStop | None = None
         self.restore = check_restore(restore)
+        flag("close_bus", close_bus)
+        self._close_bus = close_bus
         self._checkpoint = check_checkpoint(checkpoint)
         self._made: tuple[Any, Any, Any] | None = None  # the default checkpoint's model, optimizer, checkpoint
         declared = check_fetch_keys(keys)
@@ -371,6 +378,8 @@ class EventBusCallback:
             self.model._initial_epoch = None  # type: ignore[attr-defined]  # the next fit starts as told
             self._set_initial_epoch = False
         self._in_fit = False
+        if self._close_bus:
+            self.bus.close()  # its run ends with the fit: files closed, outputs free for the next
 
     # -- evaluate -----------------------------------------------------------------------------
     def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
@@ -390,3 +399,5 @@ class EventBusCallback:
         if self._eval.eval_wanted():
             self._eval.publish_eval(self._step, {k: logs[k] for k in self._eval.keys})
         self._eval.end(self._step)
+        if self._close_bus:
+            self.bus.close()
