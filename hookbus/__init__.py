@@ -8,7 +8,8 @@ which receive an :class:`Event`), and give your training one publisher:
   :func:`from_hooks` turns a list of ``tf.compat.v1.train`` hooks into one, with its sinks;
   :func:`train_and_evaluate`, :func:`evaluate_checkpoints`; :class:`Task` and :func:`staggered_start`
   on a cluster);
-- :class:`EventBusCallback` for Keras ``fit``;
+- :class:`EventBusCallback` for Keras ``fit`` (:func:`from_keras` turns a Keras callback list into one,
+  with its sinks);
 - :class:`LoopPublisher` for a loop of your own (eager or ``tf.function``).
 
 ``bus.stats()`` says what each subscriber costs (:class:`BusStats`); :func:`read_event_log` and
@@ -28,9 +29,8 @@ from hookbus._contract._cluster import Task
 from hookbus._contract._event_log import read_event_log
 from hookbus._contract._events import Event
 from hookbus._contract._stats import BusStats, SubscriberStats, WriterStats
-
-# Last: the conversions build sinks, whose modules import the faces above.
-from hookbus._convert._hooks import from_hooks  # noqa: E402
+from hookbus._convert._hooks import from_hooks  # builds sinks: they need only the faces imported above
+from hookbus._convert._keras import from_keras
 from hookbus._publishing._replay import ReplayResult, replay
 from hookbus._rules._home import show_home
 from hookbus._tf.hook._evaluator import evaluate_checkpoints
@@ -63,6 +63,7 @@ __all__ = [
     "__version__",
     "evaluate_checkpoints",
     "from_hooks",
+    "from_keras",
     "monitored_training_session",
     "read_event_log",
     "replay",

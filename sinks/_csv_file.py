@@ -33,7 +33,7 @@ from pathlib import Path
 
 from hookbus.sink_api import write_atomically
 
-__all__ = ["FIXED", "CSVFile", "Row"]
+__all__ = ["FIXED", "CSVFile", "Row", "check_separator"]
 
 FIXED = ("step", "wall_time")
 Row = tuple[int, float, dict[str, float]]
@@ -58,10 +58,24 @@ def csv_logger_columns(first: Iterable[str]) -> list[str]:
     return ["epoch", *names]
 
 
-def _line(cells: Iterable[str]) -> str:
+def _line(cells: Iterable[str], separator: str = ",") -> str:
     out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerow(cells)
+    csv.writer(out, delimiter=separator, lineterminator="\n").writerow(cells)
     return out.getvalue()
+
+
+#: What may appear in a value row's cells (a step, repr of a float, nan, inf, NA) or ends a line:
+#: never a separator, which would split a cell.
+_IN_CELLS = frozenset('0123456789.+-eEnaifNA"\r\n')
+
+
+def check_separator(separator: object) -> str:
+    """``separator`` if it is one character no cell holds (``,`` ``;`` a tab ...)."""
+    if not isinstance(separator, str) or len(separator) != 1 or not separator.isascii() or separator in _IN_CELLS:
+        raise ValueError(
+            f"separator must be one ASCII character that no cell holds, such as ',', ';' or a tab (got {separator!r})"
+        )
+    return separator
 
 
 class CSVFile:
@@ -75,10 +89,12 @@ class CSVFile:
         csv_logger_order: bool = False,
         every_row: bool = False,
         report: Callable[[str], None] = lambda message: None,
+        separator: str = ",",
     ) -> None:
         self.path = path
         #: A test evaluation's file: every row is kept (two of one step too), none is ever dropped.
         self.every_row = every_row
+        self.separator = separator  # between cells, as CSVLogger's separator=
         self.report = report  # says that the file at the path changed under the sink
         # CSVLogger's columns and order for epoch files (csv_logger_columns), fixed by the first
         # row: metrics the callback's keys did not name arrive with the first epoch.
@@ -108,7 +124,7 @@ class CSVFile:
             return None
         if not first.endswith("\n"):
             return None  # empty, or a header torn by a kill: rewritten whole at the resume point
-        header = next(csv.reader([first]))
+        header = next(csv.reader([first], delimiter=self.separator))
         if tuple(header[:2]) != FIXED:
             raise ValueError(
                 f"{self.path} exists and is not a CSVSink file (its header starts {header[:2]}); "
@@ -124,23 +140,24 @@ class CSVFile:
         text = self.path.read_text(encoding="utf-8") if old is not None else ""
         lines = text.splitlines(keepends=True)[1:]
         # A last line without its newline was torn by a kill; its step is regenerated after S.
-        kept = [ln for ln in lines if ln.endswith("\n") and int(ln.split(",", 1)[0]) <= step]
+        sep = self.separator
+        kept = [ln for ln in lines if ln.endswith("\n") and int(ln.split(sep, 1)[0]) <= step]
         if kept:  # the kept rows are in the old header's columns: they stay, new ones follow
             stale = [c for c in old or [] if c not in self.columns and c not in self._stale]
             self.columns = (old or []) + [c for c in self.columns if c not in (old or [])]
             if stale:
                 self._stale.update(stale)
                 self.report(
-                    f"{str(self.path)!r} keeps its rows up to step {kept[-1].split(',', 1)[0]}, which have the "
+                    f"{str(self.path)!r} keeps its rows up to step {kept[-1].split(sep, 1)[0]}, which have the "
                     f"columns {stale} that this run does not write: those columns stay, empty in this run's rows"
                 )
         else:  # no row to keep: the header is this run's columns alone, in the order they take
             self.columns = self._ordered(self.columns)
-        self.last_step = int(kept[-1].split(",", 1)[0]) if kept else -1
+        self.last_step = int(kept[-1].split(sep, 1)[0]) if kept else -1
         self._layout()
         if old != self.columns or len(kept) != len(lines):
-            extra = ("," + self.missing) * (len(self.columns) - len(old or []))  # old rows: new cells empty
-            self.replace(_line([*FIXED, *self.columns]) + "".join(ln[:-1] + extra + "\n" for ln in kept))
+            extra = (sep + self.missing) * (len(self.columns) - len(old or []))  # old rows: new cells empty
+            self.replace(_line([*FIXED, *self.columns], sep) + "".join(ln[:-1] + extra + "\n" for ln in kept))
         self.handle = self.path.open("a", newline="", encoding="utf-8")
         opened = os.fstat(self.handle.fileno())
         self._identity, self._size = (opened.st_dev, opened.st_ino), opened.st_size
@@ -152,7 +169,8 @@ class CSVFile:
         the general path writes them), its values taken in column order by one call."""
         columns = self.columns
         self._known = frozenset(columns)
-        self._template = "%s,%r" + ",%r" * len(columns) + "\n"
+        sep = self.separator.replace("%", "%%")
+        self._template = f"%s{sep}%r" + f"{sep}%r" * len(columns) + "\n"
         take: Callable[[dict[str, float]], tuple[float, ...]] | None = None
         if len(columns) == 1:
             one = columns[0]
@@ -240,7 +258,7 @@ class CSVFile:
             handle = self.resume(self._kept_to(self.last_step))
         missing = self.missing
         cells = [_cell(values[c]) if c in values else missing for c in self.columns]
-        line = ",".join([str(step), repr(wall_time), *cells]) + "\n"
+        line = self.separator.join([str(step), repr(wall_time), *cells]) + "\n"
         self.last_step = step
         self._size += len(line)  # ASCII: digits, signs, '.', 'e', nan, inf, NA
         self._unflushed.append((self._size, row))

@@ -21,7 +21,7 @@ from hookbus.sink_api import (
 )
 from hookbus.validate import flag
 
-from ._csv_file import CSVFile, Row
+from ._csv_file import CSVFile, Row, check_separator
 
 __all__ = ["CSVSink"]
 
@@ -82,6 +82,14 @@ class CSVSink(Sink):
         runs_on: Multi-worker training: ``"chief"`` (default), ``"all"`` or ``"each"`` (every
             worker writes ``<stem>.worker-<i><suffix>``). Rows are keyed by ``event.step``, the
             shared global step.
+        separator: The character between cells (default ``","``), as ``CSVLogger(separator=)``:
+            one ASCII character that no cell holds (``";"``, a tab, ...).
+        append: What a training (a ``fit``, a session loop) does with the file it finds
+            (default ``True``): keep its rows up to the step the training starts at and add its
+            own: a resume from a checkpoint writes every step once, and a second ``fit`` of the
+            model adds its rows, as ``CSVLogger(append=True)`` (rows are keyed by step: a training
+            from step 0 keeps none). ``False``: start the file anew at each training's start, a
+            resume's included, as ``CSVLogger(append=False)`` does at each ``fit``.
     """
 
     default_schedule: ClassVar[Schedule] = Schedule(every_n_steps=10)
@@ -103,6 +111,8 @@ class CSVSink(Sink):
         on_error: str | None = None,
         name: str | None = None,
         runs_on: str | None = None,
+        separator: str = ",",
+        append: bool = True,
     ) -> None:
         super().__init__(
             keys=keys,
@@ -125,6 +135,10 @@ class CSVSink(Sink):
             flush_deadline=flush_deadline,
         )
         flag("epochs", epochs)
+        self.separator = check_separator(separator)
+        flag("append", append)
+        self.append = append
+        self._sessions = 0  # train sessions since the training began: its first may start the file anew
         if not epochs and self.keys is not None and any(k.startswith(EPOCH_PREFIX) for k in self.keys):
             raise ValueError(f"keys {sorted(self.keys)} name epoch keys; pass epochs=True to write epoch rows")
         self.epochs = epochs
@@ -144,6 +158,8 @@ class CSVSink(Sink):
         self.test_path = self.path.with_name(self.path.stem + ".test.csv")
 
     def on_begin(self, event: Event) -> None:
+        if event.mode == "train":
+            self._sessions = 0  # a training begins (a fit): its first session may start the file anew
         if self.output.writing:
             self._lock_files(event)  # a second publisher (eval) began in the same run
             return
@@ -152,15 +168,18 @@ class CSVSink(Sink):
         wanted = sorted(k for k in known if self.keys is None or k in self.keys)
         if self.epochs:
             columns = ["epoch"] + [k[len(EPOCH_PREFIX) :] for k in wanted if k.startswith(EPOCH_PREFIX)]
-            self._files = {"epoch": CSVFile(self.path, columns, csv_logger_order=True, report=self._report)}
+            logger_file = CSVFile(
+                self.path, columns, csv_logger_order=True, report=self._report, separator=self.separator
+            )
+            self._files = {"epoch": logger_file}
         else:
             train = [k for k in wanted if not k.startswith((EVAL_PREFIX, EPOCH_PREFIX, TEST_PREFIX))]
             evals = [k[len(EVAL_PREFIX) :] for k in wanted if k.startswith(EVAL_PREFIX)]
             tests = [k[len(TEST_PREFIX) :] for k in wanted if k.startswith(TEST_PREFIX)]
             self._files = {
-                "train": CSVFile(self.path, train, report=self._report),
-                "eval": CSVFile(self.eval_path, evals, report=self._report),
-                "test": CSVFile(self.test_path, tests, every_row=True, report=self._report),
+                "train": CSVFile(self.path, train, report=self._report, separator=self.separator),
+                "eval": CSVFile(self.eval_path, evals, report=self._report, separator=self.separator),
+                "test": CSVFile(self.test_path, tests, every_row=True, report=self._report, separator=self.separator),
             }
         for f in self._files.values():
             f.read_header()  # a foreign file fails here, before training
@@ -192,9 +211,11 @@ class CSVSink(Sink):
     def on_session_created(self, event: Event) -> None:
         if event.mode != "train" or not self.output.writing:
             return  # an eval session evaluates a checkpoint; it is no resume point
-        for name, f in self._files.items():
+        anew = not self.append and self._sessions == 0
+        self._sessions += 1
+        for name, f in self._files.items():  # anew: keep no row (steps count from 0)
             if name != "test":  # test evaluations are no training rows: no resume drops them
-                self.output.call(functools.partial(f.start_session, event.step))
+                self.output.call(functools.partial(f.start_session, -1 if anew else event.step))
 
     def on_after_run(self, event: Event) -> None:
         output, mode = self.output, event.mode

@@ -17,8 +17,9 @@ __all__ = ["NanGuardSink", "NonFiniteError"]
 ON_NAN = ("raise", "stop")
 
 
-class NonFiniteError(FloatingPointError):
-    """A guarded value was NaN or infinite."""
+class NonFiniteError(FloatingPointError, RuntimeError):
+    """A guarded value was NaN or infinite (a ``RuntimeError`` too, what Keras's
+    ``TerminateOnNaN(raise_error=True)`` raises)."""
 
 
 class NanGuardSink(Sink):

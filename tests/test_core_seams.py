@@ -253,6 +253,7 @@ def test_every_member_of_the_base_view_answers_not_offered() -> None:
         "training_params",
         "variables",
         "weights",
+        "weights_export",
     ]
     view = ModelView()
     for name in members:

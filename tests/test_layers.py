@@ -3,13 +3,12 @@
 The ladder, bottom first (each rung may import the ones below it, and its own folder)::
 
     _rules <- _checkpoints <- _contract <- _writers <- _bus <- _publishing <- _tf
-      <- {_tf.hook, _tf.keras, _tf.loop} <- the faces <- hookbus.sinks <- _convert <- _watch <- _cli
-      <- hookbus.__main__ (``python -m hookbus``)
+      <- {_tf.hook, _tf.keras, _tf.loop} <- the authors' faces <- hookbus.sinks <- _convert
+      <- the trainers' face (``hookbus``) <- _watch <- _cli <- hookbus.__main__ (``python -m hookbus``)
 
-- The conversions (``_convert``: ``hookbus.from_hooks``) build sinks, so they sit above
-  ``hookbus.sinks``; the trainers' face exports them all the same: ``hookbus`` importing
-  ``hookbus._convert`` is the one import allowed up the ladder (``UPWARD``), made last in
-  ``hookbus/__init__.py``, after every name the sinks import from the faces.
+``hookbus._convert`` builds sinks from a Keras callback list or a TF hook list
+(``hookbus.from_keras``, ``hookbus.from_hooks``), so it sits above ``hookbus.sinks``, and the face
+that exports it, ``hookbus`` itself, above it.
 
 - Every import between two project modules points down the ladder or stays in its folder; the
   three publishers' folders are peers and never import each other. Every import counts: those
@@ -28,6 +27,7 @@ from pathlib import Path
 import pytest
 from _source import ROOT, Import, all_imports, external_imports, modules
 
+TRAINERS_FACE = "hookbus (the package)"  # the rung of the module ``hookbus`` itself
 RUNGS: tuple[tuple[str, ...], ...] = (
     ("hookbus._rules",),
     ("hookbus._checkpoints",),
@@ -37,9 +37,10 @@ RUNGS: tuple[tuple[str, ...], ...] = (
     ("hookbus._publishing",),
     ("hookbus._tf",),
     ("hookbus._tf.hook", "hookbus._tf.keras", "hookbus._tf.loop"),  # peers
-    ("hookbus",),  # the faces: hookbus/__init__, sink_api, publisher_api, testing, validate
+    ("hookbus",),  # the authors' faces: sink_api, publisher_api, testing, validate
     ("hookbus.sinks",),
-    ("hookbus._convert",),  # builds sinks from other libraries' callbacks and hooks
+    ("hookbus._convert",),  # Keras callback and TF hook lists as a publisher and its sinks
+    (TRAINERS_FACE,),  # hookbus/__init__: the face for people who train (it exports the conversions)
     ("hookbus._watch",),
     ("hookbus._cli",),
     ("hookbus.__main__",),  # python -m hookbus: the command
@@ -47,15 +48,16 @@ RUNGS: tuple[tuple[str, ...], ...] = (
 FACES = ("hookbus", "hookbus.sink_api", "hookbus.publisher_api", "hookbus.testing", "hookbus.validate")
 FRAMEWORKS = ("tensorflow", "keras", "tf_keras")
 ALLOWED_FRAMEWORK = ("hookbus._tf", "hookbus._cli")  # the backends, and the demo's model
-#: The imports allowed up the ladder, as (importing module, imported folder): the face for people
-#: who train exports the conversions, which sit above the sinks they build.
-UPWARD = {("hookbus", "hookbus._convert")}
 
 
 def folder_of(module: str) -> str:
     """The ladder folder a module sits in (the faces are the folder ``hookbus``). A sink's own
     folder (``sinks/console/``) is part of ``hookbus.sinks``'s rung."""
-    for folder in sorted((f for rung in RUNGS for f in rung if f != "hookbus"), key=len, reverse=True):
+    if module == "hookbus":
+        return TRAINERS_FACE
+    for folder in sorted(
+        (f for rung in RUNGS for f in rung if f not in ("hookbus", TRAINERS_FACE)), key=len, reverse=True
+    ):
         if module == folder or module.startswith(folder + "."):
             return folder
     if module in FACES:
@@ -72,7 +74,7 @@ def wrong_way(edges: list[Import]) -> list[str]:
     found = []
     for edge in edges:
         source, target = folder_of(edge.source), folder_of(edge.target)
-        if source == target or (edge.source, target) in UPWARD:
+        if source == target:
             continue
         if rung_of(target) >= rung_of(source):
             found.append(f"{edge.source}:{edge.line} imports {edge.target} ({source} -> {target})")

@@ -85,7 +85,8 @@ def _imports(path: Path) -> set[str]:
 def test_the_seams_hold() -> None:
     """README "Two commands" (the bus and the sinks run without TensorFlow): one module imports
     TensorFlow; nothing in hookbus/ imports the sinks but the applications that wire them (the ``hookbus``
-    command, ``hookbus watch``, and ``hookbus.from_hooks``, which builds them from TensorFlow's hooks); no
+    command, ``hookbus watch``) and the conversions of callback and hook lists into sinks
+    (``hookbus.from_keras``, ``hookbus.from_hooks``); no
     sink imports another sink (helpers, private modules, are shared)."""
     found = modules()
     importers = sorted(name for name, path in found.items() if "tensorflow" in external_imports(path))
@@ -93,7 +94,12 @@ def test_the_seams_hold() -> None:
     edges = all_imports()
     into_sinks = sorted({e.source for e in edges if e.target.startswith("hookbus.sinks")})
     applications = [m for m in into_sinks if not m.startswith("hookbus.sinks")]
-    assert applications == ["hookbus._cli._cli", "hookbus._convert._hooks", "hookbus._watch._command"]
+    assert applications == [
+        "hookbus._cli._cli",
+        "hookbus._convert._hooks",
+        "hookbus._convert._keras",
+        "hookbus._watch._command",
+    ]
     sinks = {n for n in found if n.startswith("hookbus.sinks.") and not n.rpartition(".")[2].startswith("_")}
     sinks -= {n for n in sinks if found[n].name == "__init__.py"}  # a sink's folder, not a sink
     assert len(sinks) == 13
@@ -124,6 +130,7 @@ def test_public_surface_is_pinned() -> None:
         "__version__",
         "evaluate_checkpoints",
         "from_hooks",
+        "from_keras",
         "monitored_training_session",
         "read_event_log",
         "replay",

@@ -55,7 +55,8 @@ class CheckpointStore(Protocol):
         ...
 
     def set_pointer(self, directory: str, prefixes: list[str]) -> None:
-        """Atomically make ``prefixes`` (oldest first) the pointer's checkpoints, the last the latest."""
+        """Atomically make ``prefixes`` (oldest first) the pointer's checkpoints, the last the latest
+        (none: no latest checkpoint)."""
         ...
 
     def remove(self, prefix: str) -> None:

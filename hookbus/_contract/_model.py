@@ -120,6 +120,11 @@ class ModelView:
         """How to write the live model for serving (:class:`~hookbus.sinks.ExportSink`)."""
         return None
 
+    def weights_export(self) -> ModelExport | None:
+        """How to write the live model's weights alone (Keras's ``.weights.h5``, what
+        ``ModelCheckpoint(save_weights_only=True)`` writes): ``ExportSink(weights_only=True)``."""
+        return None
+
     def variables(self) -> Mapping[str, Any] | None:
         """The model's variables now, name to NumPy array (Keras's weight paths under ``fit``, the
         graph's trainable variables under the TF1 hook, a loop's ``weights=``): TensorBoard's

@@ -12,6 +12,7 @@ sinks' states beside each checkpoint, removing). The TF1 :class:`SaverBackend` w
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import logging
 import os
@@ -161,6 +162,10 @@ class TensorFlowStore(FileCheckpointStore):
         from google.protobuf import text_format
 
         names = [os.path.relpath(p, directory) for p in prefixes]
+        if not names:  # no checkpoint left (CheckpointSink(delete_at_end=True)): no pointer, as TensorFlow reads it
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(directory, self.pointer))
+            return
         # TensorFlow's own proto and text format, written atomically here: update_checkpoint_state
         # would do the same but is deprecated and says so.
         state = _tf().compat.v1.train.generate_checkpoint_state_proto(

@@ -26,7 +26,7 @@ from typing import Any
 from hookbus._tf._elements import resolve
 from hookbus._tf._import import require_tensorflow
 
-__all__ = ["GraphExport", "KerasExport", "ModuleExport", "check_serving", "loop_export"]
+__all__ = ["GraphExport", "KerasExport", "KerasWeightsExport", "ModuleExport", "check_serving", "loop_export"]
 
 #: The signature a serving system calls when it is given no name (TF Serving's default).
 SERVING_DEFAULT = "serving_default"
@@ -45,6 +45,21 @@ class KerasExport:
 
     def export(self, path: str) -> None:
         self.model.save(path)
+
+
+class KerasWeightsExport:
+    """A Keras model's weights written as one ``.weights.h5`` file (``model.save_weights``), as
+    ``ModelCheckpoint(save_weights_only=True)`` writes them; ``model.load_weights`` reads them."""
+
+    suffix = ".weights.h5"
+    kind = "a .weights.h5 file"
+    ready = True
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def export(self, path: str) -> None:
+        self.model.save_weights(path)
 
 
 class ModuleExport:

@@ -18,9 +18,10 @@ from hookbus.sink_api import (
     UnknownKeyError,
     check_writable_dir,
     did_you_mean,
+    how_ended,
     step_of,
 )
-from hookbus.validate import non_negative_int, positive_int
+from hookbus.validate import flag, non_negative_int, positive_int
 
 from .._finite import find_nonfinite
 from .._monitor import Monitor, check_scalar
@@ -34,6 +35,10 @@ if TYPE_CHECKING:
 __all__ = ["CheckpointSink"]
 
 logger = logging.getLogger("hookbus")
+
+
+#: How a training ended that ``delete_at_end`` deletes after: it did what it was asked.
+_FINISHED = "finished"
 
 
 class CheckpointSink(Sink):
@@ -82,6 +87,11 @@ class CheckpointSink(Sink):
             asking for ``mode=``.
         basename: Checkpoint file prefix (default ``"model.ckpt"``, files ``model.ckpt-<step>``).
         name: Name in reports (default the class name).
+        delete_at_end: When a training finishes (its end reached with no stop from outside: no
+            signal, no Ctrl-C), delete the checkpoints of ``directory`` (``best/`` aside) and
+            empty the pointer instead of saving, as ``BackupAndRestore(delete_checkpoint=True)``
+            deletes its backup: the next run of the script trains again. A run stopped from
+            outside keeps them to resume from (default ``False``).
 
     Raises:
         ValueError: at construction for invalid settings; at ``begin`` without a publisher that
@@ -113,6 +123,7 @@ class CheckpointSink(Sink):
         *,
         basename: str = "model.ckpt",
         name: str | None = None,
+        delete_at_end: bool = False,
     ) -> None:
         if not isinstance(directory, str | os.PathLike) or not os.fspath(directory):
             raise ValueError(f"directory must be a non-empty path (got {directory!r})")
@@ -139,6 +150,9 @@ class CheckpointSink(Sink):
         if not isinstance(basename, str) or not basename or os.sep in basename:
             raise ValueError(f"basename must be a file name (got {basename!r})")
         self.basename = basename
+        flag("delete_at_end", delete_at_end)
+        self.delete_at_end = delete_at_end
+        self._stop: StopRequest | None = None  # the run's first stop request: how it ends
         self._kept: list[str] = []
         self._best = BestCheckpoints(self._monitor, self.keep_best) if self._monitor and self.keep_best else None
         self._saved: set[int] = set()
@@ -159,6 +173,7 @@ class CheckpointSink(Sink):
         super().setup(context)
         # A new run: its first restored session loads the states beside the checkpoint it restored.
         self._resumed, self._nonfinite_step, self._pending_best = False, None, None
+        self._stop = None
 
     @property
     def receives_epochs(self) -> bool:
@@ -307,13 +322,27 @@ class CheckpointSink(Sink):
         return monitor.value(event.values)
 
     def on_stop_requested(self, event: StopRequest) -> None:
+        self._stop = self._stop or event
+        if self.delete_at_end and how_ended(event, None) == _FINISHED:
+            return  # a training that finishes this way deletes its checkpoints at the end: no save
         if not self._collective:  # collective: the workers may ask at different steps; save at the end
             self._save_if_live()  # the step has reached every subscriber already
 
     def on_end(self, event: Event) -> None:
-        if event.mode == "train":
+        if event.mode == "train" and self.delete_at_end and how_ended(self._stop, None) == _FINISHED:
+            self.context.defer(self._delete_all)
+        elif event.mode == "train":
             self.context.defer(self._save_if_live)
             self._consider_pending()
+
+    def _delete_all(self) -> None:
+        """A finished training's end with ``delete_at_end``: no checkpoint left to resume from."""
+        if self._context is None or self._scratch is not None:
+            return  # a collective non-chief keeps no files of its own
+        found = list(dict.fromkeys([*self._store().checkpoints(self.directory), *self._kept]))
+        self.context.checkpoints.keep_only(self.directory, [], found)
+        self._kept = []
+        logger.info("%s: the training finished: deleted %d checkpoint(s) in %s", self.name, len(found), self.directory)
 
     def _consider_pending(self) -> None:
         pending, self._pending_best = self._pending_best, None

@@ -747,9 +747,9 @@ def _session_created(restored: Any = None, in_memory: Any = False) -> None:
     core.session_created(0, restored=restored, in_memory=in_memory)
 
 
-def _keras_callback(restore: Any) -> Any:
+def _keras_callback(restore: Any = False, **arguments: Any) -> Any:
     pytest.importorskip("keras")
-    return hookbus.EventBusCallback(hookbus.EventBus(), restore=restore)
+    return hookbus.EventBusCallback(hookbus.EventBus(), restore=restore, **arguments)
 
 
 #: Every flag of the public surface: (owner, argument, make(tmp, value), expected message).
@@ -768,6 +768,12 @@ FLAG_ARGUMENTS: list[tuple[str, str, Callable[[Path, Any], Any], str]] = [
     ("ConsoleSink", "live", lambda t, v: ConsoleSink(live=v), FLAG_OR_NONE),
     ("ConsoleSink", "at_end", lambda t, v: ConsoleSink(at_end=v), FLAG),
     ("CSVSink", "epochs", lambda t, v: CSVSink(t / "m.csv", epochs=v), FLAG),
+    ("CSVSink", "append", lambda t, v: CSVSink(t / "m.csv", append=v), FLAG),
+    ("ExportSink", "every_epoch", lambda t, v: ExportSink(t / "x", every_epoch=v), FLAG),
+    ("ExportSink", "weights_only", lambda t, v: ExportSink(t / "x", weights_only=v), FLAG),
+    ("CheckpointSink", "delete_at_end", lambda t, v: CheckpointSink(t / "c", delete_at_end=v), FLAG),
+    ("EventBusCallback", "close_bus", lambda t, v: _keras_callback(close_bus=v), FLAG),
+    ("from_keras", "dashboard", lambda t, v: hookbus.from_keras([], dashboard=v), FLAG),
     ("MLflowSink", "continue_ended", lambda t, v: _mlflow_sink(t, continue_ended=v), FLAG),
     ("MLflowSink", "log_training_params", lambda t, v: _mlflow_sink(t, log_training_params=v), FLAG),
     ("MLflowSink", "log_model", lambda t, v: _mlflow_sink(t, log_model=v), FLAG),

@@ -10,7 +10,7 @@ from hookbus._contract._learning_rate import LEARNING_RATE_KEY
 from hookbus._contract._model import EpochProgress
 from hookbus._contract._publisher_keys import check_fetch_keys
 from hookbus._publishing._publisher import PublisherCore
-from hookbus._rules._validate import positive_int
+from hookbus._rules._validate import flag, positive_int
 from hookbus._tf._checkpoint_tf1 import TENSORFLOW
 from hookbus._tf._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
 from hookbus._tf._collective import CollectiveStop, task_of_strategy
@@ -18,7 +18,7 @@ from hookbus._tf._import import require_keras, require_tensorflow, with_framewor
 from hookbus._tf._learning_rate_tf import OptimizerRate
 from hookbus._tf._profiler_tf import TFProfiler
 from hookbus._tf.keras._hold import HeldWork
-from hookbus._tf.keras._logs import EpochKeys, LogChecks, TestKeys, epoch_values, validation_values
+from hookbus._tf.keras._logs import EpochKeys, LogChecks, TestKeys, epoch_values, finite_logs, validation_values
 from hookbus._tf.keras._model_view import KerasModelView
 from hookbus._tf.keras._resume import cut_short, pass_over, prepare_restore, restore_train_function, start_epoch
 
@@ -97,7 +97,10 @@ class EventBusCallback:
     last trained batch: Keras reads the batches before it without training on them (other
     callbacks see their batch ends, with empty logs), so no step is trained twice and the run
     ends where an uninterrupted one ends. An epoch a stop cut short publishes neither its
-    validation nor its epoch event; the resume completes it and publishes them once.
+    validation nor its epoch event; the resume completes it and publishes them once. An epoch
+    cut short with a non-finite value in its logs (``NanGuardSink(on_nan="stop")``, as Keras's
+    ``TerminateOnNaN``) is over (no checkpoint holds a non-finite step): it publishes both, as
+    Keras's ``CSVLogger`` writes its row.
 
     A save at an epoch's last step (and whatever else subscribers defer at a batch) runs once
     Keras moves on: at the next batch, or after that epoch's validation and epoch events, which
@@ -135,6 +138,10 @@ class EventBusCallback:
             kept for later fits of the same model and optimizer).
         check_stop_every_n_steps: Under a multi-worker strategy, agree on stopping each time the
             step crosses a multiple of n (default 10).
+        close_bus: Close ``bus`` (``bus.close()``) when each ``fit`` and standalone ``evaluate``
+            ends, so its files are closed and its outputs free for the next: for a bus nothing
+            else publishes on and no ``with bus:`` holds, the one :func:`hookbus.from_keras` makes
+            (default ``False``: the run stays open until ``bus.close()``, ``with bus:`` or exit).
 
     Raises:
         ValueError, TypeError: at construction for malformed arguments; at train begin for an
@@ -155,12 +162,15 @@ class EventBusCallback:
         restore: Restore = False,
         checkpoint: Any = None,
         check_stop_every_n_steps: int = 10,
+        close_bus: bool = False,
     ) -> None:
         require_keras("EventBusCallback").callbacks.Callback.__init__(self)
         self.every_n_epochs = positive_int("every_n_epochs", every_n_epochs)
         self._check_every = positive_int("check_stop_every_n_steps", check_stop_every_n_steps)
         self._collective: CollectiveStop | None = None
         self.restore = check_restore(restore)
+        flag("close_bus", close_bus)
+        self._close_bus = close_bus
         self._checkpoint = check_checkpoint(checkpoint)
         self._made: tuple[Any, Any, Any] | None = None  # the default checkpoint's model, optimizer, checkpoint
         declared = check_fetch_keys(keys)
@@ -356,7 +366,10 @@ class EventBusCallback:
                 # As Keras's ReduceLROnPlateau and LearningRateScheduler: the rate the epoch trained with,
                 # in the logs History and the callbacks after this one read (and in the epoch event).
                 logs[LEARNING_RATE_KEY] = self._rate.used()
-            if not cut_short(self.params, self.model, self._batches):  # type: ignore[attr-defined]
+            # An epoch a stop cut short is withheld for the resume to complete, unless a non-finite
+            # value ended it (the NaN guard): no checkpoint holds such a step, no resume completes the
+            # epoch, so it is over, and its record goes out as Keras's callbacks receive it (CSVLogger's row).
+            if not cut_short(self.params, self.model, self._batches) or not finite_logs(logs):  # type: ignore[attr-defined]
                 val = validation_values(logs)
                 if val and self._eval.eval_wanted():
                     self._eval.publish_eval(self._step, {k: val[k] for k in self._eval.keys if k in val})
@@ -388,6 +401,8 @@ class EventBusCallback:
             self.model._initial_epoch = None  # type: ignore[attr-defined]  # the next fit starts as told
             self._set_initial_epoch = False
         self._in_fit = False
+        if self._close_bus:
+            self.bus.close()  # its run ends with the fit: files closed, outputs free for the next
 
     # -- evaluate -----------------------------------------------------------------------------
     def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
@@ -404,11 +419,13 @@ class EventBusCallback:
         logs = logs or {}
         self._checks.check_keys(logs, "evaluation")
         test = self._test
-        if not test.eval_wanted():
-            return  # nobody records test evaluations: no run is opened for one
-        # One test evaluation: begin (a run opens if none is, without `with bus:`; sinks are set up
-        # if this run had no publisher yet), its values, end (what it wrote is flushed). No session:
-        # it is no resume point, so no sink drops, replaces or restarts anything training wrote.
-        test.begin()
-        test.publish_eval(self._step, {k: logs[k] for k in test.keys})
-        test.end(self._step)
+        if test.eval_wanted():
+            # One test evaluation: begin (a run opens if none is, without `with bus:`; sinks are set
+            # up if this run had no publisher yet), its values, end (what it wrote is flushed). No
+            # session: it is no resume point, so no sink drops, replaces or restarts anything training
+            # wrote. Where no subscriber records test evaluations, no run is opened for one.
+            test.begin()
+            test.publish_eval(self._step, {k: logs[k] for k in test.keys})
+            test.end(self._step)
+        if self._close_bus:
+            self.bus.close()

@@ -11,6 +11,7 @@ evaluation (``model.evaluate`` outside ``fit``) publishes the declared keys as `
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -18,7 +19,7 @@ from hookbus._bus._keys import did_you_mean
 from hookbus._contract._publisher_keys import EPOCH_PREFIX, TEST_PREFIX
 from hookbus._rules._validate import key_name
 
-__all__ = ["EpochKeys", "LogChecks", "TestKeys", "epoch_values", "validation_values"]
+__all__ = ["EpochKeys", "LogChecks", "TestKeys", "epoch_values", "finite_logs", "validation_values"]
 
 _VAL = "val_"  # Keras's prefix of fit's validation values
 
@@ -51,6 +52,11 @@ def epoch_values(epoch: int, logs: Mapping[str, Any]) -> dict[str, Any]:
     ``epoch``, the 0-based index."""
     values: dict[str, Any] = {EPOCH_PREFIX + k: float(v) for k, v in logs.items() if isinstance(v, int | float)}
     return {**values, "epoch": float(epoch)}
+
+
+def finite_logs(logs: Mapping[str, Any]) -> bool:
+    """Whether every number in Keras's ``logs`` is finite (a NaN guard's stop leaves one that is not)."""
+    return all(math.isfinite(v) for v in logs.values() if isinstance(v, int | float))
 
 
 def validation_values(logs: Mapping[str, Any]) -> dict[str, Any]:

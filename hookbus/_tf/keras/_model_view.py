@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from hookbus._contract._model import ModelView
-from hookbus._tf._export_tf import KerasExport
+from hookbus._tf._export_tf import KerasExport, KerasWeightsExport
 from hookbus._tf._weights_tf import ModelWeights, model_variables
 from hookbus._tf.keras._metrics import CompiledDirections
 
@@ -37,6 +37,7 @@ class KerasModelView(ModelView):
         self._progress = progress
         self._weights = ModelWeights(model)
         self._export = KerasExport(model)  # ExportSink's .keras file
+        self._weights_export = KerasWeightsExport(model)  # ExportSink(weights_only=True)'s .weights.h5
         self._directions = CompiledDirections(model)
 
     def weights(self) -> ModelWeights:
@@ -44,6 +45,9 @@ class KerasModelView(ModelView):
 
     def export(self) -> KerasExport:
         return self._export
+
+    def weights_export(self) -> KerasWeightsExport:
+        return self._weights_export
 
     def variables(self) -> Mapping[str, Any]:
         return model_variables(self._model)

@@ -20,9 +20,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytest.importorskip("tensorflow")
+tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
-import tensorflow as tf  # noqa: E402
 from _keras_data import KERAS_NP_ARRAY, classifier, data  # noqa: E402
 from _tb import check_served, rust_data_server_or_skip, serve_and_read  # noqa: E402
 from rich.console import Console  # noqa: E402
