@@ -176,14 +176,16 @@ class RunScope:
         self.implicit = True
         _implicit_runs.add(self)
 
-    def enter(self) -> None:
+    def enter(self, *, signals: bool = True) -> None:
+        """Open a ``with bus:`` run; ``signals=False`` leaves the process's signal handlers alone
+        (a replay that drives a view, whose process has its own Ctrl-C)."""
         if self.in_run:
             raise RuntimeError("this bus is already running; one `with bus:` at a time")
         if self.implicit:
             self.close()  # the run a publisher opened without `with bus:` ends here
         self._new_run()
         self.in_run = True
-        if threading.current_thread() is threading.main_thread():
+        if signals and threading.current_thread() is threading.main_thread():
             handlers: dict[int, Any] = {signum: self._on_stop_signal for signum in self._stop_signals}
             if signal_module.getsignal(signal_module.SIGINT) is not signal_module.SIG_IGN:  # a background job
                 handlers[signal_module.SIGINT] = self._on_sigint

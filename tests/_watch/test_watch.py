@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,18 @@ def test_the_dashboard_shows_each_step_once_across_a_cut_of_the_real_log(tmp_pat
     history = sink.snapshot.train[0].history
     assert history == (1.0, 1 / 2, 1 / 3, 1 / 4, 1 / 5, 16.0, 17.0, 18.0, 19.0)
     assert [r["step"] for r in view.run.records if r["record"] == "step"] == list(range(1, 10))
+
+
+def test_a_view_takes_over_no_signal_of_the_process(tmp_path: Path) -> None:
+    """A view replays the log into a bus of its own: that run leaves Ctrl-C and SIGTERM to the
+    process that watches (``hookbus watch``'s own Ctrl-C), also while the view is open."""
+    log = tmp_path / "events.jsonl"
+    _record(log, steps=3)
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    view = LogView(log, "events.jsonl", RENDERING.make_sink, Gate(io.StringIO(), False))
+    view.poll()
+    assert view.sink is not None
+    assert {signum: signal.getsignal(signum) for signum in before} == before
 
 
 # -- liveness and --once ------------------------------------------------------------------------
