@@ -24,19 +24,61 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
 import pytest
+from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+from tensorboard.util import tensor_util
 
 __all__ = [
     "EventRecords",
+    "Run",
+    "assert_same_runs",
     "check_served",
     "read_event_records",
     "rust_data_server_or_skip",
+    "read_run",
+    "runs",
     "serve_and_read",
     "tensorboard",
 ]
 
 Want = dict[tuple[str, str], dict[int, float]]
+
+#: A run as the next tool reads it: tag -> step -> value (a float, a histogram's [k, 3] rows, or the
+#: model's configuration as a string).
+Run = dict[str, dict[int, Any]]
+
+
+def read_run(directory: Path) -> Run:
+    """Every tensor summary of one run directory, by tag and step (the last write of a step wins,
+    as TensorBoard's data server shows it)."""
+    acc = event_accumulator.EventAccumulator(str(directory), size_guidance={event_accumulator.TENSORS: 0})
+    acc.Reload()
+    run: Run = {}
+    for tag in acc.Tags()["tensors"]:
+        for e in acc.Tensors(tag):
+            value = tensor_util.make_ndarray(e.tensor_proto)
+            number = value.dtype.kind == "f"  # else the model's configuration (a string)
+            run.setdefault(tag, {})[e.step] = (float(value) if value.ndim == 0 else value) if number else value.item()
+    return run
+
+
+def runs(logdir: Path) -> dict[str, Run]:
+    """Each run directory under ``logdir`` that holds event files, by its path relative to it."""
+    found = {p.parent for p in logdir.rglob("events.out.tfevents.*")}
+    return {str(d.relative_to(logdir)): read_run(d) for d in sorted(found)}
+
+
+def assert_same_runs(theirs: dict[str, Run], ours: dict[str, Run], *, rtol: float = 1e-6) -> None:
+    """The same runs, tags, steps and values (within ``rtol``)."""
+    assert sorted(ours) == sorted(theirs)
+    for name, run in theirs.items():
+        assert sorted(ours[name]) == sorted(run), name
+        for tag, points in run.items():
+            assert sorted(ours[name][tag]) == sorted(points), (name, tag)
+            for step, value in points.items():
+                np.testing.assert_allclose(ours[name][tag][step], value, rtol=rtol, err_msg=f"{name} {tag} {step}")
 
 
 class Server(NamedTuple):

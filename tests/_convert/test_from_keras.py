@@ -13,8 +13,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 from _keras_data import KERAS_NP_ARRAY, classifier, data  # noqa: E402
-from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
-from tensorboard.util import tensor_util  # noqa: E402
+from _tb import Run, assert_same_runs, runs  # noqa: E402
 
 import hookbus  # noqa: E402
 
@@ -40,38 +39,6 @@ def converted(given: list[Any], **kwargs: Any) -> tuple[list[Any], hookbus.Event
     result = hookbus.from_keras(given, report=io.StringIO(), **kwargs)
     publisher = next(c for c in result if isinstance(c, hookbus.EventBusCallback))
     return result, publisher.bus
-
-
-#: A run as TensorBoard's reader takes it: tag -> step -> value (a float, or a histogram's rows).
-Run = dict[str, dict[int, Any]]
-
-
-def runs(logdir: Path) -> dict[str, Run]:
-    """Every run directory under ``logdir`` and its tensor summaries, read by EventAccumulator."""
-    found: dict[str, Run] = {}
-    for directory in sorted({p.parent for p in logdir.rglob("events.out.tfevents.*")}):
-        acc = event_accumulator.EventAccumulator(str(directory), size_guidance={event_accumulator.TENSORS: 0})
-        acc.Reload()
-        run: Run = {}
-        for tag in acc.Tags()["tensors"]:
-            for e in acc.Tensors(tag):
-                value = tensor_util.make_ndarray(e.tensor_proto)
-                number = value.dtype.kind == "f"
-                run.setdefault(tag, {})[e.step] = (
-                    (float(value) if value.ndim == 0 else value) if number else value.item()
-                )
-        found[str(directory.relative_to(logdir))] = run
-    return found
-
-
-def assert_same_runs(theirs: dict[str, Run], ours: dict[str, Run]) -> None:
-    assert sorted(ours) == sorted(theirs)
-    for name, run in theirs.items():
-        assert sorted(ours[name]) == sorted(run), name
-        for tag, points in run.items():
-            assert sorted(ours[name][tag]) == sorted(points), (name, tag)
-            for step, value in points.items():
-                np.testing.assert_allclose(ours[name][tag][step], value, rtol=1e-6, err_msg=f"{name} {tag} {step}")
 
 
 def assert_same_history(theirs: Any, ours: Any) -> None:

@@ -8,42 +8,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 from _keras_data import KERAS_NP_ARRAY, classifier, data  # noqa: E402
+from _tb import Run, assert_same_runs, read_run, runs  # noqa: E402
 from tensorboard.backend.event_processing import event_accumulator  # noqa: E402
-from tensorboard.util import tensor_util  # noqa: E402
 
 import hookbus  # noqa: E402
 from hookbus.sinks import TensorBoardSink  # noqa: E402
 
 TRAIN, VAL = data(128, 0), data(64, 1)
-
-#: A run as the next tool reads it: tag -> step -> value (a float, or a histogram's [k, 3] rows).
-Run = dict[str, dict[int, Any]]
-
-
-def read_run(directory: Path) -> Run:
-    """Every tensor summary of one run directory, by tag and step (the last write of a step wins,
-    as TensorBoard's data server shows it)."""
-    acc = event_accumulator.EventAccumulator(str(directory), size_guidance={event_accumulator.TENSORS: 0})
-    acc.Reload()
-    run: Run = {}
-    for tag in acc.Tags()["tensors"]:
-        for e in acc.Tensors(tag):
-            value = tensor_util.make_ndarray(e.tensor_proto)
-            number = value.dtype.kind == "f"  # else the model's configuration (a string)
-            run.setdefault(tag, {})[e.step] = (float(value) if value.ndim == 0 else value) if number else value.item()
-    return run
-
-
-def runs(logdir: Path) -> dict[str, Run]:
-    """Each run directory under ``logdir`` that holds event files, by its path relative to it."""
-    found = {p.parent for p in logdir.rglob("events.out.tfevents.*")}
-    return {str(d.relative_to(logdir)): read_run(d) for d in sorted(found)}
 
 
 def model() -> Any:
@@ -64,16 +40,6 @@ def fit_on_bus(*sinks: hookbus.sink_api.Sink, epochs: int = 4) -> Any:
         bus.attach(sink)
     with bus:
         return fit(hookbus.EventBusCallback(bus, ["loss", "accuracy"]), epochs=epochs)
-
-
-def assert_same_runs(theirs: dict[str, Run], ours: dict[str, Run], *, rtol: float = 1e-6) -> None:
-    assert sorted(ours) == sorted(theirs)
-    for name, run in theirs.items():
-        assert sorted(ours[name]) == sorted(run), name
-        for tag, points in run.items():
-            assert sorted(ours[name][tag]) == sorted(points), (name, tag)
-            for step, value in points.items():
-                np.testing.assert_allclose(ours[name][tag][step], value, rtol=rtol, err_msg=f"{name} {tag} {step}")
 
 
 def _without_graphs(found: dict[str, Run]) -> dict[str, Run]:
