@@ -244,7 +244,7 @@ def from_keras(
     *,
     bus: EventBus | None = None,
     keys: str | Iterable[str] | None = None,
-    dashboard: bool = False,
+    dashboard: bool = True,
     report: TextIO | None = None,
 ) -> list[Any]:
     """Turns a Keras callback list into one :class:`EventBusCallback` and its sinks.
@@ -310,8 +310,9 @@ def from_keras(
             ``"loss"`` and the names the converted callbacks monitor). Name your compiled
             metrics (``["loss", "accuracy"]``) for ``TensorBoard(update_freq=...)``'s
             ``batch_accuracy`` and ``evaluation_accuracy_vs_iterations``.
-        dashboard: Also attach a :class:`~hookbus.sinks.ConsoleSink` (default ``False``:
-            Keras's progress bar stays what ``verbose`` makes it).
+        dashboard: Also attach a :class:`~hookbus.sinks.ConsoleSink`, what hookbus adds beside the
+            files (default ``True``; pass ``verbose=0`` to ``fit`` for one display, or
+            ``dashboard=False`` to keep Keras's progress bar alone).
         report: Where the one line goes (default ``None``: ``sys.stderr``).
 
     Returns:

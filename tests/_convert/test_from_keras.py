@@ -82,7 +82,7 @@ def test_converted_callbacks_become_one_publisher_at_the_first_ones_place_and_th
         "hookbus.from_keras: converted TensorBoard, EarlyStopping; passed through Recorder, History, LambdaCallback\n"
     )
     bus = result[1].bus
-    assert [s.name for s in bus.subscribers] == ["EarlyStoppingSink", "TensorBoardSink"]
+    assert [s.name for s in bus.subscribers] == ["EarlyStoppingSink", "TensorBoardSink", "ConsoleSink"]
 
 
 def test_a_list_with_nothing_to_convert_comes_back_as_it_is() -> None:
@@ -102,17 +102,19 @@ def test_a_subclass_of_a_keras_callback_is_its_own_and_passes_through(tmp_path: 
 
 def test_the_bus_given_gets_the_sinks() -> None:
     bus = hookbus.EventBus()
-    result, used = converted([callbacks.EarlyStopping(monitor="val_accuracy")], bus=bus)
+    result, used = converted([callbacks.EarlyStopping(monitor="val_accuracy")], bus=bus, dashboard=False)
     assert used is bus
     assert [s.name for s in bus.subscribers] == ["EarlyStoppingSink"]
     assert result[0].keys == ("loss", "accuracy")  # loss, and what the monitors read
 
 
-def test_keys_and_a_dashboard_on_request(tmp_path: Path) -> None:
+def test_keys_and_the_dashboard_unless_declined(tmp_path: Path) -> None:
     given = [callbacks.ModelCheckpoint(str(tmp_path / "{epoch}-{val_mae:.2f}.keras"))]
-    result, bus = converted(given, keys="accuracy", dashboard=True)
+    result, bus = converted(given, keys="accuracy")
     assert result[0].keys == ("loss", "accuracy", "mae")  # what the file name needs too
-    assert [s.name for s in bus.subscribers] == ["ExportSink", "ConsoleSink"]
+    assert [s.name for s in bus.subscribers] == ["ExportSink", "ConsoleSink"]  # DESIGN: the dashboard comes along
+    _, bus = converted([callbacks.ModelCheckpoint(str(tmp_path / "m.keras"))], dashboard=False)
+    assert [s.name for s in bus.subscribers] == ["ExportSink"]
 
 
 @pytest.mark.parametrize(
