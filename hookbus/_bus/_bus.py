@@ -90,6 +90,10 @@ class EventBus:
         stop_signals: More signals that mean "stop gracefully", as numbers or names (default
             none; e.g. ``signal.SIGUSR1``, which SLURM sends before preemption with
             ``--signal=USR1@60``).
+        handle_signals: Whether ``with bus:`` takes over Ctrl-C, SIGTERM and ``stop_signals`` as
+            above (default ``True``). ``False`` leaves every signal handler as the program set it:
+            for a bus inside a program with its own handling (``hookbus watch``'s views replay
+            logs on such buses, and the watcher keeps its own Ctrl-C).
 
     Attributes:
         task: This process's :class:`hookbus.Task` in multi-worker training (its publisher sets
@@ -117,8 +121,10 @@ class EventBus:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         stop_signals: Iterable[int | str] = (),
+        handle_signals: bool = True,
     ) -> None:
         stop_signals_checked = check_stop_signals(stop_signals)
+        flag("handle_signals", handle_signals)
         self.clock = clock
         self.wall_clock = wall_clock
         self.namespace = blinker.Namespace()
@@ -163,6 +169,7 @@ class EventBus:
             clock=clock,
             wall_clock=wall_clock,
             stop_signals=stop_signals_checked,
+            handle_signals=handle_signals,
         )
         self._port = BusPort(
             roster=roster,

@@ -64,6 +64,7 @@ class RunScope:
         clock: Callable[[], float],
         wall_clock: Callable[[], float],
         stop_signals: tuple[int, ...],
+        handle_signals: bool = True,
     ) -> None:
         self._state = state
         self._roster = roster
@@ -74,6 +75,7 @@ class RunScope:
         self._clock = clock
         self._wall_clock = wall_clock
         self._stop_signals = stop_signals
+        self._handle_signals = handle_signals  # False: `with bus:` installs no handler
         self.runs = 0
         self.previous_step: int | None = None
         self.in_run = False  # inside `with bus:`
@@ -176,16 +178,14 @@ class RunScope:
         self.implicit = True
         _implicit_runs.add(self)
 
-    def enter(self, *, signals: bool = True) -> None:
-        """Open a ``with bus:`` run; ``signals=False`` leaves the process's signal handlers alone
-        (a replay that drives a view, whose process has its own Ctrl-C)."""
+    def enter(self) -> None:
         if self.in_run:
             raise RuntimeError("this bus is already running; one `with bus:` at a time")
         if self.implicit:
             self.close()  # the run a publisher opened without `with bus:` ends here
         self._new_run()
         self.in_run = True
-        if signals and threading.current_thread() is threading.main_thread():
+        if self._handle_signals and threading.current_thread() is threading.main_thread():
             handlers: dict[int, Any] = {signum: self._on_stop_signal for signum in self._stop_signals}
             if signal_module.getsignal(signal_module.SIGINT) is not signal_module.SIG_IGN:  # a background job
                 handlers[signal_module.SIGINT] = self._on_sigint

@@ -259,19 +259,6 @@ def replay(path: str | os.PathLike[str], bus: EventBus) -> ReplayResult:
     )
 
 
-@contextmanager
-def _run_without_signals(bus: EventBus) -> Iterator[None]:
-    """``with bus:`` without its signal handlers."""
-    scope = bus._scope
-    scope.enter(signals=False)
-    try:
-        yield
-    except BaseException as error:
-        scope.exit(error)
-        raise
-    scope.exit(None)
-
-
 class FollowedReplay:
     """A replay publisher in follow mode: records are published as they are handed to it.
 
@@ -292,12 +279,10 @@ class FollowedReplay:
         self._stack = ExitStack()
 
     def start(self) -> None:
-        """Open the bus's run, its clocks on the recorded time. The run takes over no signal: the
-        process that follows a log (``hookbus watch``) keeps its own Ctrl-C, and a view left open
-        leaves nothing of its run's installed."""
+        """Open the bus's run, its clocks on the recorded time."""
         bus = self._replayer.bus  # the publisher's, as a live publisher's core holds it
         self._stack.enter_context(_recorded_time(bus, self.clock))
-        self._stack.enter_context(_run_without_signals(bus))
+        self._stack.enter_context(bus)
 
     def knows(self, record: dict[str, Any]) -> bool:
         """Whether the keys declared at construction cover ``record``'s values."""

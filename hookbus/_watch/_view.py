@@ -224,7 +224,9 @@ class LogView:
         records = self.run.records
         if not any(r["record"] in _PUBLISHED for r in records):
             return
-        bus = EventBus()
+        # The view's run takes over no signal: the watcher keeps its own Ctrl-C, and a view left
+        # open leaves no handler of its run installed.
+        bus = EventBus(handle_signals=False)
         replay = FollowedReplay(bus, records)
         replay.clock.now = float(records[0].get("wall_time") or 0.0)
         console = Console(file=self._out, highlight=False, color_system=None)  # type: ignore[arg-type]

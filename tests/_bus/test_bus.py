@@ -959,3 +959,13 @@ def test_a_stop_signal_of_the_run_ending_last_goes_on_to_the_programs_handler_no
         assert not first.should_stop
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_a_bus_that_does_not_handle_signals_leaves_the_programs_handlers() -> None:
+    """``EventBus(handle_signals=False)``: ``with bus:`` installs nothing; Ctrl-C stays the program's."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    bus = EventBus(handle_signals=False)
+    with bus:
+        assert {s: signal.getsignal(s) for s in before} == before
+        ScriptedPublisher(bus, keys=["loss"]).run([{"loss": 1.0}] * 3)
+    assert {s: signal.getsignal(s) for s in before} == before

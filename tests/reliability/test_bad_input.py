@@ -765,6 +765,7 @@ FLAG_ARGUMENTS: list[tuple[str, str, Callable[[Path, Any], Any], str]] = [
     ("EventBus.on", "background", lambda t, v: hookbus.EventBus().on("after_run", _fn, background=v), FLAG),
     ("BackgroundWriter.close", "warn", lambda t, v: _close_writer(1.0, warn=v), FLAG),
     ("EventBus.close", "raise_errors", lambda t, v: hookbus.EventBus().close(raise_errors=v), FLAG),
+    ("EventBus", "handle_signals", lambda t, v: hookbus.EventBus(handle_signals=v), FLAG),
     ("ConsoleSink", "live", lambda t, v: ConsoleSink(live=v), FLAG_OR_NONE),
     ("ConsoleSink", "at_end", lambda t, v: ConsoleSink(at_end=v), FLAG),
     ("CSVSink", "epochs", lambda t, v: CSVSink(t / "m.csv", epochs=v), FLAG),
