@@ -112,7 +112,7 @@ def test_keys_and_the_dashboard_unless_declined(tmp_path: Path) -> None:
     given = [callbacks.ModelCheckpoint(str(tmp_path / "{epoch}-{val_mae:.2f}.keras"))]
     result, bus = converted(given, keys="accuracy")
     assert result[0].keys == ("loss", "accuracy", "mae")  # what the file name needs too
-    assert [s.name for s in bus.subscribers] == ["ExportSink", "ConsoleSink"]  # DESIGN: the dashboard comes along
+    assert [s.name for s in bus.subscribers] == ["ExportSink", "ConsoleSink"]  # what hookbus adds comes along
     _, bus = converted([callbacks.ModelCheckpoint(str(tmp_path / "m.keras"))], dashboard=False)
     assert [s.name for s in bus.subscribers] == ["ExportSink"]
 
