@@ -23,7 +23,8 @@ from hookbus._bus._bus import EventBus
 from hookbus._contract._sink import Sink
 from hookbus._tf.hook._hook import EventBusHook
 from hookbus._tf.hook._listeners import write_graph_def
-from hookbus.sinks import CheckpointSink, LoggingSink, NanGuardSink, StopAtStepSink, TensorBoardSink
+from hookbus.sinks import CheckpointSink, ConsoleSink, LoggingSink, NanGuardSink, StopAtStepSink, TensorBoardSink
+from hookbus.validate import flag
 
 __all__ = ["from_hooks"]
 
@@ -260,6 +261,7 @@ def from_hooks(
     train_op: Any = None,
     fetches: Mapping[str, Any] | None = None,
     report: Callable[[str], None] | None = None,
+    dashboard: bool = True,
 ) -> list[Any]:
     """Turn a list of ``tf.compat.v1.train`` hooks into one :class:`hookbus.EventBusHook` and its sinks.
 
@@ -300,14 +302,17 @@ def from_hooks(
     Args:
         hooks: The hooks, as given to ``MonitoredTrainingSession(hooks=...)``.
         bus: The bus to publish on (default: a new :class:`hookbus.EventBus`, reachable as the
-            returned hook's ``bus``). Pass your own to attach more sinks (a
-            :class:`~hookbus.sinks.ConsoleSink`) and to use ``with bus:``: without it the run, and the
+            returned hook's ``bus``). Pass your own to attach more sinks and to use ``with bus:``:
+            without it the run, and the
             locks on its directories, end only at ``bus.close()`` or when the interpreter exits, so a
             second training in the same process writing the same directories fails naming the first.
         train_op: The training op (recommended: exact steps; see :class:`hookbus.EventBusHook`).
         fetches: More ``{key: tensor}`` to publish beside the hooks' (default ``None``).
         report: Called with the one line saying what was converted and what passes through
             (default: printed to standard error).
+        dashboard: Also attach a :class:`~hookbus.sinks.ConsoleSink`, what hookbus adds beside the
+            files (default ``True``; ``False`` declines it). It shows the hooks' values, never a
+            summary op's, so it adds no summary run.
 
     Returns:
         The hooks in their order, the converted ones replaced by one ``EventBusHook`` where the
@@ -317,6 +322,7 @@ def from_hooks(
         ValueError: before any session starts, naming the hook, the argument and its value, for
             an argument with no hookbus equivalent.
     """
+    flag("dashboard", dashboard)
     given = list(hooks)
     kinds = [_kind(h) for h in given]
     gathered = _Fetches()
@@ -372,6 +378,10 @@ def from_hooks(
         elif isinstance(sink, CheckpointSink):
             sink.keys = values
         bus.attach(sink)
+    if dashboard:
+        console = ConsoleSink()
+        console.keys = values  # the hooks' values (maybe none: the step alone), never the summary op
+        bus.attach(console)
     for directory in done.graph_dirs:
         bus.on("session_created", _graph_writer(directory), name=f"graph.pbtxt in {directory}")
     first = min(taken)

@@ -477,3 +477,5 @@ def test_each_sink_is_built_from_the_hooks_arguments(tmp_path: Path) -> None:
     assert by_kind["StopAtStepSink"].num_steps == 7
     # One fetch per tensor: the NaN hook's loss is the logging hook's "loss:0".
     assert sorted(hooks[0].keys) == ["loss:0", "summary", "worst:0"]
+    # The dashboard comes along, on the hooks' values: never the summary op.
+    assert by_kind["ConsoleSink"].keys == frozenset({"loss:0", "worst:0"})

@@ -775,6 +775,7 @@ FLAG_ARGUMENTS: list[tuple[str, str, Callable[[Path, Any], Any], str]] = [
     ("CheckpointSink", "delete_at_end", lambda t, v: CheckpointSink(t / "c", delete_at_end=v), FLAG),
     ("EventBusCallback", "close_bus", lambda t, v: _keras_callback(close_bus=v), FLAG),
     ("from_keras", "dashboard", lambda t, v: hookbus.from_keras([], dashboard=v), FLAG),
+    ("from_hooks", "dashboard", lambda t, v: hookbus.from_hooks([], dashboard=v), FLAG),
     ("MLflowSink", "continue_ended", lambda t, v: _mlflow_sink(t, continue_ended=v), FLAG),
     ("MLflowSink", "log_training_params", lambda t, v: _mlflow_sink(t, log_training_params=v), FLAG),
     ("MLflowSink", "log_model", lambda t, v: _mlflow_sink(t, log_model=v), FLAG),
