@@ -87,6 +87,7 @@ class RunScope:
         self._previous_handlers: dict[int, Any] = {}  # the handlers `with bus:` replaced, by signal
         self._ended_over: dict[int, Any] = {}  # what it replaced, where this run ended under another's
         self._evaluator: EvaluatorLink | None = None
+        self._when_closed: list[Callable[[], None]] = []  # publishers' clean-ups (when_closed)
         stops.watch(self._evaluator_stop, every_secs=POLL_SECS)  # the link reads its files as often
 
     # -- signals (SIGTERM) -------------------------------------------------------------------------
@@ -236,6 +237,19 @@ class RunScope:
         self._previous_handlers = {}
         return handed
 
+    def when_closed(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` once when this run closes, after its subscribers (see ``PublisherCore.when_run_closes``)."""
+        if fn not in self._when_closed:
+            self._when_closed.append(fn)
+
+    def _run_closed(self) -> None:
+        waiting, self._when_closed = self._when_closed, []
+        for fn in waiting:
+            try:
+                fn()
+            except Exception:  # a publisher's clean-up must not hide how the run ended, nor skip the others
+                logger.exception("a publisher's clean-up at the end of the run failed")
+
     def close(self, *, raise_errors: bool = True) -> None:
         """See :meth:`hookbus.EventBus.close`."""
         self._mark_ended()  # an evaluator waiting for new checkpoints ends too (once)
@@ -276,6 +290,7 @@ class RunScope:
             except BaseException as error:  # Ctrl-C during a close: the others still close, then it surfaces
                 if interrupt is None:
                     interrupt = error
+        self._run_closed()
         if interrupt is not None:
             raise interrupt
         if first is not None and raise_errors:

@@ -128,6 +128,12 @@ class PublisherCore:
         """Run what a :meth:`hold` kept waiting."""
         self._dispatcher.release()
 
+    def when_run_closes(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` once when the bus's current run closes (after its subscribers closed): for a
+        publisher whose framework may leave without ending it (a Keras ``fit`` that raised calls no
+        ``on_train_end``), to undo what it installed for that run."""
+        self._scope.when_closed(fn)
+
     def begin(self) -> None:
         """Publish ``begin`` (checks every subscriber's keys first)."""
         port, scope = self._port, self._scope

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterable, Mapping
+from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
 from hookbus._contract._learning_rate import LEARNING_RATE_KEY
@@ -200,6 +202,7 @@ class EventBusCallback:
         self._batches = 0  # batches Keras ran of the current epoch (passed over ones included)
         self._epoch: int | None = None  # the epoch being trained (0-based), from its on_epoch_begin
         self._in_fit = False
+        self._fit_frame: tuple[int, CodeType] | None = None  # the running fit's frame (its id and code)
         self._set_initial_epoch = False
         self._checks = LogChecks(logged)
         self._logs: Mapping[str, Any] = {}
@@ -247,6 +250,8 @@ class EventBusCallback:
         self._rate.install()  # a schedule times hookbus's multiplier, before the train function is traced
         offered = self._core.offer_learning_rate(self._rate, publisher="EventBusCallback")
         self._in_fit = True
+        self._fit_frame = _caller_of(model)
+        self._core.when_run_closes(self._run_closed)
         self._checks.reset()
         strategy = getattr(model, "distribute_strategy", None)
         task = task_of_strategy(strategy)
@@ -390,6 +395,48 @@ class EventBusCallback:
             keys = tuple(k for k in final.keys if k in logs or k == LEARNING_RATE_KEY)
             self._core.publish_final(final, self._values(keys, logs))
         self._core.end(self._step)
+        self._leave_fit()
+        if self._close_bus:
+            self.bus.close()  # its run ends with the fit: files closed, outputs free for the next
+
+    # -- a fit that raised --------------------------------------------------------------------
+    # Keras calls no on_train_end when fit raises (a failing callback, a non-finite loss raised, a
+    # Ctrl-C in a notebook). What on_train_begin installed must not outlive that fit: the learning
+    # rate's override on the optimizer (a later fit without hookbus would train with a reduction's
+    # multiplier), the offers, and the belief that fit runs (an evaluate after it would be taken for
+    # fit's validation and published nowhere). The callback learns it when the run closes (`with
+    # bus:` left with the error, bus.close()) or when Keras starts its next call with this callback.
+    def set_params(self, params: Mapping[str, Any]) -> None:
+        """Keras's: every ``fit``/``evaluate``/``predict`` that makes its own callback list sets them
+        (fit's validation reuses fit's list and does not); while this callback believes it is in a
+        ``fit`` whose frame is no longer running, that ``fit`` raised."""
+        if self._in_fit and not self._fit_running():
+            self._held.release()  # the failed step's deferred work, as the next fit's begin would
+            restore_train_function(self.model)  # type: ignore[attr-defined]
+            self._leave_fit()
+        require_keras("EventBusCallback").callbacks.Callback.set_params(self, params)
+
+    def _run_closed(self) -> None:
+        """The bus's run closed; a ``fit`` still believed running raised (the run's sinks are closed)."""
+        if self._in_fit:
+            self._held.forget()  # the closed run's dispatcher starts afresh with the next run
+            restore_train_function(self.model)  # type: ignore[attr-defined]
+            self._leave_fit()
+
+    def _fit_running(self) -> bool:
+        """Whether the ``fit`` that began this callback's training is on the calling thread's stack."""
+        running = self._fit_frame
+        if running is None:
+            return False
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None:
+            if id(frame) == running[0] and frame.f_code is running[1]:
+                return True
+            frame = frame.f_back
+        return False
+
+    def _leave_fit(self) -> None:
+        """Undo what ``on_train_begin`` installed for its ``fit``."""
         self.checkpoint_backend.detach()
         if self._rate is not None:
             self._rate.uninstall()
@@ -401,8 +448,7 @@ class EventBusCallback:
             self.model._initial_epoch = None  # type: ignore[attr-defined]  # the next fit starts as told
             self._set_initial_epoch = False
         self._in_fit = False
-        if self._close_bus:
-            self.bus.close()  # its run ends with the fit: files closed, outputs free for the next
+        self._fit_frame = None
 
     # -- evaluate -----------------------------------------------------------------------------
     def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
@@ -429,3 +475,15 @@ class EventBusCallback:
             test.end(self._step)
         if self._close_bus:
             self.bus.close()
+
+
+def _caller_of(model: Any) -> tuple[int, CodeType] | None:
+    """The innermost frame of a method of ``model`` on the calling thread's stack (its ``fit``, which
+    calls the callbacks' ``on_train_begin``), as its id and code: not the frame itself, which would
+    keep fit's locals (the data) alive after a fit that raised."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        if frame.f_locals.get("self") is model:
+            return id(frame), frame.f_code
+        frame = frame.f_back
+    return None

@@ -36,3 +36,7 @@ class HeldWork:
         if self.held:
             self.held = False
             self._release()
+
+    def forget(self) -> None:
+        """The run whose work was held ended (its dispatcher starts afresh): nothing to release."""
+        self.held = False
