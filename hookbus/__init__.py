@@ -13,7 +13,9 @@ which receive an :class:`Event`), and give your training one publisher:
 - :class:`LoopPublisher` for a loop of your own (eager or ``tf.function``).
 
 ``bus.stats()`` says what each subscriber costs (:class:`BusStats`); :func:`read_event_log` and
-:func:`replay` read back what ``EventLogSink`` recorded. The command line is ``hookbus`` (or
+:func:`replay` read back what ``EventLogSink`` recorded, :func:`read_run_summary` a run's row
+(:class:`RunSummary`: its hyper-parameters, state, steps, the latest and best of each key) from the
+summary kept beside the log. The command line is ``hookbus`` (or
 ``python -m hookbus``): ``demo``, ``watch``, ``replay``.
 
 Writing a sink: :mod:`hookbus.sink_api`. Writing a publisher: :mod:`hookbus.publisher_api`. Their
@@ -28,6 +30,7 @@ from hookbus._bus._subscriber_view import SubscriberView
 from hookbus._contract._cluster import Task
 from hookbus._contract._event_log import read_event_log
 from hookbus._contract._events import Event
+from hookbus._contract._run_summary import RunSummary, read_run_summary
 from hookbus._contract._stats import BusStats, SubscriberStats, WriterStats
 from hookbus._convert._hooks import from_hooks  # builds sinks: they need only the faces imported above
 from hookbus._convert._keras import from_keras
@@ -54,6 +57,7 @@ __all__ = [
     "LoopPublisher",
     "OutputInUseError",
     "ReplayResult",
+    "RunSummary",
     "SubscriberStats",
     "SubscriberView",
     "Subscription",
@@ -66,6 +70,7 @@ __all__ = [
     "from_keras",
     "monitored_training_session",
     "read_event_log",
+    "read_run_summary",
     "replay",
     "staggered_start",
     "train_and_evaluate",

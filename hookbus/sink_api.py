@@ -34,7 +34,9 @@ What it holds:
   evaluation's and Keras epochs' keys),
   :func:`is_real_dtype` (which values are numbers), :func:`step_of` and :func:`recover`
   (a checkpoint's step, and what a checkpoint directory keeps as a run starts), and the event
-  log's line format :func:`event_log_line`, and how a run ended in one word, :func:`how_ended`
+  log's line format :func:`event_log_line` (:func:`event_log_record` and :func:`encode_record`, its two
+  halves), the summary kept beside it (:class:`RunSummary`, :func:`run_summary_path`,
+  :func:`read_run_summary`), and how a run ended in one word, :func:`how_ended`
   (:data:`ENDINGS`, :data:`DEAD` for a run killed without a word, a tracker's :data:`TRACKER_STATUS`);
 - the learning rate (``SinkContext.learning_rate``): :class:`LearningRate` (read it, request a
   new one), :func:`require_learning_rate` (fails before step 1 naming what to pass where no
@@ -56,7 +58,7 @@ from hookbus._checkpoints._store import CheckpointStore, FileCheckpointStore, re
 from hookbus._contract._checkpoint_seam import Checkpoints
 from hookbus._contract._context import PeerReport, SinkContext, require_learning_rate
 from hookbus._contract._ending import DEAD, ENDINGS, TRACKER_STATUS, how_ended
-from hookbus._contract._event_log import event_log_line
+from hookbus._contract._event_log import encode_record, event_log_line, event_log_record
 from hookbus._contract._events import (
     CheckpointSaved,
     Event,
@@ -70,6 +72,7 @@ from hookbus._contract._learning_rate import LEARNING_RATE_KEY, LearningRate, Le
 from hookbus._contract._model import EpochProgress, ModelExport, ModelView, WeightsBackend
 from hookbus._contract._profiling import ProfileOptions, Profiler, ProfileResult, ProfileWindow
 from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX, TEST_PREFIX
+from hookbus._contract._run_summary import RunSummary, read_run_summary, run_summary_path
 from hookbus._contract._schedule import Schedule, ScheduleTimer
 from hookbus._contract._sink import (
     PRIORITY_CHECKPOINT,
@@ -131,6 +134,7 @@ __all__ = [
     "ProfileWindow",
     "Profiler",
     "RateRequest",
+    "RunSummary",
     "Schedule",
     "ScheduleTimer",
     "Sink",
@@ -149,7 +153,11 @@ __all__ = [
     "better_direction",
     "check_writable_dir",
     "did_you_mean",
+    "encode_record",
     "event_log_line",
+    "event_log_record",
+    "read_run_summary",
+    "run_summary_path",
     "how_ended",
     "is_real_dtype",
     "recover",

@@ -26,7 +26,7 @@ from hookbus.sink_api import (
     WaitForStep,
     WriterKit,
     WriterStats,
-    event_log_line,
+    event_log_record,
     how_ended,
 )
 
@@ -67,6 +67,15 @@ class EventLogSink(Sink):
     sees how the run goes and ends, and a resume still cuts the log at its checkpoint. A session
     counts the schedule from its step, as the bus counts every subscriber's, so a run resumed
     from a checkpoint records the steps an uninterrupted one would have.
+
+    Beside the log, ``<stem>.summary.json`` (:func:`hookbus.sink_api.run_summary_path`) holds the
+    run's summary: hyper-parameters, task, newest step and wall time, the training rate, how it
+    ended, and for each scalar key the latest value and the best with their steps
+    (:class:`hookbus.RunSummary`). It is replaced atomically at each flush of the log (every
+    ``flush_secs``, the checkpoint barrier, a session's end, the close), with the length and inode
+    of the log it covers; :func:`hookbus.read_run_summary` reads it and the records after it, so a
+    table of runs (``hookbus watch`` over many) never reads a whole log. A checkpoint's state
+    keeps the summary too, and a resume cuts it back with the log.
 
     Exactly once across kills and resumes: its ``state_dict()`` is the log's length at the
     checkpoint barrier; a session restored from that checkpoint cuts the log back to it (keeping
@@ -150,6 +159,7 @@ class EventLogSink(Sink):
         self._train_seen = False  # whether this run had a train session: the first one cuts
         self._started = False  # whether this run's records have a place in the file yet
         self._loaded: int | None = None  # the offset a checkpoint's state gave, for the next session
+        self._loaded_summary: dict[str, Any] | None = None  # and the run's summary at that offset
         self._statuses: dict[str, str] = {}
         self._timer: ScheduleTimer | None = None  # the run's schedule of train steps; None: record all
         self._first_stop: StopRequest | None = None  # what the close record's "ended" is read from
@@ -215,7 +225,7 @@ class EventLogSink(Sink):
 
     def _write(self, item: Item) -> None:
         assert self._file is not None
-        self._file.add(event_log_line(item[0], **item[1]))
+        self._file.add(event_log_record(item[0], **item[1]))
 
     def on_session_created(self, event: Event) -> None:
         file = self._file
@@ -226,13 +236,14 @@ class EventLogSink(Sink):
                 self._timer.reset(event.step, self.context.clock())
             first, self._train_seen = not self._train_seen, True
             offset, self._loaded = self._loaded, None
+            summary, self._loaded_summary = self._loaded_summary, None
             if offset is not None:
                 how = "offset"  # restored from a checkpoint whose state says where the log was
             elif event.rewound or (first and (event.restored or event.step > 0)):
                 how = "step"  # a model that continues at S (restored, or a second fit) keeps the log to S
             else:  # a fresh start drops an older run's records, not this run's (an evaluation first)
                 how = "new" if first and not self._started else "append"
-            self.output.call(functools.partial(file.start_session, how, event.step, offset))
+            self.output.call(functools.partial(file.start_session, how, event.step, offset, summary))
             self._started = True
         elif not self._started:  # an evaluation-only run (an evaluator task): add to the log
             self.output.call(functools.partial(file.start_session, "append", event.step, None))
@@ -291,12 +302,18 @@ class EventLogSink(Sink):
         file = self._file
         if file is None or file.handle is None or not self.output.writing:
             return {}
+        flushed = file.flushed
+        if flushed is not None and flushed[0] == file.size:  # the summary of the log up to there
+            return {"offset": file.size, "summary": flushed[1]}
         return {"offset": file.size}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """The next train session cuts the log back to ``state``'s offset."""
+        """The next train session cuts the log back to ``state``'s offset (and its summary to the
+        one saved with it)."""
         offset = state.get("offset")
         self._loaded = offset if isinstance(offset, int) and offset >= 0 else None
+        summary = state.get("summary")
+        self._loaded_summary = summary if self._loaded is not None and isinstance(summary, dict) else None
 
     def flush(self) -> None:
         """Block until every record received so far is handed to the OS (checkpoint barrier)."""

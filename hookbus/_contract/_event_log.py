@@ -35,7 +35,9 @@ from hookbus._contract._events import CheckpointSaved, Event, ExceptionRaised, S
 __all__ = [
     "EVENT_LOG_VERSION",
     "RECORDS",
+    "encode_record",
     "event_log_line",
+    "event_log_record",
     "iter_event_log",
     "iter_event_log_shapes",
     "parsed",
@@ -170,7 +172,18 @@ def event_log_line(payload: Payload | str, **fields: Any) -> str:
         **fields: More fields for the record (``begin``: keys, shapes, ...; ``wall_time`` for
             payloads that have none).
     """
-    return json.dumps(_record(payload, fields), ensure_ascii=False, separators=(",", ":")) + "\n"
+    return encode_record(_record(payload, fields))
+
+
+def event_log_record(payload: Payload | str, **fields: Any) -> dict[str, Any]:
+    """The record :func:`event_log_line` writes, as a ``dict`` (what a reader decodes the line to);
+    :func:`encode_record` makes it the line."""
+    return _record(payload, fields)
+
+
+def encode_record(record: Mapping[str, Any]) -> str:
+    """One event-log line for a record made by :func:`event_log_record`."""
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
 def _decoded(record: dict[str, Any]) -> dict[str, Any]:

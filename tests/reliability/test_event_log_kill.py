@@ -3,18 +3,22 @@ EventLogSink (and CSV, TensorBoard, early stopping), is killed at a step after a
 inside a checkpoint's barrier and at a random moment, and restarts each time; in the end every
 step's record is in the log exactly once, with the values the CSV holds for it. A second log on
 its own schedule (``every_n_steps=10``, issue 36) holds each tenth step once, and the rest as the
-first; the finishing process's close says ``ended: finished``."""
+first; the finishing process's close says ``ended: finished``. The summary beside each log, behind it
+after a kill by what the kill cut short, reads as the log says, and covers it whole after the close."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
 from pathlib import Path
 
 import pytest
+from _summaries import fold, same, shown
 
 import hookbus
+from hookbus.sink_api import run_summary_path
 
 from ._helpers import csv_column, latest_checkpoint_step, run_child
 
@@ -41,10 +45,18 @@ def test_each_step_is_in_the_event_log_exactly_once_after_kills_and_resumes(
         inodes.append(os.stat(log).st_ino)
         hookbus.read_event_log(log)  # readable after every kill: a torn last line is no record
         hookbus.read_event_log(every_10)
+        for path in (log, every_10):  # the summary, behind the log by what the kill cut short, caught up
+            assert same(shown(hookbus.read_run_summary(path)), fold(path)), (kill, path)
     assert resumed_at[1:3] == [50, 75]  # killed at 60 after the save at 50; inside the save at 100
     final = run_child(tmp_path, LAST, len(kills))
     assert final.returncode == 0, final.stderr[-3000:]
 
+    for path in (log, every_10):  # the close left a summary of the whole log: a reader reads nothing more
+        stored = json.loads(run_summary_path(path).read_text())
+        assert stored["log_size"] == path.stat().st_size
+        assert same(shown(hookbus.RunSummary.from_dict(stored)), fold(path))
+        assert stored["ended"] == "finished"
+        assert stored["step"] == LAST
     records = hookbus.read_event_log(log)
     steps = [r for r in records if r["record"] == "step" and r["mode"] == "train" and not r.get("final")]
     assert [r["step"] for r in steps] == list(range(1, LAST + 1))  # each step exactly once, in order
