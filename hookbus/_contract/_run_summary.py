@@ -113,6 +113,7 @@ class RunSummary:
         self.hparams: dict[str, Any] | None = None
         self.task: str | None = None
         self.total_steps: int | None = None
+        self.flush_secs: float | None = None  # the writer's flush interval (how often the log grows)
         self.first_wall_time: float | None = None
         self.last_wall_time: float | None = None
         self.step: int | None = None
@@ -148,6 +149,8 @@ class RunSummary:
             self.task = record.get("task", self.task)
             if record.get("total_steps") is not None:
                 self.total_steps = record["total_steps"]
+            if isinstance(record.get("flush_secs"), (int, float)):
+                self.flush_secs = float(record["flush_secs"])
             if self.ended is not None:  # a run appended after one that closed: live again
                 self.ended, self.stop, self.error, self._said_ended = None, None, None, False
         elif kind == "step" and isinstance(step, int):
@@ -201,6 +204,7 @@ class RunSummary:
             "hparams": self.hparams,
             "task": self.task,
             "total_steps": self.total_steps,
+            "flush_secs": self.flush_secs,
             "first_wall_time": self.first_wall_time,
             "last_wall_time": self.last_wall_time,
             "step": self.step,
@@ -222,6 +226,7 @@ class RunSummary:
             "hparams",
             "task",
             "total_steps",
+            "flush_secs",
             "first_wall_time",
             "last_wall_time",
             "step",

@@ -19,6 +19,9 @@ from rich.console import Console, RenderableType
 from hookbus._contract._sink import Sink
 from hookbus._rules._validate import seconds
 from hookbus._watch._run import EXIT_STATUS, WorkerStatus
+from hookbus._watch._sweep import FORMATS, Sweep, SweepOptions, is_sweep
+from hookbus._watch._sweep import follow as follow_sweep
+from hookbus._watch._sweep import once as sweep_once
 from hookbus._watch._view import NotAnEventLogError
 from hookbus._watch._watch import Rendering, Watch
 from hookbus.sinks import ConsoleSink
@@ -53,7 +56,11 @@ def add_watch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "(EventLogSink's file) or a directory of them (events.jsonl, events.worker-<i>.jsonl: one row per "
         "worker under the chief's dashboard). Reads what is there, then follows it (polling; no inotify, "
         "which misses writes from other NFS clients), and says whether each log is live, stale, presumed "
-        "dead, finished, stopped or crashed. Exits when the run has ended, unless --follow.",
+        "dead, finished, stopped or crashed. Exits when the run has ended, unless --follow. A directory "
+        "of runs (no log of its own; runs in its subdirectories, e.g. a sweep's runs/lr-0.1/, runs/lr-0.3/) "
+        "is a table of runs: one row each, read from the summaries beside their logs, with the "
+        "hyper-parameters that differ; --sort, --state, --name and --metric shape it, --once --format "
+        "prints it for scripts.",
         epilog=f"Exit statuses (--once, or when the run ends): {STATUS_HELP}; 2 a file that is not an event "
         "log or a bad option; 130 interrupted.",
     )
@@ -73,6 +80,30 @@ def add_watch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         default=120.0,
         metavar="SECS",
         help="no record for this long (and no close): presumed dead (default 120)",
+    )
+    runs = watch.add_argument_group("a directory of runs")
+    runs.add_argument("--format", choices=FORMATS, default="table", help="--once's output (default table)")
+    runs.add_argument(
+        "--sort",
+        metavar="COLUMN",
+        default=None,
+        help="run, state (worst first), step, rate, a metric (by its best, best first) or a hyper-parameter",
+    )
+    runs.add_argument("--reverse", action="store_true", help="the other way round")
+    runs.add_argument(
+        "--state",
+        action="append",
+        default=[],
+        metavar="STATE",
+        help="show runs in this state only (repeatable: live, stale, 'presumed dead', finished, stopped, crashed)",
+    )
+    runs.add_argument("--name", metavar="GLOB", default=None, help="show runs whose name matches (e.g. 'lr-0.*')")
+    runs.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="a key to show, latest and best (repeatable; default: up to four, evaluation keys first)",
     )
     watch.add_argument(
         "--interval",
@@ -134,6 +165,23 @@ RENDERING = Rendering(
 def watch_command(args: argparse.Namespace) -> int:
     """``hookbus watch``: returns the process exit status."""
     console = Console(file=sys.stdout, highlight=False)
+    if is_sweep(args.path):
+        sweep = Sweep(args.path, stale_after=args.stale_after, dead_after=args.dead_after)
+        options = SweepOptions(
+            fmt=args.format,
+            sort=args.sort,
+            reverse=args.reverse,
+            states=tuple(args.state),
+            name=args.name,
+            metrics=tuple(args.metric),
+        )
+        try:
+            if args.once:
+                return sweep_once(sweep, options, sys.stdout, console.width)
+            live = wants_live(console)
+            return follow_sweep(sweep, options, console, live=live, interval=args.interval, keep_following=args.follow)
+        except KeyboardInterrupt:
+            return 130
     watch = Watch(
         args.path,
         RENDERING,

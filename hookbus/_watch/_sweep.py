@@ -1,0 +1,443 @@
+"""``hookbus watch DIR`` over a directory of runs: one row per run, from each log's summary.
+
+A directory of runs is a directory with no event log of its own whose subdirectories (at any depth)
+hold event logs; each directory holding logs is one run (a cluster's per-worker logs included:
+one row, in the state of its worst worker, as the cluster view says it). A row is read from the
+summaries beside the logs (:func:`hookbus.read_run_summary`), never from a whole log, and is read
+again only when a log changed (its size, modification time or inode), so a poll of a thousand
+quiet runs costs a ``stat`` each.
+
+A row: the run's name (its directory under DIR), its state word (how it ended, or live, stale,
+presumed dead from the time since its newest write), its step and rate, the latest and best of the
+metrics shown, and the hyper-parameters that differ between runs (those all runs share are shown
+once above the table). Sorted by any column, filtered by state and name.
+"""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+import io
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from hookbus._contract._ending import DEAD
+from hookbus._contract._run_summary import KeySummary, RunSummary, read_run_summary
+from hookbus._watch._run import EXIT_STATUS, LIVE, STALE, WAITING, overall
+from hookbus._watch._watch import log_name
+
+__all__ = ["FORMATS", "RunRow", "Sweep", "SweepOptions", "find_runs", "follow", "is_sweep", "once", "render", "select"]
+
+FORMATS = ("table", "csv", "json")
+_FLUSH_SECS = 5.0  # EventLogSink's default flush interval, for summaries that do not say theirs
+_STALE_INTERVALS = 3  # as the single-run view: no write for this many flush intervals is stale
+_MAX_METRICS = 4  # metrics shown by default
+Stat = tuple[int, int, int]  # size, mtime in ns, inode
+
+
+def find_runs(root: Path) -> list[Path]:
+    """The directories under ``root`` that hold event logs (``*.jsonl``), by name; ``root`` itself
+    not included. A run's own subdirectories are not searched further (its TensorBoard runs)."""
+    found: list[Path] = []
+    for directory, subdirectories, files in os.walk(root):
+        subdirectories.sort()
+        here = Path(directory)
+        if here != root and any(name.endswith(".jsonl") for name in files):
+            found.append(here)
+            subdirectories.clear()
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+def is_sweep(path: Path) -> bool:
+    """Whether ``path`` is a directory of runs (no log of its own; logs in its subdirectories)."""
+    return path.is_dir() and not any(path.glob("*.jsonl")) and bool(find_runs(path))
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run as the table shows it.
+
+    Attributes:
+        name: Its directory under DIR.
+        state: How it ended (finished, stopped, crashed), or live, stale, presumed dead, waiting.
+        step: Its newest step (the furthest worker's).
+        rate: Train steps per second (the chief's log, or the run's one log).
+        workers: How many logs it has (1, or a cluster's workers).
+        age: Seconds since its newest log was written (the files' modification time).
+        hparams: Its hyper-parameters (the chief's log's).
+        keys: Each key's latest and best (the chief's log's).
+        error: The exception it crashed with, if any.
+    """
+
+    name: str
+    state: str
+    step: int | None
+    rate: float | None
+    workers: int
+    age: float | None
+    hparams: dict[str, Any] = field(default_factory=dict)
+    keys: dict[str, KeySummary] = field(default_factory=dict)
+    error: str | None = None
+
+
+def _state(summary: RunSummary, age: float, stale_after: float | None, dead_after: float) -> str:
+    if summary.ended is not None:
+        return summary.ended
+    if summary.records == 0:
+        return WAITING
+    stale = stale_after if stale_after is not None else _STALE_INTERVALS * (summary.flush_secs or _FLUSH_SECS)
+    if age > dead_after:
+        return DEAD
+    return STALE if age > stale else LIVE
+
+
+class Sweep:
+    """The runs under ``root``, read from their summaries, re-read only where a log changed.
+
+    Args:
+        root: The directory of runs.
+        stale_after: Seconds without a write before a live run is stale (``None``: three of its
+            flush intervals).
+        dead_after: Seconds without a write (and no end) before it is presumed dead.
+        clock: The wall clock the logs' modification times are compared with.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        stale_after: float | None = None,
+        dead_after: float = 120.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.root = root
+        self.stale_after = stale_after
+        self.dead_after = dead_after
+        self.clock = clock
+        self._read: dict[Path, tuple[Stat, RunSummary]] = {}
+        self.reads = 0  # summaries read (a changed log), for the benchmark
+
+    def _summary(self, log: Path) -> tuple[RunSummary, float] | None:
+        try:
+            stat = log.stat()
+        except FileNotFoundError:
+            return None
+        key = (stat.st_size, stat.st_mtime_ns, stat.st_ino)
+        kept = self._read.get(log)
+        if kept is None or kept[0] != key:
+            try:
+                summary = read_run_summary(log)
+            except FileNotFoundError:
+                return None
+            self.reads += 1
+            self._read[log] = kept = (key, summary)
+        return kept[1], stat.st_mtime
+
+    def rows(self) -> list[RunRow]:
+        """Every run's row now, by name."""
+        now = self.clock()
+        rows = []
+        for run in find_runs(self.root):
+            logs = sorted(run.glob("*.jsonl"), key=lambda p: (log_name(p)[0], p.name))
+            read = [found for log in logs if (found := self._summary(log)) is not None]
+            if not read:
+                continue
+            states = [_state(s, max(now - mtime, 0.0), self.stale_after, self.dead_after) for s, mtime in read]
+            chief = read[0][0]
+            steps = [summary.step for summary, _ in read if summary.step is not None]
+            errors = [summary.error for summary, _ in read if summary.error]
+            rows.append(
+                RunRow(
+                    name=run.relative_to(self.root).as_posix(),
+                    state=overall(states),
+                    step=max(steps, default=None),
+                    rate=chief.rate,
+                    workers=len(read),
+                    age=max(now - max(mtime for _, mtime in read), 0.0),
+                    hparams=dict(chief.hparams or {}),
+                    keys=dict(chief.keys),
+                    error=errors[-1] if errors else None,
+                )
+            )
+        return rows
+
+
+# -- what is shown --------------------------------------------------------------------------------
+def shared_hparams(rows: Sequence[RunRow]) -> tuple[dict[str, Any], list[str]]:
+    """The hyper-parameters every run has with one value, and the names of those that differ."""
+    names = sorted({name for row in rows for name in row.hparams})
+    shared: dict[str, Any] = {}
+    differing: list[str] = []
+    for name in names:
+        values = {json.dumps(row.hparams.get(name), sort_keys=True) for row in rows}
+        if len(values) == 1 and all(name in row.hparams for row in rows):
+            shared[name] = rows[0].hparams[name]
+        else:
+            differing.append(name)
+    return shared, differing
+
+
+def default_metrics(rows: Sequence[RunRow]) -> list[str]:
+    """The metrics shown when none are named: the evaluation keys first, then training's, the
+    keys most runs have, at most four."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        for name in row.keys:
+            counts[name] = counts.get(name, 0) + 1
+    ranked = sorted(counts, key=lambda k: (not k.startswith("eval/"), k.startswith("test/"), -counts[k], k))
+    return ranked[:_MAX_METRICS]
+
+
+def _number(value: float | None, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.{digits}g}"
+
+
+def _rate(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 1e6:
+        return f"{value / 1e6:.1f}M"
+    if value >= 1e4:
+        return f"{value / 1e3:.0f}k"
+    if value >= 1e3:
+        return f"{value / 1e3:.1f}k"
+    return f"{value:.3g}"
+
+
+def fitting_metrics(metrics: Sequence[str], rows: Sequence[RunRow], width: int) -> list[str]:
+    """As many of ``metrics`` (at least one) as fit ``width`` beside the other columns."""
+    _, differing = shared_hparams(rows)
+    names = max((len(r.name) + (3 if r.workers > 1 else 0) for r in rows), default=3)
+    fixed = min(names, 28) + 14 + 8 + 8 + sum(max(len(n), 6) + 2 for n in differing)
+    room = max(width - fixed, 0) // 24
+    return list(metrics[: max(room, 1)])
+
+
+def _best(key: KeySummary | None) -> str:
+    if key is None or key.best is None:
+        return "-"
+    return f"{_number(key.best)} @{key.best_step}"
+
+
+def _hparam(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _sort_key(column: str) -> Callable[[RunRow], Any]:
+    """How rows sort by ``column``: a metric by its best (best first), ``hp:<name>`` or a
+    hyper-parameter's name by its value, or ``run``, ``state``, ``step``, ``rate``, ``age``."""
+
+    def missing_last(value: Any) -> tuple[bool, Any]:
+        return (value is None, value if value is not None else 0)
+
+    if column in ("run", "name"):
+        return lambda row: row.name
+    if column == "state":
+        return lambda row: (EXIT_STATUS.get(row.state, 99), row.name)
+    if column in ("step", "rate", "age", "workers"):
+        return lambda row: missing_last(getattr(row, column))
+    metric = column[:-7] if column.endswith(" latest") else column
+    if column.startswith("hp:"):
+        name = column[3:]
+        return lambda row: (name not in row.hparams, str(row.hparams.get(name)))
+
+    def by_metric(row: RunRow) -> tuple[bool, float]:
+        key = row.keys.get(metric)
+        if key is None:
+            return (True, 0.0)
+        if column.endswith(" latest"):
+            value = key.latest
+            return (value is None or not math.isfinite(value), value if value is not None else 0.0)
+        if key.best is None:
+            return (True, 0.0)
+        return (False, -key.best if key.direction == "max" else key.best)
+
+    return by_metric
+
+
+def select(
+    rows: Sequence[RunRow],
+    *,
+    states: Iterable[str] = (),
+    name: str | None = None,
+    sort: str | None = None,
+    reverse: bool = False,
+) -> list[RunRow]:
+    """The rows shown: those in ``states`` (all when empty) whose name matches the glob ``name``,
+    sorted by ``sort`` (see :func:`_sort_key`; a hyper-parameter by its name)."""
+    wanted = set(states)
+    shown = [r for r in rows if (not wanted or r.state in wanted) and (name is None or fnmatch.fnmatch(r.name, name))]
+    if sort is not None:
+        _, differing = shared_hparams(rows)
+        column = f"hp:{sort}" if sort in differing or sort in {n for r in rows for n in r.hparams} else sort
+        shown.sort(key=_sort_key(column), reverse=reverse)
+    return shown
+
+
+def table(rows: Sequence[RunRow], every: Sequence[RunRow], metrics: Sequence[str], title: str) -> Table:
+    """The rich table of ``rows``; ``every`` row decides which hyper-parameters are shared."""
+    shared, differing = shared_hparams(every)
+    caption = "shared: " + "  ".join(f"{k}={_hparam(v)}" for k, v in shared.items()) if shared else None
+    grid = Table(
+        title=title, caption=caption, caption_justify="left", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+    )
+    grid.add_column("run", overflow="fold", max_width=28)
+    grid.add_column("state", no_wrap=True)
+    grid.add_column("step", justify="right")
+    grid.add_column("steps/s", justify="right")
+    for metric in metrics:
+        grid.add_column(metric, justify="right")
+        grid.add_column(f"best {metric}", justify="right")
+    for name in differing:
+        grid.add_column(name, justify="right")
+    for row in rows:
+        cells = [row.name + (f" ×{row.workers}" if row.workers > 1 else ""), row.state]
+        cells += [_hparam(row.step), _rate(row.rate)]
+        for metric in metrics:
+            key = row.keys.get(metric)
+            cells += [_number(key.latest if key is not None else None), _best(key)]
+        cells += [_hparam(row.hparams.get(name)) for name in differing]
+        grid.add_row(*cells)
+    return grid
+
+
+def render(
+    rows: Sequence[RunRow], every: Sequence[RunRow], metrics: Sequence[str], fmt: str, *, title: str, width: int = 200
+) -> str:
+    """``rows`` as text: a plain table, CSV (one header row) or JSON (the shared hyper-parameters
+    and one object per run)."""
+    shared, differing = shared_hparams(every)
+    if fmt == "json":
+        runs = [
+            {
+                "run": r.name,
+                "state": r.state,
+                "step": r.step,
+                "rate": r.rate,
+                "workers": r.workers,
+                "error": r.error,
+                "hparams": r.hparams,
+                "metrics": {m: r.keys[m].as_dict() for m in metrics if m in r.keys},
+            }
+            for r in rows
+        ]
+        return json.dumps({"shared_hparams": shared, "runs": runs}, indent=1, allow_nan=True) + "\n"
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        head = ["run", "state", "step", "rate", "workers"]
+        for metric in metrics:
+            head += [metric, f"{metric} best", f"{metric} best step"]
+        writer.writerow(head + [f"hp.{name}" for name in [*shared, *differing]])
+        for r in rows:
+            line: list[Any] = [r.name, r.state, r.step, r.rate, r.workers]
+            for metric in metrics:
+                key = r.keys.get(metric)
+                line += [None, None, None] if key is None else [key.latest, key.best, key.best_step]
+            writer.writerow(line + [r.hparams.get(name) for name in [*shared, *differing]])
+        return out.getvalue()
+    console = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False, highlight=False)
+    console.print(table(rows, every, metrics, title))
+    text: str = console.file.getvalue()  # type: ignore[attr-defined]
+    return text
+
+
+def worst(rows: Sequence[RunRow]) -> str:
+    """The state of the sweep: the first of crashed, presumed dead, stale, live, ... any run is in."""
+    return overall(row.state for row in rows)
+
+
+# -- the command ----------------------------------------------------------------------------------
+_ENDED = frozenset({"finished", "stopped", "crashed"})
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """What ``hookbus watch DIR`` was asked to show (see :func:`add_sweep_options`)."""
+
+    fmt: str = "table"
+    sort: str | None = None
+    reverse: bool = False
+    states: tuple[str, ...] = ()
+    name: str | None = None
+    metrics: tuple[str, ...] = ()
+
+
+def shown_rows(sweep: Sweep, options: SweepOptions, width: int) -> tuple[list[RunRow], list[RunRow], list[str]]:
+    """Every row, the rows shown (filtered, sorted) and the metrics shown (those named; else the
+    default ones that fit ``width`` in a table)."""
+    every = sweep.rows()
+    metrics = list(options.metrics) or default_metrics(every)
+    if not options.metrics and options.fmt == "table":
+        metrics = fitting_metrics(metrics, every, width)
+    shown = select(every, states=options.states, name=options.name, sort=options.sort, reverse=options.reverse)
+    return every, shown, metrics
+
+
+def once(sweep: Sweep, options: SweepOptions, out: io.TextIOBase | Any, width: int) -> int:
+    """Print the table (or CSV, JSON) once; the exit status of the worst state among the runs shown."""
+    every, shown, metrics = shown_rows(sweep, options, width)
+    title = f"{len(shown)} of {len(every)} runs in {sweep.root}"
+    out.write(render(shown, every, metrics, options.fmt, title=title, width=width))
+    out.flush()
+    return EXIT_STATUS[worst(shown)] if shown else EXIT_STATUS[WAITING]
+
+
+def follow(
+    sweep: Sweep,
+    options: SweepOptions,
+    console: Console,
+    *,
+    live: bool,
+    interval: float,
+    keep_following: bool,
+) -> int:
+    """Redraw the table every ``interval`` (a terminal) or print each run's state changes (plain),
+    until every run shown has ended (unless ``keep_following``); the exit status of the worst state."""
+    from rich.live import Live
+
+    said: dict[str, str] = {}
+    shown: list[RunRow] = []
+
+    def frame() -> Table:
+        every, rows, metrics = shown_rows(sweep, options, console.width)
+        nonlocal shown
+        shown = rows
+        return table(rows, every, metrics, f"{len(rows)} of {len(every)} runs in {sweep.root}")
+
+    def done() -> bool:
+        return not keep_following and bool(shown) and all(r.state in _ENDED for r in shown)
+
+    if live:
+        with Live(frame(), console=console, auto_refresh=False, transient=False) as display:
+            while not done():
+                time.sleep(interval)
+                display.update(frame(), refresh=True)
+    else:
+        while True:
+            frame()
+            for row in shown:
+                text = row.state + (f": {row.error}" if row.error and row.state in ("crashed", DEAD) else "")
+                if said.get(row.name) != text:
+                    said[row.name] = text
+                    console.print(f"{row.name}: {text}", highlight=False, soft_wrap=True)
+            if done():
+                break
+            time.sleep(interval)
+        every, rows, metrics = shown_rows(sweep, options, console.width)
+        console.print(table(rows, every, metrics, f"{len(rows)} of {len(every)} runs in {sweep.root}"))
+    return EXIT_STATUS[worst(shown)] if shown else EXIT_STATUS[WAITING]
