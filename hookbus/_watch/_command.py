@@ -18,6 +18,7 @@ from rich.console import Console, RenderableType
 
 from hookbus._contract._sink import Sink
 from hookbus._rules._validate import seconds
+from hookbus._watch._alerts import STATE_FILE, Alerter, Delivery
 from hookbus._watch._run import EXIT_STATUS, WorkerStatus
 from hookbus._watch._sweep import FORMATS, Sweep, SweepOptions, is_sweep
 from hookbus._watch._sweep import follow as follow_sweep
@@ -105,6 +106,38 @@ def add_watch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         metavar="KEY",
         help="a key to show, latest and best (repeatable; default: up to four, evaluation keys first)",
     )
+    alerts = watch.add_argument_group(
+        "alerts",
+        "one per change of a run's state (finished, stopped, crashed, presumed dead, stale; a non-finite value; "
+        "a stall), sent from this process, deduplicated across its restarts by a state file",
+    )
+    alerts.add_argument(
+        "--alert-command",
+        metavar="CMD",
+        default=None,
+        help="run CMD with /bin/sh per alert: the alert as JSON on its stdin, HOOKBUS_RUN, HOOKBUS_STATE, "
+        "HOOKBUS_STEP, HOOKBUS_TEXT in its environment",
+    )
+    alerts.add_argument(
+        "--alert-webhook",
+        metavar="URL",
+        default=None,
+        help="POST each alert as JSON to URL (its 'text' field is what Slack shows); never printed whole",
+    )
+    alerts.add_argument(
+        "--alert-state",
+        metavar="FILE",
+        type=Path,
+        default=None,
+        help="what was delivered, kept across restarts (default: .hookbus-alerts.json in the directory watched)",
+    )
+    alerts.add_argument(
+        "--stalled-after",
+        type=_seconds("--stalled-after"),
+        default=None,
+        metavar="SECS",
+        help="alert when a live run has made no new training step for this long",
+    )
     watch.add_argument(
         "--interval",
         type=_seconds("--interval"),
@@ -165,6 +198,25 @@ RENDERING = Rendering(
 def watch_command(args: argparse.Namespace) -> int:
     """``hookbus watch``: returns the process exit status."""
     console = Console(file=sys.stdout, highlight=False)
+    alerter = _alerter(args)
+    status = 130
+    try:
+        status = _watch(args, console, alerter)
+        return status
+    finally:
+        if alerter is not None:  # what is queued goes out; after Ctrl-C, briefly
+            alerter.close(deadline=2.0 if status == 130 else 30.0)
+
+
+def _alerter(args: argparse.Namespace) -> Alerter | None:
+    if args.alert_command is None and args.alert_webhook is None:
+        return None
+    where = args.path if args.path.is_dir() or not args.path.suffix else args.path.parent
+    state = args.alert_state if args.alert_state is not None else where / STATE_FILE
+    return Alerter(Delivery(args.alert_command, args.alert_webhook), state, stalled_after=args.stalled_after)
+
+
+def _watch(args: argparse.Namespace, console: Console, alerter: Alerter | None) -> int:
     if is_sweep(args.path):
         sweep = Sweep(args.path, stale_after=args.stale_after, dead_after=args.dead_after)
         options = SweepOptions(
@@ -177,11 +229,18 @@ def watch_command(args: argparse.Namespace) -> int:
         )
         try:
             if args.once:
-                return sweep_once(sweep, options, sys.stdout, console.width)
+                return sweep_once(sweep, options, sys.stdout, console.width, alerter)
             live = wants_live(console)
-            return follow_sweep(sweep, options, console, live=live, interval=args.interval, keep_following=args.follow)
+            return follow_sweep(
+                sweep, options, console, live=live, interval=args.interval, keep_following=args.follow, alerter=alerter
+            )
         except KeyboardInterrupt:
             return 130
+    run = Sweep(
+        args.path if args.path.is_dir() or not args.path.suffix else args.path.parent,
+        stale_after=args.stale_after,
+        dead_after=args.dead_after,
+    )
     watch = Watch(
         args.path,
         RENDERING,
@@ -191,6 +250,7 @@ def watch_command(args: argparse.Namespace) -> int:
         dead_after=args.dead_after,
         interval=args.interval,
         follow=args.follow,
+        on_poll=None if alerter is None else lambda: alerter.observe(run.rows()),
     )
     try:
         return watch.once() if args.once else watch.run()

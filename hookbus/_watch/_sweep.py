@@ -33,6 +33,7 @@ from rich.table import Table
 
 from hookbus._contract._ending import DEAD
 from hookbus._contract._run_summary import KeySummary, RunSummary, read_run_summary
+from hookbus._watch._alerts import Alerter
 from hookbus._watch._run import EXIT_STATUS, LIVE, STALE, WAITING, overall
 from hookbus._watch._watch import log_name
 
@@ -47,7 +48,10 @@ Stat = tuple[int, int, int]  # size, mtime in ns, inode
 
 def find_runs(root: Path) -> list[Path]:
     """The directories under ``root`` that hold event logs (``*.jsonl``), by name; ``root`` itself
-    not included. A run's own subdirectories are not searched further (its TensorBoard runs)."""
+    only when it holds logs (one run). A run's own subdirectories are not searched further (its
+    TensorBoard runs)."""
+    if root.is_dir() and any(root.glob("*.jsonl")):
+        return [root]
     found: list[Path] = []
     for directory, subdirectories, files in os.walk(root):
         subdirectories.sort()
@@ -77,6 +81,7 @@ class RunRow:
         hparams: Its hyper-parameters (the chief's log's).
         keys: Each key's latest and best (the chief's log's).
         error: The exception it crashed with, if any.
+        last_train: The wall time of its newest training step's record (the chief's log).
     """
 
     name: str
@@ -88,6 +93,7 @@ class RunRow:
     hparams: dict[str, Any] = field(default_factory=dict)
     keys: dict[str, KeySummary] = field(default_factory=dict)
     error: str | None = None
+    last_train: float | None = None
 
 
 def _state(summary: RunSummary, age: float, stale_after: float | None, dead_after: float) -> str:
@@ -158,7 +164,7 @@ class Sweep:
             errors = [summary.error for summary, _ in read if summary.error]
             rows.append(
                 RunRow(
-                    name=run.relative_to(self.root).as_posix(),
+                    name=run.relative_to(self.root).as_posix() if run != self.root else run.name,
                     state=overall(states),
                     step=max(steps, default=None),
                     rate=chief.rate,
@@ -167,6 +173,7 @@ class Sweep:
                     hparams=dict(chief.hparams or {}),
                     keys=dict(chief.keys),
                     error=errors[-1] if errors else None,
+                    last_train=None if chief.train_last is None else chief.train_last[1],
                 )
             )
         return rows
@@ -388,9 +395,14 @@ def shown_rows(sweep: Sweep, options: SweepOptions, width: int) -> tuple[list[Ru
     return every, shown, metrics
 
 
-def once(sweep: Sweep, options: SweepOptions, out: io.TextIOBase | Any, width: int) -> int:
-    """Print the table (or CSV, JSON) once; the exit status of the worst state among the runs shown."""
+def once(
+    sweep: Sweep, options: SweepOptions, out: io.TextIOBase | Any, width: int, alerter: Alerter | None = None
+) -> int:
+    """Print the table (or CSV, JSON) once (and send the alerts of what changed since the state
+    file's last look); the exit status of the worst state among the runs shown."""
     every, shown, metrics = shown_rows(sweep, options, width)
+    if alerter is not None:
+        alerter.observe(every)
     title = f"{len(shown)} of {len(every)} runs in {sweep.root}"
     out.write(render(shown, every, metrics, options.fmt, title=title, width=width))
     out.flush()
@@ -405,6 +417,7 @@ def follow(
     live: bool,
     interval: float,
     keep_following: bool,
+    alerter: Alerter | None = None,
 ) -> int:
     """Redraw the table every ``interval`` (a terminal) or print each run's state changes (plain),
     until every run shown has ended (unless ``keep_following``); the exit status of the worst state."""
@@ -417,6 +430,8 @@ def follow(
         every, rows, metrics = shown_rows(sweep, options, console.width)
         nonlocal shown
         shown = rows
+        if alerter is not None:
+            alerter.observe(every)
         return table(rows, every, metrics, f"{len(rows)} of {len(every)} runs in {sweep.root}")
 
     def done() -> bool:

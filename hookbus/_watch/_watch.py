@@ -80,6 +80,7 @@ class Watch:
         interval: Seconds between polls.
         follow: After the run ends, keep waiting for a next run in the same place.
         clock: The watcher's monotonic clock.
+        on_poll: Called after each poll (the alerts' look at the run).
     """
 
     def __init__(
@@ -94,6 +95,7 @@ class Watch:
         interval: float,
         follow: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        on_poll: Callable[[], object] | None = None,
     ) -> None:
         self.path = path
         self.rendering = rendering
@@ -104,6 +106,7 @@ class Watch:
         self.interval = interval
         self.follow = follow
         self.clock = clock
+        self.on_poll = on_poll
         self.views: list[LogView] = []
         self.statuses: Statuses = ()
         self._stream: IO[str] = console.file
@@ -156,6 +159,8 @@ class Watch:
             )
             for s in statuses
         )
+        if self.on_poll is not None:
+            self.on_poll()
         return self.statuses
 
     @property
