@@ -223,7 +223,7 @@ def test_early_stopping_stops_at_kerass_epoch_with_its_history_and_weights(setti
 
 #: Keras's model_checkpoint_test cases: file name templates, best only (by a validation value, a
 #: training one, with a threshold), every epoch, every N batches, weights only, a subdirectory.
-MODEL_CHECKPOINT = [
+MODEL_CHECKPOINT: list[dict[str, Any]] = [
     {"filepath": "ckpt-{epoch:02d}-{val_loss:.2f}.keras", "save_best_only": True},
     {"filepath": "model.keras"},
     {"filepath": "w-{epoch:02d}.weights.h5", "save_weights_only": True},
