@@ -330,18 +330,28 @@ def test_an_evaluate_between_two_fits_is_published_at_the_step_reached(tmp_path:
 
 
 # -- without fit --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def keras_evaluate_only(tmp_path_factory: pytest.TempPathFactory) -> tuple[Keras, dict[str, float]]:
+    """Keras's TensorBoard on an evaluate of the compiled, untrained model, and its result: the
+    same for both cases below."""
+    keras_run = Keras(tmp_path_factory.mktemp("keras-evaluate-only"))
+    with keras_np_array_ignored():
+        m = model()
+        expected = evaluate(m, [keras_run.tensorboard])
+        keras_run.close(m)
+    return keras_run, expected
+
+
 @KERAS_NP_ARRAY
 @pytest.mark.parametrize("where", ["inside", "outside"])
-def test_an_evaluate_without_fit_is_a_test_evaluation_at_step_0(tmp_path: Path, where: str) -> None:
+def test_an_evaluate_without_fit_is_a_test_evaluation_at_step_0(
+    tmp_path: Path, keras_evaluate_only: tuple[Keras, dict[str, float]], where: str
+) -> None:
     """A compiled model never trained: its evaluation is at step 0 (``iterations``), in the test file
     and run only (no validation file, no eval run), ``validation/evaluation_*_vs_iterations`` at 0
     under layout="keras" as Keras's TensorBoard writes it. On 19d8f43 it was an eval session's
     validation row."""
-    keras_run = Keras(tmp_path)
-    m = model()
-    expected = evaluate(m, [keras_run.tensorboard])
-    keras_run.close(m)
-
+    keras_run, expected = keras_evaluate_only
     ours = Ours(tmp_path / "hookbus")
     m = model()
     if where == "inside":
