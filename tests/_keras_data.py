@@ -9,20 +9,30 @@ have something to decide)::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import warnings
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import pytest
 
-__all__ = ["KERAS_NP_ARRAY", "classifier", "data"]
+__all__ = ["KERAS_NP_ARRAY", "classifier", "data", "keras_np_array_ignored"]
 
 # Keras's own BackupAndRestore, TensorBoard and .weights.h5 writer convert variables with
 # np.array(variable), which numpy 2.4 warns about (warnings are errors here); only the tests
 # that run those callbacks ignore it.
-KERAS_NP_ARRAY = pytest.mark.filterwarnings(
-    "ignore:__array__ implementation doesn't accept a copy keyword:DeprecationWarning"
-)
+_NP_ARRAY_MESSAGE = "__array__ implementation doesn't accept a copy keyword"
+KERAS_NP_ARRAY = pytest.mark.filterwarnings(f"ignore:{_NP_ARRAY_MESSAGE}:DeprecationWarning")
+
+
+@contextlib.contextmanager
+def keras_np_array_ignored() -> Iterator[None]:
+    """``KERAS_NP_ARRAY``'s filter as a context: for a module-scoped fixture that runs those
+    callbacks once for several tests, whichever test happens to set it up."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", _NP_ARRAY_MESSAGE, DeprecationWarning)
+        yield
 
 
 def data(n: int = 64, seed: int = 0) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:

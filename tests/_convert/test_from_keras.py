@@ -12,7 +12,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
-from _keras_data import KERAS_NP_ARRAY, classifier, data  # noqa: E402
+from _keras_data import KERAS_NP_ARRAY, classifier, data, keras_np_array_ignored  # noqa: E402
 from _tb import Run, assert_same_runs, runs  # noqa: E402
 
 import hookbus  # noqa: E402
@@ -223,7 +223,7 @@ def test_early_stopping_stops_at_kerass_epoch_with_its_history_and_weights(setti
 
 #: Keras's model_checkpoint_test cases: file name templates, best only (by a validation value, a
 #: training one, with a threshold), every epoch, every N batches, weights only, a subdirectory.
-MODEL_CHECKPOINT = [
+MODEL_CHECKPOINT: list[dict[str, Any]] = [
     {"filepath": "ckpt-{epoch:02d}-{val_loss:.2f}.keras", "save_best_only": True},
     {"filepath": "model.keras"},
     {"filepath": "w-{epoch:02d}.weights.h5", "save_weights_only": True},
@@ -250,14 +250,37 @@ def _predictions(path: Path) -> Any:
     return m.predict(VAL[0], verbose=0)
 
 
+def _both(directory: Path) -> list[Any]:
+    """The best and the last model side by side in one directory."""
+    best = callbacks.ModelCheckpoint(str(directory / "best.keras"), save_best_only=True)
+    return [best, callbacks.ModelCheckpoint(str(directory / "last.keras"))]
+
+
+@pytest.fixture(scope="module")
+def keras_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Keras's own files for every ModelCheckpoint case below, from one seeded 5-epoch fit:
+    ``<i>/`` holds ``MODEL_CHECKPOINT[i]``'s, ``both/`` the two of one directory. A ModelCheckpoint
+    only reads the model and the logs (each keeps its own best and batch count), so each writes
+    there what it writes alone in that fit; one fit stands for one per case."""
+    root = tmp_path_factory.mktemp("keras-checkpoints")
+    given = _both(root / "both")
+    for index, settings in enumerate(MODEL_CHECKPOINT):
+        options = {k: v for k, v in settings.items() if k != "filepath"}
+        given.append(callbacks.ModelCheckpoint(str(root / str(index) / settings["filepath"]), **options))
+    with keras_np_array_ignored():
+        fit(given, epochs=5)
+    return root
+
+
 @KERAS_NP_ARRAY
 @pytest.mark.parametrize("settings", MODEL_CHECKPOINT, ids=lambda s: "-".join(f"{k}={v}" for k, v in s.items()))
-def test_model_checkpoint_writes_the_same_files_at_the_same_paths(tmp_path: Path, settings: dict[str, Any]) -> None:
+def test_model_checkpoint_writes_the_same_files_at_the_same_paths(
+    tmp_path: Path, keras_checkpoints: Path, settings: dict[str, Any]
+) -> None:
     """The same file names (Keras's formatting of epoch, batch and the logs) and files that load
     (``keras.saving.load_model``, ``model.load_weights``) to the same predictions."""
-    theirs_dir, ours_dir = tmp_path / "keras", tmp_path / "hookbus"
+    theirs_dir, ours_dir = keras_checkpoints / str(MODEL_CHECKPOINT.index(settings)), tmp_path / "hookbus"
     options = {k: v for k, v in settings.items() if k != "filepath"}
-    fit([callbacks.ModelCheckpoint(str(theirs_dir / settings["filepath"]), **options)], epochs=5)
     result, bus = converted([callbacks.ModelCheckpoint(str(ours_dir / settings["filepath"]), **options)])
     with bus:
         fit(result, epochs=5)
@@ -269,16 +292,10 @@ def test_model_checkpoint_writes_the_same_files_at_the_same_paths(tmp_path: Path
 
 
 @KERAS_NP_ARRAY
-def test_two_model_checkpoints_share_a_directory(tmp_path: Path) -> None:
+def test_two_model_checkpoints_share_a_directory(tmp_path: Path, keras_checkpoints: Path) -> None:
     """The best and the last model side by side in one directory, as Keras writes them."""
-    theirs_dir, ours_dir = tmp_path / "keras", tmp_path / "hookbus"
-
-    def both(directory: Path) -> list[Any]:
-        best = callbacks.ModelCheckpoint(str(directory / "best.keras"), save_best_only=True)
-        return [best, callbacks.ModelCheckpoint(str(directory / "last.keras"))]
-
-    fit(both(theirs_dir), epochs=5)
-    result, bus = converted(both(ours_dir))
+    theirs_dir, ours_dir = keras_checkpoints / "both", tmp_path / "hookbus"
+    result, bus = converted(_both(ours_dir))
     with bus:
         fit(result, epochs=5)
     assert _files(ours_dir) == _files(theirs_dir) == ["best.keras", "last.keras"]
@@ -317,10 +334,24 @@ def assert_csv_logger_columns(theirs: Path, ours: Path, separator: str = ",") ->
             assert (a == b == "NA") or float(a) == pytest.approx(float(b), rel=1e-6, nan_ok=True)
 
 
-@pytest.mark.parametrize("separator", [",", ";", "\t"])
-def test_csv_logger_writes_its_columns_and_rows_in_the_same_file(tmp_path: Path, separator: str) -> None:
-    theirs, ours = tmp_path / "keras.csv", tmp_path / "hookbus.csv"
-    fit([callbacks.CSVLogger(str(theirs), separator=separator)], epochs=3)
+SEPARATORS = [",", ";", "\t"]
+
+
+@pytest.fixture(scope="module")
+def keras_csv_logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Keras's CSVLogger file for each separator, from one seeded 3-epoch fit (a CSVLogger only
+    reads the logs, so each writes what it writes alone in that fit)."""
+    root = tmp_path_factory.mktemp("keras-csv")
+    paths = {separator: root / f"keras-{index}.csv" for index, separator in enumerate(SEPARATORS)}
+    fit([callbacks.CSVLogger(str(path), separator=separator) for separator, path in paths.items()], epochs=3)
+    return paths
+
+
+@pytest.mark.parametrize("separator", SEPARATORS)
+def test_csv_logger_writes_its_columns_and_rows_in_the_same_file(
+    tmp_path: Path, keras_csv_logs: dict[str, Path], separator: str
+) -> None:
+    theirs, ours = keras_csv_logs[separator], tmp_path / "hookbus.csv"
     result, bus = converted([callbacks.CSVLogger(str(ours), separator=separator)])
     fit(result, epochs=3)
     bus.close()

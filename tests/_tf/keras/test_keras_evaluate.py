@@ -22,7 +22,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
-from _keras_data import KERAS_NP_ARRAY, classifier, data  # noqa: E402
+from _keras_data import KERAS_NP_ARRAY, classifier, data, keras_np_array_ignored  # noqa: E402
 from _tb import check_served, rust_data_server_or_skip, serve_and_read  # noqa: E402
 from rich.console import Console  # noqa: E402
 from tensorboard.backend.event_processing import event_accumulator, event_file_loader  # noqa: E402
@@ -205,11 +205,25 @@ def assert_test_outputs(ours: Ours, results: list[tuple[int, dict[str, float]]])
 
 
 # -- evaluate after fit, inside and outside `with bus:` ------------------------------------------
+@pytest.fixture(scope="module")
+def keras_fit_then_evaluate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Keras, dict[str, float]]:
+    """Keras's own outputs of the seeded fit then evaluate (its TensorBoard and CSVLogger, in a
+    directory of their own, read only by the tests) and the evaluation's result: the same for each
+    case below, so one run stands for them all."""
+    keras_run = Keras(tmp_path_factory.mktemp("keras-fit-then-evaluate"))
+    with keras_np_array_ignored():
+        m = model()
+        fit(m, keras_run.fit_callbacks)
+        expected = evaluate(m, [keras_run.tensorboard])
+        keras_run.close(m)
+    return keras_run, expected
+
+
 @KERAS_NP_ARRAY
 @pytest.mark.parametrize("keras_layout", [True, False], ids=["with-keras-layout", "default-layout-only"])
 @pytest.mark.parametrize("where", ["inside", "after"])
 def test_an_evaluate_after_fit_is_what_kerass_tensorboard_and_csv_logger_leave(
-    tmp_path: Path, where: str, keras_layout: bool
+    tmp_path: Path, keras_fit_then_evaluate: tuple[Keras, dict[str, float]], where: str, keras_layout: bool
 ) -> None:
     """The same seeded fit (with validation_data) then evaluate on a test set: under layout="keras" the
     validation run's tags, steps and values equal Keras's TensorBoard's, the test evaluation's
@@ -218,12 +232,7 @@ def test_an_evaluate_after_fit_is_what_kerass_tensorboard_and_csv_logger_leave(
     test CSV holds the test values at the training step. On 19d8f43, inside the block the keras
     layout raised and the test reached no sink; after it, it replaced the last validation row and
     purged the eval curve to one point (each checked without the keras layout too, which raised first)."""
-    keras_run = Keras(tmp_path)
-    m = model()
-    fit(m, keras_run.fit_callbacks)
-    expected = evaluate(m, [keras_run.tensorboard])
-    keras_run.close(m)
-
+    keras_run, expected = keras_fit_then_evaluate
     ours = Ours(tmp_path / "hookbus", keras_layout=keras_layout)
     m = model()
     with ours.bus:
@@ -321,18 +330,28 @@ def test_an_evaluate_between_two_fits_is_published_at_the_step_reached(tmp_path:
 
 
 # -- without fit --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def keras_evaluate_only(tmp_path_factory: pytest.TempPathFactory) -> tuple[Keras, dict[str, float]]:
+    """Keras's TensorBoard on an evaluate of the compiled, untrained model, and its result: the
+    same for both cases below."""
+    keras_run = Keras(tmp_path_factory.mktemp("keras-evaluate-only"))
+    with keras_np_array_ignored():
+        m = model()
+        expected = evaluate(m, [keras_run.tensorboard])
+        keras_run.close(m)
+    return keras_run, expected
+
+
 @KERAS_NP_ARRAY
 @pytest.mark.parametrize("where", ["inside", "outside"])
-def test_an_evaluate_without_fit_is_a_test_evaluation_at_step_0(tmp_path: Path, where: str) -> None:
+def test_an_evaluate_without_fit_is_a_test_evaluation_at_step_0(
+    tmp_path: Path, keras_evaluate_only: tuple[Keras, dict[str, float]], where: str
+) -> None:
     """A compiled model never trained: its evaluation is at step 0 (``iterations``), in the test file
     and run only (no validation file, no eval run), ``validation/evaluation_*_vs_iterations`` at 0
     under layout="keras" as Keras's TensorBoard writes it. On 19d8f43 it was an eval session's
     validation row."""
-    keras_run = Keras(tmp_path)
-    m = model()
-    expected = evaluate(m, [keras_run.tensorboard])
-    keras_run.close(m)
-
+    keras_run, expected = keras_evaluate_only
     ours = Ours(tmp_path / "hookbus")
     m = model()
     if where == "inside":

@@ -20,11 +20,11 @@ import sys
 import textwrap
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
-from _keras_data import KERAS_NP_ARRAY, classifier, data
+from _keras_data import KERAS_NP_ARRAY, classifier, data, keras_np_array_ignored
 
 import hookbus
 from hookbus.sinks import ExportSink, ReduceLROnPlateauSink
@@ -128,14 +128,55 @@ def _load_elsewhere(paths: list[Path], probe: Any) -> dict[str, Any]:
     return loaded
 
 
-@pytest.mark.parametrize("case", ["plain", "schedule", "reduced"])
-def test_files_saved_during_fit_load_without_hookbus_as_keras_alone_saves_them(tmp_path: Path, case: str) -> None:
-    alone, _ = _fit(case, tmp_path / "alone", with_bus=False)
-    ours, changes = _fit(case, tmp_path / "ours", with_bus=True)
-    theirs = [tmp_path / "alone" / "keras" / f"e{e}.keras" for e in range(1, EPOCHS + 1)]
-    mine = [tmp_path / "ours" / "keras" / f"e{e}.keras" for e in range(1, EPOCHS + 1)]
-    # An export at each epoch whose training loss improved: step e * STEPS is epoch e's end.
-    exported = {int(p.stem) // STEPS: p for p in (tmp_path / "ours" / "export").glob("*.keras")}
+CASES = ("plain", "schedule", "reduced")
+PROBE = data(50, 7)[0]
+
+
+class Case(NamedTuple):
+    """One case's two fits: the files each wrote, what the bus steered, the models' predictions
+    on ``PROBE`` as they ended, and every file as the fresh process loaded it."""
+
+    theirs: list[Path]
+    mine: list[Path]
+    exported: dict[int, Path]
+    changes: list[float]
+    alone_predicts: Any
+    ours_predicts: Any
+    loaded: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case]:
+    """Each case's two fits, then every file of every case loaded in one fresh process without
+    hookbus (one TensorFlow start for the three cases: a file's loading does not depend on the
+    files loaded before it, and each is reported by its own path)."""
+    fitted: dict[str, tuple[list[Path], list[Path], dict[int, Path], list[float], Any, Any]] = {}
+    for case in CASES:
+        root = tmp_path_factory.mktemp(case)
+        with keras_np_array_ignored():
+            alone, _ = _fit(case, root / "alone", with_bus=False)
+            alone_predicts = alone.predict(PROBE, verbose=0)
+            ours, changes = _fit(case, root / "ours", with_bus=True)
+        theirs = [root / "alone" / "keras" / f"e{e}.keras" for e in range(1, EPOCHS + 1)]
+        mine = [root / "ours" / "keras" / f"e{e}.keras" for e in range(1, EPOCHS + 1)]
+        # An export at each epoch whose training loss improved: step e * STEPS is epoch e's end.
+        exported = {int(p.stem) // STEPS: p for p in (root / "ours" / "export").glob("*.keras")}
+        fitted[case] = (theirs, mine, exported, changes, alone_predicts, ours.predict(PROBE, verbose=0))
+    files = [path for theirs, mine, exported, *_ in fitted.values() for path in theirs + mine + list(exported.values())]
+    loaded = _load_elsewhere(files, PROBE)
+    out = {}
+    for case, (theirs, mine, exported, changes, alone_predicts, ours_predicts) in fitted.items():
+        own = {str(path) for path in theirs + mine + list(exported.values())}
+        case_loaded = {path: entry for path, entry in loaded.items() if path in own}
+        out[case] = Case(theirs, mine, exported, changes, alone_predicts, ours_predicts, case_loaded)
+    return out
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_files_saved_during_fit_load_without_hookbus_as_keras_alone_saves_them(
+    cases: dict[str, Case], case: str
+) -> None:
+    theirs, mine, exported, changes, alone_predicts, ours_predicts, loaded = cases[case]
     assert len(exported) >= 2, sorted(exported)
     assert 1 in exported, sorted(exported)
     exports = list(exported.values())
@@ -151,8 +192,7 @@ def test_files_saved_during_fit_load_without_hookbus_as_keras_alone_saves_them(t
     for path in mine + exports:
         assert _compile_config(path) == expected, path
 
-    probe = data(50, 7)[0]
-    loaded = _load_elsewhere(theirs + mine + exports, probe)
+    assert sorted(loaded) == sorted(map(str, theirs + mine + exports))  # each of them loaded
     rate = "ExponentialDecay" if case != "plain" else "Variable"
     assert {entry["rate"] for entry in loaded.values()} == {rate}
     predictions = {path: np.asarray(entry["predictions"]) for path, entry in loaded.items()}
@@ -162,8 +202,8 @@ def test_files_saved_during_fit_load_without_hookbus_as_keras_alone_saves_them(t
     for epoch in range(EPOCHS):
         if case != "reduced":  # the bus changes nothing in training: Keras alone trained the same
             np.testing.assert_array_equal(predictions[str(mine[epoch])], predictions[str(theirs[epoch])])
-    np.testing.assert_allclose(predictions[str(mine[-1])], ours.predict(probe, verbose=0), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(predictions[str(mine[-1])], ours_predicts, rtol=1e-6, atol=1e-7)
     if case == "reduced":  # the reduced rate trained: the model moved apart from Keras alone's
         assert not np.allclose(predictions[str(mine[-1])], predictions[str(theirs[-1])])
     else:
-        np.testing.assert_array_equal(ours.predict(probe, verbose=0), alone.predict(probe, verbose=0))
+        np.testing.assert_array_equal(ours_predicts, alone_predicts)
