@@ -194,7 +194,7 @@ class TrackedRun:
         run = client.get_run(run_id)  # a missing run is refused: reported, retried, never replaced
         if run.info.lifecycle_stage == "deleted":
             raise ValueError(f"the MLflow run {run_id} was deleted; MLflowSink(run_id=...) logs into an existing run")
-        if run_id != self.run_id:
+        if run_id != self.run_id or training != self.training:  # another training's steps start again
             self.shipped = dict.fromkeys(MODES, -1)
             self._held = {
                 (m.key, m.step, m.timestamp) for key in run.data.metrics for m in client.get_metric_history(run_id, key)
