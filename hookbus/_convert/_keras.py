@@ -339,6 +339,15 @@ def from_keras(
       ``fit`` resumes from the latest at its epoch, and a finished one deletes them (a stop from
       outside, a signal, keeps them), so running the script again trains again.
 
+    - MLflow's ``mlflow.keras.MlflowCallback(log_every_epoch, log_every_n_steps)`` →
+      ``MLflowSink(mlflow.get_tracking_uri(), run_id=<the active run>, layout="keras",
+      directory="hookbus-mlflow")``, ``every_n_steps=log_every_n_steps`` for step logging: what
+      the callback logs, where it logs it (the run MLflow's fluent API has active when ``fit``
+      begins, or one started then and left active, as the callback's first ``log_params`` starts
+      it; the tracking URI as ``from_keras`` is called), the run never ended and no hookbus tag
+      added. Its batch values are the published ``keys`` (name your compiled metrics);
+      ``model_id`` is refused.
+
     ``verbose`` is Keras's printing: hookbus says the same in its summary and the dashboard.
     An argument hookbus cannot honour (``TensorBoard(write_images=True)``,
     ``EarlyStopping(start_from_epoch=2)``, ...) raises ``ValueError`` here, before training,

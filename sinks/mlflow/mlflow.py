@@ -170,6 +170,32 @@ class MLflowSink(Sink):
         priority, on_error, name: See :class:`hookbus.sink_api.Sink` (default ``on_error="isolate"``).
         runs_on: ``"chief"`` (default: one run, from the chief) or ``"each"`` (one run per worker,
             tagged ``hookbus.task``); ``"all"`` is refused (every worker in one run).
+        run_id: Log into this existing run instead of one the sink creates (default ``None``): its
+            id, or a function returning it, called when training begins on the training thread
+            (``lambda: mlflow.active_run().info.run_id``: the run MLflow's fluent API has active
+            then). The run is the user's, as with MLflow's own callbacks: never created (a missing
+            or deleted one is reported as a refused request, its points kept in the spool), never
+            ended (its status, end time, name and tags stay as they are), and it gets no
+            ``hookbus.*`` tag; ``hparams``, ``tags`` and the training's params are logged into it
+            (a param it holds with another value keeps that value, as MLflow refuses a change).
+            Exactly once without the ``hookbus.shipped`` tags: the steps a training ships are kept
+            in ``directory``'s id file and the sink's state as always, and a value whose name,
+            step and timestamp the run already holds (shipped before a kill, the id file not yet
+            written) is not sent again. Each training into the run (a second ``fit``) logs its own
+            points, its steps starting again as MLflow's callbacks log them. ``experiment`` is not
+            used; ``run_name``, ``continue_ended=True`` and ``runs_on="each"`` are refused with it.
+        layout: The metrics' names and steps: ``"hookbus"`` (default: as above, ``loss`` and
+            ``steps/sec`` at the training step, ``eval/<name>``, ``epoch/<name>``) or ``"keras"``,
+            what MLflow's Keras callback (``mlflow.keras.MlflowCallback``) logs: without a step
+            schedule (its default, ``log_every_epoch=True``) Keras's epoch logs under their own
+            names (``loss``, ``val_loss``, ...) at the epoch's 0-based index; with
+            ``every_n_steps=n`` (``log_every_n_steps=n``) the train values under their own names
+            at their step (``optimizer.iterations``) and no epoch values (their names would be the
+            same at other steps); in both, each validation of ``fit`` as ``validation_<name>`` at
+            step 0, every one of Keras's ``val_`` values, as the callback's ``on_test_end`` logs
+            it (from the epoch's logs: with ``EventBusCallback(every_n_epochs=k)`` every k-th),
+            and a test evaluation's values likewise; no ``steps/sec``; of the training's params
+            the optimizer's configuration alone (``optimizer_<name>``), and ``model_summary.txt``.
 
     Raises:
         ImportError: MLflow is not installed (``pip install 'hookbus[mlflow]'``).
