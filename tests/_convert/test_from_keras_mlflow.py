@@ -6,6 +6,10 @@ run's status after ``fit`` (still RUNNING: the user's run is theirs to end)."""
 from __future__ import annotations
 
 import io
+import signal
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -132,3 +136,70 @@ def test_the_sink_is_built_from_the_callbacks_arguments(fluent_on: MlflowServer)
     assert (sink.layout, sink.schedule.every_n_steps, sink.logs_epochs) == ("keras", 5, False)
     assert sink.tracking_uri == fluent_on.uri
     assert callable(sink.run_id)
+
+
+CHILD = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    sys.path.insert(0, sys.argv[4])
+    import keras, mlflow, mlflow.keras
+    import hookbus
+    from hookbus.sinks import MLflowSink
+    from _keras_data import classifier, data
+
+    uri, run_id, kill = sys.argv[1], sys.argv[2], sys.argv[3] == "kill"
+    mlflow.set_tracking_uri(uri)
+
+    class KillAfterEpoch3(keras.callbacks.Callback):
+        # After the bus published epoch 3 and MLflow holds its points, before its checkpoint (which
+        # runs once Keras moves on): the resume trains epoch 3 again.
+        def on_epoch_end(self, epoch, logs=None):
+            if kill and epoch == 3:
+                (sink,) = [s for s in converted[0].bus.sinks if isinstance(s, MLflowSink)]
+                sink.flush()
+                until = time.monotonic() + 60
+                while not (sink.run is not None and sink.run.shipped["epoch"] >= 16) and time.monotonic() < until:
+                    time.sleep(0.01)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    converted = hookbus.from_keras(
+        [keras.callbacks.BackupAndRestore("backup"), mlflow.keras.MlflowCallback()], dashboard=False
+    )
+    with mlflow.start_run(run_id=run_id):
+        model = classifier(keras.optimizers.Adam(0.1), ["accuracy"])
+        model.fit(*data(128, 0), validation_data=data(64, 1), epochs=6, batch_size=32, verbose=0,
+                  callbacks=[*converted, KillAfterEpoch3()])
+    print("DONE", flush=True)
+    """
+)
+
+
+@pytest.mark.subprocess
+def test_a_killed_fit_resumed_into_the_same_run_logs_each_point_once(fluent_on: MlflowServer, tmp_path: Path) -> None:
+    """SIGKILL after epoch 3's points reached MLflow but before its backup; the script run again
+    (``mlflow.start_run(run_id=...)``, ``BackupAndRestore``) trains epoch 3 again from epoch 2's
+    backup: the run holds every epoch's values and validation once, as an uninterrupted fit."""
+    client = fluent_on.client()
+    run_id = client.create_run(client.create_experiment("killed")).info.run_id
+    tests = str(Path(__file__).resolve().parents[1])
+
+    def script(mode: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-c", CHILD, fluent_on.uri, run_id, mode, tests]
+        return subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+    killed = script("kill")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    before = _histories(client, run_id)
+    assert [s for s, _ in before["loss"]] == [0, 1, 2, 3]  # epoch 3's points shipped before the kill
+    resumed = script("resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "DONE" in resumed.stdout
+    after = _histories(client, run_id)
+    for key in ("loss", "accuracy", "val_loss", "val_accuracy"):
+        assert [s for s, _ in after[key]] == list(range(6)), key  # each epoch once
+        assert after[key][:4] == before[key], key  # the first values kept
+    for key in ("validation_loss", "validation_accuracy"):
+        assert len(after[key]) == 6, key  # each validation once, at step 0
+        assert after[key][:4] == before[key], key
+    assert any(k.startswith("optimizer_") for k in client.get_run(run_id).data.params)
+    assert not any(tag.startswith("hookbus.") for tag in client.get_run(run_id).data.tags)
