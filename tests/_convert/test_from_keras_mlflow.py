@@ -119,6 +119,25 @@ def test_step_logging_is_mlflow_callbacks(fluent_on: MlflowServer, tmp_path: Pat
     assert "val_loss" not in metrics
 
 
+@pytest.mark.tf
+def test_without_an_active_run_one_is_started_and_left_active(fluent_on: MlflowServer) -> None:
+    """As MLflow's callback, whose first ``log_params`` starts a run and leaves it active."""
+    client = fluent_on.client()
+    mlflow.set_experiment("from-keras-mlflow-no-run")
+    converted = _converted(mlflow.keras.MlflowCallback())
+    assert mlflow.active_run() is None
+    keras.backend.clear_session()
+    model = classifier(keras.optimizers.Adam(0.1), ["accuracy"])
+    model.fit(*TRAIN, validation_data=VAL, epochs=2, batch_size=32, verbose=0, callbacks=converted)
+    run = mlflow.active_run()
+    assert run is not None
+    try:
+        assert client.get_run(run.info.run_id).info.status == "RUNNING"
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "loss")] == [0, 1]
+    finally:
+        mlflow.end_run()
+
+
 def test_model_id_and_a_bad_step_count_are_refused_before_training() -> None:
     with pytest.raises(ValueError, match=r"MlflowCallback\(model_id='m-1'\)"):
         hookbus.from_keras([mlflow.keras.MlflowCallback(model_id="m-1")])
