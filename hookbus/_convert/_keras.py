@@ -21,6 +21,7 @@ from hookbus.sinks import (
     EarlyStoppingSink,
     ExportSink,
     LearningRateSchedulerSink,
+    MLflowSink,
     NanGuardSink,
     ReduceLROnPlateauSink,
     TensorBoardSink,
@@ -30,6 +31,8 @@ from hookbus.validate import flag
 __all__ = ["from_keras"]
 
 _VAL = "val_"
+#: Where a converted ``MlflowCallback``'s sink keeps its spool and run id (relative to the working directory).
+MLFLOW_DIRECTORY = "hookbus-mlflow"
 
 
 @dataclass
@@ -227,6 +230,46 @@ def _backup_and_restore(callback: Any) -> _Converted:
     return _Converted([sink], restore=True)
 
 
+def _mlflow_callback(callback: Any) -> _Converted:
+    kind = "MlflowCallback"
+    model_id = getattr(callback, "model_id", None)
+    if model_id is not None:
+        raise _refuse(kind, "model_id", model_id, "MLflowSink links the metrics to the run alone, not a logged model")
+    import mlflow  # an MlflowCallback exists: MLflow is installed
+
+    schedule: dict[str, Any] = {}
+    if not callback.log_every_epoch:
+        every = callback.log_every_n_steps
+        if isinstance(every, bool) or not isinstance(every, int) or every <= 0:
+            raise ValueError(f"hookbus.from_keras: {kind}(log_every_n_steps={every!r}) must be a positive int")
+        schedule["every_n_steps"] = every
+    sink = MLflowSink(
+        mlflow.get_tracking_uri(),  # where the callback's fluent calls go
+        run_id=_fluent_run,
+        layout="keras",
+        directory=MLFLOW_DIRECTORY,
+        **schedule,
+    )
+    return _Converted([sink])
+
+
+def _fluent_run() -> str:
+    """The run MLflow's fluent API logs into now: the active one, else a new one made active, as the
+    callback's first ``log_params`` makes it (left active, never ended)."""
+    import mlflow
+
+    run = mlflow.active_run() or mlflow.start_run()
+    return str(run.info.run_id)
+
+
+def _converter_name(callback: Any) -> str | None:
+    """The converted callback ``callback`` is, by its exact class: Keras's own, or MLflow's."""
+    module = sys.modules.get("mlflow.keras.callback")  # imported wherever an MlflowCallback exists
+    if module is not None and type(callback) is getattr(module, "MlflowCallback", None):
+        return "MlflowCallback"
+    return keras_callback_name(callback)
+
+
 _CONVERTERS: dict[str, Callable[[Any], _Converted]] = {
     "TensorBoard": _tensorboard,
     "ModelCheckpoint": _model_checkpoint,
@@ -236,6 +279,7 @@ _CONVERTERS: dict[str, Callable[[Any], _Converted]] = {
     "ReduceLROnPlateau": _reduce_lr_on_plateau,
     "LearningRateScheduler": _learning_rate_scheduler,
     "BackupAndRestore": _backup_and_restore,
+    "MlflowCallback": _mlflow_callback,
 }
 
 
@@ -295,6 +339,15 @@ def from_keras(
       ``fit`` resumes from the latest at its epoch, and a finished one deletes them (a stop from
       outside, a signal, keeps them), so running the script again trains again.
 
+    - MLflow's ``mlflow.keras.MlflowCallback(log_every_epoch, log_every_n_steps)`` →
+      ``MLflowSink(mlflow.get_tracking_uri(), run_id=<the active run>, layout="keras",
+      directory="hookbus-mlflow")``, ``every_n_steps=log_every_n_steps`` for step logging: what
+      the callback logs, where it logs it (the run MLflow's fluent API has active when ``fit``
+      begins, or one started then and left active, as the callback's first ``log_params`` starts
+      it; the tracking URI as ``from_keras`` is called), the run never ended and no hookbus tag
+      added. Its batch values are the published ``keys`` (name your compiled metrics);
+      ``model_id`` is refused.
+
     ``verbose`` is Keras's printing: hookbus says the same in its summary and the dashboard.
     An argument hookbus cannot honour (``TensorBoard(write_images=True)``,
     ``EarlyStopping(start_from_epoch=2)``, ...) raises ``ValueError`` here, before training,
@@ -329,7 +382,7 @@ def from_keras(
     given = list(callbacks)
     converted: list[tuple[int, str, _Converted]] = []
     for index, callback in enumerate(given):
-        name = keras_callback_name(callback)
+        name = _converter_name(callback)
         if name in _CONVERTERS:  # every argument is checked before anything is attached
             converted.append((index, name, _CONVERTERS[name](callback)))
     if not converted:

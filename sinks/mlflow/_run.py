@@ -52,6 +52,9 @@ class RunPlan:
     params: Mapping[str, str]
     shown_uri: str = ""  # the URI as messages show it (its credentials redacted)
     texts: Mapping[str, str] = field(default_factory=dict)  # artifacts: file name to text
+    #: A run of the user's (``MLflowSink(run_id=...)``): logged into as it is, never created, its
+    #: status never changed, none of hookbus's tags added.
+    existing_run: str | None = None
 
 
 @dataclass
@@ -63,6 +66,9 @@ class Point:
     timestamp_ms: int
     values: dict[str, float]
     tags: dict[str, str] = field(default_factory=dict)
+    #: The step MLflow gets where it is not ``step`` (``layout="keras"``: the epoch's index, 0 for a
+    #: validation); ``step`` still orders the mode's points for the exactly-once rule.
+    logged_step: int | None = None
 
 
 class TrackedRun:
@@ -93,6 +99,9 @@ class TrackedRun:
         self._pending_tags: dict[str, str] = {}
         #: Points in MLflow (or dropped as already there).
         self.landed = 0
+        #: A user's run (``plan.existing_run``): ``(name, step, timestamp)`` of the metrics it held when
+        #: this process opened it; a value of the same three is already there.
+        self._held: set[tuple[str, int, int]] = set()
 
     # -- resolving the run ----------------------------------------------------------------
     def open(
@@ -120,6 +129,9 @@ class TrackedRun:
         this plan's).
         """
         client = self._client = self._client or _client(self.plan.tracking_uri)
+        if self.plan.existing_run is not None:
+            self._open_existing(client, training, run_id or known_run_id or self.plan.existing_run, params, tags, texts)
+            return
         experiment_id = self._experiment_id(client)
         run = None
         for candidate in (run_id, known_run_id):
@@ -163,6 +175,40 @@ class TrackedRun:
         self._log(params=new_params, tags=given)
         for name, text in (self.plan.texts if texts is None else texts).items():
             client.log_text(run.info.run_id, text, name)
+
+    def _open_existing(
+        self,
+        client: MlflowClient,
+        training: str,
+        run_id: str,
+        params: Mapping[str, str] | None,
+        tags: Mapping[str, str] | None,
+        texts: Mapping[str, str] | None,
+    ) -> None:
+        """Log into the user's run ``run_id`` as it is: never created, its status left, no hookbus tags.
+
+        Without the ``hookbus.shipped.<mode>`` tags the run itself is the record: a value whose
+        name, step and timestamp the run already holds landed before (a kill after a ``log_batch``
+        but before the id file said so), and is dropped.
+        """
+        run = client.get_run(run_id)  # a missing run is refused: reported, retried, never replaced
+        if run.info.lifecycle_stage == "deleted":
+            raise ValueError(f"the MLflow run {run_id} was deleted; MLflowSink(run_id=...) logs into an existing run")
+        if run_id != self.run_id or training != self.training:  # another training's steps start again
+            self.shipped = dict.fromkeys(MODES, -1)
+            self._held = {
+                (m.key, m.step, m.timestamp) for key in run.data.metrics for m in client.get_metric_history(run_id, key)
+            }
+        self.resumed = True
+        self.run_id, self.training = run_id, training
+        if self._record is not None:
+            self._record(training, run_id)
+        self.reset()
+        changes: dict[str, str] = {}  # a changed param keeps its first value: reported, never tagged here
+        new_params = self._new_params(run, changes, self.plan.params if params is None else params)
+        self._log(params=new_params, tags=dict(self.plan.tags if tags is None else tags))
+        for name, text in (self.plan.texts if texts is None else texts).items():
+            client.log_text(run_id, text, name)
 
     def _experiment_id(self, client: MlflowClient) -> str:
         from mlflow.exceptions import MlflowException
@@ -232,6 +278,14 @@ class TrackedRun:
             self.landed += 1  # re-run after a restore: its first value is in MLflow
             return
         self._queued[point.mode] = point.step
+        if self._held:
+            step = point.step if point.logged_step is None else point.logged_step
+            for name in list(point.values):
+                if (name, step, point.timestamp_ms) in self._held:
+                    del point.values[name]  # landed before a kill
+            if not point.values:
+                self.landed += 1
+                return
         self._pending.append(point)
         self._waiting += len(point.values)
         if self._waiting >= MAX_METRICS_PER_BATCH:
@@ -248,14 +302,18 @@ class TrackedRun:
             for point in self._pending:
                 if len(metrics) + len(point.values) > MAX_METRICS_PER_BATCH:
                     break
-                metrics += [Metric(k, v, point.timestamp_ms, point.step) for k, v in point.values.items()]
+                step = point.step if point.logged_step is None else point.logged_step
+                metrics += [Metric(k, v, point.timestamp_ms, step) for k, v in point.values.items()]
                 shipped[point.mode] = point.step
                 whole += 1
             if whole == 0 and self._pending:  # a step with more than 900 values: in parts, tagged at its last
                 point = self._pending[0]
                 names = list(point.values)[:MAX_METRICS_PER_BATCH]
-                metrics = [Metric(k, point.values.pop(k), point.timestamp_ms, point.step) for k in names]
-            tags = {**self._pending_tags, **{SHIPPED_TAG + m: str(s) for m, s in shipped.items()}}
+                step = point.step if point.logged_step is None else point.logged_step
+                metrics = [Metric(k, point.values.pop(k), point.timestamp_ms, step) for k in names]
+            tags = dict(self._pending_tags)
+            if self.plan.existing_run is None:  # a user's run gets none of hookbus's tags
+                tags.update({SHIPPED_TAG + m: str(s) for m, s in shipped.items()})
             self._log(metrics=metrics, tags=tags)
             del self._pending[:whole]
             self._waiting -= len(metrics)
@@ -273,6 +331,9 @@ class TrackedRun:
     def finish(self, status: str, tags: Mapping[str, str], end_time_ms: int) -> None:
         """Ship what waits, tag how the run ended and end it with ``status``."""
         if self.run_id is None or self._client is None:
+            return
+        if self.plan.existing_run is not None:  # the user's run: its points shipped, its status theirs
+            self.ship()
             return
         self._pending_tags.update(tags)
         self.ship()

@@ -93,12 +93,16 @@ class Opening:
 
 
 def point_record(point: Point) -> dict[str, Any]:
-    return {"point": [point.mode, point.step, point.timestamp_ms, point.values, point.tags]}
+    fields = [point.mode, point.step, point.timestamp_ms, point.values, point.tags]
+    return {"point": fields if point.logged_step is None else [*fields, point.logged_step]}
 
 
 def point_of(record: Mapping[str, Any]) -> Point:
-    mode, step, stamp, values, tags = record["point"]
-    return Point(str(mode), int(step), int(stamp), {str(k): float(v) for k, v in values.items()}, dict(tags))
+    mode, step, stamp, values, tags, *logged = record["point"]  # logged: the MLflow step, where it differs
+    return Point(
+        str(mode), int(step), int(stamp), {str(k): float(v) for k, v in values.items()}, dict(tags),
+        int(logged[0]) if logged else None,
+    )  # fmt: skip
 
 
 class Spool:
@@ -273,7 +277,13 @@ class SpoolWriter:
         saved = state or {}
         run_id = saved.get("run_id") if isinstance(saved.get("run_id"), str) else None
         training = saved.get("training") if isinstance(saved.get("training"), str) else None
-        if training is not None or run_id is not None:  # a restored checkpoint's run
+        if plan.existing_run is not None:  # the user's run: the given one, whatever the checkpoint's was
+            if run_id is not None and run_id != plan.existing_run:
+                training, saved = None, {}  # another run: it holds none of this training's points
+            run_id = plan.existing_run
+        if training is not None:  # a restored checkpoint's training
+            who, new, by_run_key = training, False, False
+        elif plan.existing_run is None and run_id is not None:  # a restored checkpoint's run
             who, new, by_run_key = training or latest or uuid.uuid4().hex, False, False
         elif continue_ended:
             who, new, by_run_key = latest or uuid.uuid4().hex, False, True

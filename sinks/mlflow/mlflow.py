@@ -15,9 +15,9 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from hookbus.sink_api import (
     DEFAULT_FLUSH_DEADLINE,
@@ -55,6 +55,8 @@ _RUN_KEY = re.compile(r"^[\w.\-:/]{1,250}$")
 
 
 _VALIDATION = EPOCH_PREFIX + "val_"  # Keras's validation values in its epoch logs
+LAYOUTS = ("hookbus", "keras")
+KERAS_VALIDATION = "validation_"  # MLflow's Keras callback's names for an evaluation's values
 
 MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param's value
 
@@ -168,6 +170,32 @@ class MLflowSink(Sink):
         priority, on_error, name: See :class:`hookbus.sink_api.Sink` (default ``on_error="isolate"``).
         runs_on: ``"chief"`` (default: one run, from the chief) or ``"each"`` (one run per worker,
             tagged ``hookbus.task``); ``"all"`` is refused (every worker in one run).
+        run_id: Log into this existing run instead of one the sink creates (default ``None``): its
+            id, or a function returning it, called when training begins on the training thread
+            (``lambda: mlflow.active_run().info.run_id``: the run MLflow's fluent API has active
+            then). The run is the user's, as with MLflow's own callbacks: never created (a missing
+            or deleted one is reported as a refused request, its points kept in the spool), never
+            ended (its status, end time, name and tags stay as they are), and it gets no
+            ``hookbus.*`` tag; ``hparams``, ``tags`` and the training's params are logged into it
+            (a param it holds with another value keeps that value, as MLflow refuses a change).
+            Exactly once without the ``hookbus.shipped`` tags: the steps a training ships are kept
+            in ``directory``'s id file and the sink's state as always, and a value whose name,
+            step and timestamp the run already holds (shipped before a kill, the id file not yet
+            written) is not sent again. Each training into the run (a second ``fit``) logs its own
+            points, its steps starting again as MLflow's callbacks log them. ``experiment`` is not
+            used; ``run_name``, ``continue_ended=True`` and ``runs_on="each"`` are refused with it.
+        layout: The metrics' names and steps: ``"hookbus"`` (default: as above, ``loss`` and
+            ``steps/sec`` at the training step, ``eval/<name>``, ``epoch/<name>``) or ``"keras"``,
+            what MLflow's Keras callback (``mlflow.keras.MlflowCallback``) logs: without a step
+            schedule (its default, ``log_every_epoch=True``) Keras's epoch logs under their own
+            names (``loss``, ``val_loss``, ...) at the epoch's 0-based index; with
+            ``every_n_steps=n`` (``log_every_n_steps=n``) the train values under their own names
+            at their step (``optimizer.iterations``) and no epoch values (their names would be the
+            same at other steps); in both, each validation of ``fit`` as ``validation_<name>`` at
+            step 0, every one of Keras's ``val_`` values, as the callback's ``on_test_end`` logs
+            it (from the epoch's logs: with ``EventBusCallback(every_n_epochs=k)`` every k-th),
+            and a test evaluation's values likewise; no ``steps/sec``; of the training's params
+            the optimizer's configuration alone (``optimizer_<name>``), and ``model_summary.txt``.
 
     Raises:
         ImportError: MLflow is not installed (``pip install 'hookbus[mlflow]'``).
@@ -201,7 +229,22 @@ class MLflowSink(Sink):
         on_error: str | None = None,
         name: str | None = None,
         runs_on: str | None = None,
+        run_id: str | Callable[[], str] | None = None,
+        layout: Literal["hookbus", "keras"] = "hookbus",
     ) -> None:
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be 'hookbus' or 'keras' (got {layout!r})")
+        if run_id is not None and not (callable(run_id) or (isinstance(run_id, str) and run_id.strip())):
+            raise ValueError(f"run_id must be an MLflow run id, a function returning one, or None (got {run_id!r})")
+        if run_id is not None:
+            for argument, value, default in (
+                ("run_name", run_name, None), ("continue_ended", continue_ended, False), ("runs_on", runs_on, None),
+            ):  # fmt: skip
+                if value != default and not (argument == "runs_on" and value == "chief"):
+                    raise ValueError(
+                        f"{argument}={value!r} applies to a run the sink creates; with run_id= it logs into "
+                        "the run given (leave it out)"
+                    )
         if runs_on == "all":
             raise ValueError(
                 "runs_on='all' would log every worker's points into one MLflow run; use 'chief' (default) "
@@ -244,6 +287,12 @@ class MLflowSink(Sink):
             raise ValueError(f"run_key must be 1 to 250 characters of [\\w.\\-:/] (got {run_key!r})")
         self.run_key = run_key
         self.continue_ended = bool(flag("continue_ended", continue_ended))
+        self.run_id = run_id
+        self.layout = layout
+        if layout == "keras" and every_n_steps is None and every_n_secs is None:
+            self.schedule = Schedule()  # MLflow's Keras callback's default: the epochs' values alone
+        #: Epoch values go out (``layout="keras"``: only without a step schedule, as their names are the steps').
+        self.logs_epochs = layout == "hookbus" or self.schedule.is_empty
         #: Options and the background writer: :class:`hookbus.sink_api.WriterKit`.
         self.output: WriterKit[Point] = WriterKit(
             self.name,
@@ -274,6 +323,7 @@ class MLflowSink(Sink):
         self._error: BaseException | None = None
         self._last_rate: tuple[int, float] | None = None  # (step, clock) of the last train point
         self._exported = 0  # exports staged to ship in this run (log_model=True)
+        self._existing: str | None = None  # run_id=: the user's run, resolved at begin
 
     @property
     def receives_epochs(self) -> bool:
@@ -298,10 +348,14 @@ class MLflowSink(Sink):
         if self.output.writing:
             return  # a second publisher (eval) began in the same run
         known = sorted(k for k in self.context.known_keys if self.keys is None or k in self.keys)
-        if RATE_NAME in known:
-            raise ValueError(f"{self.name} logs {RATE_NAME!r} itself; a publisher's key of that name collides with it")
-        self._names = check_names([*known, RATE_NAME])
-        self._owners = {n: k for k, n in self._names.items()}
+        if self.layout == "hookbus":
+            if RATE_NAME in known:
+                raise ValueError(
+                    f"{self.name} logs {RATE_NAME!r} itself; a publisher's key of that name collides with it"
+                )
+            self._names = check_names([*known, RATE_NAME])
+            self._owners = {n: k for k, n in self._names.items()}
+        self._existing = self._given_run()
         self.output.prepare(self.directory, "its MLflow spool")
         plan = self._plan()
         spool = Spool(self.directory, plan.run_key, self.name)
@@ -330,6 +384,16 @@ class MLflowSink(Sink):
             self._wall_ms = int(event.wall_time * 1000)
             self.output.call(functools.partial(self._open_spool, self._loaded, self._wall_ms))
 
+    def _given_run(self) -> str | None:
+        """``run_id=``'s run, a function's called now (at begin, on the training thread)."""
+        given = self.run_id
+        if given is None or isinstance(given, str):
+            return given
+        found = given()
+        if not isinstance(found, str) or not found.strip():
+            raise ValueError(f"run_id={given!r} returned {found!r}, not an MLflow run id")
+        return found
+
     def _spool_point(self, point: Point) -> None:
         assert self._spool is not None
         self._spool.add(point)
@@ -354,12 +418,13 @@ class MLflowSink(Sink):
     def _plan(self) -> RunPlan:
         task = self.context.task
         tags = dict(self.tags)
-        tags.update(names_tags(self._names))
         run_name = self.run_name
         if self._suffix is not None:
             run_name = f"{run_name or self.experiment}.{self._suffix}"
-        if task is not None:
-            tags["hookbus.task"] = f"{task.type}:{task.index}"
+        if self._existing is None:  # the user's run gets their tags alone
+            tags.update(names_tags(self._names))
+            if task is not None:
+                tags["hookbus.task"] = f"{task.type}:{task.index}"
         key = self.run_key
         if key is None:
             identity = json.dumps([self.experiment, self.run_name, self._suffix])
@@ -375,6 +440,7 @@ class MLflowSink(Sink):
             self._run_params(),
             shown_uri=self._redactor.shown,
             texts=self._run_texts(),
+            existing_run=self._existing,
         )
 
     def _run_texts(self) -> dict[str, str]:
@@ -387,6 +453,8 @@ class MLflowSink(Sink):
         """``hparams``, and the training's own parameters where its publisher offers them (``hparams``
         win a name both give)."""
         offered = self.context.model().training_params() if self.log_training_params else None
+        if offered and self.layout == "keras":  # what MLflow's Keras callback logs: the optimizer's configuration
+            offered = {k: v for k, v in offered.items() if k.startswith("optimizer_")}
         if not offered:
             return dict(self._params)
         names = check_names(offered, "the training's parameters")
@@ -412,6 +480,10 @@ class MLflowSink(Sink):
             raise RuntimeError(shipper.report())
         stamp = self._wall_ms = int(event.wall_time * 1000)
         mode = event.mode if event.mode in MODES else "train"
+        if self.layout == "keras":
+            for point in self._keras_points(event, mode, stamp):
+                self.output.put(point)
+            return
         values: dict[str, float] = {}
         new_names: dict[str, str] = {}
         for key, value in event.values.items():
@@ -432,6 +504,33 @@ class MLflowSink(Sink):
         if values:
             tags = names_tags(self._names) if new_names else {}
             self.output.put(Point(mode, event.step, stamp, values, tags))
+
+    def _keras_points(self, event: Event, mode: str, stamp: int) -> list[Point]:
+        """``layout="keras"``: an event's values as MLflow's Keras callback logs them."""
+        values = {
+            k: v for k, v in event.values.items() if isinstance(v, float) and (self.keys is None or k in self.keys)
+        }
+        if mode == "train":
+            named = {mlflow_name(k): v for k, v in values.items()}
+            return [Point(mode, event.step, stamp, named)] if named else []
+        if mode == "test":  # evaluate outside fit: its on_test_end values, at no step (0)
+            named = {mlflow_name(KERAS_VALIDATION + k.partition("/")[2]): v for k, v in values.items()}
+            return [Point(mode, event.step, stamp, named, logged_step=0)] if named else []
+        if mode != "epoch":
+            return []  # fit's validation: from the epoch's logs, which hold every val_ value
+        points = []
+        validation = {
+            mlflow_name(KERAS_VALIDATION + k[len(_VALIDATION) :]): v
+            for k, v in values.items()
+            if k.startswith(_VALIDATION)
+        }
+        if validation:  # its on_test_end, before the epoch's values: at no step (0)
+            points.append(Point("eval", event.step, stamp, validation, logged_step=0))
+        epoch = event.values.get("epoch")
+        named = {mlflow_name(k[len(EPOCH_PREFIX) :]): v for k, v in values.items() if k.startswith(EPOCH_PREFIX)}
+        if self.logs_epochs and named and isinstance(epoch, int | float):
+            points.append(Point(mode, event.step, stamp, named, logged_step=int(epoch)))  # at the epoch's index
+        return points
 
     def _name_of_new(self, key: str, new_names: dict[str, str]) -> str:
         """A key first seen after begin (a Keras epoch value): its name, or ``""`` on a collision."""
