@@ -371,11 +371,10 @@ def from_hooks(
     summaries = {k for sink, _ in done.summaries.values() for k in sink.keys or ()}
     values = frozenset(k for k in gathered.elements if k not in summaries)
     for sink in done.sinks:
-        # They need the step, not the summary op: at their steps it must not run (an extra summary run the
-        # hooks never made). The checkpoint still sees the scalars, to refuse a non-finite step's save.
-        if isinstance(sink, StopAtStepSink):
-            sink.keys = frozenset()
-        elif isinstance(sink, CheckpointSink):
+        # It needs the step, not the summary op: at its steps that must not run (an extra summary run the
+        # hooks never made); it still sees the scalars, to refuse a non-finite step's save. (StopAtStepSink
+        # needs the step alone by itself.)
+        if isinstance(sink, CheckpointSink):
             sink.keys = values
         bus.attach(sink)
     if dashboard:
