@@ -19,6 +19,8 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from hookbus._bus._bus import EventBus
 from hookbus._contract._sink import Sink
 from hookbus._tf.hook._hook import EventBusHook
@@ -39,7 +41,12 @@ CONVERTED = (
     "NanTensorHook",
     "StopAtStepHook",
     "FeedFnHook",
+    "FinalOpsHook",
+    "GlobalStepWaiterHook",
 )
+
+#: The hooks that ride along: they write nothing, so alone they are no reason for an EventBusHook and stay hooks.
+RIDERS = frozenset({"FeedFnHook", "FinalOpsHook", "GlobalStepWaiterHook"})
 
 
 def _kind(hook: object) -> str | None:
@@ -97,6 +104,9 @@ class _Converted:
     graph_dirs: list[str] = dataclasses.field(default_factory=list)
     meta_graph: bool = True
     feed_fn: Callable[[], Mapping[Any, Any]] | None = None
+    wait_for_step: int | None = None
+    final_keys: list[str] = dataclasses.field(default_factory=list)
+    finals: list[tuple[Any, Any]] = dataclasses.field(default_factory=list)  # (FinalOpsHook, its structure of keys)
     summaries: dict[str, tuple[TensorBoardSink, tuple[int | None, float | None]]] = dataclasses.field(
         default_factory=dict
     )
@@ -254,6 +264,101 @@ def _stop(hook: Any, done: _Converted) -> None:
         done.sinks.append(StopAtStepSink(num_steps=hook._num_steps))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Leaf:
+    """A final tensor in its structure: its key, and the numpy scalar type a session returns it as."""
+
+    key: str
+    scalar: type[np.generic] | None
+
+
+def _final_structure(hook: Any, ops: Any, fetches: _Fetches, done: _Converted, name: str) -> Any:
+    """``ops`` (a tensor, or a list, tuple or dict of them, nested) with each tensor replaced by its
+    :class:`_Leaf`."""
+    if isinstance(ops, Mapping):
+        return {k: _final_structure(hook, v, fetches, done, str(k)) for k, v in ops.items()}
+    if isinstance(ops, list | tuple):
+        return type(ops)(_final_structure(hook, v, fetches, done, name) for v in ops)
+    dtype = getattr(ops, "dtype", None)
+    if dtype is None and not isinstance(ops, str):
+        raise _refuse(
+            hook,
+            "final_ops",
+            ops,
+            "an operation, not a tensor: its value is None; EventBusHook(final_fetches=...) reads tensors",
+        )
+    key = fetches.key(name if isinstance(ops, str) or name != "final" else _op_name(ops), ops)
+    if key not in done.final_keys:
+        done.final_keys.append(key)
+    numpy_dtype = getattr(getattr(dtype, "base_dtype", dtype), "as_numpy_dtype", None)
+    scalar = numpy_dtype if isinstance(numpy_dtype, type) and issubclass(numpy_dtype, np.generic) else None
+    return _Leaf(key, scalar)
+
+
+def _op_name(element: Any) -> str:
+    """A key for a final tensor given without a name: its op's name (``w`` for ``w:0``), else ``final``."""
+    name = getattr(getattr(element, "op", None), "name", None)
+    return name.rsplit("/", 1)[-1] if isinstance(name, str) and name else "final"
+
+
+def _wait_until(hook: Any) -> int:
+    """The global step a ``GlobalStepWaiterHook`` waits for (one at or below 0: none, as the hook starts at once)."""
+    until = hook._wait_until_step
+    if isinstance(until, bool) or not isinstance(until, int | np.integer):
+        raise _refuse(hook, "wait_until_step", until, "a global step is an int")
+    return max(0, int(until))
+
+
+def _final_ops(hook: Any, fetches: _Fetches, done: _Converted) -> bool:
+    """Read the hook's final ops at the end; ``False``: it has none (nothing to do, it stays a hook)."""
+    if hook._final_ops is None:
+        return False
+    if hook._final_ops_feed_dict is not None:
+        raise _refuse(
+            hook,
+            "final_ops_feed_dict",
+            hook._final_ops_feed_dict,
+            "EventBusHook(final_fetches=...) runs its tensors without feeds; give the fed placeholders "
+            "defaults (tf.compat.v1.placeholder_with_default), or pass the hook through by hand",
+        )
+    done.finals.append((hook, _final_structure(hook, hook._final_ops, fetches, done, "final")))
+    return True
+
+
+def _final_values(structure: Any, values: Mapping[str, Any]) -> Any:
+    """``structure`` (:func:`_final_structure`'s) filled with the final values, as a session returns
+    them: scalars as the tensor's numpy type (a published scalar is a Python float), arrays as they are."""
+    if isinstance(structure, dict):
+        return {k: _final_values(v, values) for k, v in structure.items()}
+    if isinstance(structure, list):
+        return [_final_values(v, values) for v in structure]
+    if isinstance(structure, tuple):
+        return tuple(_final_values(v, values) for v in structure)
+    value = values[structure.key]
+    return structure.scalar(value) if structure.scalar is not None and isinstance(value, float) else value
+
+
+def _keys_in(structure: Any) -> list[str]:
+    """The keys in :func:`_final_structure`'s ``structure``, in order, each once."""
+    if isinstance(structure, dict):
+        found = [k for v in structure.values() for k in _keys_in(v)]
+    elif isinstance(structure, list | tuple):
+        found = [k for v in structure for k in _keys_in(v)]
+    else:
+        found = [structure.key]
+    return list(dict.fromkeys(found))
+
+
+def _final_filler(hook: Any, structure: Any) -> Callable[[Any], None]:
+    """An ``at_end`` subscriber that sets ``hook.final_ops_values`` as the hook's own ``end`` would."""
+
+    def fill(event: Any) -> None:
+        if event.final:
+            hook._final_ops_values = _final_values(structure, event.values)
+
+    return fill
+
+
 def from_hooks(
     hooks: Iterable[Any],
     *,
@@ -354,9 +459,15 @@ def from_hooks(
             if done.feed_fn is not None:
                 continue  # one feed function per EventBusHook: a second FeedFnHook stays a hook
             done.feed_fn = hook.feed_fn
+        elif kind == "FinalOpsHook" and not _final_ops(hook, gathered, done):
+            continue
+        elif kind == "GlobalStepWaiterHook":
+            if done.wait_for_step is not None:
+                continue  # one start gate per EventBusHook: a second GlobalStepWaiterHook stays a hook
+            done.wait_for_step = _wait_until(hook)
         taken.add(i)
-    if all(kinds[i] == "FeedFnHook" for i in taken):
-        taken = set()  # feeds alone are no reason for an EventBusHook: the FeedFnHook stays
+    if all(kinds[i] in RIDERS for i in taken):
+        taken = set()  # feeds or final ops alone are no reason for an EventBusHook: those hooks stay
     kept = [h for i, h in enumerate(given) if i not in taken]
     say = report if report is not None else _print
     if not taken:
@@ -364,12 +475,21 @@ def from_hooks(
         return given
     bus = bus if bus is not None else EventBus()
     publisher = EventBusHook(
-        bus, gathered.elements, train_op=train_op, checkpoint_listeners=done.listeners, feed_fn=done.feed_fn
+        bus,
+        gathered.elements,
+        train_op=train_op,
+        checkpoint_listeners=done.listeners,
+        feed_fn=done.feed_fn,
+        final_fetches=done.final_keys,
+        wait_for_step=done.wait_for_step,
+        always_wait=done.wait_for_step is not None,
     )
     if publisher.checkpoint_backend is not None:
         publisher.checkpoint_backend.write_meta_graph = done.meta_graph
     summaries = {k for sink, _ in done.summaries.values() for k in sink.keys or ()}
-    values = frozenset(k for k in gathered.elements if k not in summaries)
+    # The final ops are read at the end alone: no sink made here asks for them on a step.
+    finals = set(done.final_keys) - {k for sink in done.sinks for k in sink.keys or ()}
+    values = frozenset(k for k in gathered.elements if k not in summaries and k not in finals)
     for sink in done.sinks:
         # It needs the step, not the summary op: at its steps that must not run (an extra summary run the
         # hooks never made); it still sees the scalars, to refuse a non-finite step's save. (StopAtStepSink
@@ -381,6 +501,11 @@ def from_hooks(
         console = ConsoleSink()
         console.keys = values  # the hooks' values (maybe none: the step alone), never the summary op
         bus.attach(console)
+    for hook, structure in done.finals:
+        keys = _keys_in(structure)
+        bus.on(
+            "after_run", _final_filler(hook, structure), at_end=True, keys=keys, name=f"FinalOpsHook {', '.join(keys)}"
+        )
     for directory in done.graph_dirs:
         bus.on("session_created", _graph_writer(directory), name=f"graph.pbtxt in {directory}")
     first = min(taken)

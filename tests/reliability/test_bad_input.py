@@ -752,6 +752,11 @@ def _keras_callback(restore: Any = False, **arguments: Any) -> Any:
     return hookbus.EventBusCallback(hookbus.EventBus(), restore=restore, **arguments)
 
 
+def _event_bus_hook(**arguments: Any) -> Any:
+    pytest.importorskip("tensorflow")
+    return hookbus.EventBusHook(hookbus.EventBus(), **arguments)
+
+
 #: Every flag of the public surface: (owner, argument, make(tmp, value), expected message).
 FLAG_ARGUMENTS: list[tuple[str, str, Callable[[Path, Any], Any], str]] = [
     ("Schedule", "at_begin", lambda t, v: hookbus.sink_api.Schedule(at_begin=v), FLAG),
@@ -796,6 +801,7 @@ FLAG_ARGUMENTS: list[tuple[str, str, Callable[[Path, Any], Any], str]] = [
         FLAG_OR_DIRECTORY,
     ),
     ("EventBusCallback", "restore", lambda t, v: _keras_callback(v), FLAG_OR_DIRECTORY),
+    ("EventBusHook", "always_wait", lambda t, v: _event_bus_hook(wait_for_step=3, always_wait=v), FLAG),
     ("monitored_training_session", "is_chief", lambda t, v: hookbus.monitored_training_session(is_chief=v), FLAG),
     ("train_and_evaluate", "evaluate_after_stop", lambda t, v: _train_and_evaluate(evaluate_after_stop=v), FLAG),
 ]

@@ -114,7 +114,12 @@ class EventBusHook:
         wait_for_step: A non-chief parameter-server worker waits for this global step before its
             first step, or for what a function of its :class:`hookbus.Task` returns
             (:func:`hookbus.staggered_start`); a stop ends the wait, published as ``waiting_for_step``.
-            Default ``None``: no wait. The chief and one machine never wait.
+            Default ``None``: no wait. The chief and one machine never wait, unless ``always_wait``.
+        always_wait: Wait for ``wait_for_step`` wherever this hook runs, the chief and one machine
+            too, as ``GlobalStepWaiterHook`` waits on any process it is given (what
+            :func:`hookbus.from_hooks` makes of one): something else must move the step there
+            (another process or thread training on the same variables), else only a stop or the
+            timeout ends the wait. Default ``False``.
         wait_timeout_secs: The longest wait (default ``None``: as long as it takes).
         on_timeout: Past it, ``"raise"`` (default, :exc:`TimeoutError`) or ``"start"`` (train anyway).
         feed_fn: ``FeedFnHook``'s job: a function called before every run this hook sees, returning
@@ -158,6 +163,7 @@ class EventBusHook:
         steps_per_run: int | None = None,
         learning_rate: Any = None,
         wait_for_step: int | Callable[[Task], int] | None = None,
+        always_wait: bool = False,
         wait_timeout_secs: float | None = None,
         on_timeout: str = "raise",
         feed_fn: Callable[[], Mapping[Any, Any]] | None = None,
@@ -214,7 +220,12 @@ class EventBusHook:
         self._shared_stop = SharedStop(task, check_stop_every_n_steps) if task and self.mode == "train" else None
         self._stop_args: Any = None
         self._gate = start_gate(
-            wait_for_step, timeout_secs=wait_timeout_secs, on_timeout=on_timeout, task=task, mode=self.mode
+            wait_for_step,
+            timeout_secs=wait_timeout_secs,
+            on_timeout=on_timeout,
+            task=task,
+            mode=self.mode,
+            always=always_wait,
         )
         # Train mode offers its session to checkpoint sinks (through the core, in begin, with
         # TensorFlow's checkpoint layout as the store).
@@ -271,8 +282,8 @@ class EventBusHook:
             # made on quiet steps is corrected at least every check_stop_every_n_steps.
             step_read = self._step_after if self._step_after is not None else self._global_step
             self._stop_args = tf.compat.v1.train.SessionRunArgs({"stop": self._shared_stop.read, "step": step_read})
-            if self._gate is not None:  # it polls the same flag, and the step alone (not the train op)
-                self._gate.build(self._shared_stop.read, self._global_step)
+        if self._gate is not None:  # it polls the shared flag, if any, and the step alone (not the train op)
+            self._gate.build(self._shared_stop.read if self._shared_stop is not None else None, self._global_step)
         # A read ordered after the train op, or the shared stop's global step (which build() requires):
         # a stop made on a quiet run and the end event carry the global step read from the graph.
         self._reads_step = self._step_after is not None or self._shared_stop is not None
@@ -317,11 +328,14 @@ class EventBusHook:
         self._core.session_created(self._step)
         if shared is not None:
             shared.session_created(session, self._core.stops, first=self._core.sessions == 1)
-        if self._gate is not None and self._shared_stop is not None:
+        if self._gate is not None:
             shared, stops = self._shared_stop, self._core.stops
-            step = self._gate.wait_in(
-                session, lambda flag: shared.observe(flag, stops), lambda: stops.requested, self._core.publish_waiting
-            )
+
+            def observe(value: Any) -> None:
+                if shared is not None:
+                    shared.observe(value, stops)
+
+            step = self._gate.wait_in(session, observe, lambda: stops.requested, self._core.publish_waiting)
             self._core.advance(self._estimate.correct(step))
             self._core.should_stop()  # a signal that ended the wait is published now, at the step read
         if self._core.mode == "train" and self.bus.should_stop:
