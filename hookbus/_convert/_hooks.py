@@ -25,7 +25,15 @@ from hookbus._bus._bus import EventBus
 from hookbus._contract._sink import Sink
 from hookbus._tf.hook._hook import EventBusHook
 from hookbus._tf.hook._listeners import write_graph_def
-from hookbus.sinks import CheckpointSink, ConsoleSink, LoggingSink, NanGuardSink, StopAtStepSink, TensorBoardSink
+from hookbus.sinks import (
+    CheckpointSink,
+    ConsoleSink,
+    LoggingSink,
+    NanGuardSink,
+    StopAtStepSink,
+    TensorBoardSink,
+    TimelineSink,
+)
 from hookbus.validate import flag
 
 __all__ = ["from_hooks"]
@@ -40,6 +48,7 @@ CONVERTED = (
     "StepCounterHook",
     "NanTensorHook",
     "StopAtStepHook",
+    "ProfilerHook",
     "FeedFnHook",
     "FinalOpsHook",
     "GlobalStepWaiterHook",
@@ -301,6 +310,24 @@ def _op_name(element: Any) -> str:
     return name.rsplit("/", 1)[-1] if isinstance(name, str) and name else "final"
 
 
+def _profiler(hook: Any, done: _Converted) -> None:
+    directory = os.path.dirname(hook._output_file) or os.curdir  # os.path.join(output_dir, "timeline-{}.json")
+    if any(isinstance(s, TimelineSink) and s.output_dir == directory for s in done.sinks):
+        raise _refuse(hook, "output_dir", directory, "two ProfilerHooks writing one directory")
+    steps, secs = _timer(hook)
+    sink = TimelineSink(
+        directory,
+        every_n_steps=steps,
+        every_n_secs=secs,
+        show_dataflow=bool(hook._show_dataflow),
+        show_memory=bool(hook._show_memory),
+        name=f"ProfilerHook {directory}",
+    )
+    # The hook's timer starts at each session's first run, which it never traces: by steps and by time.
+    sink.schedule = dataclasses.replace(sink.schedule, steps_from_last_firing=True, secs_from_session_start=True)
+    done.sinks.append(sink)
+
+
 def _wait_until(hook: Any) -> int:
     """The global step a ``GlobalStepWaiterHook`` waits for (one at or below 0: none, as the hook starts at once)."""
     until = hook._wait_until_step
@@ -398,11 +425,27 @@ def from_hooks(
       raising ``tf.compat.v1.train.NanLossDuringTrainingError`` (or stopping); it also stops on
       an infinite loss, which the hook lets pass.
     - ``StopAtStepHook(num_steps | last_step)``: a :class:`~hookbus.sinks.StopAtStepSink`.
+    - ``ProfilerHook(save_steps | save_secs, output_dir, show_dataflow, show_memory)``: a
+      :class:`~hookbus.sinks.TimelineSink` writing ``<output_dir>/timeline-<step>.json`` (Chrome
+      traces of the run reaching that global step, traced in full) and the run metadata tagged
+      ``step_<step>`` in an event file there, at the hook's steps (counted from each session's
+      first run, which is never traced). The event file is hookbus's own beside the (empty) one
+      the hook made when it was constructed.
     - ``FeedFnHook(feed_fn)``, beside a hook converted above: the ``EventBusHook``'s ``feed_fn``
       (every run gets its ``feed_dict``); alone, or a second one, it stays a hook.
+    - ``FinalOpsHook(final_ops)``, beside a hook converted above: its tensors are the
+      ``EventBusHook``'s ``final_fetches``, read once as the session ends (never on a step by the
+      sinks made here), and your hook object's ``final_ops_values`` is filled as its own ``end``
+      fills it (a tensor, list, tuple or dict, nested as given; scalars as the tensor's numpy
+      type). ``final_ops_feed_dict`` and an operation among the final ops are refused.
+    - ``GlobalStepWaiterHook(wait_until_step)``, beside a hook converted above: the
+      ``EventBusHook``'s ``wait_for_step`` with ``always_wait=True``, so it waits on the process it
+      is installed on, as the hook does (the chief and one machine too), before the first step;
+      a stop ends the wait. A second one stays a hook.
 
-    Every other hook — ``ProfilerHook``, ``GlobalStepWaiterHook``, ``FinalOpsHook``, a subclass
-    of any hook, your own — passes through unchanged, in order.
+    ``FeedFnHook``, ``FinalOpsHook`` and ``GlobalStepWaiterHook`` write nothing: alone (nothing
+    else converts) they stay hooks. Every other hook — a subclass of any hook, your own — passes
+    through unchanged, in order.
 
     Args:
         hooks: The hooks, as given to ``MonitoredTrainingSession(hooks=...)``.
@@ -455,6 +498,8 @@ def from_hooks(
             _nan(hook, gathered, done)
         elif kind == "StopAtStepHook":
             _stop(hook, done)
+        elif kind == "ProfilerHook":
+            _profiler(hook, done)
         elif kind == "FeedFnHook":
             if done.feed_fn is not None:
                 continue  # one feed function per EventBusHook: a second FeedFnHook stays a hook

@@ -9,9 +9,12 @@ waits: here it moves it when the wait is announced, never after a sleep).
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +22,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 v1 = tf.compat.v1
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 
 import hookbus  # noqa: E402
 from _convert.test_from_hooks import Graph, train  # noqa: E402 - after the importorskip
@@ -230,3 +235,71 @@ def test_global_step_waiter_alone_stays_a_hook_and_a_bad_step_is_refused() -> No
         assert hookbus.from_hooks([waiter], report=_quiet) == [waiter]
     message = _refusal(lambda g: [v1.train.GlobalStepWaiterHook(2.5)])
     assert message.startswith("from_hooks: GlobalStepWaiterHook(wait_until_step=2.5) has no hookbus equivalent")
+
+
+# -- ProfilerHook ----------------------------------------------------------------------------------------
+def _profiled_run(root: Path, *, converted: bool) -> tuple[int, list[Any]]:
+    graph = Graph()
+    with graph.graph.as_default():
+        hooks: list[Any] = [
+            v1.train.ProfilerHook(save_steps=3, output_dir=str(root), show_memory=True),
+            v1.train.StopAtStepHook(last_step=10),
+        ]
+        if converted:
+            hooks = hookbus.from_hooks(hooks, train_op=graph.train_op, report=_quiet, dashboard=False)
+    step = train(graph, hooks, converted=converted)
+    v1.summary.FileWriterCache.clear()  # the hook's cached writer holds its run metadata until closed
+    return step, hooks
+
+
+def _nodes(path: Path) -> set[str]:
+    """The graph nodes a Chrome trace shows running (its complete events' ``args.name``)."""
+    trace = json.loads(path.read_text())
+    return {e["args"]["name"] for e in trace["traceEvents"] if e.get("ph") == "X" and "name" in e.get("args", {})}
+
+
+def test_profiler_hook_timelines_at_the_same_steps_and_paths(tmp_path: Path) -> None:
+    """ProfilerHookTest (``test_save_steps``, ``test_run_metadata_saves``): ``timeline-<step>.json``
+    Chrome traces at the hook's steps (never the session's first run), each showing the model's
+    ops running, and the run metadata tagged ``step_<step>`` in ``output_dir``'s event files."""
+    their_step, _ = _profiled_run(tmp_path / "hooks", converted=False)
+    our_step, hooks = _profiled_run(tmp_path / "converted", converted=True)
+    assert our_step == their_step == 10
+    assert len(hooks) == 1
+    names = ["timeline-3.json", "timeline-6.json", "timeline-9.json"]
+    for name in ("hooks", "converted"):
+        assert sorted(p.name for p in (tmp_path / name).glob("timeline-*.json")) == names
+    for timeline in names:
+        theirs, ours = _nodes(tmp_path / "hooks" / timeline), _nodes(tmp_path / "converted" / timeline)
+        model = {n for n in theirs if n.startswith(("GradientDescent", "gradients", "w", "loss"))}
+        assert model
+        assert model <= ours
+    for name in ("hooks", "converted"):
+        accumulator = EventAccumulator(str(tmp_path / name))
+        accumulator.Reload()
+        assert sorted(accumulator.Tags()["run_metadata"]) == ["step_3", "step_6", "step_9"]
+        assert accumulator.RunMetadata("step_6").step_stats.dev_stats
+
+
+def test_a_timeline_sink_alone_traces_only_its_steps(tmp_path: Path) -> None:
+    """No publisher's run is traced but a due one: a TimelineSink with a step schedule writes only its
+    steps' timelines, and the runs between carry no trace (the hook asks for none)."""
+    graph = Graph()
+    bus = hookbus.EventBus()
+    timelines = bus.attach(hookbus.sinks.TimelineSink(tmp_path, every_n_steps=4))
+    bus.attach(hookbus.sinks.StopAtStepSink(last_step=9))
+    traced: list[int] = []
+
+    @bus.on("after_run", every_n_steps=1)
+    def seen(event: hookbus.Event) -> None:
+        trace = timelines.context.profiler.run_trace()
+        if trace is not None and trace.step == event.step:
+            traced.append(event.step)
+
+    with graph.graph.as_default():
+        hook = hookbus.EventBusHook(bus, train_op=graph.train_op)
+    with bus:
+        assert train(graph, [hook], converted=True) == 9
+    assert sorted(p.name for p in tmp_path.glob("timeline-*.json")) == ["timeline-4.json", "timeline-8.json"]
+    assert traced == [4, 8]
+    assert [os.path.basename(p) for p in timelines.written] == ["timeline-4.json", "timeline-8.json"]

@@ -16,7 +16,7 @@ from hookbus._tf._elements import op_of, resolve, static_shape, step_after
 from hookbus._tf._export_tf import GraphExport, check_serving
 from hookbus._tf._import import require_tensorflow, with_framework_base
 from hookbus._tf._learning_rate_tf import HookRate
-from hookbus._tf._profiler_tf import TFProfiler
+from hookbus._tf._profiler_tf import RunMetadataTrace, TFProfiler
 from hookbus._tf.hook._args import check_fetches, check_run_arguments, check_task
 from hookbus._tf.hook._eval import EvalRuns
 from hookbus._tf.hook._eval_mean import check_aggregate
@@ -204,6 +204,7 @@ class EventBusHook:
         self._evals = EvalRuns(check_aggregate(aggregate, self._fetches), batch_size)  # an eval hook's runs
         self.bus = bus
         self._planned: Plan | None = None
+        self._traced = False  # whether the run in progress is traced in full (Profiling.trace_run)
         self._training_run = self._quiet = False  # the run in progress: a training run, a quiet one
         # The fast path: the train op a run fetched alone, once the increment per run is known (train mode,
         # no shared stop); such a run is a training run, and a quiet one plans nothing and fetches nothing.
@@ -294,6 +295,7 @@ class EventBusHook:
             self.checkpoint_backend.step_variable = self._global_step if self._shared_stop is not None else None
             self._core.offer_checkpoints(self.checkpoint_backend, TENSORFLOW)
             self._core.offer_profiler(TFProfiler())
+            self._profiling.offer_run_traces(True)  # a run traced in full on request (ProfilerHook's timelines)
         if self._core.mode == "train":  # the model sinks see: graph, variables, SavedModel through the session
             if self._serving is not None and (self._export is None or self._export.graph is not graph):
                 self._export = GraphExport(graph, *self._serving, session=self._live_session)
@@ -396,7 +398,16 @@ class EventBusHook:
             if self._shared_stop is not None and self._shared_stop.due():
                 return self._stop_args
             return self._step_args if learn else None
-        return self._train_fetches.args(plan.keys)
+        args = self._train_fetches.args(plan.keys)
+        # A due sink asked, from before_run, for a full trace. Not of the run that learns the increment: planned
+        # as if every rule were due, it is a session's first run, which is never profiled.
+        self._traced = self._profiling.run_trace_wanted and not learn
+        if learn and self._profiling.run_trace_wanted:
+            self._profiling.run_traced(None)
+        if self._traced:
+            options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+            return tf.compat.v1.train.SessionRunArgs(args.fetches, feed_dict=args.feed_dict, options=options)
+        return args
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
         if self._quiet:
@@ -408,7 +419,7 @@ class EventBusHook:
         if self._core.mode == "eval":
             self._evals.add(run_values.results)
         elif self._training_run:
-            self._after_training_run(run_context, run_values.results)
+            self._after_training_run(run_context, run_values.results, run_values.run_metadata)
         self._act_on_stops(run_context, self._training_run and not self._exact and self._reads_step)
 
     def _act_on_stops(self, run_context: Any, estimated: bool) -> None:
@@ -430,7 +441,7 @@ class EventBusHook:
                 return max(steps)
         return self._step
 
-    def _after_training_run(self, run_context: Any, results: Any) -> None:
+    def _after_training_run(self, run_context: Any, results: Any, metadata: Any = None) -> None:
         stop = self._shared_stop
         restored = None  # the checkpoint step of a restore the chief marked, read with this run
         if stop is not None:
@@ -449,6 +460,9 @@ class EventBusHook:
                 self._marked(restored, exact)
             if self._profiling.marking:
                 self._profiling.step_ended(step)
+            if self._traced:
+                self._traced = False
+                self._profiling.run_traced(RunMetadataTrace(step, metadata) if metadata is not None else None)
             try:
                 self._core.publish_step(plan, step, values)
             except Exception as error:
@@ -535,6 +549,7 @@ class EventBusHook:
         if self.checkpoint_backend is not None:
             self.checkpoint_backend.attach_session(None)  # the session closes after end()
             self._core.offer_profiler(None)
+            self._profiling.offer_run_traces(False)
         if self._rate is not None:
             self._rate.attach_session(None)
 
