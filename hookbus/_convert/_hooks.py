@@ -114,6 +114,7 @@ class _Converted:
     meta_graph: bool = True
     feed_fn: Callable[[], Mapping[Any, Any]] | None = None
     wait_for_step: int | None = None
+    final_feed_dict: Mapping[Any, Any] | None = None
     final_keys: list[str] = dataclasses.field(default_factory=list)
     finals: list[tuple[Any, Any]] = dataclasses.field(default_factory=list)  # (FinalOpsHook, its structure of keys)
     summaries: dict[str, tuple[TensorBoardSink, tuple[int | None, float | None]]] = dataclasses.field(
@@ -340,14 +341,17 @@ def _final_ops(hook: Any, fetches: _Fetches, done: _Converted) -> bool:
     """Read the hook's final ops at the end; ``False``: it has none (nothing to do, it stays a hook)."""
     if hook._final_ops is None:
         return False
-    if hook._final_ops_feed_dict is not None:
-        raise _refuse(
-            hook,
-            "final_ops_feed_dict",
-            hook._final_ops_feed_dict,
-            "EventBusHook(final_fetches=...) runs its tensors without feeds; give the fed placeholders "
-            "defaults (tf.compat.v1.placeholder_with_default), or pass the hook through by hand",
-        )
+    feeds = hook._final_ops_feed_dict
+    if feeds is not None or done.final_feed_dict is not None:
+        if done.finals:  # one read at the end, with one feed_dict: it would feed the other hook's tensors too
+            raise _refuse(
+                hook,
+                "final_ops_feed_dict",
+                feeds if feeds is not None else done.final_feed_dict,
+                "EventBusHook reads every final op in one run with one feed_dict; a FinalOpsHook with "
+                "feeds converts only as the list's one FinalOpsHook",
+            )
+        done.final_feed_dict = feeds
     done.finals.append((hook, _final_structure(hook, hook._final_ops, fetches, done, "final")))
     return True
 
@@ -437,7 +441,8 @@ def from_hooks(
       ``EventBusHook``'s ``final_fetches``, read once as the session ends (never on a step by the
       sinks made here), and your hook object's ``final_ops_values`` is filled as its own ``end``
       fills it (a tensor, list, tuple or dict, nested as given; scalars as the tensor's numpy
-      type). ``final_ops_feed_dict`` and an operation among the final ops are refused.
+      type), with ``final_ops_feed_dict`` as the read's ``feed_dict``. An operation among the
+      final ops is refused, and so is a feed dict beside another ``FinalOpsHook`` (one read).
     - ``GlobalStepWaiterHook(wait_until_step)``, beside a hook converted above: the
       ``EventBusHook``'s ``wait_for_step`` with ``always_wait=True``, so it waits on the process it
       is installed on, as the hook does (the chief and one machine too), before the first step;
@@ -526,6 +531,7 @@ def from_hooks(
         checkpoint_listeners=done.listeners,
         feed_fn=done.feed_fn,
         final_fetches=done.final_keys,
+        final_feed_dict=done.final_feed_dict,
         wait_for_step=done.wait_for_step,
         always_wait=done.wait_for_step is not None,
     )

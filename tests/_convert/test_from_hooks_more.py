@@ -107,17 +107,37 @@ def _refusal(make: Any) -> str:
     return str(raised.value)
 
 
-def test_final_ops_with_no_equivalent_are_refused_naming_the_argument() -> None:
-    def fed(g: Graph) -> list[Any]:
-        scale = v1.placeholder(tf.float32, [], name="scale")
-        return [v1.train.FinalOpsHook(scale * g.w, final_ops_feed_dict={scale: 2.0})]
+def test_final_ops_feed_dict_feeds_the_final_read() -> None:
+    """FinalOpsHookTest.test_final_ops_with_dictionary's feeds: the final read gets the feed_dict."""
+    got = []
+    for converted in (False, True):
+        graph = Graph()
+        with graph.graph.as_default():
+            scale = v1.placeholder_with_default(1.0, [], name="scale")
+            final = v1.train.FinalOpsHook({"scaled": scale * graph.w}, final_ops_feed_dict={scale: 2.0})
+            hooks: list[Any] = [final, v1.train.StopAtStepHook(last_step=4)]
+            if converted:
+                hooks = hookbus.from_hooks(hooks, train_op=graph.train_op, report=_quiet, dashboard=False)
+                assert final not in hooks
+        train(graph, hooks, converted=converted)
+        got.append(_described(final.final_ops_values))
+    assert got[0] == got[1]
 
-    message = _refusal(fed)
+
+def test_final_ops_with_no_equivalent_are_refused_naming_the_argument() -> None:
+    def two(g: Graph) -> list[Any]:
+        scale = v1.placeholder_with_default(1.0, [], name="scale")
+        return [v1.train.FinalOpsHook(g.w), v1.train.FinalOpsHook(scale * g.w, final_ops_feed_dict={scale: 2.0})]
+
+    message = _refusal(two)
     assert message.startswith("from_hooks: FinalOpsHook(final_ops_feed_dict={")
-    assert "placeholder_with_default" in message
+    assert "the list's one FinalOpsHook" in message
     message = _refusal(lambda g: [v1.train.FinalOpsHook([g.w, g.train_op])])
     assert message.startswith("from_hooks: FinalOpsHook(final_ops=")
     assert "an operation, not a tensor" in message
+    graph = Graph()
+    with graph.graph.as_default(), pytest.raises(ValueError, match="give final_fetches too"):
+        hookbus.EventBusHook(hookbus.EventBus(), {"w": graph.w}, final_feed_dict={"scale:0": 2.0})
 
 
 # -- GlobalStepWaiterHook ------------------------------------------------------------------------------

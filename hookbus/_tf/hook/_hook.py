@@ -101,6 +101,9 @@ class EventBusHook:
             subscribers (``FinalOpsHook``'s job: a streaming metric's result), declared safe to
             run then — they must not pull from the input pipeline. Default: none; the ``at_end``
             subscribers get the last values published and the step they came from.
+        final_feed_dict: The ``feed_dict`` of that one read at the end (``FinalOpsHook``'s
+            ``final_ops_feed_dict``: placeholders, or their names, to values). Default ``None``:
+            no feeds.
         steps_per_run: Train mode: the most global steps one run of ``train_op`` advances
             (TensorFlow's ``steps_per_run``), when more than one. Quiet runs are planned that
             far ahead, so no step schedule fires late even when runs advance unevenly; a run
@@ -159,6 +162,7 @@ class EventBusHook:
         task: Task | None = None,
         check_stop_every_n_steps: int = 10,
         final_fetches: Iterable[str] = (),
+        final_feed_dict: Mapping[Any, Any] | None = None,
         batch_size: Any = None,
         steps_per_run: int | None = None,
         learning_rate: Any = None,
@@ -195,6 +199,13 @@ class EventBusHook:
             fetches=self._fetches,
             final_fetches=final_fetches,
         )
+        if final_feed_dict is not None and not isinstance(final_feed_dict, Mapping):
+            raise TypeError(
+                f"final_feed_dict must be a feed_dict (placeholders to values) or None (got {final_feed_dict!r})"
+            )
+        if final_feed_dict is not None and not self._final_fetches:
+            raise ValueError("final_feed_dict feeds the read of final_fetches at the end: give final_fetches too")
+        self._final_feed = dict(final_feed_dict) if final_feed_dict is not None else None
         self._estimate = StepEstimate(steps_per_run)
         self._exact = False  # whether the last training run read the step
         self._resumed_at: int | None = None  # a restore mark's step read before the step went back
@@ -540,7 +551,8 @@ class EventBusHook:
             # declared safe to run now, are read at the end.
             step, values = self._core.last_values() or (self._step, {})
             if self._final_fetches:
-                values = {**values, **session.run({k: self._elements[k] for k in self._final_fetches})}
+                read = {k: self._elements[k] for k in self._final_fetches}
+                values = {**values, **session.run(read, feed_dict=self._final_feed)}
                 step = self._step
             self._core.publish_final(final, {k: v for k, v in values.items() if k in final.keys}, step=step)
         self._core.end(self._step)
