@@ -339,8 +339,8 @@ def _wait_until(hook: Any) -> int:
 
 def _final_ops(hook: Any, fetches: _Fetches, done: _Converted) -> bool:
     """Read the hook's final ops at the end; ``False``: it has none (nothing to do, it stays a hook)."""
-    if hook._final_ops is None:
-        return False
+    if hook._final_ops is None or not _has_tensor(hook._final_ops):
+        return False  # nothing to read: the hook's end would run an empty structure
     feeds = hook._final_ops_feed_dict
     if feeds is not None or done.final_feed_dict is not None:
         if done.finals:  # one read at the end, with one feed_dict: it would feed the other hook's tensors too
@@ -353,6 +353,15 @@ def _final_ops(hook: Any, fetches: _Fetches, done: _Converted) -> bool:
             )
         done.final_feed_dict = feeds
     done.finals.append((hook, _final_structure(hook, hook._final_ops, fetches, done, "final")))
+    return True
+
+
+def _has_tensor(ops: Any) -> bool:
+    """Whether a structure of final ops holds any leaf at all (``[]`` and ``{}`` hold none)."""
+    if isinstance(ops, Mapping):
+        return any(_has_tensor(v) for v in ops.values())
+    if isinstance(ops, list | tuple):
+        return any(_has_tensor(v) for v in ops)
     return True
 
 
@@ -517,7 +526,7 @@ def from_hooks(
             done.wait_for_step = _wait_until(hook)
         taken.add(i)
     if all(kinds[i] in RIDERS for i in taken):
-        taken = set()  # feeds or final ops alone are no reason for an EventBusHook: those hooks stay
+        taken = set()  # feeds, final ops or a wait alone are no reason for an EventBusHook: those hooks stay
     kept = [h for i, h in enumerate(given) if i not in taken]
     say = report if report is not None else _print
     if not taken:

@@ -98,6 +98,11 @@ def test_final_ops_alone_stay_a_hook() -> None:
         lines: list[str] = []
         assert hookbus.from_hooks([final], report=lines.append) == [final]
     assert lines == ["hookbus.from_hooks: nothing converted; FinalOpsHook pass through unchanged"]
+    with graph.graph.as_default():
+        empty = v1.train.FinalOpsHook([])  # nothing to read at the end: it stays, beside a conversion
+        hooks = hookbus.from_hooks([empty, v1.train.StopAtStepHook(last_step=2)], report=_quiet, dashboard=False)
+    assert hooks[0] is empty
+    assert isinstance(hooks[1], hookbus.EventBusHook)
 
 
 def _refusal(make: Any) -> str:
