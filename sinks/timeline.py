@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from tensorboard.compat.proto.event_pb2 import Event as EventProto
 from tensorboard.compat.proto.event_pb2 import TaggedRunMetadata
 
-from hookbus.sink_api import Sink, check_writable_dir, write_atomically
+from hookbus.sink_api import OutputLock, Sink, check_writable_dir, write_atomically
 from hookbus.validate import flag, non_empty_path
 
 from ._event_files import new_event_file
@@ -47,6 +47,9 @@ class TimelineSink(Sink):
         show_memory: Tensors' sizes and lifetimes (default ``False``, as the hook).
         name: Name in reports (default the class name).
 
+    One run writes a directory's timelines at a time: a second one fails as it begins, naming
+    the first (a lock file ``.timeline.lock`` in ``output_dir``).
+
     Raises:
         ValueError: for an empty ``output_dir``, one that cannot be written, or a schedule
             argument that is not valid.
@@ -75,12 +78,19 @@ class TimelineSink(Sink):
         self.show_memory = bool(flag("show_memory", show_memory))
         self._events: Any = None
         self._said = False
+        # One writer of a directory's timelines: their names are known only as the steps come.
+        timelines = os.path.join(self.output_dir, "timeline-<step>.json")
+        self._lock = OutputLock(timelines, self.name, "the timelines", os.path.join(self.output_dir, ".timeline.lock"))
         #: The timelines written in this run, in order.
         self.written: list[str] = []
 
     def setup(self, context: SinkContext) -> None:
         super().setup(context)
         self.written, self._said = [], False
+
+    def on_begin(self, event: Event) -> None:
+        if event.mode == "train":
+            self._lock.acquire()  # before step 1: a second run writing these timelines fails naming the first
 
     def on_before_run(self, event: Event) -> None:
         profiler = self.context.profiler
@@ -113,5 +123,8 @@ class TimelineSink(Sink):
 
     def close(self) -> None:
         events, self._events = self._events, None
-        if events is not None:
-            events.close()
+        try:
+            if events is not None:
+                events.close()
+        finally:
+            self._lock.release()
