@@ -277,6 +277,31 @@ def _profiled_run(root: Path, *, converted: bool) -> tuple[int, list[Any]]:
     return step, hooks
 
 
+def test_profiler_hook_never_traces_a_sessions_first_run(tmp_path: Path) -> None:
+    """ProfilerHookTest.test_save_steps_does_not_save_in_first_step and test_run_metadata_saves:
+    ``save_steps=1`` traces every run but the session's first (here without a train op, so no run
+    learns the step's increment first)."""
+    for name in ("hooks", "converted"):
+        graph = Graph()
+        with graph.graph.as_default():
+            hooks: list[Any] = [
+                v1.train.ProfilerHook(save_steps=1, output_dir=str(tmp_path / name)),
+                v1.train.StopAtStepHook(last_step=3),
+            ]
+            if name == "converted":
+                hooks = hookbus.from_hooks(hooks, report=_quiet, dashboard=False)
+        train(graph, hooks, converted=name == "converted")
+        v1.summary.FileWriterCache.clear()
+    for name in ("hooks", "converted"):
+        assert sorted(p.name for p in (tmp_path / name).glob("timeline-*.json")) == [
+            "timeline-2.json",
+            "timeline-3.json",
+        ]
+        accumulator = EventAccumulator(str(tmp_path / name))
+        accumulator.Reload()
+        assert sorted(accumulator.Tags()["run_metadata"]) == ["step_2", "step_3"]
+
+
 def _nodes(path: Path) -> set[str]:
     """The graph nodes a Chrome trace shows running (its complete events' ``args.name``)."""
     trace = json.loads(path.read_text())

@@ -216,6 +216,7 @@ class EventBusHook:
         self.bus = bus
         self._planned: Plan | None = None
         self._traced = False  # whether the run in progress is traced in full (Profiling.trace_run)
+        self._trained_in_session = False  # whether the session ran a training run yet: its first is never traced
         self._training_run = self._quiet = False  # the run in progress: a training run, a quiet one
         # The fast path: the train op a run fetched alone, once the increment per run is known (train mode,
         # no shared stop); such a run is a training run, and a quiet one plans nothing and fetches nothing.
@@ -327,6 +328,7 @@ class EventBusHook:
     def after_create_session(self, session: Any, coord: Any) -> None:
         self._estimate.start(int(session.run(self._global_step)) if self._global_step is not None else 0)
         self._session = session
+        self._trained_in_session = False
         shared = self._shared_stop
         if shared is not None and shared.task.is_chief and self._step > 0:
             # First: the workers, which see their step go back now, wait for this mark to cut their files.
@@ -410,10 +412,12 @@ class EventBusHook:
                 return self._stop_args
             return self._step_args if learn else None
         args = self._train_fetches.args(plan.keys)
-        # A due sink asked, from before_run, for a full trace. Not of the run that learns the increment: planned
-        # as if every rule were due, it is a session's first run, which is never profiled.
-        self._traced = self._profiling.run_trace_wanted and not learn
-        if learn and self._profiling.run_trace_wanted:
+        # A due sink asked, from before_run, for a full trace. Never of a session's first run (it traces graph
+        # building, not training; ProfilerHook's rule too), nor of the run that learns the increment (planned as
+        # if every rule were due).
+        wanted = self._profiling.run_trace_wanted
+        self._traced = wanted and not learn and self._trained_in_session
+        if wanted and not self._traced:
             self._profiling.run_traced(None)
         if self._traced:
             options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
@@ -422,7 +426,7 @@ class EventBusHook:
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
         if self._quiet:
-            self._exact = False
+            self._exact, self._trained_in_session = False, True
             if self._core.passed(self._estimate.ran(None)):
                 return
             self._act_on_stops(run_context, self._reads_step)
@@ -453,6 +457,7 @@ class EventBusHook:
         return self._step
 
     def _after_training_run(self, run_context: Any, results: Any, metadata: Any = None) -> None:
+        self._trained_in_session = True
         stop = self._shared_stop
         restored = None  # the checkpoint step of a restore the chief marked, read with this run
         if stop is not None:
