@@ -41,7 +41,8 @@ class TimelineSink(Sink):
     Args:
         output_dir: Where the timelines and the event file go (made if missing).
         every_n_steps, every_n_secs: The schedule (default: every 1000 steps). A session's
-            first run is traced only if it is due.
+            first run is never traced (it builds and loads, as ``ProfilerHook`` knows): a step due
+            then writes nothing.
         show_dataflow: Flow events between the producers and consumers of tensors (default
             ``True``, as the hook).
         show_memory: Tensors' sizes and lifetimes (default ``False``, as the hook).

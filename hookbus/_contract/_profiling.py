@@ -185,7 +185,8 @@ class Profiler(Protocol):
         ...
 
     def trace_run(self) -> None:
-        """Trace the coming training run in full (call it from a ``before_run`` handler)."""
+        """Trace the coming training run in full (call it from a ``before_run`` handler); a
+        session's first run is never traced."""
         ...
 
     def run_trace(self) -> RunTrace | None:
