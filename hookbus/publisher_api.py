@@ -13,7 +13,8 @@ metric directions, and epochs with an :class:`EpochProgress`; every other member
 offered"); ``offer_learning_rate`` a :class:`RateBackend` (read and set the rate it trains with);
 ``offer_profiler`` a :class:`ProfilerBackend` (raising :exc:`ProfilerBusy` when another profiler
 runs), whose step markers the publisher sets through ``PublisherCore.profiling`` (a
-:class:`Profiling`). A publisher is a :class:`Publisher` (what the bus reads of it);
+:class:`Profiling`; a run it traces in full on a sink's request it hands over as a
+:class:`RunTrace`). A publisher is a :class:`Publisher` (what the bus reads of it);
 ``PublisherCore.stops`` is the run's :class:`Stops`, what a transport of stops between workers
 reads and requests through.
 Evaluation's keys are published as ``EVAL_PREFIX + key``, a test evaluation's (``mode="test"``)
@@ -31,7 +32,7 @@ from hookbus._checkpoints._store import CheckpointStore, FileCheckpointStore
 from hookbus._contract._cluster import RUNS_ON, Task
 from hookbus._contract._learning_rate import RateBackend
 from hookbus._contract._model import EpochProgress, ModelExport, ModelView, WeightsBackend
-from hookbus._contract._profiling import ProfileOptions, ProfilerBackend, ProfilerBusy, Profiling
+from hookbus._contract._profiling import ProfileOptions, ProfilerBackend, ProfilerBusy, Profiling, RunTrace
 from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX, RESERVED_KEYS, TEST_PREFIX
 from hookbus._publishing._planner import Plan
 from hookbus._publishing._publisher import PublisherCore
@@ -57,6 +58,7 @@ __all__ = [
     "Publisher",
     "PublisherCore",
     "RateBackend",
+    "RunTrace",
     "Stops",
     "Task",
     "WeightsBackend",

@@ -19,6 +19,7 @@ What it holds:
 - the interface: :class:`Sink`, the :class:`SinkContext` its ``begin`` receives (with
   :class:`PeerReport`, the checkpoint seam :class:`Checkpoints`, the profiling seam
   :class:`Profiler` with its :class:`ProfileWindow`, :class:`ProfileOptions`, :class:`ProfileResult`,
+  :class:`RunTrace`,
   and the model seam :class:`ModelView` with its :class:`WeightsBackend`, :class:`ModelExport` and
   :class:`EpochProgress`),
   :class:`Schedule`, :class:`Priority` (its values also as ``PRIORITY_*``), the signals' names :data:`SIGNALS`;
@@ -70,7 +71,7 @@ from hookbus._contract._events import (
 )
 from hookbus._contract._learning_rate import LEARNING_RATE_KEY, LearningRate, LearningRateChange, RateRequest
 from hookbus._contract._model import EpochProgress, ModelExport, ModelView, WeightsBackend
-from hookbus._contract._profiling import ProfileOptions, Profiler, ProfileResult, ProfileWindow
+from hookbus._contract._profiling import ProfileOptions, Profiler, ProfileResult, ProfileWindow, RunTrace
 from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX, TEST_PREFIX
 from hookbus._contract._run_summary import RunSummary, read_run_summary, run_summary_path
 from hookbus._contract._schedule import Schedule, ScheduleTimer
@@ -135,6 +136,7 @@ __all__ = [
     "Profiler",
     "RateRequest",
     "RunSummary",
+    "RunTrace",
     "Schedule",
     "ScheduleTimer",
     "Sink",

@@ -14,6 +14,7 @@ from .nan_guard import NanGuardSink, NonFiniteError
 from .profiler import ProfilerSink
 from .stop_at_step import StopAtStepSink
 from .tensorboard import TensorBoardSink
+from .timeline import TimelineSink
 
 __all__: list[str] = [
     "CSVSink",
@@ -31,6 +32,7 @@ __all__: list[str] = [
     "ReduceLROnPlateauSink",
     "StopAtStepSink",
     "TensorBoardSink",
+    "TimelineSink",
     "mlflow_name",
 ]
 

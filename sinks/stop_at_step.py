@@ -23,7 +23,8 @@ class StopAtStepSink(Sink):
     keeps the target). A session that starts at or past the target stops at once.
 
     It costs nothing per step: its schedule makes it due exactly at the target step (and, with
-    ``max_seconds``, once the budget is spent), so the publisher fetches only then.
+    ``max_seconds``, once the budget is spent), and it needs the step alone (``keys`` is empty), so
+    the publisher fetches no value for it even then.
 
     Under ``MultiWorkerMirroredStrategy`` keep it on every worker (the default ``runs_on="all"``)
     with the same target: the workers agree on that step at begin and all stop exactly there.
@@ -67,6 +68,7 @@ class StopAtStepSink(Sink):
         # Due only at the target step (n = target: step // n first grows there) and when the
         # budget may be spent; num_steps re-targets at the first session (see on_session_created).
         super().__init__(every_n_steps=self.last_step or self.num_steps, every_n_secs=self.max_seconds, name=name)
+        self.keys = frozenset()  # the step alone: its due step fetches no value (a summary op stays unrun)
         self._clock = clock
         self._target: int | None = self.last_step
         self._started: float | None = None

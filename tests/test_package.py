@@ -71,6 +71,7 @@ def test_sinks_surface_is_pinned() -> None:
         "ReduceLROnPlateauSink",
         "StopAtStepSink",
         "TensorBoardSink",
+        "TimelineSink",
         "mlflow_name",
     ]
 
@@ -102,7 +103,7 @@ def test_the_seams_hold() -> None:
     ]
     sinks = {n for n in found if n.startswith("hookbus.sinks.") and not n.rpartition(".")[2].startswith("_")}
     sinks -= {n for n in sinks if found[n].name == "__init__.py"}  # a sink's folder, not a sink
-    assert len(sinks) == 13
+    assert len(sinks) == 14
     for edge in edges:
         if edge.source in sinks and edge.target in sinks:
             raise AssertionError(f"{edge.source} imports the sink module {edge.target}")
@@ -314,6 +315,7 @@ def test_the_sink_authors_surface_is_pinned() -> None:
         "Profiler",
         "RateRequest",
         "RunSummary",
+        "RunTrace",
         "SIGNALS",
         "Schedule",
         "ScheduleTimer",
@@ -388,6 +390,7 @@ def test_the_publisher_authors_surface_is_pinned() -> None:
         "RESERVED_KEYS",
         "RUNS_ON",
         "RateBackend",
+        "RunTrace",
         "Stops",
         "TEST_PREFIX",
         "Task",

@@ -9,6 +9,14 @@ publisher compares the coming step with :attr:`Profiling.first` (``inf`` while n
 asked for) and only inside a window calls :meth:`Profiling.step_begins` / :meth:`Profiling.step_ended`,
 which start the profiler, wrap the step in a step marker with its global step, and save the
 trace once the window's last step ran. Outside windows nothing is called: no profiler, no marker.
+
+Run traces are the other kind (``ProfilerHook``'s timelines): one training run traced in full by
+the session itself. A sink asks from its ``before_run`` handler (:meth:`Profiling.trace_run`); a
+publisher that offers them (:meth:`Profiling.offer_run_traces`, the TF1 hook) reads
+:attr:`Profiling.run_trace_wanted` after planning the run, runs it with full tracing and hands the
+:class:`RunTrace` over (:meth:`Profiling.run_traced`) before publishing the step, so the sink takes
+it (:meth:`Profiling.run_trace`) in its ``after_run`` handler, only when it is due at the step the
+run really reached.
 """
 
 from __future__ import annotations
@@ -19,7 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from hookbus._rules._validate import flag
+
 __all__ = [
+    "RunTrace",
     "ProfileOptions",
     "ProfileResult",
     "ProfileWindow",
@@ -121,6 +132,26 @@ class ProfileWindow:
     done: Callable[[ProfileResult], None]
 
 
+class RunTrace(Protocol):
+    """One training run traced in full, as the publisher that ran it hands it over."""
+
+    @property
+    def step(self) -> int:
+        """The global step the traced run reached."""
+        ...
+
+    def chrome_trace(self, *, show_dataflow: bool, show_memory: bool) -> str:
+        """The run's ops as Chrome trace JSON (``chrome://tracing``, Perfetto): TensorFlow's
+        ``timeline.Timeline`` format, with flow events between producers and consumers
+        (``show_dataflow``) and tensor lifetimes and sizes (``show_memory``)."""
+        ...
+
+    def serialized(self) -> bytes:
+        """The run's metadata serialized (TensorFlow's ``RunMetadata``), as TensorBoard's graph tab
+        reads it from an event's tagged run metadata."""
+        ...
+
+
 class Profiler(Protocol):
     """Profiling as the bus offers it to one sink (:attr:`hookbus.sink_api.SinkContext.profiler`)."""
 
@@ -148,6 +179,21 @@ class Profiler(Protocol):
         with ``why``); a window not begun is dropped without a call."""
         ...
 
+    @property
+    def run_traces_offered(self) -> bool:
+        """Whether the training publisher traces single runs in full (the TF1 hook)."""
+        ...
+
+    def trace_run(self) -> None:
+        """Trace the coming training run in full (call it from a ``before_run`` handler); a
+        session's first run is never traced."""
+        ...
+
+    def run_trace(self) -> RunTrace | None:
+        """The trace of the run just published (call it from an ``after_run`` handler), or ``None``
+        when it was not traced."""
+        ...
+
 
 class Profiling:
     """The bus's side of profiling: the window asked for, the publisher's backend, the markers.
@@ -165,6 +211,9 @@ class Profiling:
         self._window: ProfileWindow | None = None
         self._tracing = False
         self._steps: list[int] = []
+        self.run_trace_wanted = False
+        self._run_traces = False
+        self._run_trace: RunTrace | None = None
 
     # -- the publisher's side --------------------------------------------------------------------
     def offer(self, backend: ProfilerBackend | None) -> None:
@@ -218,7 +267,29 @@ class Profiling:
         if window is not None and step >= window.last:
             self._save("window end")
 
+    def offer_run_traces(self, offered: bool) -> None:
+        """Whether the training publisher traces a run in full when :attr:`run_trace_wanted` (a
+        train publisher, as it begins; ``False`` withdraws it)."""
+        self._run_traces = bool(flag("offered", offered))
+        self.run_trace_wanted, self._run_trace = False, None
+
+    def run_traced(self, trace: RunTrace | None) -> None:
+        """The wanted run ran (``trace``: its trace, ``None`` if it carried none): before its step is
+        published. The request is answered: the next run is traced only when asked again."""
+        self.run_trace_wanted, self._run_trace = False, trace
+
     # -- the sink's side -------------------------------------------------------------------------
+    @property
+    def run_traces_offered(self) -> bool:
+        return self._run_traces
+
+    def trace_run(self) -> None:
+        self._run_trace = None
+        self.run_trace_wanted = self._run_traces
+
+    def run_trace(self) -> RunTrace | None:
+        return self._run_trace
+
     def profile(self, window: ProfileWindow) -> None:
         if self._window is not None:
             self.finish("replaced")

@@ -19,11 +19,21 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from hookbus._bus._bus import EventBus
 from hookbus._contract._sink import Sink
 from hookbus._tf.hook._hook import EventBusHook
 from hookbus._tf.hook._listeners import write_graph_def
-from hookbus.sinks import CheckpointSink, ConsoleSink, LoggingSink, NanGuardSink, StopAtStepSink, TensorBoardSink
+from hookbus.sinks import (
+    CheckpointSink,
+    ConsoleSink,
+    LoggingSink,
+    NanGuardSink,
+    StopAtStepSink,
+    TensorBoardSink,
+    TimelineSink,
+)
 from hookbus.validate import flag
 
 __all__ = ["from_hooks"]
@@ -38,8 +48,14 @@ CONVERTED = (
     "StepCounterHook",
     "NanTensorHook",
     "StopAtStepHook",
+    "ProfilerHook",
     "FeedFnHook",
+    "FinalOpsHook",
+    "GlobalStepWaiterHook",
 )
+
+#: The hooks that ride along: they write nothing, so alone they are no reason for an EventBusHook and stay hooks.
+RIDERS = frozenset({"FeedFnHook", "FinalOpsHook", "GlobalStepWaiterHook"})
 
 
 def _kind(hook: object) -> str | None:
@@ -97,6 +113,10 @@ class _Converted:
     graph_dirs: list[str] = dataclasses.field(default_factory=list)
     meta_graph: bool = True
     feed_fn: Callable[[], Mapping[Any, Any]] | None = None
+    wait_for_step: int | None = None
+    final_feed_dict: Mapping[Any, Any] | None = None
+    final_keys: list[str] = dataclasses.field(default_factory=list)
+    finals: list[tuple[Any, Any]] = dataclasses.field(default_factory=list)  # (FinalOpsHook, its structure of keys)
     summaries: dict[str, tuple[TensorBoardSink, tuple[int | None, float | None]]] = dataclasses.field(
         default_factory=dict
     )
@@ -254,6 +274,131 @@ def _stop(hook: Any, done: _Converted) -> None:
         done.sinks.append(StopAtStepSink(num_steps=hook._num_steps))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Leaf:
+    """A final tensor in its structure: its key, and the numpy scalar type a session returns it as."""
+
+    key: str
+    scalar: type[np.generic] | None
+
+
+def _final_structure(hook: Any, ops: Any, fetches: _Fetches, done: _Converted, name: str) -> Any:
+    """``ops`` (a tensor, or a list, tuple or dict of them, nested) with each tensor replaced by its
+    :class:`_Leaf`."""
+    if isinstance(ops, Mapping):
+        return {k: _final_structure(hook, v, fetches, done, str(k)) for k, v in ops.items()}
+    if isinstance(ops, list | tuple):
+        return type(ops)(_final_structure(hook, v, fetches, done, name) for v in ops)
+    dtype = getattr(ops, "dtype", None)
+    if dtype is None and not isinstance(ops, str):
+        raise _refuse(
+            hook,
+            "final_ops",
+            ops,
+            "an operation, not a tensor: its value is None; EventBusHook(final_fetches=...) reads tensors",
+        )
+    key = fetches.key(name if isinstance(ops, str) or name != "final" else _op_name(ops), ops)
+    if key not in done.final_keys:
+        done.final_keys.append(key)
+    numpy_dtype = getattr(getattr(dtype, "base_dtype", dtype), "as_numpy_dtype", None)
+    scalar = numpy_dtype if isinstance(numpy_dtype, type) and issubclass(numpy_dtype, np.generic) else None
+    return _Leaf(key, scalar)
+
+
+def _op_name(element: Any) -> str:
+    """A key for a final tensor given without a name: its op's name (``w`` for ``w:0``), else ``final``."""
+    name = getattr(getattr(element, "op", None), "name", None)
+    return name.rsplit("/", 1)[-1] if isinstance(name, str) and name else "final"
+
+
+def _profiler(hook: Any, done: _Converted) -> None:
+    directory = os.path.dirname(hook._output_file) or os.curdir  # os.path.join(output_dir, "timeline-{}.json")
+    if any(isinstance(s, TimelineSink) and s.output_dir == directory for s in done.sinks):
+        raise _refuse(hook, "output_dir", directory, "two ProfilerHooks writing one directory")
+    steps, secs = _timer(hook)
+    sink = TimelineSink(
+        directory,
+        every_n_steps=steps,
+        every_n_secs=secs,
+        show_dataflow=bool(hook._show_dataflow),
+        show_memory=bool(hook._show_memory),
+        name=f"ProfilerHook {directory}",
+    )
+    # The hook's timer starts at each session's first run, which it never traces: by steps and by time.
+    sink.schedule = dataclasses.replace(sink.schedule, steps_from_last_firing=True, secs_from_session_start=True)
+    done.sinks.append(sink)
+
+
+def _wait_until(hook: Any) -> int:
+    """The global step a ``GlobalStepWaiterHook`` waits for (one at or below 0: none, as the hook starts at once)."""
+    until = hook._wait_until_step
+    if isinstance(until, bool) or not isinstance(until, int | np.integer):
+        raise _refuse(hook, "wait_until_step", until, "a global step is an int")
+    return max(0, int(until))
+
+
+def _final_ops(hook: Any, fetches: _Fetches, done: _Converted) -> bool:
+    """Read the hook's final ops at the end; ``False``: it has none (nothing to do, it stays a hook)."""
+    if hook._final_ops is None or not _has_tensor(hook._final_ops):
+        return False  # nothing to read: the hook's end would run an empty structure
+    feeds = hook._final_ops_feed_dict
+    if feeds is not None or done.final_feed_dict is not None:
+        if done.finals:  # one read at the end, with one feed_dict: it would feed the other hook's tensors too
+            raise _refuse(
+                hook,
+                "final_ops_feed_dict",
+                feeds if feeds is not None else done.final_feed_dict,
+                "EventBusHook reads every final op in one run with one feed_dict; a FinalOpsHook with "
+                "feeds converts only as the list's one FinalOpsHook",
+            )
+        done.final_feed_dict = feeds
+    done.finals.append((hook, _final_structure(hook, hook._final_ops, fetches, done, "final")))
+    return True
+
+
+def _has_tensor(ops: Any) -> bool:
+    """Whether a structure of final ops holds any leaf at all (``[]`` and ``{}`` hold none)."""
+    if isinstance(ops, Mapping):
+        return any(_has_tensor(v) for v in ops.values())
+    if isinstance(ops, list | tuple):
+        return any(_has_tensor(v) for v in ops)
+    return True
+
+
+def _final_values(structure: Any, values: Mapping[str, Any]) -> Any:
+    """``structure`` (:func:`_final_structure`'s) filled with the final values, as a session returns
+    them: scalars as the tensor's numpy type (a published scalar is a Python float), arrays as they are."""
+    if isinstance(structure, dict):
+        return {k: _final_values(v, values) for k, v in structure.items()}
+    if isinstance(structure, list):
+        return [_final_values(v, values) for v in structure]
+    if isinstance(structure, tuple):
+        return tuple(_final_values(v, values) for v in structure)
+    value = values[structure.key]
+    return structure.scalar(value) if structure.scalar is not None and isinstance(value, float) else value
+
+
+def _keys_in(structure: Any) -> list[str]:
+    """The keys in :func:`_final_structure`'s ``structure``, in order, each once."""
+    if isinstance(structure, dict):
+        found = [k for v in structure.values() for k in _keys_in(v)]
+    elif isinstance(structure, list | tuple):
+        found = [k for v in structure for k in _keys_in(v)]
+    else:
+        found = [structure.key]
+    return list(dict.fromkeys(found))
+
+
+def _final_filler(hook: Any, structure: Any) -> Callable[[Any], None]:
+    """An ``at_end`` subscriber that sets ``hook.final_ops_values`` as the hook's own ``end`` would."""
+
+    def fill(event: Any) -> None:
+        if event.final:
+            hook._final_ops_values = _final_values(structure, event.values)
+
+    return fill
+
+
 def from_hooks(
     hooks: Iterable[Any],
     *,
@@ -293,11 +438,28 @@ def from_hooks(
       raising ``tf.compat.v1.train.NanLossDuringTrainingError`` (or stopping); it also stops on
       an infinite loss, which the hook lets pass.
     - ``StopAtStepHook(num_steps | last_step)``: a :class:`~hookbus.sinks.StopAtStepSink`.
+    - ``ProfilerHook(save_steps | save_secs, output_dir, show_dataflow, show_memory)``: a
+      :class:`~hookbus.sinks.TimelineSink` writing ``<output_dir>/timeline-<step>.json`` (Chrome
+      traces of the run reaching that global step, traced in full) and the run metadata tagged
+      ``step_<step>`` in an event file there, at the hook's steps (counted from each session's
+      first run, which is never traced). The event file is hookbus's own beside the (empty) one
+      the hook made when it was constructed.
     - ``FeedFnHook(feed_fn)``, beside a hook converted above: the ``EventBusHook``'s ``feed_fn``
       (every run gets its ``feed_dict``); alone, or a second one, it stays a hook.
+    - ``FinalOpsHook(final_ops)``, beside a hook converted above: its tensors are the
+      ``EventBusHook``'s ``final_fetches``, read once as the session ends (never on a step by the
+      sinks made here), and your hook object's ``final_ops_values`` is filled as its own ``end``
+      fills it (a tensor, list, tuple or dict, nested as given; scalars as the tensor's numpy
+      type), with ``final_ops_feed_dict`` as the read's ``feed_dict``. An operation among the
+      final ops is refused, and so is a feed dict beside another ``FinalOpsHook`` (one read).
+    - ``GlobalStepWaiterHook(wait_until_step)``, beside a hook converted above: the
+      ``EventBusHook``'s ``wait_for_step`` with ``always_wait=True``, so it waits on the process it
+      is installed on, as the hook does (the chief and one machine too), before the first step;
+      a stop ends the wait. A second one stays a hook.
 
-    Every other hook — ``ProfilerHook``, ``GlobalStepWaiterHook``, ``FinalOpsHook``, a subclass
-    of any hook, your own — passes through unchanged, in order.
+    ``FeedFnHook``, ``FinalOpsHook`` and ``GlobalStepWaiterHook`` write nothing: alone (nothing
+    else converts) they stay hooks. Every other hook — a subclass of any hook, your own — passes
+    through unchanged, in order.
 
     Args:
         hooks: The hooks, as given to ``MonitoredTrainingSession(hooks=...)``.
@@ -350,13 +512,21 @@ def from_hooks(
             _nan(hook, gathered, done)
         elif kind == "StopAtStepHook":
             _stop(hook, done)
+        elif kind == "ProfilerHook":
+            _profiler(hook, done)
         elif kind == "FeedFnHook":
             if done.feed_fn is not None:
                 continue  # one feed function per EventBusHook: a second FeedFnHook stays a hook
             done.feed_fn = hook.feed_fn
+        elif kind == "FinalOpsHook" and not _final_ops(hook, gathered, done):
+            continue
+        elif kind == "GlobalStepWaiterHook":
+            if done.wait_for_step is not None:
+                continue  # one start gate per EventBusHook: a second GlobalStepWaiterHook stays a hook
+            done.wait_for_step = _wait_until(hook)
         taken.add(i)
-    if all(kinds[i] == "FeedFnHook" for i in taken):
-        taken = set()  # feeds alone are no reason for an EventBusHook: the FeedFnHook stays
+    if all(kinds[i] in RIDERS for i in taken):
+        taken = set()  # feeds, final ops or a wait alone are no reason for an EventBusHook: those hooks stay
     kept = [h for i, h in enumerate(given) if i not in taken]
     say = report if report is not None else _print
     if not taken:
@@ -364,24 +534,38 @@ def from_hooks(
         return given
     bus = bus if bus is not None else EventBus()
     publisher = EventBusHook(
-        bus, gathered.elements, train_op=train_op, checkpoint_listeners=done.listeners, feed_fn=done.feed_fn
+        bus,
+        gathered.elements,
+        train_op=train_op,
+        checkpoint_listeners=done.listeners,
+        feed_fn=done.feed_fn,
+        final_fetches=done.final_keys,
+        final_feed_dict=done.final_feed_dict,
+        wait_for_step=done.wait_for_step,
+        always_wait=done.wait_for_step is not None,
     )
     if publisher.checkpoint_backend is not None:
         publisher.checkpoint_backend.write_meta_graph = done.meta_graph
     summaries = {k for sink, _ in done.summaries.values() for k in sink.keys or ()}
-    values = frozenset(k for k in gathered.elements if k not in summaries)
+    # The final ops are read at the end alone: no sink made here asks for them on a step.
+    finals = set(done.final_keys) - {k for sink in done.sinks for k in sink.keys or ()}
+    values = frozenset(k for k in gathered.elements if k not in summaries and k not in finals)
     for sink in done.sinks:
-        # They need the step, not the summary op: at their steps it must not run (an extra summary run the
-        # hooks never made). The checkpoint still sees the scalars, to refuse a non-finite step's save.
-        if isinstance(sink, StopAtStepSink):
-            sink.keys = frozenset()
-        elif isinstance(sink, CheckpointSink):
+        # It needs the step, not the summary op: at its steps that must not run (an extra summary run the
+        # hooks never made); it still sees the scalars, to refuse a non-finite step's save. (StopAtStepSink
+        # needs the step alone by itself.)
+        if isinstance(sink, CheckpointSink):
             sink.keys = values
         bus.attach(sink)
     if dashboard:
         console = ConsoleSink()
         console.keys = values  # the hooks' values (maybe none: the step alone), never the summary op
         bus.attach(console)
+    for hook, structure in done.finals:
+        keys = _keys_in(structure)
+        bus.on(
+            "after_run", _final_filler(hook, structure), at_end=True, keys=keys, name=f"FinalOpsHook {', '.join(keys)}"
+        )
     for directory in done.graph_dirs:
         bus.on("session_created", _graph_writer(directory), name=f"graph.pbtxt in {directory}")
     first = min(taken)

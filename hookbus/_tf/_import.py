@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["require_keras", "require_tensorflow", "with_framework_base"]
+__all__ = ["require_keras", "require_tensorflow", "require_timeline", "with_framework_base"]
 
 _tensorflow: Any = None
 
@@ -33,6 +33,15 @@ def require_keras(what: str) -> Any:
     import keras  # type: ignore[import-untyped]  # Keras ships no type information
 
     return keras
+
+
+def require_timeline(what: str) -> Any:
+    """TensorFlow's Chrome-trace writer for a run's step stats (``tensorflow.python.client.timeline``,
+    what ``ProfilerHook`` writes its timelines with; it has no public name) for ``what``."""
+    require_tensorflow(what)
+    from tensorflow.python.client import timeline
+
+    return timeline
 
 
 _mixed: dict[tuple[type, type], type] = {}

@@ -15,9 +15,9 @@ import tempfile
 from typing import Any
 
 from hookbus._contract._profiling import ProfileOptions, ProfilerBusy
-from hookbus._tf._import import require_tensorflow
+from hookbus._tf._import import require_tensorflow, require_timeline
 
-__all__ = ["TFProfiler", "claim_run_directory"]
+__all__ = ["RunMetadataTrace", "TFProfiler", "claim_run_directory"]
 
 #: Where TensorBoard's profile plugin looks for runs, under a logdir.
 PROFILE_DIR = os.path.join("plugins", "profile")
@@ -111,3 +111,28 @@ class TFProfiler:
             return target
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+class RunMetadataTrace:
+    """A session run's ``RunMetadata`` (traced with ``RunOptions.FULL_TRACE``), as a
+    :class:`hookbus.sink_api.RunTrace`.
+
+    Args:
+        step: The global step the run reached.
+        metadata: The run's ``tf.compat.v1.RunMetadata``.
+    """
+
+    def __init__(self, step: int, metadata: Any) -> None:
+        self.step = step
+        self._metadata = metadata
+
+    def chrome_trace(self, *, show_dataflow: bool, show_memory: bool) -> str:
+        timeline = require_timeline("RunMetadataTrace.chrome_trace")  # what ProfilerHook writes with
+        trace: str = timeline.Timeline(self._metadata.step_stats).generate_chrome_trace_format(
+            show_dataflow=show_dataflow, show_memory=show_memory
+        )
+        return trace
+
+    def serialized(self) -> bytes:
+        serialized: bytes = self._metadata.SerializeToString()
+        return serialized

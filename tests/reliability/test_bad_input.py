@@ -562,6 +562,7 @@ TIME_ARGUMENTS: list[tuple[str, str, Callable[[Path, float], Any], str]] = [
     ("CSVSink", "close_deadline", lambda t, v: CSVSink(t / "m.csv", close_deadline=v), SECONDS),
     ("CSVSink", "flush_deadline", lambda t, v: CSVSink(t / "m.csv", flush_deadline=v), SECONDS),
     ("TensorBoardSink", "every_n_secs", lambda t, v: TensorBoardSink(t / "tb", every_n_secs=v), SECONDS),
+    ("TimelineSink", "every_n_secs", lambda t, v: hookbus.sinks.TimelineSink(t / "tl", every_n_secs=v), SECONDS),
     ("TensorBoardSink", "flush_secs", lambda t, v: TensorBoardSink(t / "tb", flush_secs=v), SECONDS),
     ("TensorBoardSink", "close_deadline", lambda t, v: TensorBoardSink(t / "tb", close_deadline=v), SECONDS),
     ("TensorBoardSink", "flush_deadline", lambda t, v: TensorBoardSink(t / "tb", flush_deadline=v), SECONDS),
@@ -752,6 +753,11 @@ def _keras_callback(restore: Any = False, **arguments: Any) -> Any:
     return hookbus.EventBusCallback(hookbus.EventBus(), restore=restore, **arguments)
 
 
+def _event_bus_hook(**arguments: Any) -> Any:
+    pytest.importorskip("tensorflow")
+    return hookbus.EventBusHook(hookbus.EventBus(), **arguments)
+
+
 #: Every flag of the public surface: (owner, argument, make(tmp, value), expected message).
 FLAG_ARGUMENTS: list[tuple[str, str, Callable[[Path, Any], Any], str]] = [
     ("Schedule", "at_begin", lambda t, v: hookbus.sink_api.Schedule(at_begin=v), FLAG),
@@ -796,12 +802,22 @@ FLAG_ARGUMENTS: list[tuple[str, str, Callable[[Path, Any], Any], str]] = [
         FLAG_OR_DIRECTORY,
     ),
     ("EventBusCallback", "restore", lambda t, v: _keras_callback(v), FLAG_OR_DIRECTORY),
+    ("TimelineSink", "show_dataflow", lambda t, v: hookbus.sinks.TimelineSink(t, show_dataflow=v), FLAG),
+    ("TimelineSink", "show_memory", lambda t, v: hookbus.sinks.TimelineSink(t, show_memory=v), FLAG),
+    (
+        "Profiling.offer_run_traces",
+        "offered",
+        lambda t, v: hookbus.publisher_api.Profiling().offer_run_traces(v),
+        FLAG,
+    ),
+    ("EventBusHook", "always_wait", lambda t, v: _event_bus_hook(wait_for_step=3, always_wait=v), FLAG),
     ("monitored_training_session", "is_chief", lambda t, v: hookbus.monitored_training_session(is_chief=v), FLAG),
     ("train_and_evaluate", "evaluate_after_stop", lambda t, v: _train_and_evaluate(evaluate_after_stop=v), FLAG),
 ]
 
 #: Parameters typed bool that are not arguments a user gives: records hookbus builds and reports.
-_RECORDS = {"Event", "ReplayResult", "SubscriberStats", "BusStats", "WriterStats"} | _START_GATE_REPORTS
+# RunTrace is a protocol publishers implement and sinks call with their own checked flags.
+_RECORDS = {"Event", "ReplayResult", "SubscriberStats", "BusStats", "WriterStats", "RunTrace"} | _START_GATE_REPORTS
 
 
 def _public_flag_arguments() -> set[tuple[str, str]]:

@@ -12,9 +12,13 @@ It is the publisher's, not a sink's: the wait needs the session, and each poll i
 own read of the parameter server's stop flag and the global step (one ``session.run`` of two
 variable reads, no input consumed, no extra session). Only non-chief workers of a
 parameter-server cluster wait: the chief moves the step they wait for, and one machine has no
-one else to move it. Workers that train in lockstep (``MultiWorkerMirroredStrategy``) cannot
-wait at all: every step is an all-reduce over every worker, so one worker's wait would stall
-the others for ever; the hook refuses it before training.
+one else to move it. ``always_wait=True`` waits wherever the hook runs, as
+``GlobalStepWaiterHook`` does (it waits on any process it is given): on the chief or one machine
+something else must move the step (another process or thread training on the same variables);
+there the poll reads the step alone (no shared stop flag), and stops still end the wait.
+Workers that train in lockstep (``MultiWorkerMirroredStrategy``) cannot wait at all: every
+step is an all-reduce over every worker, so one worker's wait would stall the others for ever;
+the hook refuses it before training.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from hookbus._rules._validate import non_negative_int, one_of, optional_seconds, positive_number
+from hookbus._rules._validate import flag, non_negative_int, one_of, optional_seconds, positive_number
 
 if TYPE_CHECKING:
     from hookbus._contract._cluster import Task
@@ -75,11 +79,13 @@ def start_gate(
     on_timeout: str,
     task: Task | None,
     mode: str,
+    always: bool = False,
 ) -> StartGate | None:
     """Check the hook's gate arguments (at construction); the gate this task waits at, or ``None``.
 
-    ``None`` without ``wait_for_step``, on the chief and on one machine (no task): nobody else
-    moves the step there. A function of the task (:func:`staggered_start`) is called here.
+    ``None`` without ``wait_for_step``, for a step 0, and, unless ``always``, on the chief and on
+    one machine (no task): nobody else moves the step there. A function of the task
+    (:func:`staggered_start`) is called here (without a task there is no position: no wait).
 
     Raises:
         ValueError: naming the argument: a negative or non-int step (or one the function
@@ -88,10 +94,13 @@ def start_gate(
             hook, or a task of a collective (lockstep) strategy.
     """
     one_of("on_timeout", on_timeout, ON_TIMEOUT)
+    always = bool(flag("always_wait", always))
     timeout = optional_seconds("wait_timeout_secs", timeout_secs)
     if wait_for_step is None:
-        if timeout is not None or on_timeout != "raise":
-            raise ValueError("wait_timeout_secs and on_timeout apply to the start gate: give wait_for_step too")
+        if timeout is not None or on_timeout != "raise" or always:
+            raise ValueError(
+                "wait_timeout_secs, on_timeout and always_wait apply to the start gate: give wait_for_step too"
+            )
         return None
     if mode != "train":
         raise ValueError("wait_for_step delays training: it takes mode='train'")
@@ -111,9 +120,9 @@ def start_gate(
                 f"wait_for_step must be a non-negative int (a global step) or a function of the task, "
                 f"e.g. hookbus.staggered_start(10) (got {wait_for_step!r})"
             ) from None
-    if task is None or task.is_chief or until == 0:
+    if until == 0 or (not always and (task is None or task.is_chief)):
         return None
-    return StartGate(until, timeout, on_timeout, task)
+    return StartGate(until, timeout, on_timeout, task, anywhere=always)
 
 
 class StartGate:
@@ -123,7 +132,9 @@ class StartGate:
         until_step: The global step to wait for.
         timeout_secs: The longest wait (``None``: as long as it takes, a stop still ends it).
         on_timeout: ``"start"`` (train anyway) or ``"raise"`` (:exc:`TimeoutError`).
-        task: This worker (named in messages).
+        task: This worker (named in messages), ``None`` on one machine.
+        anywhere: Whether it waits wherever it runs (``always_wait``): then the global step may be
+            anywhere, and without a shared stop flag the poll reads the step alone.
         clock, sleep: Injected for tests (default :func:`time.monotonic`, :func:`time.sleep`).
     """
 
@@ -132,8 +143,9 @@ class StartGate:
         until_step: int,
         timeout_secs: float | None,
         on_timeout: str,
-        task: Task,
+        task: Task | None,
         *,
+        anywhere: bool = False,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], object] = time.sleep,
     ) -> None:
@@ -141,24 +153,28 @@ class StartGate:
         self.timeout_secs = timeout_secs
         self.on_timeout = on_timeout
         self.task = task
+        self.anywhere = anywhere
         self.clock = clock
         self.sleep = sleep
         self._fetch: dict[str, Any] = {}
 
     def build(self, flag: Any, global_step: Any) -> None:
-        """At begin: poll ``flag`` (the shared stop's read) and ``global_step`` (a plain read, not
-        one ordered after the train op, which would run it).
+        """At begin: poll ``flag`` (the shared stop's read; ``None`` without one) and ``global_step``
+        (a plain read, not one ordered after the train op, which would run it).
 
         Raises:
-            ValueError: before training, for a global step that is not on a parameter server:
-                other workers do not move it there, a collective (lockstep) strategy's.
+            ValueError: before training, for no global step, or (unless :attr:`anywhere`) a global
+                step that is not on a parameter server: other workers do not move it there, a
+                collective (lockstep) strategy's.
         """
+        if global_step is None:
+            raise ValueError("wait_for_step waits for the global step: the graph has none (create one)")
         device = str(global_step.device)
-        if "/job:ps" not in device:
+        if not self.anywhere and "/job:ps" not in device:
             raise ValueError(
                 f"wait_for_step needs the global step on a parameter server (it is on {device!r}): {_LOCKSTEP}"
             )
-        self._fetch = {"stop": flag, "step": global_step}
+        self._fetch = {"step": global_step} if flag is None else {"stop": flag, "step": global_step}
 
     def wait_in(self, session: Any, observe: Callable[[Any], None], stopped: Callable[[], bool], report: Report) -> int:
         """:meth:`wait`, reading through ``session`` what :meth:`build` named (one run per poll)."""
@@ -166,7 +182,7 @@ class StartGate:
 
         def read() -> tuple[Any, int]:
             got = session.run(fetch)
-            return got["stop"], int(got["step"])
+            return got.get("stop"), int(got["step"])
 
         return self.wait(read, observe, stopped, report)
 
@@ -211,8 +227,9 @@ class StartGate:
                 starts = self.on_timeout == "start"
                 publish("timed_out", waited, starts=starts)
                 if not starts:
+                    who = self.task.suffix if self.task is not None else "this process"
                     raise TimeoutError(
-                        f"{self.task.suffix} waited {waited:.1f} s for global step {until} and the global step is "
+                        f"{who} waited {waited:.1f} s for global step {until} and the global step is "
                         f"still {step}: is the chief training? (wait_timeout_secs={timeout:g}, on_timeout='raise'; "
                         "on_timeout='start' trains anyway)"
                     )

@@ -16,7 +16,7 @@ from hookbus._tf._elements import op_of, resolve, static_shape, step_after
 from hookbus._tf._export_tf import GraphExport, check_serving
 from hookbus._tf._import import require_tensorflow, with_framework_base
 from hookbus._tf._learning_rate_tf import HookRate
-from hookbus._tf._profiler_tf import TFProfiler
+from hookbus._tf._profiler_tf import RunMetadataTrace, TFProfiler
 from hookbus._tf.hook._args import check_fetches, check_run_arguments, check_task
 from hookbus._tf.hook._eval import EvalRuns
 from hookbus._tf.hook._eval_mean import check_aggregate
@@ -101,6 +101,9 @@ class EventBusHook:
             subscribers (``FinalOpsHook``'s job: a streaming metric's result), declared safe to
             run then — they must not pull from the input pipeline. Default: none; the ``at_end``
             subscribers get the last values published and the step they came from.
+        final_feed_dict: The ``feed_dict`` of that one read at the end (``FinalOpsHook``'s
+            ``final_ops_feed_dict``: placeholders, or their names, to values). Default ``None``:
+            no feeds.
         steps_per_run: Train mode: the most global steps one run of ``train_op`` advances
             (TensorFlow's ``steps_per_run``), when more than one. Quiet runs are planned that
             far ahead, so no step schedule fires late even when runs advance unevenly; a run
@@ -114,7 +117,12 @@ class EventBusHook:
         wait_for_step: A non-chief parameter-server worker waits for this global step before its
             first step, or for what a function of its :class:`hookbus.Task` returns
             (:func:`hookbus.staggered_start`); a stop ends the wait, published as ``waiting_for_step``.
-            Default ``None``: no wait. The chief and one machine never wait.
+            Default ``None``: no wait. The chief and one machine never wait, unless ``always_wait``.
+        always_wait: Wait for ``wait_for_step`` wherever this hook runs, the chief and one machine
+            too, as ``GlobalStepWaiterHook`` waits on any process it is given (what
+            :func:`hookbus.from_hooks` makes of one): something else must move the step there
+            (another process or thread training on the same variables), else only a stop or the
+            timeout ends the wait. Default ``False``.
         wait_timeout_secs: The longest wait (default ``None``: as long as it takes).
         on_timeout: Past it, ``"raise"`` (default, :exc:`TimeoutError`) or ``"start"`` (train anyway).
         feed_fn: ``FeedFnHook``'s job: a function called before every run this hook sees, returning
@@ -154,10 +162,12 @@ class EventBusHook:
         task: Task | None = None,
         check_stop_every_n_steps: int = 10,
         final_fetches: Iterable[str] = (),
+        final_feed_dict: Mapping[Any, Any] | None = None,
         batch_size: Any = None,
         steps_per_run: int | None = None,
         learning_rate: Any = None,
         wait_for_step: int | Callable[[Task], int] | None = None,
+        always_wait: bool = False,
         wait_timeout_secs: float | None = None,
         on_timeout: str = "raise",
         feed_fn: Callable[[], Mapping[Any, Any]] | None = None,
@@ -189,6 +199,13 @@ class EventBusHook:
             fetches=self._fetches,
             final_fetches=final_fetches,
         )
+        if final_feed_dict is not None and not isinstance(final_feed_dict, Mapping):
+            raise TypeError(
+                f"final_feed_dict must be a feed_dict (placeholders to values) or None (got {final_feed_dict!r})"
+            )
+        if final_feed_dict is not None and not self._final_fetches:
+            raise ValueError("final_feed_dict feeds the read of final_fetches at the end: give final_fetches too")
+        self._final_feed = dict(final_feed_dict) if final_feed_dict is not None else None
         self._estimate = StepEstimate(steps_per_run)
         self._exact = False  # whether the last training run read the step
         self._resumed_at: int | None = None  # a restore mark's step read before the step went back
@@ -198,6 +215,8 @@ class EventBusHook:
         self._evals = EvalRuns(check_aggregate(aggregate, self._fetches), batch_size)  # an eval hook's runs
         self.bus = bus
         self._planned: Plan | None = None
+        self._traced = False  # whether the run in progress is traced in full (Profiling.trace_run)
+        self._trained_in_session = False  # whether the session ran a training run yet: its first is never traced
         self._training_run = self._quiet = False  # the run in progress: a training run, a quiet one
         # The fast path: the train op a run fetched alone, once the increment per run is known (train mode,
         # no shared stop); such a run is a training run, and a quiet one plans nothing and fetches nothing.
@@ -214,7 +233,12 @@ class EventBusHook:
         self._shared_stop = SharedStop(task, check_stop_every_n_steps) if task and self.mode == "train" else None
         self._stop_args: Any = None
         self._gate = start_gate(
-            wait_for_step, timeout_secs=wait_timeout_secs, on_timeout=on_timeout, task=task, mode=self.mode
+            wait_for_step,
+            timeout_secs=wait_timeout_secs,
+            on_timeout=on_timeout,
+            task=task,
+            mode=self.mode,
+            always=always_wait,
         )
         # Train mode offers its session to checkpoint sinks (through the core, in begin, with
         # TensorFlow's checkpoint layout as the store).
@@ -271,8 +295,8 @@ class EventBusHook:
             # made on quiet steps is corrected at least every check_stop_every_n_steps.
             step_read = self._step_after if self._step_after is not None else self._global_step
             self._stop_args = tf.compat.v1.train.SessionRunArgs({"stop": self._shared_stop.read, "step": step_read})
-            if self._gate is not None:  # it polls the same flag, and the step alone (not the train op)
-                self._gate.build(self._shared_stop.read, self._global_step)
+        if self._gate is not None:  # it polls the shared flag, if any, and the step alone (not the train op)
+            self._gate.build(self._shared_stop.read if self._shared_stop is not None else None, self._global_step)
         # A read ordered after the train op, or the shared stop's global step (which build() requires):
         # a stop made on a quiet run and the end event carry the global step read from the graph.
         self._reads_step = self._step_after is not None or self._shared_stop is not None
@@ -283,6 +307,7 @@ class EventBusHook:
             self.checkpoint_backend.step_variable = self._global_step if self._shared_stop is not None else None
             self._core.offer_checkpoints(self.checkpoint_backend, TENSORFLOW)
             self._core.offer_profiler(TFProfiler())
+            self._profiling.offer_run_traces(True)  # a run traced in full on request (ProfilerHook's timelines)
         if self._core.mode == "train":  # the model sinks see: graph, variables, SavedModel through the session
             if self._serving is not None and (self._export is None or self._export.graph is not graph):
                 self._export = GraphExport(graph, *self._serving, session=self._live_session)
@@ -303,6 +328,7 @@ class EventBusHook:
     def after_create_session(self, session: Any, coord: Any) -> None:
         self._estimate.start(int(session.run(self._global_step)) if self._global_step is not None else 0)
         self._session = session
+        self._trained_in_session = False
         shared = self._shared_stop
         if shared is not None and shared.task.is_chief and self._step > 0:
             # First: the workers, which see their step go back now, wait for this mark to cut their files.
@@ -317,11 +343,14 @@ class EventBusHook:
         self._core.session_created(self._step)
         if shared is not None:
             shared.session_created(session, self._core.stops, first=self._core.sessions == 1)
-        if self._gate is not None and self._shared_stop is not None:
+        if self._gate is not None:
             shared, stops = self._shared_stop, self._core.stops
-            step = self._gate.wait_in(
-                session, lambda flag: shared.observe(flag, stops), lambda: stops.requested, self._core.publish_waiting
-            )
+
+            def observe(value: Any) -> None:
+                if shared is not None:
+                    shared.observe(value, stops)
+
+            step = self._gate.wait_in(session, observe, lambda: stops.requested, self._core.publish_waiting)
             self._core.advance(self._estimate.correct(step))
             self._core.should_stop()  # a signal that ended the wait is published now, at the step read
         if self._core.mode == "train" and self.bus.should_stop:
@@ -382,11 +411,22 @@ class EventBusHook:
             if self._shared_stop is not None and self._shared_stop.due():
                 return self._stop_args
             return self._step_args if learn else None
-        return self._train_fetches.args(plan.keys)
+        args = self._train_fetches.args(plan.keys)
+        # A due sink asked, from before_run, for a full trace. Never of a session's first run (it traces graph
+        # building, not training; ProfilerHook's rule too), nor of the run that learns the increment (planned as
+        # if every rule were due).
+        wanted = self._profiling.run_trace_wanted
+        self._traced = wanted and not learn and self._trained_in_session
+        if wanted and not self._traced:
+            self._profiling.run_traced(None)
+        if self._traced:
+            options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+            return tf.compat.v1.train.SessionRunArgs(args.fetches, feed_dict=args.feed_dict, options=options)
+        return args
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
         if self._quiet:
-            self._exact = False
+            self._exact, self._trained_in_session = False, True
             if self._core.passed(self._estimate.ran(None)):
                 return
             self._act_on_stops(run_context, self._reads_step)
@@ -394,7 +434,7 @@ class EventBusHook:
         if self._core.mode == "eval":
             self._evals.add(run_values.results)
         elif self._training_run:
-            self._after_training_run(run_context, run_values.results)
+            self._after_training_run(run_context, run_values.results, run_values.run_metadata)
         self._act_on_stops(run_context, self._training_run and not self._exact and self._reads_step)
 
     def _act_on_stops(self, run_context: Any, estimated: bool) -> None:
@@ -416,7 +456,8 @@ class EventBusHook:
                 return max(steps)
         return self._step
 
-    def _after_training_run(self, run_context: Any, results: Any) -> None:
+    def _after_training_run(self, run_context: Any, results: Any, metadata: Any = None) -> None:
+        self._trained_in_session = True
         stop = self._shared_stop
         restored = None  # the checkpoint step of a restore the chief marked, read with this run
         if stop is not None:
@@ -435,6 +476,9 @@ class EventBusHook:
                 self._marked(restored, exact)
             if self._profiling.marking:
                 self._profiling.step_ended(step)
+            if self._traced:
+                self._traced = False
+                self._profiling.run_traced(RunMetadataTrace(step, metadata) if metadata is not None else None)
             try:
                 self._core.publish_step(plan, step, values)
             except Exception as error:
@@ -512,7 +556,8 @@ class EventBusHook:
             # declared safe to run now, are read at the end.
             step, values = self._core.last_values() or (self._step, {})
             if self._final_fetches:
-                values = {**values, **session.run({k: self._elements[k] for k in self._final_fetches})}
+                read = {k: self._elements[k] for k in self._final_fetches}
+                values = {**values, **session.run(read, feed_dict=self._final_feed)}
                 step = self._step
             self._core.publish_final(final, {k: v for k, v in values.items() if k in final.keys}, step=step)
         self._core.end(self._step)
@@ -521,6 +566,7 @@ class EventBusHook:
         if self.checkpoint_backend is not None:
             self.checkpoint_backend.attach_session(None)  # the session closes after end()
             self._core.offer_profiler(None)
+            self._profiling.offer_run_traces(False)
         if self._rate is not None:
             self._rate.attach_session(None)
 

@@ -147,7 +147,8 @@ def test_the_chief_one_machine_and_step_zero_never_wait() -> None:
             {"wait_for_step": 10, "wait_timeout_secs": 0},
             r"wait_timeout_secs must be a positive finite number of seconds \(got 0\)",
         ),
-        ({"wait_timeout_secs": 5}, r"wait_timeout_secs and on_timeout apply to the start gate: give wait_for_step too"),
+        ({"wait_timeout_secs": 5}, r"on_timeout and always_wait apply to the start gate: give wait_for_step too"),
+        ({"always_wait": True}, r"on_timeout and always_wait apply to the start gate: give wait_for_step too"),
         ({"wait_for_step": 10, "mode": "eval"}, r"wait_for_step delays training: it takes mode='train'"),
     ],
 )
