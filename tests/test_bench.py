@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHES = ("overhead", "dispatch", "keras_overhead", "watch", "startup", "slow_subscriber")
+BENCHES = ("overhead", "dispatch", "keras_overhead", "watch", "startup", "slow_subscriber", "sweep")
 ROW_FIELDS = {"wall_us", "cpu_us", "wall_median_us", "x_wall", "x_wall_median", "x_cpu", "x_cpu_median", "x_thread"}
 SPREAD = {"median", "min", "max", "runs"}
 RUNS = 2  # --quick runs two processes: the smallest run count with a spread
@@ -164,6 +164,18 @@ def check_slow_subscriber(result: dict[str, Any]) -> None:
     assert result["targets"], "the targets are judged"
 
 
+def check_sweep(result: dict[str, Any]) -> None:
+    """The table's process for each sweep size and the long run, exiting with the runs' state (all
+    finished: 0), and the follower's share of a core."""
+    assert set(result["first_table"]) == {"1", "3"}
+    for row in [*result["first_table"].values(), result["long_run"]]:
+        assert {"wall_s", "cpu_s", "peak_rss_mib", "status"} <= set(row)
+        assert row["status"] == 0
+    assert result["long_run"]["log_mib"] > 0
+    assert result["following"]["runs"] == 3
+    assert "core_share" in result["following"]
+
+
 CHECKS = {
     "overhead": check_overhead,
     "dispatch": check_dispatch,
@@ -171,6 +183,7 @@ CHECKS = {
     "watch": check_watch,
     "startup": check_startup,
     "slow_subscriber": check_slow_subscriber,
+    "sweep": check_sweep,
 }
 
 
@@ -190,7 +203,7 @@ def test_every_benchmark_runs_quick_and_writes_its_rows(tmp_path: Path) -> None:
             output = (tmp_path / f"{name}.log").read_text()
             assert code == 0, f"bench/{name}.py --quick failed:\n{output[-3000:]}"
             assert "targets" in output or name in ("dispatch", "watch"), output[-3000:]  # the table was printed
-            assert "[" in output or name in ("dispatch", "watch"), output[-3000:]  # with the spread between runs
+            assert "[" in output or name in ("dispatch", "watch", "sweep"), output[-3000:]  # the spread of the runs
             CHECKS[name](json.loads(out.read_text()))
     finally:
         for process, _, log in runs.values():

@@ -53,7 +53,7 @@ def find_runs(root: Path) -> list[Path]:
     if root.is_dir() and any(root.glob("*.jsonl")):
         return [root]
     found: list[Path] = []
-    for directory, subdirectories, files in os.walk(root):
+    for directory, subdirectories, files in os.walk(root, followlinks=True):
         subdirectories.sort()
         here = Path(directory)
         if here != root and any(name.endswith(".jsonl") for name in files):
