@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -154,6 +155,7 @@ class EventLogSink(Sink):
         self._timer: ScheduleTimer | None = None  # the run's schedule of train steps; None: record all
         self._first_stop: StopRequest | None = None  # what the close record's "ended" is read from
         self._error: BaseException | None = None
+        self._put_lock = threading.Lock()
 
     def setup(self, context: SinkContext) -> None:
         """A run begins: its schedule counts afresh, no stop or exception seen yet."""
@@ -210,8 +212,10 @@ class EventLogSink(Sink):
         self.output.start(self._write, self._file.flush, self._file.close, target=repr(str(self.path)))
 
     def _put(self, payload: Any, **fields: Any) -> None:
-        if self.output.writing:
-            self.output.put((payload, fields))
+        # The sampler's thread puts too (on_system): the writer's counters are not for two threads.
+        with self._put_lock:
+            if self.output.writing:
+                self.output.put((payload, fields))
 
     def _write(self, item: Item) -> None:
         assert self._file is not None
@@ -253,6 +257,11 @@ class EventLogSink(Sink):
             if not timer.is_due(event.step, now):
                 return
             timer.fire(event.step, now)
+        self._put(event)
+
+    def on_system(self, event: Event) -> None:
+        """A sample of the machine (on the sampler's thread): a ``system`` record, whatever the
+        schedule (samples come on their own clock); nothing once the log is closed."""
         self._put(event)
 
     def on_checkpoint_saved(self, event: CheckpointSaved) -> None:

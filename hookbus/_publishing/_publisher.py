@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from hookbus._contract._cluster import Task
     from hookbus._contract._learning_rate import RateBackend, RateRequest
     from hookbus._contract._profiling import ProfilerBackend, Profiling
+    from hookbus._contract._system import MachineOffer
 
 __all__ = ["PublisherCore"]
 
@@ -225,6 +226,22 @@ class PublisherCore:
                 "without a layout of its own"
             )
         self._offers.checkpoints = (backend, store)
+
+    def offer_machine(self, offer: MachineOffer | None) -> None:
+        """Tell the bus's sampler which GPUs this training publisher's framework uses and how to read
+        its allocator (before :meth:`begin`; ``None`` withdraws it: every GPU CUDA shows, no allocator).
+        The TensorFlow publishers offer TensorFlow's."""
+        self._offers.machine = offer
+
+    def sample_system(self) -> None:
+        """Publish one sample of the machine now, on this thread: what the bus's sampler thread
+        does every ``system_metrics`` seconds, for a test that needs a sample at a known point.
+
+        Raises:
+            RuntimeError: when no run of the bus samples now (``system_metrics=False``, or no
+                publisher began yet).
+        """
+        self._port.system.sample_now()
 
     def offer_profiler(self, backend: ProfilerBackend | None) -> None:
         """Let a profiler sink trace windows of steps through ``backend`` (a train publisher, before
