@@ -47,8 +47,8 @@ class RunScope:
         clock, wall_clock: The bus's clocks.
         stop_signals: Signals that mean "stop gracefully" under ``with bus:`` (beside SIGINT).
         handle_signals: Whether ``with bus:`` installs its signal handlers.
-        system: The machine's sampler: started as the run's first publisher begins, stopped
-            (its last sample taken, its thread joined) before any sink closes.
+        system: The machine's sampler (the publishers' core starts it once ``begin`` reached the
+            sinks): stopped here, its last sample taken and its thread joined, before any sink closes.
 
     Attributes:
         runs: Runs begun so far (1 during the first): what a publisher counts its sessions per.
@@ -175,8 +175,6 @@ class RunScope:
                     record.sink.setup(self._contexts(record.sink))
             if state.start_time is None:
                 state.start_time = self._clock()
-            if self._system is not None:
-                self._system.start()  # after the sinks' setup: a sample may reach them from now on
 
     def open_implicit(self) -> None:
         """A publisher begins outside ``with bus:``: open a run that closes at interpreter exit,

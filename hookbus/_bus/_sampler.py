@@ -12,7 +12,7 @@ thread, beside the training thread, and must only hand the sample on to somethin
 (a writer's queue, a lock, one assignment the dashboard's refresh reads); the built-in sinks do.
 A stop asked from a handler is recorded, and the training thread acts on it at its next step.
 
-The thread starts when the run's first publisher begins (after the sinks were set up) and stops
+The thread starts when the run's first publisher began (its ``begin`` reached every sink) and stops
 at the run's close, before any sink closes: it takes a last sample (so a run shorter than the
 interval still has one), shuts NVML down and is joined within a deadline; after that deadline it
 delivers nothing more (the sinks are closing). A handler's error follows its ``on_error``:
@@ -93,6 +93,8 @@ class Sampler:
 
     def _run(self) -> None:
         try:
+            with self._lock:
+                self._open()  # now: the first sample's CPU figures cover the time since the start
             while not self._wait(self._stopping, self.interval):
                 self.sample_now()
             self.sample_now()  # the last: a run shorter than the interval has one too
@@ -107,16 +109,22 @@ class Sampler:
         with self._lock:
             if self._closed:
                 return
+            self._open()
             values: dict[str, Any] = {}
-            if not self._opened:
-                self._opened = True
-                notice = self._machine.open()
-                if notice is not None:
-                    logger.warning("system metrics: %s", notice)
-                    values[SYSTEM_NOTICE_KEY] = notice  # said once: in the first sample
+            notice, self._notice = self._notice, None
+            if notice is not None:
+                values[SYSTEM_NOTICE_KEY] = notice  # said once: in the first sample
             values.update(self._machine.read())
             self._deliver(values)
             self.samples += 1
+
+    def _open(self) -> None:
+        """Open the reader once (under the lock); its notice waits for the first sample."""
+        if not self._opened:
+            self._opened = True
+            self._notice = self._machine.open()
+            if self._notice is not None:
+                logger.warning("system metrics: %s", self._notice)
 
     def stop(self, deadline: float = STOP_DEADLINE) -> bool:
         """Take the last sample and end the thread within ``deadline`` seconds; whether it ended.
@@ -157,6 +165,7 @@ class SystemMetrics:
             psutil and NVML).
 
     Attributes:
+        suspended: Whether runs sample nothing for now (a replay: the bus runs on recorded time).
         sampler: This run's :class:`Sampler`, ``None`` when off or between runs.
     """
 
@@ -184,12 +193,13 @@ class SystemMetrics:
         self._wall_clock = wall_clock
         self._offered = offered
         self._machine = machine
+        self.suspended = False
         self.sampler: Sampler | None = None
         self._errors: list[Exception] = []
 
     def start(self) -> None:
         """The run's first publisher began: sample from now on (no-op when off or running)."""
-        if self.interval is None or self.sampler is not None:
+        if self.interval is None or self.suspended or self.sampler is not None:
             return
         offer = self._offered()
         if self._machine is None:

@@ -136,6 +136,7 @@ class PublisherCore:
         if self.mode == "train":
             scope.link_evaluator()
         self._dispatcher.publish("begin", port.event("begin", step=self.bus.step, mode=self.mode))
+        port.system.start()  # after every sink's begin (files open): samples may reach them from now on
 
     def session_created(self, step: int, restored: bool | None = None, *, in_memory: bool = False) -> None:
         """A session exists at ``step``: reset schedules there and publish the resume point.

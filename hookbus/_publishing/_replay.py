@@ -62,10 +62,15 @@ def _recorded_time(bus: EventBus, clock: _RecordedClock | None = None) -> Iterat
     clock = clock or _RecordedClock()
     saved = bus.clock, bus.wall_clock
     bus.clock = bus.wall_clock = clock
+    # A run on recorded time samples no machine: the log's own samples are of the machine that
+    # trained; this one's (the replaying process's, at replay time) would be false. Not replayed.
+    system = bus._port.system
+    sampling, system.suspended = system.suspended, True
     try:
         yield clock
     finally:
         bus.clock, bus.wall_clock = saved
+        system.suspended = sampling
 
 
 def _keys(
