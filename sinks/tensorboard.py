@@ -34,7 +34,7 @@ from hookbus.sink_api import (
     WriterStats,
     how_ended,
 )
-from hookbus.validate import non_negative_int, positive_int
+from hookbus.validate import flag, non_negative_int, positive_int
 
 from ._event_files import (
     close_all,
@@ -113,16 +113,21 @@ class TensorBoardSink(Sink):
     replaces the old one (its restart marker replaces the old curves alike). A run with only an
     evaluation publisher writes no session.
 
-    The machine's samples (``EventBus(system_metrics=...)``, on by default) go to a run of their own,
-    ``logdir/system``, under their own names (``system/cpu_utilization_percentage``, ...), beside
+    ``system=True`` writes the machine's samples (``EventBus(system_metrics=...)``) to a run of their
+    own, ``logdir/system``, under their own names (``system/cpu_utilization_percentage``, ...), beside
     ``system/training_step``, the training step the bus had reached. Their step is the sample's wall
-    time in milliseconds since the Unix epoch, not the training step: samples come on their own
+    time in whole seconds since the Unix epoch, not the training step: samples come on their own
     clock, so a stall (no training step for minutes) is a stretch of samples with a flat
     ``system/training_step``, where samples keyed by training step would all stack on one step. Pick
     TensorBoard's *Relative* or *Wall* horizontal axis for them; the axis never goes back, across
-    resumes and processes too, so that run needs no restart marker. Where no GPU is sampled, the
+    resumes and processes too, so that run needs no restart marker (samples less than a second
+    apart share a step, and TensorBoard shows the last). Whole seconds, not milliseconds: the
+    HParams plugin reads every run's last step as a 32-bit number. Where no GPU is sampled, the
     reason is written once as a text summary (tag ``system/notice``). Under ``runs_on="each"`` each
-    worker's samples are in its own logdir's ``system`` run.
+    worker's samples are in its own logdir's ``system`` run. Off by default: a new run in the
+    logdir would show in every TensorBoard view of it, in the HParams session's columns and beside
+    Keras's own runs under ``layout="keras"``; the dashboard and the event log show the machine
+    by default.
 
     Each run (``with bus:``) starts a new event file whose name sorts after the existing ones.
     Every train session start at step S writes a ``SessionLog.START`` marker at S+1 into each
@@ -174,6 +179,8 @@ class TensorBoardSink(Sink):
             schedule counted from its last firing (``Schedule(steps_from_last_firing=True)``, as
             :func:`hookbus.from_hooks` sets), the rate is measured between firings only, so a
             session's first firing writes none, as ``StepCounterHook``'s first does not.
+        system: Also write the machine's samples to the run ``logdir/system`` (default ``False``;
+            see above).
     """
 
     default_schedule: ClassVar[Schedule] = Schedule(every_n_steps=100)
@@ -201,7 +208,9 @@ class TensorBoardSink(Sink):
         update_freq: str | int | None = None,
         train_run: str = "train",
         rate_tag: str | None = "steps/sec",
+        system: bool = False,
     ) -> None:
+        flag("system", system)
         if not isinstance(train_run, str) or os.path.isabs(train_run) or ".." in train_run.split(os.sep):
             raise ValueError(f"train_run must be a directory under logdir, or '' for logdir itself (got {train_run!r})")
         if rate_tag is not None and (not isinstance(rate_tag, str) or not rate_tag):
@@ -249,6 +258,7 @@ class TensorBoardSink(Sink):
         )
         self.histogram_bins = positive_int("histogram_bins", histogram_bins)
         self.layout = layout
+        self.system = system
         self.histogram_freq = non_negative_int("histogram_freq", histogram_freq)
         self.update_freq = update_freq
         if keras and every_batches is None:
@@ -497,9 +507,10 @@ class TensorBoardSink(Sink):
             self.output.add(lambda: writer.add_event(proto), row=row)
 
     def on_system(self, event: Event) -> None:
-        """A sample of the machine (on the sampler's thread): scalars in the ``system`` run, at
-        its wall time in milliseconds (see the class docstring); nothing before begin or after close."""
-        if not self.output.writing or self.output.stalled:
+        """A sample of the machine (on the sampler's thread), with ``system=True``: scalars in the
+        ``system`` run, at its wall time in seconds (see the class docstring); nothing before begin
+        or after close."""
+        if not self.system or not self.output.writing or self.output.stalled:
             return
         writer = self._writer(SYSTEM_RUN)
         values = [scalar_tensor(key, value) for key, value in event.values.items() if isinstance(value, float)]
@@ -507,7 +518,7 @@ class TensorBoardSink(Sink):
         notice = event.values.get(SYSTEM_NOTICE_KEY)
         if isinstance(notice, str):
             values.append(text_tensor(SYSTEM_NOTICE_KEY, notice))
-        step = int(event.wall_time * 1000)
+        step = int(event.wall_time)
         self._add(writer, EventProto(wall_time=event.wall_time, step=step, summary=Summary(value=values)), row=True)
 
     def writer_stats(self) -> WriterStats | None:

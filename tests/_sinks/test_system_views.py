@@ -27,7 +27,7 @@ def _stalled_run(tmp_path: Path, **bus_options: Any) -> tuple[hookbus.EventBus, 
     screen = io.StringIO()
     bus = hookbus.EventBus(wall_clock=FakeClock(START, tick=1.0), system_metrics=3600.0, **bus_options)
     bus.attach(EventLogSink(tmp_path / "events.jsonl"))
-    bus.attach(TensorBoardSink(tmp_path / "tb", every_n_steps=1))
+    bus.attach(TensorBoardSink(tmp_path / "tb", every_n_steps=1, system=True))
     bus.attach(CSVSink(tmp_path / "metrics.csv", every_n_steps=1, system=True))
     bus.attach(ConsoleSink(Console(file=screen, width=300), live=False, plain_every_n_secs=0))
     pub = ScriptedPublisher(bus, ["loss"])
@@ -64,7 +64,7 @@ def test_tensorboard_plots_samples_on_a_time_axis_in_a_run_of_their_own(tmp_path
     steps = sorted(system["system/cpu_utilization_percentage"])
     assert len(steps) == 3  # never stacked on one step, though the training step stood still
     assert steps == sorted(set(steps))
-    assert all(START * 1000 <= s < (START + 3600) * 1000 for s in steps)  # milliseconds of wall time
+    assert all(START <= s < START + 3600 for s in steps)  # seconds of wall time
     assert [system["system/training_step"][s] for s in steps] == [3.0, 3.0, 3.0]
     assert "system/process_memory_rss_megabytes" in system
     (notice,) = system["system/notice"].values()
@@ -82,14 +82,16 @@ def test_csv_writes_samples_to_a_file_of_its_own_when_asked(tmp_path: Path) -> N
     assert header == ["step", "wall_time", "loss"]  # the training's file is untouched
 
 
-def test_csv_without_system_writes_no_system_file(tmp_path: Path) -> None:
+def test_csv_and_tensorboard_write_no_samples_unless_asked(tmp_path: Path) -> None:
     bus = hookbus.EventBus()
     bus.attach(CSVSink(tmp_path / "m.csv"))
+    bus.attach(TensorBoardSink(tmp_path / "tb"))
     pub = ScriptedPublisher(bus, ["loss"])
     with bus:
         pub.run([{"loss": 1.0}])
         pub.sample_system()
     assert not (tmp_path / "m.system.csv").exists()
+    assert sorted(runs(tmp_path / "tb")) == ["train"]
 
 
 def test_the_dashboard_shows_the_machine_and_why_no_gpu(tmp_path: Path) -> None:
@@ -117,7 +119,7 @@ def _stalled_run_off(tmp_path: Path) -> tuple[hookbus.EventBus, io.StringIO]:
     screen = io.StringIO()
     bus = hookbus.EventBus(system_metrics=False)
     bus.attach(EventLogSink(tmp_path / "events.jsonl"))
-    bus.attach(TensorBoardSink(tmp_path / "tb", every_n_steps=1))
+    bus.attach(TensorBoardSink(tmp_path / "tb", every_n_steps=1, system=True))
     bus.attach(CSVSink(tmp_path / "metrics.csv", every_n_steps=1, system=True))
     bus.attach(ConsoleSink(Console(file=screen, width=300), live=False, plain_every_n_secs=0))
     pub = ScriptedPublisher(bus, ["loss"])

@@ -89,14 +89,13 @@ def test_event_files_sort_in_creation_order_and_have_our_suffix(tmp_path: Path) 
 
 
 def test_each_worker_writes_its_training_run_in_its_own_train_directory(tmp_path: Path) -> None:
-    """``runs_on="each"``: worker i's training run is ``logdir/worker-<i>/train``, none at a root; the
-    machine it ran on is sampled into ``logdir/worker-<i>/system``."""
+    """``runs_on="each"``: worker i's training run is ``logdir/worker-<i>/train``, none at a root."""
     bus = hookbus.EventBus(clock=FakeClock())
     bus.attach(TensorBoardSink(tmp_path, every_n_steps=1, runs_on="each"))
     with bus:
         ScriptedPublisher(bus, keys=["loss"], task=hookbus.Task("worker", 1)).run([{"loss": 1.0}] * 3)
     runs = sorted(str(p.parent.relative_to(tmp_path)) for p in tmp_path.rglob("events.out.tfevents.*"))
-    assert runs == ["worker-1/system", "worker-1/train"]
+    assert runs == ["worker-1/train"]
     acc = event_accumulator.EventAccumulator(str(tmp_path / "worker-1" / "train")).Reload()
     assert [e.step for e in acc.Scalars("loss")] == [1, 2, 3]
 
