@@ -10,8 +10,9 @@ prefixes :mod:`hookbus._contract._publisher_keys`'s; evaluations and epochs, whi
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from operator import attrgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,7 @@ from hookbus._rules._values import publishable_values
 if TYPE_CHECKING:
     from hookbus._bus._bus import EventBus
     from hookbus._bus._keys import Publisher
+    from hookbus._bus._sampler import SystemMetrics
     from hookbus._bus._stops import Stops
     from hookbus._checkpoints._backend import CheckpointBackend
     from hookbus._contract._cluster import Task
@@ -243,6 +245,11 @@ class PublisherCore:
                 publisher began yet).
         """
         self._port.system.sample_now()
+
+    def without_sampling(self) -> contextlib.AbstractContextManager[None]:
+        """A context in which runs of the bus sample no machine (a replay: the bus runs on a log's
+        recorded time, and the replaying process's machine is not the one that trained)."""
+        return _suspended(self._port.system)
 
     def offer_profiler(self, backend: ProfilerBackend | None) -> None:
         """Let a profiler sink trace windows of steps through ``backend`` (a train publisher, before
@@ -474,3 +481,12 @@ class PublisherCore:
         to the subscribers that opt in: those whose ``keys`` name an ``epoch/`` key, and sinks whose
         ``receives_epochs`` is true."""
         publish_epoch(self._port, step, values)
+
+
+@contextlib.contextmanager
+def _suspended(system: SystemMetrics) -> Iterator[None]:
+    before, system.suspended = system.suspended, True
+    try:
+        yield
+    finally:
+        system.suspended = before
