@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import socket
 import threading
 import time
 from collections.abc import Mapping
@@ -34,6 +35,8 @@ from hookbus.sink_api import (
 from ._event_log_file import LogFile
 
 __all__ = ["EventLogSink"]
+
+_HOST = socket.gethostname()  # what a system record names its host by
 
 Item = tuple[Any, Mapping[str, Any]]  # (payload or record kind, more fields)
 HParamValue = bool | int | float | str
@@ -261,8 +264,10 @@ class EventLogSink(Sink):
 
     def on_system(self, event: Event) -> None:
         """A sample of the machine (on the sampler's thread): a ``system`` record, whatever the
-        schedule (samples come on their own clock); nothing once the log is closed."""
-        self._put(event)
+        schedule (samples come on their own clock), with the ``host`` it was taken on (a cluster
+        view counts a host's figures once, however many workers share it); nothing once the log
+        is closed."""
+        self._put(event, host=_HOST)
 
     def on_checkpoint_saved(self, event: CheckpointSaved) -> None:
         now = time.time()

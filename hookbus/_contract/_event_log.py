@@ -11,10 +11,12 @@ values are not recorded, only named in ``skipped``.
 
 A ``system`` record is a sample of the machine (the bus's ``system`` signal): ``step`` (the latest
 training step then: flat while training is stalled), ``wall_time``, ``elapsed``, ``task`` in
-multi-worker training, and its values as top-level fields named ``system/...`` (MLflow's system
-metric names; see :mod:`hookbus.sink_api`'s ``SYSTEM_*``); the first one of a run where no GPU is
-sampled carries ``notice``, the sentence that says why. A replay skips them (the machine is not
-replayed); ``pandas.read_json`` gives them their own columns, and ``record == "system"`` selects them.
+multi-worker training, ``host`` (the name of the machine sampled: workers that share a host sample
+it each, and a cluster view counts its host figures once), and its values as top-level fields
+named ``system/...`` (MLflow's system metric names; see :mod:`hookbus.sink_api`'s ``SYSTEM_*``);
+the first one of a run where no GPU is sampled carries ``notice``, the sentence that says why. A
+replay skips them (the machine is not replayed); ``pandas.read_json`` gives them their own
+columns, and ``record == "system"`` selects them.
 
 The ``close`` record (the run closed) carries ``ended``: how the run ended in one word,
 ``"finished"``, ``"stopped"`` or ``"crashed"`` (:func:`hookbus.sink_api.how_ended`). Logs written

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ def test_the_event_log_holds_each_sample_with_the_step_it_was_taken_at(tmp_path:
     records = hookbus.read_event_log(tmp_path / "events.jsonl")
     samples = [r for r in records if r["record"] == "system"]
     assert [s["step"] for s in samples] == [3, 3, 3]  # flat: the stall shows
+    assert {s["host"] for s in samples} == {socket.gethostname()}  # a cluster view counts a host once
     assert samples[0]["notice"].startswith(("NVML absent", "no GPU"))  # said once
     assert all("notice" not in s for s in samples[1:])
     assert all(isinstance(s["values"]["system/cpu_utilization_percentage"], float) for s in samples)
