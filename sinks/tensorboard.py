@@ -408,7 +408,8 @@ class TensorBoardSink(Sink):
         earlier = earlier_sessions(self.logdir)
         goes_on = event.restored or event.step > 0
         self._add(self._writer(_SESSION), session_start(hparams, event.wall_time, earlier, goes_on))
-        self.output.flush()  # on disk before the earlier session goes: the logdir always shows one
+        with self._write_lock:  # the sampler's thread may be adding a sample
+            self.output.flush()  # on disk before the earlier session goes: the logdir always shows one
         for path in earlier:
             with contextlib.suppress(FileNotFoundError):  # gone already: nothing to replace
                 os.remove(path)
