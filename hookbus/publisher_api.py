@@ -34,6 +34,7 @@ from hookbus._contract._learning_rate import RateBackend
 from hookbus._contract._model import EpochProgress, ModelExport, ModelView, WeightsBackend
 from hookbus._contract._profiling import ProfileOptions, ProfilerBackend, ProfilerBusy, Profiling, RunTrace
 from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX, RESERVED_KEYS, TEST_PREFIX
+from hookbus._contract._system import MachineOffer
 from hookbus._publishing._planner import Plan
 from hookbus._publishing._publisher import PublisherCore
 from hookbus._rules._home import show_home
@@ -48,6 +49,7 @@ __all__ = [
     "CheckpointStore",
     "EpochProgress",
     "FileCheckpointStore",
+    "MachineOffer",
     "ModelExport",
     "ModelView",
     "Plan",

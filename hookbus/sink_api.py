@@ -39,6 +39,9 @@ What it holds:
   halves), the summary kept beside it (:class:`RunSummary`, :func:`run_summary_path`,
   :func:`read_run_summary`), and how a run ended in one word, :func:`how_ended`
   (:data:`ENDINGS`, :data:`DEAD` for a run killed without a word, a tracker's :data:`TRACKER_STATUS`);
+- the machine's samples (the ``system`` signal, :meth:`Sink.on_system`): :data:`SYSTEM_MODE`,
+  :data:`SYSTEM_PREFIX`, :data:`SYSTEM_NOTICE_KEY` (why no GPU is sampled, said once),
+  :func:`system_gpu_key` and :func:`system_gpu_of` (a GPU's keys, by TensorFlow's index);
 - the learning rate (``SinkContext.learning_rate``): :class:`LearningRate` (read it, request a
   new one), :func:`require_learning_rate` (fails before step 1 naming what to pass where no
   publisher offers one), :data:`LEARNING_RATE_KEY`.
@@ -85,6 +88,13 @@ from hookbus._contract._sink import (
     Sink,
 )
 from hookbus._contract._stats import BusStats, SubscriberStats, WriterStats
+from hookbus._contract._system import (
+    SYSTEM_MODE,
+    SYSTEM_NOTICE_KEY,
+    SYSTEM_PREFIX,
+    system_gpu_key,
+    system_gpu_of,
+)
 from hookbus._rules._direction import better_direction
 from hookbus._rules._files import check_writable_dir, write_atomically
 from hookbus._rules._home import show_home
@@ -108,6 +118,9 @@ __all__ = [
     "PRIORITY_NAN_GUARD",
     "PRIORITY_STOP_AT_STEP",
     "SIGNALS",
+    "SYSTEM_MODE",
+    "SYSTEM_NOTICE_KEY",
+    "SYSTEM_PREFIX",
     "TEST_PREFIX",
     "TRACKER_STATUS",
     "BackgroundWriter",
@@ -165,6 +178,8 @@ __all__ = [
     "recover",
     "require_learning_rate",
     "step_of",
+    "system_gpu_key",
+    "system_gpu_of",
     "write_atomically",
 ]
 

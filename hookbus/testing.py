@@ -112,6 +112,13 @@ class ScriptedPublisher:
         self.step = 0
         self.fetched: list[tuple[int, tuple[str, ...]]] = []
 
+    def sample_system(self) -> None:
+        """Publish one sample of the machine now, on this thread (what the bus's sampler thread
+        does on its own clock): a test of a ``system`` handler needs no sleep. Raises
+        ``RuntimeError`` when the bus samples nothing now (``system_metrics=False``, or before
+        :meth:`begin`)."""
+        self.core.sample_system()
+
     def begin(self) -> None:
         """Publish ``begin`` (keys are checked)."""
         if self.model is not None:

@@ -29,6 +29,7 @@ __all__ = [
     "keras_model_event",
     "new_event_file",
     "scalar_tensor",
+    "text_tensor",
 ]
 
 _EVENT_FILE_TIME = re.compile(r"tfevents\.(\d+)\.")
@@ -60,6 +61,15 @@ def scalar_tensor(tag: str, value: float) -> Summary.Value:
     """A scalar as ``tf.summary.scalar`` writes it under Keras: a float32 tensor of the scalars plugin."""
     tensor = TensorProto(dtype=DT_FLOAT, tensor_shape=TensorShapeProto(), float_val=[value])
     return Summary.Value(tag=tag, metadata=_SCALARS, tensor=tensor)
+
+
+_TEXT = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="text"))
+
+
+def text_tensor(tag: str, text: str) -> Summary.Value:
+    """A string as ``tf.summary.text`` writes it: a scalar string tensor of the text plugin."""
+    tensor = TensorProto(dtype=DT_STRING, tensor_shape=TensorShapeProto(), string_val=[text.encode("utf-8")])
+    return Summary.Value(tag=tag, metadata=_TEXT, tensor=tensor)
 
 
 def histogram_tensor(tag: str, array: np.ndarray[Any, Any], bins: int = 30) -> Summary.Value:

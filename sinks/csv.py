@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
@@ -12,6 +13,7 @@ from hookbus.sink_api import (
     DEFAULT_FLUSH_DEADLINE,
     EPOCH_PREFIX,
     EVAL_PREFIX,
+    SYSTEM_PREFIX,
     TEST_PREFIX,
     Event,
     Schedule,
@@ -90,6 +92,7 @@ class CSVSink(Sink):
             model adds its rows, as ``CSVLogger(append=True)`` (rows are keyed by step: a training
             from step 0 keeps none). ``False``: start the file anew at each training's start, a
             resume's included, as ``CSVLogger(append=False)`` does at each ``fit``.
+        system: Also write the machine's samples to ``<stem>.system.csv`` (default ``False``).
     """
 
     default_schedule: ClassVar[Schedule] = Schedule(every_n_steps=10)
@@ -113,6 +116,7 @@ class CSVSink(Sink):
         runs_on: str | None = None,
         separator: str = ",",
         append: bool = True,
+        system: bool = False,
     ) -> None:
         super().__init__(
             keys=keys,
@@ -126,6 +130,7 @@ class CSVSink(Sink):
         self._base_path = self.path = WriterKit.file_path("path", path)
         self.eval_path = self.path.with_name(self.path.stem + ".eval.csv")
         self.test_path = self.path.with_name(self.path.stem + ".test.csv")
+        self.system_path = self.path.with_name(self.path.stem + ".system.csv")
         #: Options, locks and the background writer: :class:`hookbus.sink_api.WriterKit`.
         self.output: WriterKit[Item] = WriterKit(
             self.name,
@@ -138,6 +143,9 @@ class CSVSink(Sink):
         self.separator = check_separator(separator)
         flag("append", append)
         self.append = append
+        flag("system", system)
+        self.system = system
+        self._put_lock = threading.Lock()  # the sampler's thread puts too: the writer's counters are for one
         self._sessions = 0  # train sessions since the training began: its first may start the file anew
         if not epochs and self.keys is not None and any(k.startswith(EPOCH_PREFIX) for k in self.keys):
             raise ValueError(f"keys {sorted(self.keys)} name epoch keys; pass epochs=True to write epoch rows")
@@ -156,6 +164,7 @@ class CSVSink(Sink):
         self.path = base.with_name(f"{base.stem}.{suffix}{base.suffix}")
         self.eval_path = self.path.with_name(self.path.stem + ".eval.csv")
         self.test_path = self.path.with_name(self.path.stem + ".test.csv")
+        self.system_path = self.path.with_name(self.path.stem + ".system.csv")
 
     def on_begin(self, event: Event) -> None:
         if event.mode == "train":
@@ -181,6 +190,10 @@ class CSVSink(Sink):
                 "eval": CSVFile(self.eval_path, evals, report=self._report, separator=self.separator),
                 "test": CSVFile(self.test_path, tests, every_row=True, report=self._report, separator=self.separator),
             }
+        if self.system:
+            self._files["system"] = CSVFile(
+                self.system_path, [], every_row=True, report=self._report, separator=self.separator
+            )
         for f in self._files.values():
             f.read_header()  # a foreign file fails here, before training
         self._lock_files(event)
@@ -203,7 +216,7 @@ class CSVSink(Sink):
         wanted = [name for name, f in self._files.items() if name != "eval" or f.columns or event.mode == "eval"]
         if event.mode in ("eval", "test"):
             wanted = [name for name in wanted if name == event.mode]
-        else:
+        else:  # a training publisher's run samples the machine
             wanted = [name for name in wanted if name != "test"]
         for name in wanted:
             self.output.lock(self._files[name].path, "the CSV file")
@@ -214,7 +227,7 @@ class CSVSink(Sink):
         anew = not self.append and self._sessions == 0
         self._sessions += 1
         for name, f in self._files.items():  # anew: keep no row (steps count from 0)
-            if name != "test":  # test evaluations are no training rows: no resume drops them
+            if name not in ("test", "system"):  # test evaluations and samples: no resume drops them
                 self.output.call(functools.partial(f.start_session, -1 if anew else event.step))
 
     def on_after_run(self, event: Event) -> None:
@@ -228,15 +241,25 @@ class CSVSink(Sink):
                 if k.startswith(EPOCH_PREFIX) and (self.keys is None or k in self.keys)
             }
             row = {"epoch": int(event.values["epoch"]), **row} if "epoch" in event.values else row
-            output.put(("epoch", event.step, event.wall_time, row))
+            with self._put_lock:
+                output.put(("epoch", event.step, event.wall_time, row))
             return
         # The row is made on the writer's thread (_row), from the event's values: read-only, as
         # the publisher converted them. Here only whether there is one: a scalar this sink writes.
         keys, values = self.keys, event.values
         for key, value in values.items():
             if isinstance(value, float) and (keys is None or key in keys):
-                output.put((mode if mode in ("eval", "test") else "train", event.step, event.wall_time, values))
+                with self._put_lock:
+                    output.put((mode if mode in ("eval", "test") else "train", event.step, event.wall_time, values))
                 return
+
+    def on_system(self, event: Event) -> None:
+        """A sample of the machine (on the sampler's thread): a row of ``<stem>.system.csv`` with
+        ``system=True``; nothing before begin or after close."""
+        if self.system and "system" in self._files:
+            with self._put_lock:
+                if self.output.writing:
+                    self.output.put(("system", event.step, event.wall_time, event.values))
 
     def flush(self) -> None:
         """Block until every row received so far is handed to the OS (checkpoint barrier)."""
@@ -260,6 +283,12 @@ class CSVSink(Sink):
         name, step, wall_time, values = item
         if name == "epoch":
             return step, wall_time, dict(values)  # made on the training thread (epochs are few)
+        if name == "system":
+            return (
+                step,
+                wall_time,
+                {k: v for k, v in values.items() if isinstance(v, float) and k.startswith(SYSTEM_PREFIX)},
+            )
         keys = self.keys
         prefix = EVAL_PREFIX if name == "eval" else TEST_PREFIX if name == "test" else None
         row: dict[str, float] = {}

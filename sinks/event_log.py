@@ -8,6 +8,8 @@ from __future__ import annotations
 import functools
 import json
 import os
+import socket
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -33,6 +35,8 @@ from hookbus.sink_api import (
 from ._event_log_file import LogFile
 
 __all__ = ["EventLogSink"]
+
+_HOST = socket.gethostname()  # what a system record names its host by
 
 Item = tuple[Any, Mapping[str, Any]]  # (payload or record kind, more fields)
 HParamValue = bool | int | float | str
@@ -164,6 +168,7 @@ class EventLogSink(Sink):
         self._timer: ScheduleTimer | None = None  # the run's schedule of train steps; None: record all
         self._first_stop: StopRequest | None = None  # what the close record's "ended" is read from
         self._error: BaseException | None = None
+        self._put_lock = threading.Lock()
 
     def setup(self, context: SinkContext) -> None:
         """A run begins: its schedule counts afresh, no stop or exception seen yet."""
@@ -220,8 +225,10 @@ class EventLogSink(Sink):
         self.output.start(self._write, self._file.flush, self._file.close, target=repr(str(self.path)))
 
     def _put(self, payload: Any, **fields: Any) -> None:
-        if self.output.writing:
-            self.output.put((payload, fields))
+        # The sampler's thread puts too (on_system): the writer's counters are not for two threads.
+        with self._put_lock:
+            if self.output.writing:
+                self.output.put((payload, fields))
 
     def _write(self, item: Item) -> None:
         assert self._file is not None
@@ -265,6 +272,13 @@ class EventLogSink(Sink):
                 return
             timer.fire(event.step, now)
         self._put(event)
+
+    def on_system(self, event: Event) -> None:
+        """A sample of the machine (on the sampler's thread): a ``system`` record, whatever the
+        schedule (samples come on their own clock), with the ``host`` it was taken on (a cluster
+        view counts a host's figures once, however many workers share it); nothing once the log
+        is closed."""
+        self._put(event, host=_HOST)
 
     def on_checkpoint_saved(self, event: CheckpointSaved) -> None:
         now = time.time()

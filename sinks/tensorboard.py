@@ -6,6 +6,7 @@ import contextlib
 import functools
 import os
 import re
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -21,6 +22,7 @@ from hookbus.sink_api import (
     EPOCH_PREFIX,
     EVAL_PREFIX,
     LEARNING_RATE_KEY,
+    SYSTEM_NOTICE_KEY,
     TEST_PREFIX,
     Event,
     ExceptionRaised,
@@ -32,7 +34,7 @@ from hookbus.sink_api import (
     WriterStats,
     how_ended,
 )
-from hookbus.validate import non_negative_int, positive_int
+from hookbus.validate import flag, non_negative_int, positive_int
 
 from ._event_files import (
     close_all,
@@ -42,6 +44,7 @@ from ._event_files import (
     keras_model_event,
     new_event_file,
     scalar_tensor,
+    text_tensor,
 )
 from ._hparams import SESSION_SUFFIX, earlier_sessions, session_end, session_start
 
@@ -52,6 +55,7 @@ LAYOUTS = ("default", "keras")
 _VAL = "val_"
 _OLD_LAYOUT = re.compile(r"^events\.out\.tfevents\..*\.hookbus$")  # hookbus's own training files
 _SESSION = "."  # the HParams session's run: the logdir's root
+SYSTEM_RUN = "system"  # the machine's samples: a run of their own, on a time axis
 
 
 class TensorBoardSink(Sink):
@@ -109,6 +113,22 @@ class TensorBoardSink(Sink):
     replaces the old one (its restart marker replaces the old curves alike). A run with only an
     evaluation publisher writes no session.
 
+    ``system=True`` writes the machine's samples (``EventBus(system_metrics=...)``) to a run of their
+    own, ``logdir/system``, under their own names (``system/cpu_utilization_percentage``, ...), beside
+    ``system/training_step``, the training step the bus had reached. Their step is the sample's wall
+    time in whole seconds since the Unix epoch, not the training step: samples come on their own
+    clock, so a stall (no training step for minutes) is a stretch of samples with a flat
+    ``system/training_step``, where samples keyed by training step would all stack on one step. Pick
+    TensorBoard's *Relative* or *Wall* horizontal axis for them; the axis never goes back, across
+    resumes and processes too, so that run needs no restart marker (samples less than a second
+    apart share a step, and TensorBoard shows the last). Whole seconds, not milliseconds: the
+    HParams plugin reads every run's last step as a 32-bit number. Where no GPU is sampled, the
+    reason is written once as a text summary (tag ``system/notice``). Under ``runs_on="each"`` each
+    worker's samples are in its own logdir's ``system`` run. Off by default: a new run in the
+    logdir would show in every TensorBoard view of it, in the HParams session's columns and beside
+    Keras's own runs under ``layout="keras"``; the dashboard and the event log show the machine
+    by default.
+
     Each run (``with bus:``) starts a new event file whose name sorts after the existing ones.
     Every train session start at step S writes a ``SessionLog.START`` marker at S+1 into each
     sub-run, the first session included: the legacy reader purges steps >= S+1 on every marker,
@@ -159,6 +179,8 @@ class TensorBoardSink(Sink):
             schedule counted from its last firing (``Schedule(steps_from_last_firing=True)``, as
             :func:`hookbus.from_hooks` sets), the rate is measured between firings only, so a
             session's first firing writes none, as ``StepCounterHook``'s first does not.
+        system: Also write the machine's samples to the run ``logdir/system`` (default ``False``;
+            see above).
     """
 
     default_schedule: ClassVar[Schedule] = Schedule(every_n_steps=100)
@@ -186,7 +208,9 @@ class TensorBoardSink(Sink):
         update_freq: str | int | None = None,
         train_run: str = "train",
         rate_tag: str | None = "steps/sec",
+        system: bool = False,
     ) -> None:
+        flag("system", system)
         if not isinstance(train_run, str) or os.path.isabs(train_run) or ".." in train_run.split(os.sep):
             raise ValueError(f"train_run must be a directory under logdir, or '' for logdir itself (got {train_run!r})")
         if rate_tag is not None and (not isinstance(rate_tag, str) or not rate_tag):
@@ -234,6 +258,7 @@ class TensorBoardSink(Sink):
         )
         self.histogram_bins = positive_int("histogram_bins", histogram_bins)
         self.layout = layout
+        self.system = system
         self.histogram_freq = non_negative_int("histogram_freq", histogram_freq)
         self.update_freq = update_freq
         if keras and every_batches is None:
@@ -247,6 +272,7 @@ class TensorBoardSink(Sink):
             raise ValueError(f"hparams must map names to bool, int, float or str (got {hparams!r})")
         self.hparams = dict(hparams) if hparams is not None else None
         self._writers: dict[str, EventFileWriter] = {}
+        self._write_lock = threading.RLock()
         self._session_step = 0
         self._rate_from: tuple[int, float] | None = None
         self._graph_written = False
@@ -310,6 +336,8 @@ class TensorBoardSink(Sink):
             return self._train_dir
         if run == _SESSION:
             return self.logdir
+        if run == SYSTEM_RUN:
+            return os.path.join(self.logdir, SYSTEM_RUN)
         return os.path.join(self.logdir, "validation" if self.layout == "keras" else run)
 
     def _lock(self, run: str) -> None:
@@ -317,6 +345,13 @@ class TensorBoardSink(Sink):
         self.output.lock(directory, "the TensorBoard run", path=os.path.join(directory, ".events.lock"))
 
     def _writer(self, run: str) -> EventFileWriter:
+        writer = self._writers.get(run)
+        if writer is not None:
+            return writer
+        with self._write_lock:  # the sampler's thread makes the system run's writer
+            return self._new_writer(run)
+
+    def _new_writer(self, run: str) -> EventFileWriter:
         writer = self._writers.get(run)
         if writer is None:
             logdir = self._run_dir(run)
@@ -351,8 +386,10 @@ class TensorBoardSink(Sink):
         self._session_step = event.step
         # Counted from the last firing (TensorFlow's timers): the first firing only starts the clock.
         self._rate_from = None if self.schedule.steps_from_last_firing else (event.step, event.wall_time)
-        for run, writer in self._writers.items() if self.layout == "default" else ():  # Keras writes none
-            if run not in (_SESSION, "test"):  # test evaluations are no training curve: never cut back
+        # A copy: the sampler's thread may add the system run meanwhile. The system run is on a time
+        # axis that never goes back: no marker (one at S+1 would purge every sample after it).
+        for run, writer in tuple(self._writers.items()) if self.layout == "default" else ():  # Keras writes none
+            if run not in (_SESSION, "test", SYSTEM_RUN):  # test evaluations are no training curve: never cut back
                 self._add(writer, self._marker(event.wall_time))
         if (hparams := self.hparams) is not None and _SESSION not in self._writers:  # the run's first training
             self._start_session(event, hparams)
@@ -371,7 +408,8 @@ class TensorBoardSink(Sink):
         earlier = earlier_sessions(self.logdir)
         goes_on = event.restored or event.step > 0
         self._add(self._writer(_SESSION), session_start(hparams, event.wall_time, earlier, goes_on))
-        self.output.flush()  # on disk before the earlier session goes: the logdir always shows one
+        with self._write_lock:  # the sampler's thread may be adding a sample
+            self.output.flush()  # on disk before the earlier session goes: the logdir always shows one
         for path in earlier:
             with contextlib.suppress(FileNotFoundError):  # gone already: nothing to replace
                 os.remove(path)
@@ -464,7 +502,25 @@ class TensorBoardSink(Sink):
     def _add(self, writer: EventFileWriter, proto: EventProto, *, row: bool = False) -> None:
         """Hand ``proto`` to ``writer`` through the kit, which flushes first (within the deadline)
         while ``max_queue_size`` events are outstanding: ``add_event`` never blocks on a full queue."""
-        self.output.add(lambda: writer.add_event(proto), row=row)
+        # One writer call at a time: the sampler's thread adds the system run's events, and the
+        # kit's counters (and the flush it may run first) are not for two threads.
+        with self._write_lock:
+            self.output.add(lambda: writer.add_event(proto), row=row)
+
+    def on_system(self, event: Event) -> None:
+        """A sample of the machine (on the sampler's thread), with ``system=True``: scalars in the
+        ``system`` run, at its wall time in seconds (see the class docstring); nothing before begin
+        or after close."""
+        if not self.system or not self.output.writing or self.output.stalled:
+            return
+        writer = self._writer(SYSTEM_RUN)
+        values = [scalar_tensor(key, value) for key, value in event.values.items() if isinstance(value, float)]
+        values.append(scalar_tensor("system/training_step", float(event.step)))
+        notice = event.values.get(SYSTEM_NOTICE_KEY)
+        if isinstance(notice, str):
+            values.append(text_tensor(SYSTEM_NOTICE_KEY, notice))
+        step = int(event.wall_time)
+        self._add(writer, EventProto(wall_time=event.wall_time, step=step, summary=Summary(value=values)), row=True)
 
     def writer_stats(self) -> WriterStats | None:
         """Summary events handed to TensorBoard's ``EventFileWriter`` in this run; its queue
@@ -478,7 +534,8 @@ class TensorBoardSink(Sink):
         the sink and reports it) and leaves the writers' stuck threads behind (daemons).
         """
         if self._writers:
-            self.output.flush()
+            with self._write_lock:
+                self.output.flush()
 
     def close(self) -> None:
         """Flush and close the event files (idempotent); a later run starts new files.

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHES = ("overhead", "dispatch", "keras_overhead", "watch", "startup", "slow_subscriber", "sweep")
+BENCHES = ("overhead", "dispatch", "keras_overhead", "watch", "startup", "slow_subscriber", "sweep", "system_metrics")
 ROW_FIELDS = {"wall_us", "cpu_us", "wall_median_us", "x_wall", "x_wall_median", "x_cpu", "x_cpu_median", "x_thread"}
 SPREAD = {"median", "min", "max", "runs"}
 RUNS = 2  # --quick runs two processes: the smallest run count with a spread
@@ -176,6 +176,19 @@ def check_sweep(result: dict[str, Any]) -> None:
     assert "core_share" in result["following"]
 
 
+def check_system_metrics(result: dict[str, Any]) -> None:
+    assert set(result["idle_percent_of_a_core"]) == {"off", "on"}
+    for figure in [*result["idle_percent_of_a_core"].values(), result["sampler_percent_of_a_core"]]:
+        assert set(figure) == SPREAD
+        assert len(figure["runs"]) == RUNS
+        assert figure["min"] <= figure["median"] <= figure["max"]
+    sample = result["per_sample"]
+    assert sample["cpu_ms_per_sample"] > 0
+    assert sample["bytes_per_sample"] > 0
+    assert sample["keys_per_sample"] >= 6  # the host's and this process's, at least
+    assert result["targets"], "the targets are judged"
+
+
 CHECKS = {
     "overhead": check_overhead,
     "dispatch": check_dispatch,
@@ -184,6 +197,7 @@ CHECKS = {
     "startup": check_startup,
     "slow_subscriber": check_slow_subscriber,
     "sweep": check_sweep,
+    "system_metrics": check_system_metrics,
 }
 
 

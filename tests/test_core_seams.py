@@ -187,7 +187,7 @@ def test_the_health_pin_sees_a_second_writer() -> None:
 # -- the model seam: one view per publisher ---------------------------------------------------------------
 #: What a publisher offers its bus's sinks, one method each (before issue 46: thirteen, ten of them
 #: about the model).
-OFFERS = ["offer_checkpoints", "offer_learning_rate", "offer_model", "offer_profiler"]
+OFFERS = ["offer_checkpoints", "offer_learning_rate", "offer_machine", "offer_model", "offer_profiler"]
 #: The publishers, each in its folder, and the view each offers beside it.
 VIEWS = {
     "_tf/hook/_hook.py": "GraphModelView",
@@ -204,7 +204,7 @@ def test_a_publisher_offers_the_sinks_four_things_and_the_model_once() -> None:
     from hookbus.publisher_api import PublisherCore
 
     assert sorted(n for n in dir(PublisherCore) if n.startswith("offer")) == OFFERS
-    assert [f.name for f in fields(Offers)] == ["checkpoints", "learning_rate", "profiler", "model"]
+    assert [f.name for f in fields(Offers)] == ["checkpoints", "learning_rate", "profiler", "model", "machine"]
     context = [f.name for f in fields(SinkContext)]
     assert len(context) == 14  # 23 before the model view: ten of them the model's
     assert "model" in context

@@ -43,6 +43,7 @@ def test_the_bus_surface_is_what_users_need() -> None:
         "step",
         "stop_reason",
         "subscribers",
+        "system_metrics",
     ]
     attributes = sorted(n for n in vars(bus) if not n.startswith("_"))
     assert attributes == sorted(["clock", "wall_clock", "namespace", "signals", "task", *hookbus.sink_api.SIGNALS])
@@ -317,6 +318,9 @@ def test_the_sink_authors_surface_is_pinned() -> None:
         "RunSummary",
         "RunTrace",
         "SIGNALS",
+        "SYSTEM_MODE",
+        "SYSTEM_NOTICE_KEY",
+        "SYSTEM_PREFIX",
         "Schedule",
         "ScheduleTimer",
         "Sink",
@@ -347,6 +351,8 @@ def test_the_sink_authors_surface_is_pinned() -> None:
         "require_learning_rate",
         "run_summary_path",
         "step_of",
+        "system_gpu_key",
+        "system_gpu_of",
         "write_atomically",
     ]
     api = hookbus.sink_api
@@ -378,6 +384,7 @@ def test_the_publisher_authors_surface_is_pinned() -> None:
         "EVAL_PREFIX",
         "EpochProgress",
         "FileCheckpointStore",
+        "MachineOffer",
         "ModelExport",
         "ModelView",
         "Plan",

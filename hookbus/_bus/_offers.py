@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from hookbus._checkpoints._backend import CheckpointBackend
     from hookbus._checkpoints._store import CheckpointStore
     from hookbus._contract._learning_rate import LearningRate
+    from hookbus._contract._system import MachineOffer
 
 __all__ = ["Offers"]
 
@@ -28,9 +29,12 @@ class Offers:
         profiler: The profiling seam: the windows asked for, and the publisher's profiler in it.
         model: The training publisher's :class:`~hookbus.sink_api.ModelView`; the base view,
             whose every member answers "not offered", while none is offered.
+        machine: The GPUs the training publisher's framework uses and its allocator, for the
+            machine's sampler (``None``: every GPU CUDA shows, no allocator).
     """
 
     checkpoints: tuple[CheckpointBackend, CheckpointStore] | None = None
     learning_rate: LearningRate | None = None
     profiler: Profiling = field(default_factory=Profiling)
     model: ModelView = NOT_OFFERED
+    machine: MachineOffer | None = None

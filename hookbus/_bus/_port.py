@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from hookbus._bus._offers import Offers
     from hookbus._bus._roster import Roster
     from hookbus._bus._run import RunScope
+    from hookbus._bus._sampler import SystemMetrics
     from hookbus._bus._state import RunState
     from hookbus._bus._stops import Stops
 
@@ -38,6 +39,7 @@ class BusPort:
             replaces a part; a part's own methods change its state).
         clock, wall_clock: The bus's clocks (what :meth:`event` stamps).
         set_task: Runs the bus as a task (the roster, and the bus's ``task`` attribute).
+        system: The machine's sampler (kept as ``system``).
 
     Attributes:
         roster: The bus's subscribers: a publisher's core re-plans when its ``version`` moved
@@ -49,6 +51,8 @@ class BusPort:
         barrier: The checkpoint barrier (a session's end flushes through it).
         scope: The run scope (``with bus:``, a publisher's begin, the evaluations counted).
         offers: What the training publisher offers the sinks (the profiling seam among them).
+        system: The machine's sampler (a test publishes a sample through
+            ``PublisherCore.sample_system``).
     """
 
     __slots__ = (
@@ -63,6 +67,7 @@ class BusPort:
         "scope",
         "state",
         "stops",
+        "system",
     )
 
     def __init__(
@@ -79,8 +84,10 @@ class BusPort:
         clock: Callable[[], float],
         wall_clock: Callable[[], float],
         set_task: Callable[[Task | None], None],
+        system: SystemMetrics,
     ) -> None:
         self.roster = roster
+        self.system = system
         self.keys = keys
         self.state = state
         self.stops = stops

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from hookbus._bus._dispatch import Dispatcher
     from hookbus._bus._keys import KeyRegistry, Publisher
     from hookbus._bus._roster import Roster
+    from hookbus._bus._sampler import SystemMetrics
     from hookbus._bus._state import RunState
     from hookbus._bus._stops import Stops
     from hookbus._bus._subscription import Subscriber
@@ -45,6 +46,9 @@ class RunScope:
         contexts: The :class:`~hookbus.sink_api.SinkContext` each sink is set up with.
         clock, wall_clock: The bus's clocks.
         stop_signals: Signals that mean "stop gracefully" under ``with bus:`` (beside SIGINT).
+        handle_signals: Whether ``with bus:`` installs its signal handlers.
+        system: The machine's sampler (the publishers' core starts it once ``begin`` reached the
+            sinks): stopped here, its last sample taken and its thread joined, before any sink closes.
 
     Attributes:
         runs: Runs begun so far (1 during the first): what a publisher counts its sessions per.
@@ -65,8 +69,10 @@ class RunScope:
         wall_clock: Callable[[], float],
         stop_signals: tuple[int, ...],
         handle_signals: bool = True,
+        system: SystemMetrics | None = None,
     ) -> None:
         self._state = state
+        self._system = system
         self._roster = roster
         self._stops = stops
         self._dispatcher = dispatcher
@@ -260,6 +266,14 @@ class RunScope:
             _implicit_runs.discard(self)
         first: BaseException | None = None
         interrupt: BaseException | None = None
+        if self._system is not None:
+            # Before any sink closes: the last sample reaches them all, then nothing more does.
+            try:
+                sampled = self._system.stop()
+            except BaseException as stopped:  # Ctrl-C while joining: the sinks still close, then it surfaces
+                interrupt, sampled = stopped, []
+            for error in sampled:  # an on_error="raise" handler that failed on the sampler's thread
+                first = first or error
         # A sink that reports on the others (the dashboard's summary) closes after them, so that
         # what their closes failed or cut is in its report. A snapshot: a sink may detach itself.
         records = sorted(tuple(self._roster.records), key=lambda r: r.sink is not None and r.sink.closes_last)

@@ -9,6 +9,15 @@ and pandas read as floats). A key that would collide with a record field is nest
 max, mean and the count of non-finite entries); ``bytes`` (serialized summaries) and other
 values are not recorded, only named in ``skipped``.
 
+A ``system`` record is a sample of the machine (the bus's ``system`` signal): ``step`` (the latest
+training step then: flat while training is stalled), ``wall_time``, ``elapsed``, ``task`` in
+multi-worker training, ``host`` (the name of the machine sampled: workers that share a host sample
+it each, and a cluster view counts its host figures once), and its values as top-level fields
+named ``system/...`` (MLflow's system metric names; see :mod:`hookbus.sink_api`'s ``SYSTEM_*``);
+the first one of a run where no GPU is sampled carries ``notice``, the sentence that says why. A
+replay skips them (the machine is not replayed); ``pandas.read_json`` gives them their own
+columns, and ``record == "system"`` selects them.
+
 The ``close`` record (the run closed) carries ``ended``: how the run ended in one word,
 ``"finished"``, ``"stopped"`` or ``"crashed"`` (:func:`hookbus.sink_api.how_ended`). Logs written
 before it have no ``ended``: a reader takes its absence as "not said". A field added to a record
@@ -31,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from hookbus._contract._events import CheckpointSaved, Event, ExceptionRaised, StopRequest, SubscriberError, WaitForStep
+from hookbus._contract._system import SYSTEM_NOTICE_KEY, SYSTEM_PREFIX, SYSTEM_SIGNAL
 
 __all__ = [
     "EVENT_LOG_VERSION",
@@ -52,6 +62,7 @@ RECORDS = (
     "session_created",
     "waiting_for_step",
     "step",
+    "system",
     "checkpoint_saved",
     "stop_requested",
     "subscriber_error",
@@ -112,6 +123,25 @@ def _step_record(event: Event) -> dict[str, Any]:
     return record
 
 
+def _system_record(event: Event) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "v": EVENT_LOG_VERSION,
+        "record": "system",
+        "step": event.step,
+        "wall_time": event.wall_time,
+        "elapsed": event.elapsed,
+    }
+    if event.task_type is not None:
+        record["task"] = f"{event.task_type}:{event.task_index}"
+        record["local_step"] = event.local_step
+    for key, value in event.values.items():
+        if key == SYSTEM_NOTICE_KEY:
+            record["notice"] = str(value)
+        elif isinstance(value, float) and key.startswith(SYSTEM_PREFIX):
+            record[key] = value
+    return record
+
+
 def _record(payload: Payload | str, fields: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(payload, str):
         return {"v": EVENT_LOG_VERSION, "record": payload, **fields}
@@ -119,6 +149,8 @@ def _record(payload: Payload | str, fields: Mapping[str, Any]) -> dict[str, Any]
     if isinstance(payload, Event):
         if payload.signal == "after_run":
             return {**_step_record(payload), **fields}
+        if payload.signal == SYSTEM_SIGNAL:
+            return {**_system_record(payload), **fields}
         head.update(record=payload.signal, step=payload.step, wall_time=payload.wall_time, mode=payload.mode)
         if payload.signal == "session_created":
             head.update(restored=payload.restored, rewound=payload.rewound)
@@ -164,7 +196,8 @@ def event_log_line(payload: Payload | str, **fields: Any) -> str:
     """One event-log line (JSON and a newline) for a bus payload, or a record of kind ``payload``.
 
     Args:
-        payload: An :class:`Event` (``after_run`` becomes a ``step`` record; ``begin``,
+        payload: An :class:`Event` (``after_run`` becomes a ``step`` record, ``system`` a
+            ``system`` record; ``begin``,
             ``session_created`` and ``end`` keep their signal's name), a
             :class:`CheckpointSaved`, :class:`StopRequest`, :class:`SubscriberError`,
             :class:`ExceptionRaised` or :class:`WaitForStep`; or a record kind (``"status"``, ``"close"``) given with
@@ -187,7 +220,12 @@ def encode_record(record: Mapping[str, Any]) -> str:
 
 
 def _decoded(record: dict[str, Any]) -> dict[str, Any]:
-    if record.get("record") != "step":
+    kind = record.get("record")
+    if kind == "system":  # its samples gathered under "values", as a step's values are
+        out = {k: v for k, v in record.items() if not k.startswith(SYSTEM_PREFIX)}
+        out["values"] = {k: v for k, v in record.items() if k.startswith(SYSTEM_PREFIX)}
+        return out
+    if kind != "step":
         return record
     values = {k: v for k, v in record.items() if k not in _STEP_FIELDS}
     values.update(record.get("values", {}))
@@ -215,7 +253,7 @@ def read_event_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The records of an event log written by ``EventLogSink``, in order; safe while it is written.
 
     A last line without its newline (being written, or torn by a kill) is not data and is left
-    out. Step records have their values gathered in a ``values`` dict (NaN and infinities as
+    out. Step and system records have their values gathered in a ``values`` dict (NaN and infinities as
     floats); every other field is as written (see examples/README.md "Record and replay").
 
     Raises:

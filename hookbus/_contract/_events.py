@@ -42,6 +42,11 @@ SIGNAL_DOCS = {
     "checkpoint_saved": "A checkpoint became visible. Payload: event=CheckpointSaved.",
     "learning_rate_changed": "A new learning rate was applied. Payload: event=LearningRateChange.",
     "model_exported": "An export for serving moved into place (ExportSink). Payload: event=ModelExported.",
+    "system": (
+        "A sample of the machine, delivered every time on the bus's sampler thread (never the training "
+        "thread), every system_metrics seconds and once as the run closes. "
+        "Payload: event=Event(step=the latest training step, mode='system', values={'system/...': float})."
+    ),
 }
 
 
@@ -54,8 +59,9 @@ class Event:
         step: Completed training steps: the global step after the run. In eval and test mode,
             the training step being evaluated.
         mode: ``"train"``, ``"eval"`` (an evaluation of training: fit's validation, an eval
-            hook's), ``"test"`` (a test evaluation: Keras's ``model.evaluate`` outside ``fit``) or
-            ``"epoch"`` (a Keras epoch's logs).
+            hook's), ``"test"`` (a test evaluation: Keras's ``model.evaluate`` outside ``fit``),
+            ``"epoch"`` (a Keras epoch's logs) or ``"system"`` (a sample of the machine, on the
+            ``system`` signal).
         values: Read-only mapping of the keys fetched for this event (eval keys carry the
             ``eval/`` prefix, test keys ``test/``). Scalars are floats, arrays numpy arrays, bytes stay bytes.
         wall_time: ``time.time()`` when the event was made.

@@ -55,6 +55,7 @@ SIGNALS: tuple[str, ...] = (
     "checkpoint_saved",
     "learning_rate_changed",
     "model_exported",
+    "system",
 )
 #: Signals that follow the subscribers' schedules; the others are delivered every time.
 STEP_SIGNALS: frozenset[str] = frozenset({"before_run", "after_run"})
@@ -366,6 +367,17 @@ class Sink:
 
     def on_model_exported(self, event: ModelExported) -> None:
         """An export for serving moved into place (:class:`~hookbus.sinks.ExportSink`)."""
+
+    def on_system(self, event: Event) -> None:
+        """A sample of the machine (``event.mode == "system"``; values keyed as
+        :mod:`hookbus.sink_api` ``SYSTEM_*`` names them), every ``system_metrics`` seconds.
+
+        Called on the bus's sampler thread, never on the training thread (so samples go on while a
+        step or the input pipeline stalls), beside the training thread's calls of the other
+        handlers: override it only to hand the sample on to something safe across threads (a
+        writer's queue, a lock, one assignment a refresh reads). ``event.step`` is the latest
+        training step the bus knows.
+        """
 
     def state_dict(self) -> dict[str, Any]:
         """State to save beside a checkpoint (default: none)."""

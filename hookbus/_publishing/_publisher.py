@@ -10,8 +10,9 @@ prefixes :mod:`hookbus._contract._publisher_keys`'s; evaluations and epochs, whi
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from operator import attrgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -36,11 +37,13 @@ from hookbus._rules._values import publishable_values
 if TYPE_CHECKING:
     from hookbus._bus._bus import EventBus
     from hookbus._bus._keys import Publisher
+    from hookbus._bus._sampler import SystemMetrics
     from hookbus._bus._stops import Stops
     from hookbus._checkpoints._backend import CheckpointBackend
     from hookbus._contract._cluster import Task
     from hookbus._contract._learning_rate import RateBackend, RateRequest
     from hookbus._contract._profiling import ProfilerBackend, Profiling
+    from hookbus._contract._system import MachineOffer
 
 __all__ = ["PublisherCore"]
 
@@ -141,6 +144,7 @@ class PublisherCore:
         if self.mode == "train":
             scope.link_evaluator()
         self._dispatcher.publish("begin", port.event("begin", step=self.bus.step, mode=self.mode))
+        port.system.start()  # after every sink's begin (files open): samples may reach them from now on
 
     def session_created(self, step: int, restored: bool | None = None, *, in_memory: bool = False) -> None:
         """A session exists at ``step``: reset schedules there and publish the resume point.
@@ -231,6 +235,27 @@ class PublisherCore:
                 "without a layout of its own"
             )
         self._offers.checkpoints = (backend, store)
+
+    def offer_machine(self, offer: MachineOffer | None) -> None:
+        """Tell the bus's sampler which GPUs this training publisher's framework uses and how to read
+        its allocator (before :meth:`begin`; ``None`` withdraws it: every GPU CUDA shows, no allocator).
+        The TensorFlow publishers offer TensorFlow's."""
+        self._offers.machine = offer
+
+    def sample_system(self) -> None:
+        """Publish one sample of the machine now, on this thread: what the bus's sampler thread
+        does every ``system_metrics`` seconds, for a test that needs a sample at a known point.
+
+        Raises:
+            RuntimeError: when no run of the bus samples now (``system_metrics=False``, or no
+                publisher began yet).
+        """
+        self._port.system.sample_now()
+
+    def without_sampling(self) -> contextlib.AbstractContextManager[None]:
+        """A context in which runs of the bus sample no machine (a replay: the bus runs on a log's
+        recorded time, and the replaying process's machine is not the one that trained)."""
+        return _suspended(self._port.system)
 
     def offer_profiler(self, backend: ProfilerBackend | None) -> None:
         """Let a profiler sink trace windows of steps through ``backend`` (a train publisher, before
@@ -462,3 +487,12 @@ class PublisherCore:
         to the subscribers that opt in: those whose ``keys`` name an ``epoch/`` key, and sinks whose
         ``receives_epochs`` is true."""
         publish_epoch(self._port, step, values)
+
+
+@contextlib.contextmanager
+def _suspended(system: SystemMetrics) -> Iterator[None]:
+    before, system.suspended = system.suspended, True
+    try:
+        yield
+    finally:
+        system.suspended = before

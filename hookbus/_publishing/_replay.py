@@ -58,12 +58,16 @@ class _RecordedClock:
 
 
 @contextmanager
-def _recorded_time(bus: EventBus, clock: _RecordedClock | None = None) -> Iterator[_RecordedClock]:
+def _recorded_time(core: PublisherCore, clock: _RecordedClock | None = None) -> Iterator[_RecordedClock]:
+    bus = core.bus
     clock = clock or _RecordedClock()
     saved = bus.clock, bus.wall_clock
     bus.clock = bus.wall_clock = clock
     try:
-        yield clock
+        # A run on recorded time samples no machine: the log's own samples are of the machine that
+        # trained; this one's (the replaying process's, at replay time) would be false. Not replayed.
+        with core.without_sampling():
+            yield clock
     finally:
         bus.clock, bus.wall_clock = saved
 
@@ -246,7 +250,7 @@ def replay(path: str | os.PathLike[str], bus: EventBus) -> ReplayResult:
     replayer = _Replayer(bus, iter_event_log_shapes(path))
     records = iter_event_log(path)
     first = next(records, None)
-    with _recorded_time(bus) as clock:
+    with _recorded_time(replayer.train) as clock:
         clock.now = float(first.get("wall_time") or 0.0) if first is not None else 0.0
         with bus:
             stopped = replayer.run(clock, itertools.chain([first] if first is not None else [], records))
@@ -281,7 +285,7 @@ class FollowedReplay:
     def start(self) -> None:
         """Open the bus's run, its clocks on the recorded time."""
         bus = self._replayer.bus  # the publisher's, as a live publisher's core holds it
-        self._stack.enter_context(_recorded_time(bus, self.clock))
+        self._stack.enter_context(_recorded_time(self._replayer.train, self.clock))
         self._stack.enter_context(bus)
 
     def knows(self, record: dict[str, Any]) -> bool:

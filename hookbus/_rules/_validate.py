@@ -85,6 +85,18 @@ def non_negative_seconds(name: str, value: object) -> float:
     return float(value)  # type: ignore[arg-type]
 
 
+def seconds_or_off(name: str, value: object, default: float) -> float | None:
+    """An interval that can be turned off: ``False`` → ``None`` (off), ``True`` → ``default``, a
+    finite positive number of seconds → itself as a float (``EventBus(system_metrics=...)``)."""
+    if value is False:
+        return None
+    if value is True:
+        return default
+    if not _is_real(value) or not math.isfinite(value) or value <= 0:  # type: ignore[arg-type,operator]
+        raise ValueError(f"{name} must be a positive finite number of seconds, or False to turn it off (got {value!r})")
+    return float(value)  # type: ignore[arg-type]
+
+
 def one_of(name: str, value: object, allowed: tuple[str, ...]) -> str:
     """``value`` if it is one of the strings ``allowed`` (a policy, a mode, a state); else
     ``ValueError`` listing them: ``on_error must be one of 'raise', 'disable', 'log' (got 'x')``."""

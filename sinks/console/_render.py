@@ -136,6 +136,7 @@ class Snapshot:
     statuses: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     health: BusStats | None = None
+    machine: str | None = None  # the last sample of the machine, in one line
 
     def elapsed_at(self, now: float) -> float:
         """Elapsed seconds as of ``now`` (frozen once the run is over)."""
@@ -326,8 +327,10 @@ def build(snap: Snapshot, now: float, *, ascii_only: bool = False, width: int = 
         parts.append(_metrics(snap.evals, ascii_only=ascii_only, width=inner))
     separator = Text(" · " if not ascii_only else " | ")
     footer = snap.footer
-    if footer or snap.health is not None:
+    if footer or snap.health is not None or snap.machine is not None:
         parts.append(Text(""))
+    if snap.machine is not None:
+        parts.append(Text(snap.machine if not ascii_only else snap.machine.replace(" · ", " | "), style="cyan"))
     parts.extend(separator.join(Text(item) for item in line) for line in footer)
     if snap.health is not None:
         health = health_items(snap.health, snap.errors)
@@ -400,6 +403,8 @@ def plain_summary(snap: Snapshot) -> list[str]:
                 f" at step {row.best_step if row.best_step is not None else '-'}"
             )
     lines.extend(f"  {item}" for item in snap.status_items)
+    if snap.machine is not None:
+        lines.append(f"  {snap.machine}")
     if snap.health is not None:
         lines.append(f"  {health_summary(snap.health, snap.errors)}")
     return lines

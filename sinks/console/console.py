@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from rich.console import Console
 
 from hookbus.sink_api import (
+    SYSTEM_NOTICE_KEY,
     CheckpointSaved,
     EpochProgress,
     Event,
@@ -26,6 +29,7 @@ from hookbus.sink_api import (
 from hookbus.validate import flag, key_name, non_negative_seconds, positive_int, positive_number
 
 from ._gate import gate_line
+from ._machine import machine_line
 from ._render import (
     Dashboard,
     MetricTracker,
@@ -161,6 +165,7 @@ class ConsoleSink(Sink):
         self.clock = clock
         self.display = TerminalDisplay(console, live, self.refresh_per_second, self.renderable)
         self._active = False
+        self._snapshot_lock = threading.Lock()
         self._reset(0.0)
 
     # -- state (training thread) -------------------------------------------------------------
@@ -185,6 +190,8 @@ class ConsoleSink(Sink):
         self._sessions = 0  # training sessions seen in this run
         self._progress: EpochProgress | None = None  # the last epoch a training publisher said it is in
         self._last_plain: float | None = None
+        self._machine: str | None = None  # the machine line, from the last sample (the sampler's thread)
+        self._machine_notice: str | None = None  # why no GPU is sampled: said in the run's first sample
         self.snapshot = Snapshot(self.run_name, taken_at=self._start)
 
     @property
@@ -216,7 +223,12 @@ class ConsoleSink(Sink):
         if progress is not None and progress.total_steps is not None:
             total = progress.total_steps if total is None else min(total, progress.total_steps)
         now = self.clock()
-        self.snapshot = Snapshot(
+        with self._snapshot_lock:  # the sampler's thread replaces the snapshot's machine line too
+            self.snapshot = self._snapshot(now, total, progress, statuses)
+        return self.snapshot
+
+    def _snapshot(self, now: float, total: int | None, progress: EpochProgress | None, statuses: list[str]) -> Snapshot:
+        return Snapshot(
             run_name=self.run_name,
             mode=self._mode,
             phase=self._phase,
@@ -238,8 +250,19 @@ class ConsoleSink(Sink):
             statuses=tuple(statuses),
             notes=tuple(note for note in (self._resumed, self._activity, self._failure) if note),
             health=self._context.stats() if self._context is not None else None,
+            machine=self._machine,
         )
-        return self.snapshot
+
+    def on_system(self, event: Event) -> None:
+        """A sample of the machine (on the sampler's thread): the machine line, drawn at once, so a
+        stalled run shows its machine (0 % GPU, a flat step) though no step comes."""
+        notice = event.values.get(SYSTEM_NOTICE_KEY)
+        if isinstance(notice, str):
+            self._machine_notice = notice
+        line = machine_line(event.values, self._machine_notice)
+        with self._snapshot_lock:
+            self._machine = line
+            self.snapshot = dataclasses.replace(self.snapshot, machine=line)
 
     @property
     def _stop(self) -> str | None:

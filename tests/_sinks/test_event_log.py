@@ -78,8 +78,12 @@ def test_the_log_records_every_kind_of_event_with_its_format_version(tmp_path: P
     assert all(r["v"] == 1 for r in found)
     kinds = [r["record"] for r in found]
     assert kinds[:2] == ["begin", "session_created"]
-    assert kinds[-2:] == ["end", "close"]
+    assert kinds[-3:] == ["end", "system", "close"]  # the machine's last sample, as the run closes
     assert {"step", "subscriber_error", "stop_requested", "status"} <= set(kinds)
+    (sample,) = records(path, "system")
+    assert sample["step"] == 20
+    assert sample["notice"].startswith(("NVML absent", "no GPU"))
+    assert isinstance(sample["values"]["system/process_memory_rss_megabytes"], float)
     begin = found[0]
     assert begin["keys"] == ["eval/loss", "loss"]
     assert begin["shapes"] == {"eval/loss": None, "loss": []}
@@ -338,7 +342,7 @@ def test_an_evaluation_only_run_is_recorded_and_each_worker_can_have_its_own_log
         evaluate.evaluate({"loss": 0.5}, step=100)
         evaluate.end()
     kinds = [r["record"] for r in records(path) if r["record"] != "status"]
-    assert kinds == ["begin", "session_created", "step", "end", "close"]
+    assert kinds == ["begin", "session_created", "step", "end", "system", "close"]  # an evaluator samples too
     sink = EventLogSink(tmp_path / "events.jsonl", runs_on="each")
     sink.set_output_suffix("worker-1")
     assert sink.path == tmp_path / "events.worker-1.jsonl"

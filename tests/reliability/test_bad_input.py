@@ -504,6 +504,7 @@ def test_bad_input_with_tensorflow_fails_before_step_1(case: TfCase) -> None:
 
 SECONDS = "must be a positive finite number of seconds"
 SECONDS_OR_0 = "must be a finite number of seconds >= 0"
+SECONDS_OR_OFF = "must be a positive finite number of seconds, or False to turn it off"
 RATE = "must be a positive finite number"
 
 
@@ -550,6 +551,7 @@ TIME_ARGUMENTS: list[tuple[str, str, Callable[[Path, float], Any], str]] = [
     ("Schedule", "every_n_secs", lambda t, v: hookbus.sink_api.Schedule(every_n_secs=v), SECONDS),
     ("Sink", "every_n_secs", lambda t, v: hookbus.sink_api.Sink(every_n_secs=v), SECONDS),
     ("EventBus.on", "every_n_secs", lambda t, v: hookbus.EventBus().on("after_run", _fn, every_n_secs=v), SECONDS),
+    ("EventBus", "system_metrics", lambda t, v: hookbus.EventBus(system_metrics=v), SECONDS_OR_OFF),
     (
         "EventBus.on",
         "close_deadline",
@@ -618,7 +620,7 @@ TIME_ARGUMENTS: list[tuple[str, str, Callable[[Path, float], Any], str]] = [
     ),
 ]
 
-_TIME_NAME = re.compile(r"secs|deadline|timeout|delay|interval|seconds|per_second|period")
+_TIME_NAME = re.compile(r"secs|deadline|timeout|delay|interval|seconds|per_second|period|system_metrics")
 #: Names the pattern finds that are not durations: a flag, and a choice of what a timeout does.
 _NOT_DURATIONS = {"secs_from_session_start", "on_timeout"}
 #: What the bus reports, not what a user passes: its stats, and the start gate's wait (the event,
@@ -692,6 +694,18 @@ def test_every_time_argument_rejects_infinity_and_nan_at_construction(
     """One validation module: every duration and rate rejects inf and nan with the same message shape."""
     with pytest.raises(ValueError, match=rf"^{argument} {message} \(got {re.escape(repr(value))}\)$"):
         make(tmp_path, value)
+
+
+@pytest.mark.parametrize("value", [0, -1.0, "10", None, "off"], ids=["0", "-1.0", "'10'", "None", "'off'"])
+def test_system_metrics_takes_seconds_or_false_and_fails_before_any_run(value: object) -> None:
+    """``EventBus(system_metrics=...)``: a period in seconds, ``False`` (off) or ``True`` (the default
+    period); anything else fails at construction, naming the value and what was expected."""
+    with pytest.raises(ValueError, match=rf"^system_metrics {SECONDS_OR_OFF} \(got {re.escape(repr(value))}\)$"):
+        hookbus.EventBus(system_metrics=value)  # type: ignore[arg-type]
+    assert hookbus.EventBus(system_metrics=False).system_metrics is None
+    assert hookbus.EventBus(system_metrics=True).system_metrics == 10.0
+    assert hookbus.EventBus(system_metrics=2).system_metrics == 2.0
+    assert hookbus.EventBus().system_metrics == 10.0
 
 
 @pytest.mark.parametrize("delay", ["inf", "nan", "-1"])
@@ -776,6 +790,8 @@ FLAG_ARGUMENTS: list[tuple[str, str, Callable[[Path, Any], Any], str]] = [
     ("ConsoleSink", "at_end", lambda t, v: ConsoleSink(at_end=v), FLAG),
     ("CSVSink", "epochs", lambda t, v: CSVSink(t / "m.csv", epochs=v), FLAG),
     ("CSVSink", "append", lambda t, v: CSVSink(t / "m.csv", append=v), FLAG),
+    ("CSVSink", "system", lambda t, v: CSVSink(t / "m.csv", system=v), FLAG),
+    ("TensorBoardSink", "system", lambda t, v: TensorBoardSink(t / "tb", system=v), FLAG),
     ("ExportSink", "every_epoch", lambda t, v: ExportSink(t / "x", every_epoch=v), FLAG),
     ("ExportSink", "weights_only", lambda t, v: ExportSink(t / "x", weights_only=v), FLAG),
     ("CheckpointSink", "delete_at_end", lambda t, v: CheckpointSink(t / "c", delete_at_end=v), FLAG),

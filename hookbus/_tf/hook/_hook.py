@@ -16,6 +16,7 @@ from hookbus._tf._elements import op_of, resolve, static_shape, step_after
 from hookbus._tf._export_tf import GraphExport, check_serving
 from hookbus._tf._import import require_tensorflow, with_framework_base
 from hookbus._tf._learning_rate_tf import HookRate
+from hookbus._tf._machine_tf import tensorflow_machine
 from hookbus._tf._profiler_tf import RunMetadataTrace, TFProfiler
 from hookbus._tf.hook._args import check_fetches, check_run_arguments, check_task
 from hookbus._tf.hook._eval import EvalRuns
@@ -309,6 +310,7 @@ class EventBusHook:
             self._core.offer_profiler(TFProfiler())
             self._profiling.offer_run_traces(True)  # a run traced in full on request (ProfilerHook's timelines)
         if self._core.mode == "train":  # the model sinks see: graph, variables, SavedModel through the session
+            self._core.offer_machine(tensorflow_machine())
             if self._serving is not None and (self._export is None or self._export.graph is not graph):
                 self._export = GraphExport(graph, *self._serving, session=self._live_session)
             trainable = list(graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES))

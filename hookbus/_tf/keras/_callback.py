@@ -18,6 +18,7 @@ from hookbus._tf._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_che
 from hookbus._tf._collective import CollectiveStop, task_of_strategy
 from hookbus._tf._import import require_keras, require_tensorflow, with_framework_base
 from hookbus._tf._learning_rate_tf import OptimizerRate
+from hookbus._tf._machine_tf import tensorflow_machine
 from hookbus._tf._profiler_tf import TFProfiler
 from hookbus._tf.keras._hold import HeldWork
 from hookbus._tf.keras._logs import EpochKeys, LogChecks, TestKeys, epoch_values, finite_logs, validation_values
@@ -242,6 +243,7 @@ class EventBusCallback:
         self.checkpoint_backend.attach(checkpoint)
         self._core.offer_checkpoints(self.checkpoint_backend, TENSORFLOW)
         self._core.offer_profiler(TFProfiler())
+        self._core.offer_machine(tensorflow_machine())
         per_execution = getattr(model, "steps_per_execution", 1)
         self._per_execution = per_execution if isinstance(per_execution, int) and per_execution > 0 else 1
         self._epoch = None

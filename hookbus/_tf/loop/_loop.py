@@ -14,6 +14,7 @@ from hookbus._tf._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_che
 from hookbus._tf._collective import CollectiveStop, task_of_strategy
 from hookbus._tf._export_tf import loop_export
 from hookbus._tf._learning_rate_tf import OptimizerRate, VariableRate
+from hookbus._tf._machine_tf import tensorflow_machine
 from hookbus._tf._profiler_tf import TFProfiler
 from hookbus._tf._weights_tf import VariableWeights
 from hookbus._tf.loop._model_view import LoopModelView
@@ -195,6 +196,7 @@ class LoopPublisher:
             self._core.offer_checkpoints(backend, TENSORFLOW)
         self._core.offer_model(LoopModelView(self._weights, self._export))
         self._core.offer_profiler(TFProfiler())
+        self._core.offer_machine(tensorflow_machine())
         task = task_of_strategy(self._strategy)
         self._collective = None if task is None else CollectiveStop(self._strategy, task, self._check_every)
         self._values.multi_worker = task is not None
