@@ -94,6 +94,9 @@ class Machine:
         #: ``(tf_index, nvml_handle)`` for each GPU sampled.
         self.gpus: list[tuple[int, Any]] = []
         self._nvml_open = False
+        #: Whether the notice :meth:`open` returned is worth a warning (a GPU library or GPU that should
+        #: be there is not), rather than the plain fact of a host without NVIDIA GPUs.
+        self.worrying = False
 
     # -- opening -----------------------------------------------------------------------------
     def open(self) -> str | None:
@@ -117,6 +120,7 @@ class Machine:
             try:
                 nvml = importlib.import_module("pynvml")
             except ImportError:
+                self.worrying = True
                 return (
                     "NVML absent: the nvidia-ml-py package is not installed (pip install nvidia-ml-py); "
                     "no GPU is sampled"
@@ -125,6 +129,9 @@ class Machine:
         try:
             nvml.nvmlInit()
         except Exception as error:  # NVMLError: no driver library (a host without NVIDIA GPUs), no driver loaded
+            # A host without NVIDIA's driver is the usual CPU machine: said in the sample, not warned
+            # about, unless the process was given GPUs to use.
+            self.worrying = self._environ.get("CUDA_VISIBLE_DEVICES", "").strip() not in ("", "-1")
             return f"NVML absent: {error} (no NVIDIA driver here); no GPU is sampled"
         self._nvml_open = True
         try:
@@ -132,6 +139,7 @@ class Machine:
             handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
             uuids = [_text(nvml.nvmlDeviceGetUUID(h)) for h in handles]
         except Exception as error:  # a driver that answers init but not the devices
+            self.worrying = True
             return f"NVML absent: listing the GPUs failed ({error}); no GPU is sampled"
         if not handles:
             return "no GPU: NVML sees no GPU on this host"

@@ -123,8 +123,9 @@ class Sampler:
         if not self._opened:
             self._opened = True
             self._notice = self._machine.open()
-            if self._notice is not None:
-                logger.warning("system metrics: %s", self._notice)
+            if self._notice is not None:  # in the first sample always; in the log as a warning where it is news
+                level = logging.WARNING if self._machine.worrying else logging.INFO
+                logger.log(level, "system metrics: %s", self._notice)
 
     def stop(self, deadline: float = STOP_DEADLINE) -> bool:
         """Take the last sample and end the thread within ``deadline`` seconds; whether it ended.

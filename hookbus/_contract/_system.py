@@ -33,7 +33,8 @@ them (``gpu_0`` is ``/GPU:0``):
 
 Where no GPU is sampled the reason is said once, visibly: the first sample's
 :data:`SYSTEM_NOTICE_KEY` value is a sentence (``"NVML absent: ..."``, ``"no GPU: ..."``) — the one value
-that is not a float — and the bus logs it once. Sinks that show the machine keep it.
+that is not a float — and the bus logs it once (a warning where a GPU library or a GPU the process was
+given is missing; INFO on a host without NVIDIA GPUs). Sinks that show the machine keep it.
 """
 
 from __future__ import annotations

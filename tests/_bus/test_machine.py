@@ -208,13 +208,34 @@ def test_where_no_gpu_is_sampled_the_reader_says_why(
     assert said is not None
     assert notice in said
     assert _gpus(machine.read()) == {}
+    assert not machine.worrying  # a host without GPUs for this process, as asked: a fact, not a warning
+
+
+@pytest.mark.parametrize(
+    ("nvml", "environ", "worrying"),
+    [
+        (FakeNVML(init_error="Driver Not Loaded"), {"CUDA_VISIBLE_DEVICES": "1"}, True),
+        (FakeNVML(init_error="Driver Not Loaded"), {"CUDA_VISIBLE_DEVICES": "GPU-ab"}, True),
+        (FakeNVML(init_error="Driver Not Loaded"), {"CUDA_VISIBLE_DEVICES": "-1"}, False),
+        (FakeNVML(init_error="Driver Not Loaded"), {}, False),
+    ],
+    ids=["asked-for-gpu-1", "asked-by-uuid", "asked-for-none", "not-asked"],
+)
+def test_a_missing_driver_is_warned_about_only_where_the_process_was_given_gpus(
+    nvml: FakeNVML, environ: dict[str, str], worrying: bool
+) -> None:
+    machine = Machine(nvml=nvml, environ=environ)
+    assert machine.open() is not None
+    assert machine.worrying is worrying
 
 
 def test_without_the_nvml_package_it_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml raises ImportError
-    said = Machine().open()
+    machine = Machine()
+    said = machine.open()
     assert said is not None
     assert said.startswith("NVML absent: the nvidia-ml-py package is not installed")
+    assert machine.worrying  # the GPU library hookbus depends on is missing: a warning
 
 
 def test_the_real_nvml_binding_on_this_gpu_less_machine_says_nvml_is_absent() -> None:
