@@ -96,7 +96,8 @@ def add_watch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         action="append",
         default=[],
         metavar="STATE",
-        help="show runs in this state only (repeatable: live, stale, 'presumed dead', finished, stopped, crashed)",
+        choices=("live", "stale", "presumed dead", "waiting", "finished", "stopped", "crashed"),
+        help="show runs in this state only (repeatable)",
     )
     runs.add_argument("--name", metavar="GLOB", default=None, help="show runs whose name matches (e.g. 'lr-0.*')")
     runs.add_argument(
@@ -236,6 +237,9 @@ def _watch(args: argparse.Namespace, console: Console, alerter: Alerter | None) 
             )
         except KeyboardInterrupt:
             return 130
+        except ValueError as error:  # an option that names nothing in these runs
+            print(f"hookbus watch: {error}", file=sys.stderr)
+            return 2
     run = Sweep(
         args.path if args.path.is_dir() or not args.path.suffix else args.path.parent,
         stale_after=args.stale_after,

@@ -276,6 +276,24 @@ def _sort_key(column: str) -> Callable[[RunRow], Any]:
     return by_metric
 
 
+_COLUMNS = ("run", "name", "state", "step", "rate", "age", "workers")
+
+
+def check_sort(sort: str | None, rows: Sequence[RunRow]) -> None:
+    """Refuse a ``--sort`` that names no column of these runs (a typo would sort nothing, silently)."""
+    if sort is None or not rows:
+        return
+    column = sort[:-7] if sort.endswith(" latest") else sort
+    keys = sorted({k for r in rows for k in r.keys})
+    hparams = sorted({n for r in rows for n in r.hparams})
+    if column not in _COLUMNS and column not in keys and column not in hparams and not column.startswith("hp:"):
+        named = ", ".join(c for c in _COLUMNS if c != "name")
+        raise ValueError(
+            f"--sort {sort!r} names no column of these runs: expected one of {named}, a metric "
+            f"({', '.join(keys) or 'none recorded'}) or a hyper-parameter ({', '.join(hparams) or 'none recorded'})"
+        )
+
+
 def select(
     rows: Sequence[RunRow],
     *,
@@ -388,6 +406,7 @@ def shown_rows(sweep: Sweep, options: SweepOptions, width: int) -> tuple[list[Ru
     """Every row, the rows shown (filtered, sorted) and the metrics shown (those named; else the
     default ones that fit ``width`` in a table)."""
     every = sweep.rows()
+    check_sort(options.sort, every)
     metrics = list(options.metrics) or default_metrics(every)
     if not options.metrics and options.fmt == "table":
         metrics = fitting_metrics(metrics, every, width)

@@ -219,3 +219,14 @@ def test_the_live_table_in_a_terminal_follows_the_runs_until_they_have_ended(tmp
     assert status == 0
     rows = {line.split()[0]: line.split()[1:3] for line in screen.splitlines() if line.strip().startswith("lr-")}
     assert rows == {"lr-0.1": ["finished", "30"], "lr-0.2": ["finished", "12"]}
+
+
+def test_a_sort_or_state_that_names_nothing_fails_saying_what_there_is(runs: Path) -> None:
+    result = watch(str(runs), "--once", "--sort", "eval_loss")
+    assert result.returncode == 2
+    assert "--sort 'eval_loss' names no column of these runs" in result.stderr
+    assert "a metric (eval/loss, loss)" in result.stderr
+    assert "a hyper-parameter (lr, optimizer, seed)" in result.stderr
+    result = watch(str(runs), "--once", "--state", "done")
+    assert result.returncode == 2
+    assert "invalid choice: 'done'" in result.stderr
