@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["STOP_DEADLINE", "Sampler", "SystemMetrics"]
 
-logger = logging.getLogger("hookbus")
+logger = logging.getLogger("hookbus.system")  # its own name: a program can quiet the notice alone
 
 #: Seconds the run's close waits for the sampler's last sample and its thread's end.
 STOP_DEADLINE = 5.0

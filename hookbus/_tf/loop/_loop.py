@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -196,7 +197,9 @@ class LoopPublisher:
             self._core.offer_checkpoints(backend, TENSORFLOW)
         self._core.offer_model(LoopModelView(self._weights, self._export))
         self._core.offer_profiler(TFProfiler())
-        self._core.offer_machine(tensorflow_machine())
+        # A loop of numpy or of another framework imports no TensorFlow for this (5 s, and it may be
+        # absent): TensorFlow's GPUs and allocator are read where the program already imported it.
+        self._core.offer_machine(tensorflow_machine() if sys.modules.get("tensorflow") is not None else None)
         task = task_of_strategy(self._strategy)
         self._collective = None if task is None else CollectiveStop(self._strategy, task, self._check_every)
         self._values.multi_worker = task is not None
