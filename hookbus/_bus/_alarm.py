@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable
 
 __all__ = ["Alarm", "Bell"]
@@ -33,7 +34,7 @@ class Bell:
         rang: Whether the clock reached ``at`` (``True`` until armed: read the clock).
     """
 
-    __slots__ = ("at", "rang")
+    __slots__ = ("__weakref__", "at", "rang")
 
     def __init__(self) -> None:
         self.at = math.inf
@@ -62,7 +63,7 @@ class Alarm:
         self.clock = clock
         self._wait = wait
         self._condition = threading.Condition()
-        self._bells: list[Bell] = []
+        self._bells: weakref.WeakSet[Bell] = weakref.WeakSet()  # a core gone takes its bells along
         self._thread: threading.Thread | None = None
         self._generation = 0  # a stopped thread sees it moved and ends
 
@@ -70,7 +71,7 @@ class Alarm:
         """A new bell, not armed."""
         bell = Bell()
         with self._condition:
-            self._bells.append(bell)
+            self._bells.add(bell)
         return bell
 
     def start(self) -> None:

@@ -6,6 +6,7 @@ then waits for a notification), so every assertion follows a handshake, never a 
 
 from __future__ import annotations
 
+import gc
 import math
 import queue
 import threading
@@ -152,3 +153,12 @@ def test_a_bus_on_another_clock_than_the_timers_reads_its_clock_and_its_rule_fir
         assert bus._scope.alarm.running  # the run's thread: nothing armed on it
     assert fired == [1, 11]  # at 0.5, then at 5.5 (5 seconds on)
     assert not bus._scope.alarm.running  # stopped with the run
+
+
+def test_a_bell_whose_core_is_gone_leaves_the_alarm() -> None:
+    # A bus that makes publishers over and over (an evaluation each) must not keep their bells.
+    alarm = Alarm(clock=FakeClock())
+    kept = alarm.bell()
+    alarm.bell()  # dropped at once, as a core that is gone drops its own
+    gc.collect()
+    assert list(alarm._bells) == [kept]
