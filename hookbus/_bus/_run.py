@@ -12,6 +12,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from hookbus._bus._alarm import STOP_DEADLINE_SECS, Alarm
 from hookbus._bus._evaluated import EvaluatedSteps
 from hookbus._checkpoints._run_files import POLL_SECS, EvaluatorLink, RunFiles
 
@@ -94,6 +95,9 @@ class RunScope:
         self._ended_over: dict[int, Any] = {}  # what it replaced, where this run ended under another's
         self._evaluator: EvaluatorLink | None = None
         self._when_closed: list[Callable[[], None]] = []  # publishers' clean-ups (when_closed)
+        #: The run's timer thread: marks the publishers' next due times passed (a quiet step reads
+        #: a flag, not the clock); started when a run begins, stopped when it closes.
+        self.alarm = Alarm()
         stops.watch(self._evaluator_stop, every_secs=POLL_SECS)  # the link reads its files as often
 
     # -- signals (SIGTERM) -------------------------------------------------------------------------
@@ -152,6 +156,7 @@ class RunScope:
         state.reset(self._wall_clock(), self._clock())
         self._stops.reset()
         self._dispatcher.reset()
+        self.alarm.start()  # before the first step: starting a thread there would hold it
         self._roster.new_run()  # one run each: schedules and error counts start afresh
         self.evaluated = EvaluatedSteps()
         self._closed = set()
@@ -259,6 +264,8 @@ class RunScope:
     def close(self, *, raise_errors: bool = True) -> None:
         """See :meth:`hookbus.EventBus.close`."""
         self._mark_ended()  # an evaluator waiting for new checkpoints ends too (once)
+        if not self.alarm.stop():
+            logger.warning("hookbus's timer thread did not end within %s s", STOP_DEADLINE_SECS)
         if self.implicit:
             self.implicit = False
             self._state.started = False  # a later publisher opens a new run

@@ -17,6 +17,7 @@ from operator import attrgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from hookbus._bus._alarm import Bell
 from hookbus._bus._subscriber_view import SubscriberView, views
 from hookbus._bus._subscription import Subscriber
 from hookbus._checkpoints._store import CheckpointStore
@@ -100,6 +101,11 @@ class PublisherCore:
         self._planner = Planner(self.keys, self.bus_keys)
         self._version = -1  # the roster's version the planner last read
         self._next_step = self._next_time = -math.inf  # the planner's bounds: what a quiet step compares
+        # The run's timer marks the next due time passed: a quiet step reads a bell, not the clock
+        # (a bell for each limit a step compares: quiet()'s, the rules' and the watchers' earliest;
+        # plan()'s, the rules' only; should_stop()'s, the stop watchers' only).
+        self._alarm = alarm = port.scope.alarm
+        self._quiet_bell, self._plan_bell, self._watch_bell = alarm.bell(), alarm.bell(), alarm.bell()
         self._last: tuple[int, Mapping[str, Any]] | None = None  # the last values published, and their step
         self.sessions, self._run = 0, 0  # sessions in the bus's run number _run
         self._rate: LearningRate | None = None
@@ -325,8 +331,12 @@ class PublisherCore:
         """
         stops, rate = self._stops, self._rate
         if not stops.requested and (rate is None or rate.pending is None):  # :meth:`passed`'s flags
-            watch_at = stops.watch_at
-            if watch_at == math.inf or self.bus.clock() < watch_at:
+            watch_at, bell = stops.watch_at, self._watch_bell
+            if watch_at == math.inf or (bell.at == watch_at and not bell.rang):
+                return False  # nothing recorded, no watcher due (the timer says so, no clock read)
+            if self.bus.clock() < watch_at:
+                if bell.at != watch_at:
+                    self._arm(bell, watch_at)
                 return False  # nothing recorded, no watcher due: what polling would find
         stops.poll(read_step)
         if rate is not None and rate.pending is not None and rate.local:
@@ -363,8 +373,24 @@ class PublisherCore:
             limit, watch_at = self._next_time, self._stops.watch_at
             if watch_at < limit:
                 limit = watch_at
-            return limit == math.inf or self.bus.clock() < limit
+            if limit == math.inf:
+                return True
+            bell = self._quiet_bell
+            if bell.at == limit and not bell.rang:  # the timer has not reached it: no clock read
+                return True
+            if self.bus.clock() < limit:
+                if bell.at != limit:
+                    self._arm(bell, limit)
+                return True
         return False
+
+    def _arm(self, bell: Bell, limit: float) -> None:
+        """Have the run's timer ring ``bell`` at ``limit`` (once per new limit: after a due step);
+        on a bus that runs on another clock than the timer's, mark it rung: the clock is read."""
+        if self.bus.clock is self._alarm.clock:
+            self._alarm.arm(bell, limit)
+        else:
+            bell.at, bell.rang = limit, True
 
     def passed(self, step: int) -> bool:
         """A step :meth:`quiet` let through ended at ``step`` (:meth:`advance`); whether nothing waits to
@@ -384,10 +410,17 @@ class PublisherCore:
             self._version = self._roster.version
             self._planner.refresh(self._roster.here)
             self._next_step, self._next_time = self._planner.find_next_due()
-        if step < self._next_step and self._next_time == math.inf:
-            return None
+        next_time = self._next_time
+        if step < self._next_step:
+            if next_time == math.inf:
+                return None
+            bell = self._plan_bell
+            if bell.at == next_time and not bell.rang:  # the timer has not reached it: no clock read
+                return None
         now = self.bus.clock()
-        if step < self._next_step and now < self._next_time:
+        if step < self._next_step and now < next_time:
+            if self._plan_bell.at != next_time:
+                self._arm(self._plan_bell, next_time)
             return None
         planner = self._planner
         due = planner.due(step, now)
