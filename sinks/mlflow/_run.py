@@ -21,7 +21,16 @@ if TYPE_CHECKING:
     from mlflow.entities import Metric, Run
     from mlflow.tracking import MlflowClient
 
-__all__ = ["MAX_METRICS_PER_BATCH", "MAX_TAGS_PER_BATCH", "MODEL_ARTIFACT", "MODES", "Point", "RunPlan", "TrackedRun"]
+__all__ = [
+    "MAX_METRICS_PER_BATCH",
+    "MAX_TAGS_PER_BATCH",
+    "MODEL_ARTIFACT",
+    "MODES",
+    "SYSTEM",
+    "Point",
+    "RunPlan",
+    "TrackedRun",
+]
 
 #: MLflow's ``log_batch`` limits: 1000 entities a call, at most 100 of them params or tags. A
 #: call with points holds at most 900 metrics, so that 100 tags fit beside them.
@@ -29,7 +38,10 @@ MAX_ENTITIES_PER_BATCH = 1000
 MAX_TAGS_PER_BATCH = 100
 MAX_METRICS_PER_BATCH = MAX_ENTITIES_PER_BATCH - MAX_TAGS_PER_BATCH
 #: The modes of points, each with its own shipped step (an evaluation at S after training at S).
-MODES = ("train", "eval", "epoch", "test")
+#: ``system``: the machine's samples, whose step is the sample's number in the run (0, 1, 2, ...),
+#: as MLflow's own system-metrics monitor numbers them, not a training step.
+MODES = ("train", "eval", "epoch", "test", "system")
+SYSTEM = "system"
 SHIPPED_TAG = "hookbus.shipped."
 RUN_KEY_TAG = "hookbus.run_key"
 HOST_TAG = "hookbus.host"

@@ -45,7 +45,7 @@ from typing import IO, Any
 
 from hookbus.sink_api import DEAD, TRACKER_STATUS, OutputLock, write_atomically
 
-from ._run import MODES, Point, RunPlan
+from ._run import MODES, SYSTEM, Point, RunPlan
 
 __all__ = ["Cursor", "Opening", "Spool", "SpoolWriter"]
 
@@ -290,7 +290,7 @@ class SpoolWriter:
         else:  # restores nothing: another training (a kill before the first checkpoint included)
             who, new, by_run_key = uuid.uuid4().hex, True, False
         if latest is not None and not ended and who != latest:
-            final = max(steps.get(latest, {}).values(), default=-1)
+            final = max((s for m, s in steps.get(latest, {}).items() if m != SYSTEM), default=-1)
             tags = {"hookbus.end": DEAD, "hookbus.final_step": str(max(final, 0))}
             when = last_ms if last_ms is not None else start_ms
             self.end(TRACKER_STATUS[DEAD], tags, when if when is not None else int(time.time() * 1000))
@@ -314,6 +314,14 @@ class SpoolWriter:
         self._append(point_record(point))
         self.points += 1
         return True
+
+    def add_sample(self, timestamp_ms: int, values: dict[str, float]) -> Point:
+        """Append one sample of the machine as the run's next ``system`` point: its step is the
+        sample's number, one past the last this run's spool or its store holds (a resume goes on
+        counting; a sample is never a re-run of an earlier one, so none is dropped)."""
+        point = Point(SYSTEM, self.spooled[SYSTEM] + 1, timestamp_ms, values)
+        self.add(point)
+        return point
 
     def add_model(self, step: int, source: str, kind: str) -> bool:
         """Stage the export at ``source`` (a file or a SavedModel directory) to ship as the artifact

@@ -7,6 +7,7 @@ made, never by ``import hookbus.sinks``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -31,6 +32,7 @@ from hookbus.sink_api import (
     Sink,
     SinkContext,
     StopRequest,
+    WriterError,
     WriterKit,
     WriterStats,
     how_ended,
@@ -54,6 +56,7 @@ MODEL_SUMMARY = "model_summary.txt"  # the artifact MLflow's Keras callback writ
 _RUN_KEY = re.compile(r"^[\w.\-:/]{1,250}$")
 
 
+SYSTEM_PREFIX = "system/"  # MLflow's System metrics tab shows the metrics named so
 _VALIDATION = EPOCH_PREFIX + "val_"  # Keras's validation values in its epoch logs
 LAYOUTS = ("hookbus", "keras")
 KERAS_VALIDATION = "validation_"  # MLflow's Keras callback's names for an evaluation's values
@@ -71,7 +74,10 @@ class MLflowSink(Sink):
     evaluation (``model.evaluate`` outside ``fit``) under its ``test/`` names at the training step
     it evaluated, once per step (the first; an ``evaluate`` after ``with bus:`` is a run of its own,
     a new MLflow run unless ``continue_ended=True`` adds it to the training's); ``steps/sec``
-    between due train steps; each point timestamped with its event's own wall time. Keys become MLflow names by
+    between due train steps; the machine's samples (the bus's ``system`` signal) under their
+    ``system/`` names, MLflow's own system-metric names, so its System metrics tab shows them,
+    sample n at step n as MLflow's monitor numbers them (going on after a resume), logged whatever
+    ``keys`` says; each point timestamped with its event's own wall time. Keys become MLflow names by
     :func:`mlflow_name` (one rule; a collision fails at begin naming both keys; the run's tag
     ``hookbus.names`` records every changed name). Scalars only (arrays and bytes are not logged).
 
@@ -195,7 +201,8 @@ class MLflowSink(Sink):
             step 0, every one of Keras's ``val_`` values, as the callback's ``on_test_end`` logs
             it (from the epoch's logs: with ``EventBusCallback(every_n_epochs=k)`` every k-th),
             and a test evaluation's values likewise; no ``steps/sec``; of the training's params
-            the optimizer's configuration alone (``optimizer_<name>``), and ``model_summary.txt``.
+            the optimizer's configuration alone (``optimizer_<name>``), and ``model_summary.txt``;
+            no system metrics (the callback logs none).
 
     Raises:
         ImportError: MLflow is not installed (``pip install 'hookbus[mlflow]'``).
@@ -324,6 +331,7 @@ class MLflowSink(Sink):
         self._last_rate: tuple[int, float] | None = None  # (step, clock) of the last train point
         self._exported = 0  # exports staged to ship in this run (log_model=True)
         self._existing: str | None = None  # run_id=: the user's run, resolved at begin
+        self._samples_open = False  # the writer's thread only: samples spool between open and end
 
     @property
     def receives_epochs(self) -> bool:
@@ -408,6 +416,7 @@ class MLflowSink(Sink):
         assert self._spool is not None
         assert self.run is not None
         self._training = self._spool.start(self.run.plan, state, start_ms, self.continue_ended).training
+        self._samples_open = True
 
     def _waiting(self) -> int:
         writer, shipper = self._spool, self._shipper
@@ -550,6 +559,32 @@ class MLflowSink(Sink):
         new_names[key] = name
         return name
 
+    def on_system(self, event: Event) -> None:
+        """A sample of the machine (called on the sampler's thread, never the training thread):
+        its ``system/`` values as the run's next system-metrics point, under MLflow's own names, at
+        the sample's number as step and its wall time, as MLflow's system-metrics monitor logs
+        them, so MLflow's System metrics tab shows them; once across kills and resumes. Not under
+        ``layout="keras"``: MLflow's Keras callback logs no system metrics, and that layout logs what
+        it logs."""
+        if self.layout == "keras":
+            return
+        values = {k: v for k, v in event.values.items() if k.startswith(SYSTEM_PREFIX) and _number(v)}
+        if not values or not self.output.writing:
+            return
+        # The writer's queue is thread-safe; the spool is touched on the writer's thread only. A
+        # writer that ended (the run is closing) takes no more: the bus's report of it says why.
+        with contextlib.suppress(WriterError):
+            self.output.call(functools.partial(self._spool_sample, int(event.wall_time * 1000), values))
+
+    def _spool_sample(self, timestamp_ms: int, values: dict[str, float]) -> None:
+        if self._samples_open and self._spool is not None:  # before the run opens / after its end: none
+            self._spool.add_sample(timestamp_ms, {k: float(v) for k, v in values.items()})
+            self._wall_ms = max(self._wall_ms or 0, timestamp_ms)
+
+    def _end_spool(self, spool: SpoolWriter, status: str, tags: dict[str, str], end_ms: int) -> None:
+        self._samples_open = False
+        spool.end(status, tags, end_ms)
+
     def on_model_exported(self, event: ModelExported) -> None:
         """``log_model=True``: stage the export to ship as the artifact ``model`` (on the writer's thread)."""
         if not self.log_model or not self._opened or not self.output.writing:
@@ -632,7 +667,7 @@ class MLflowSink(Sink):
                 if self._opened and self.output.writing and not self.output.stalled and spool is not None:
                     status, tags = self._ending()
                     end = self._wall_ms if self._wall_ms is not None else int(time.time() * 1000)  # a replay's too
-                    self.output.call(functools.partial(spool.end, status, tags, end))
+                    self.output.call(functools.partial(self._end_spool, spool, status, tags, end))
             finally:
                 self.output.close()
             if shipper is not None and lock is not None:
@@ -680,6 +715,10 @@ class MLflowSink(Sink):
     def _report(self, message: str) -> None:
         # From the shipper's thread: logged like the bus's own reports of a sink's errors.
         logger.warning("%s: %s", self.name, self._redactor.scrub(message))
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _require_mlflow() -> None:
