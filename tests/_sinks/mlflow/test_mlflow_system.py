@@ -11,6 +11,7 @@ sampler's do (``on_system`` is never called on the training thread).
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -67,7 +68,7 @@ def the_run(server: MlflowServer) -> Any:
 
 def test_samples_are_mlflows_system_metrics_numbered_as_its_monitor_numbers_them(tmp_path: Path) -> None:
     with MlflowServer(tmp_path / "server") as server:
-        bus = hookbus.EventBus()
+        bus = hookbus.EventBus(system_metrics=False)  # the samples are the test's own
         sink = bus.attach(
             MLflowSink(server.uri, experiment="system", directory=tmp_path / "d", every_n_steps=1, flush_secs=0.1)
         )
@@ -105,7 +106,7 @@ def test_a_kill_and_a_resume_log_each_sample_once(tmp_path: Path, shipped: bool)
             from hookbus.sinks import MLflowSink
             from hookbus.testing import ScriptedPublisher
             from test_mlflow_system import from_thread, sample
-            bus = hookbus.EventBus()
+            bus = hookbus.EventBus(system_metrics=False)  # the samples are the test's own
             sink = bus.attach(MLflowSink({server.uri!r}, experiment="system", directory={str(tmp_path / "d")!r},
                                          every_n_steps=1, flush_secs=0.1))
             pub = ScriptedPublisher(bus, ["loss"])
@@ -135,7 +136,7 @@ def test_a_kill_and_a_resume_log_each_sample_once(tmp_path: Path, shipped: bool)
         state = json.loads(state_file.read_text())
         assert state["shipped"]["system"] == 2
 
-        bus = hookbus.EventBus()
+        bus = hookbus.EventBus(system_metrics=False)  # the samples are the test's own
         sink = bus.attach(
             MLflowSink(server.uri, experiment="system", directory=tmp_path / "d", every_n_steps=1, flush_secs=0.1)
         )
@@ -153,3 +154,33 @@ def test_a_kill_and_a_resume_log_each_sample_once(tmp_path: Path, shipped: bool)
         cpu = history(server, run.info.run_id, CPU)
         assert [(s, v) for s, v, _ in cpu] == [(n, 10.0 + n) for n in range(9)]
         assert [t for _, _, t in cpu] == [int((T0 + 10.0 * n) * 1000) for n in range(9)]
+
+
+def test_the_bus_samplers_readings_reach_mlflows_system_metrics(tmp_path: Path) -> None:
+    """End to end: the bus's own sampler (its period long, so the samples are the two taken here
+    and the last one the close takes) reads this machine, and MLflow's REST API returns the samples
+    under MLflow's names at steps 0, 1, 2, with values /proc would give (a CPU share, a memory
+    size), the GPU-less notice not logged as a metric."""
+    with MlflowServer(tmp_path / "server") as server:
+        bus = hookbus.EventBus(system_metrics=3600.0)
+        bus.attach(
+            MLflowSink(server.uri, experiment="system", directory=tmp_path / "d", every_n_steps=1, flush_secs=0.1)
+        )
+        pub = ScriptedPublisher(bus, ["loss"])
+        with bus:
+            pub.begin()
+            pub.session(0)
+            for step in range(1, 4):
+                pub.advance({"loss": float(step)})
+                if step != 2:
+                    pub.sample_system()
+            pub.end()
+        run = the_run(server)
+        cpu = history(server, run.info.run_id, "system/cpu_utilization_percentage")
+        memory = history(server, run.info.run_id, "system/system_memory_usage_megabytes")
+        assert [s for s, _, _ in cpu][:2] == [0, 1]
+        assert [s for s, _, _ in memory] == [s for s, _, _ in cpu]
+        assert all(0.0 <= v <= 100.0 for _, v, _ in cpu)
+        total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e6
+        assert all(0.0 < v < total_mb for _, v, _ in memory)
+        assert history(server, run.info.run_id, "system/notice") == []
