@@ -203,6 +203,9 @@ class MLflowSink(Sink):
             and a test evaluation's values likewise; no ``steps/sec``; of the training's params
             the optimizer's configuration alone (``optimizer_<name>``), and ``model_summary.txt``;
             no system metrics (the callback logs none).
+        system: Also log the machine's samples (the bus's ``system`` signal) as MLflow's own system
+            metrics, which its run page's System metrics tab shows (default ``False``: a run's
+            metrics are the training's alone, as before; not with ``layout="keras"``).
 
     Raises:
         ImportError: MLflow is not installed (``pip install 'hookbus[mlflow]'``).
@@ -238,6 +241,7 @@ class MLflowSink(Sink):
         runs_on: str | None = None,
         run_id: str | Callable[[], str] | None = None,
         layout: Literal["hookbus", "keras"] = "hookbus",
+        system: bool = False,
     ) -> None:
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be 'hookbus' or 'keras' (got {layout!r})")
@@ -283,6 +287,7 @@ class MLflowSink(Sink):
         self.hparams = dict(hparams or {})
         self.log_training_params = bool(flag("log_training_params", log_training_params))
         self.log_model = bool(flag("log_model", log_model))
+        self.system = bool(flag("system", system))
         self._params = {n: str(self.hparams[k]) for k, n in check_names(self.hparams, "hparams").items()}
         if tags is not None and not (isinstance(tags, Mapping) and all(isinstance(v, str) for v in tags.values())):
             raise ValueError(f"tags must map tag names to strings (got {tags!r})")
@@ -296,6 +301,10 @@ class MLflowSink(Sink):
         self.continue_ended = bool(flag("continue_ended", continue_ended))
         self.run_id = run_id
         self.layout = layout
+        if system is True and layout == "keras":
+            raise ValueError(
+                "system=True logs the machine's samples, which layout='keras' (MLflow's Keras callback) does not"
+            )
         if layout == "keras" and every_n_steps is None and every_n_secs is None:
             self.schedule = Schedule()  # MLflow's Keras callback's default: the epochs' values alone
         #: Epoch values go out (``layout="keras"``: only without a step schedule, as their names are the steps').
@@ -566,7 +575,7 @@ class MLflowSink(Sink):
         them, so MLflow's System metrics tab shows them; once across kills and resumes. Not under
         ``layout="keras"``: MLflow's Keras callback logs no system metrics, and that layout logs what
         it logs."""
-        if self.layout == "keras":
+        if not self.system or self.layout == "keras":
             return
         values = {k: v for k, v in event.values.items() if k.startswith(SYSTEM_PREFIX) and _number(v)}
         if not values or not self.output.writing:

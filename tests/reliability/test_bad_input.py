@@ -801,6 +801,7 @@ FLAG_ARGUMENTS: list[tuple[str, str, Callable[[Path, Any], Any], str]] = [
     ("MLflowSink", "continue_ended", lambda t, v: _mlflow_sink(t, continue_ended=v), FLAG),
     ("MLflowSink", "log_training_params", lambda t, v: _mlflow_sink(t, log_training_params=v), FLAG),
     ("MLflowSink", "log_model", lambda t, v: _mlflow_sink(t, log_model=v), FLAG),
+    ("MLflowSink", "system", lambda t, v: _mlflow_sink(t, system=v), FLAG),
     ("OwnThreadWriter.add", "row", lambda t, v: _own_thread_writer().add(lambda: None, row=v), FLAG),
     ("WriterKit.add", "row", lambda t, v: _adopted_kit().add(lambda: None, row=v), FLAG),
     ("EarlyStoppingSink", "stop_on_nonfinite", lambda t, v: EarlyStoppingSink("loss", stop_on_nonfinite=v), FLAG),

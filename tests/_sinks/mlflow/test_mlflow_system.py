@@ -70,7 +70,9 @@ def test_samples_are_mlflows_system_metrics_numbered_as_its_monitor_numbers_them
     with MlflowServer(tmp_path / "server") as server:
         bus = hookbus.EventBus(system_metrics=False)  # the samples are the test's own
         sink = bus.attach(
-            MLflowSink(server.uri, experiment="system", directory=tmp_path / "d", every_n_steps=1, flush_secs=0.1)
+            MLflowSink(
+                server.uri, experiment="system", directory=tmp_path / "d", every_n_steps=1, flush_secs=0.1, system=True
+            )
         )
         pub = ScriptedPublisher(bus, ["loss"])
         with bus:
@@ -108,7 +110,7 @@ def test_a_kill_and_a_resume_log_each_sample_once(tmp_path: Path, shipped: bool)
             from test_mlflow_system import from_thread, sample
             bus = hookbus.EventBus(system_metrics=False)  # the samples are the test's own
             sink = bus.attach(MLflowSink({server.uri!r}, experiment="system", directory={str(tmp_path / "d")!r},
-                                         every_n_steps=1, flush_secs=0.1))
+                                         every_n_steps=1, flush_secs=0.1, system=True))
             pub = ScriptedPublisher(bus, ["loss"])
             with bus:
                 pub.begin()
@@ -138,7 +140,9 @@ def test_a_kill_and_a_resume_log_each_sample_once(tmp_path: Path, shipped: bool)
 
         bus = hookbus.EventBus(system_metrics=False)  # the samples are the test's own
         sink = bus.attach(
-            MLflowSink(server.uri, experiment="system", directory=tmp_path / "d", every_n_steps=1, flush_secs=0.1)
+            MLflowSink(
+                server.uri, experiment="system", directory=tmp_path / "d", every_n_steps=1, flush_secs=0.1, system=True
+            )
         )
         pub = ScriptedPublisher(bus, ["loss"])
         with bus:
@@ -164,7 +168,9 @@ def test_the_bus_samplers_readings_reach_mlflows_system_metrics(tmp_path: Path) 
     with MlflowServer(tmp_path / "server") as server:
         bus = hookbus.EventBus(system_metrics=3600.0)
         bus.attach(
-            MLflowSink(server.uri, experiment="system", directory=tmp_path / "d", every_n_steps=1, flush_secs=0.1)
+            MLflowSink(
+                server.uri, experiment="system", directory=tmp_path / "d", every_n_steps=1, flush_secs=0.1, system=True
+            )
         )
         pub = ScriptedPublisher(bus, ["loss"])
         with bus:

@@ -53,7 +53,9 @@ def chromium(profile: Path, *arguments: str) -> subprocess.CompletedProcess[str]
 def test_mlflows_system_metrics_tab_shows_the_samples(tmp_path: Path) -> None:
     with MlflowServer(tmp_path / "server") as server:
         bus = hookbus.EventBus(system_metrics=False)  # the samples are the test's own
-        sink = bus.attach(MLflowSink(server.uri, experiment="ui", directory=tmp_path / "d", every_n_steps=1))
+        sink = bus.attach(
+            MLflowSink(server.uri, experiment="ui", directory=tmp_path / "d", every_n_steps=1, system=True)
+        )
         pub = ScriptedPublisher(bus, ["loss"])
         with bus:
             pub.begin()
