@@ -45,6 +45,7 @@ from hookbus._contract._system import SYSTEM_NOTICE_KEY, SYSTEM_PREFIX, SYSTEM_S
 __all__ = [
     "EVENT_LOG_VERSION",
     "RECORDS",
+    "STEP_FIELDS",
     "encode_record",
     "event_log_line",
     "event_log_record",
@@ -71,8 +72,9 @@ RECORDS = (
     "end",
     "close",
 )
-# The fields of a step record besides its values: a value whose key is one of these is nested.
-_STEP_FIELDS = frozenset(
+#: The fields of a step record besides its values: a value whose key is one of these is nested
+#: (and a reader folding the values, the run summary, skips them).
+STEP_FIELDS = frozenset(
     {"v", "record", "step", "wall_time", "elapsed", "mode", "final", "task", "local_step"}
     | {"arrays", "skipped", "values"}
 )
@@ -109,7 +111,7 @@ def _step_record(event: Event) -> dict[str, Any]:
     skipped: list[str] = []
     for key, value in event.values.items():
         if isinstance(value, float):
-            (nested if key in _STEP_FIELDS else record)[key] = value
+            (nested if key in STEP_FIELDS else record)[key] = value
         elif isinstance(value, np.ndarray):
             arrays[key] = _summary(value)
         else:
@@ -227,9 +229,9 @@ def _decoded(record: dict[str, Any]) -> dict[str, Any]:
         return out
     if kind != "step":
         return record
-    values = {k: v for k, v in record.items() if k not in _STEP_FIELDS}
+    values = {k: v for k, v in record.items() if k not in STEP_FIELDS}
     values.update(record.get("values", {}))
-    out = {k: v for k, v in record.items() if k in _STEP_FIELDS}
+    out = {k: v for k, v in record.items() if k in STEP_FIELDS}
     out["values"] = values
     return out
 

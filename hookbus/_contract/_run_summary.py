@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from hookbus._contract._ending import how_ended
+from hookbus._contract._event_log import STEP_FIELDS
 from hookbus._contract._events import StopRequest
 from hookbus._rules._direction import better_direction
 
@@ -38,23 +39,6 @@ __all__ = ["SUMMARY_VERSION", "KeySummary", "RunSummary", "read_run_summary", "r
 #: The summary's format version; a reader rebuilds from the log when a summary says a newer one.
 SUMMARY_VERSION = 1
 _TAIL = 48  # bytes of the log's covered end kept in the summary, to tell the file it covers
-# A step record's fields that are not values (see hookbus._contract._event_log).
-_NOT_VALUES = frozenset(
-    {
-        "v",
-        "record",
-        "step",
-        "wall_time",
-        "elapsed",
-        "mode",
-        "final",
-        "task",
-        "local_step",
-        "arrays",
-        "skipped",
-        "values",
-    }
-)
 
 
 def run_summary_path(log: str | os.PathLike[str]) -> Path:
@@ -178,7 +162,7 @@ class RunSummary:
             values = [*values, *nested.items()]
         keys = self.keys
         for name, value in values:
-            if name in _NOT_VALUES or not isinstance(value, (int, float)) or isinstance(value, bool):
+            if name in STEP_FIELDS or not isinstance(value, (int, float)) or isinstance(value, bool):
                 continue
             key = keys.get(name)
             if key is None:
