@@ -95,6 +95,10 @@ def idle_pairs(runs: int, idle: float, period: float) -> list[dict[str, dict[str
 
 def per_sample(samples: int) -> dict[str, Any]:
     """Samples taken and delivered on this thread to an event log, TensorBoard and CSV."""
+    # TensorFlow loaded here, as a training has it: else the TensorBoard writer's thread imports it at
+    # its first write, within the sink's flush deadline (30 s), which a loaded machine can miss.
+    import tensorflow  # noqa: F401
+
     with tempfile.TemporaryDirectory() as tmp:
         bus = hookbus.EventBus(system_metrics=3600.0)  # the thread takes only the run's last one
         bus.attach(EventLogSink(Path(tmp) / "events.jsonl"))

@@ -1,7 +1,7 @@
 """Smoke test of the benchmarks: each runs with ``--quick`` and writes the rows it promises.
 
 Not a timing test: nothing here asserts on a duration or a ratio (those are ``bench/``'s to
-report). They run side by side, each in its own process, to keep the test short.
+report). Each runs in its own process, a test of its own.
 """
 
 from __future__ import annotations
@@ -202,26 +202,18 @@ CHECKS = {
 
 
 @pytest.mark.subprocess
-def test_every_benchmark_runs_quick_and_writes_its_rows(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", BENCHES)
+def test_every_benchmark_runs_quick_and_writes_its_rows(tmp_path: Path, name: str) -> None:
+    # One test per benchmark, so that the parallel suite spreads them over its workers: eight started
+    # at once on two cores are each slowed past what any of them meets alone.
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
-    runs = {}
-    for name in BENCHES:
-        out = tmp_path / f"{name}.json"
-        command = [sys.executable, str(ROOT / "bench" / f"{name}.py"), "--quick", "--json", str(out)]
-        log = (tmp_path / f"{name}.log").open("w")
-        runs[name] = (subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT), out, log)
-    try:
-        for name, (process, out, log) in runs.items():
-            code = process.wait(timeout=240)
-            log.close()
-            output = (tmp_path / f"{name}.log").read_text()
-            assert code == 0, f"bench/{name}.py --quick failed:\n{output[-3000:]}"
-            assert "targets" in output or name in ("dispatch", "watch"), output[-3000:]  # the table was printed
-            assert "[" in output or name in ("dispatch", "watch", "sweep"), output[-3000:]  # the spread of the runs
-            CHECKS[name](json.loads(out.read_text()))
-    finally:
-        for process, _, log in runs.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-            log.close()
+    out = tmp_path / f"{name}.json"
+    command = [sys.executable, str(ROOT / "bench" / f"{name}.py"), "--quick", "--json", str(out)]
+    run = subprocess.run(
+        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240
+    )
+    output = run.stdout
+    assert run.returncode == 0, f"bench/{name}.py --quick failed:\n{output[-3000:]}"
+    assert "targets" in output or name in ("dispatch", "watch"), output[-3000:]  # the table was printed
+    assert "[" in output or name in ("dispatch", "watch", "sweep"), output[-3000:]  # the spread of the runs
+    CHECKS[name](json.loads(out.read_text()))
