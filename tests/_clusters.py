@@ -31,10 +31,18 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+def task_env() -> dict[str, str]:
+    """A cluster task's environment: this one without its TF_CONFIG, TensorFlow's notices quiet, and
+    on ``PYTHONPATH`` only the tests' child-process site (``tests/conftest.py``'s ``CHILD_SITE``)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent / "_child_site")
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    return env
+
+
 def start(child: Path, config: dict[str, Any]) -> subprocess.Popen[bytes]:
     """Start one task: ``config`` holds ``out``, ``index`` and ``type`` (default ``worker``)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "PYTHONPATH")}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env = task_env()
     log = Path(config["out"]) / f"{config.get('type', 'worker')}{config['index']}"
     with log.with_suffix(".out").open("wb") as stdout, log.with_suffix(".err").open("wb") as stderr:
         return subprocess.Popen([sys.executable, str(child), json.dumps(config)], stdout=stdout, stderr=stderr, env=env)

@@ -28,6 +28,10 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+#: Put first on the ``PYTHONPATH`` of the processes the tests start: its ``sitecustomize`` keeps
+#: Keras from loading scikit-learn there (seconds of CPU a process; see that module).
+CHILD_SITE = str(Path(__file__).resolve().parent / "_child_site")
+os.environ["PYTHONPATH"] = os.pathsep.join([CHILD_SITE, *filter(None, [os.environ.get("PYTHONPATH")])])
 
 from hookbus.testing import FakeClock  # noqa: E402 - after the TF log level is set
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import re
 import signal
 import statistics
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _clusters import free_ports
+from _clusters import free_ports, task_env
 from _watch_pty import PtySession
 
 from hookbus._watch._command import RENDERING
@@ -40,8 +39,7 @@ _LOSS = re.compile(r"^│ loss +(\S+)", re.MULTILINE)
 
 
 def _start(config: dict[str, Any], name: str) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "PYTHONPATH")}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env = task_env()
     out = Path(config["out"])
     with (out / f"{name}.out").open("ab") as stdout:
         return subprocess.Popen([sys.executable, str(CHILD), json.dumps(config)], stdout=stdout, stderr=stdout, env=env)

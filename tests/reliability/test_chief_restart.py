@@ -18,7 +18,6 @@ from __future__ import annotations
 import csv
 import functools
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _clusters import free_ports
+from _clusters import free_ports, task_env
 
 pytestmark = pytest.mark.subprocess
 pytest.importorskip("mlflow")  # the chief tracks its run (a dev dependency)
@@ -39,8 +38,7 @@ DEADLINE = 150.0  # the whole cluster run, seconds (a hang fails, it does not bl
 
 
 def _start(config: dict[str, Any], log: str) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "PYTHONPATH")}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env = task_env()
     out = Path(config["out"])
     with (out / f"{log}.out").open("wb") as stdout, (out / f"{log}.err").open("wb") as stderr:
         return subprocess.Popen([sys.executable, str(CHILD), json.dumps(config)], stdout=stdout, stderr=stderr, env=env)
