@@ -366,7 +366,7 @@ class PublisherCore:
     def quiet(self, step: int) -> bool:
         """Whether nothing can be due at the coming training step ``step``: no subscriber (:meth:`plan`'s
         first test, the subscribers unchanged since the last plan), no profile window, and no stop watcher
-        (:attr:`hookbus.publisher_api.Stops.watch_at`); for a publisher's fast path: comparisons, and one clock
+        (``hookbus.publisher_api.Stops.watch_at``); for a publisher's fast path: comparisons, and one clock
         read while a time rule or a watcher is timed. ``False`` says only that :meth:`plan` must decide (and,
         after the step, :meth:`should_stop` check for stops)."""
         if step < self._next_step and step < self._profiling.first and self._version == self._roster.version:
