@@ -43,7 +43,7 @@ HParamValue = bool | int | float | str
 
 
 class EventLogSink(Sink):
-    """Records the run's events as one JSON object per line (see examples/README.md "Record and
+    """Records the run's events as one JSON object per line (see docs/guides/watching-and-replay.md "Record and
     replay" for the format); ``hookbus.replay`` and ``hookbus replay`` read it back.
 
     Passive (:attr:`hookbus.sink_api.Sink.passive`): it receives every step event published for the other

@@ -59,7 +59,8 @@ class PublisherCore:
     :meth:`session_created`, then for each training step :meth:`plan` — ``None`` when nothing
     is due (then :meth:`advance`), else a :class:`Plan` whose ``keys`` it fetches and hands back
     with :meth:`publish_step` — and :meth:`should_stop`; at the end :meth:`final_plan` / :meth:`publish_final`
-    and :meth:`end`. Only the core moves the bus's step. Guide: examples/README.md "Writing a publisher";
+    and :meth:`end`. Only the core moves the bus's step. Guide:
+    docs/guides/writing-a-publisher.md "Writing a publisher";
     every name a publisher needs (this class, :class:`Plan`, the model view, the backends and the
     checkpoint store its ``offer_*`` methods take, the key prefixes) is in :mod:`hookbus.publisher_api`.
 
