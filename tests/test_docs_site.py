@@ -64,7 +64,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     assert command is not None
     folder = tmp_path_factory.mktemp("site") / "site"
     built = subprocess.run(
-        [*command, "build", "--strict", "--quiet", "--site-dir", str(folder)],
+        # not --quiet: it hides the warnings --strict counts (MkDocs 1.6), and a broken docstring would pass
+        [*command, "build", "--strict", "--site-dir", str(folder)],
         cwd=ROOT,
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
         capture_output=True,

@@ -939,4 +939,4 @@ def test_the_reference_has_a_page_per_sink_and_per_publisher_and_ci_builds_it_st
     assert any(r.startswith("mkdocstrings-python==") for r in extras["docs"]), extras["docs"]
     ci = (ROOT / ".ci" / "run").read_text()
     assert "install_in_background docs .venv-docs -e '.[docs]'" in ci
-    assert "\nNO_MKDOCS_2_WARNING=1 .venv-docs/bin/mkdocs build --strict --quiet\n" in ci
+    assert "\nNO_MKDOCS_2_WARNING=1 .venv-docs/bin/mkdocs build --strict\n" in ci
