@@ -408,7 +408,7 @@ class EventBusHook:
 
     def _plan(self, coming: int, *, learn: bool) -> Any:
         """The fetches of a training run planned for step ``coming`` (``learn``: as if all were due)."""
-        if coming >= self._profiling.first:  # in a profile window only (docs/guides/sinks.md "Profiling")
+        if coming >= self._profiling.first:  # in a profile window only (docs/guides/sinks/profiling.md "Profiling")
             self._profiling.step_begins(coming)
         plan = self._planned = self._core.plan(_ANY_STEP if learn else coming)
         if plan is None:
