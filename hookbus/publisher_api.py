@@ -19,7 +19,8 @@ runs), whose step markers the publisher sets through ``PublisherCore.profiling``
 reads and requests through.
 Evaluation's keys are published as ``EVAL_PREFIX + key``, a test evaluation's (``mode="test"``)
 as ``TEST_PREFIX + key`` and Keras epochs' as ``EPOCH_PREFIX + key``; a fetch key may not be one
-of :data:`RESERVED_KEYS`. Guide and a NumPy example without TensorFlow: examples/README.md "Writing a publisher",
+of :data:`RESERVED_KEYS`. Guide and a NumPy example without TensorFlow:
+docs/guides/writing-a-publisher.md "Writing a publisher",
 ``examples/custom_publisher.py``.
 """
 

@@ -27,7 +27,7 @@ What it holds:
   :class:`StopRequest`, :class:`SubscriberError`, :class:`LearningRateChange`, :class:`WaitForStep`,
   :class:`ModelExported`, and :exc:`UnknownKeyError` for a key no publisher provides (with
   :func:`did_you_mean` for its message);
-- the writer kit (examples/README.md "One writer per file"): :class:`WriterKit`,
+- the writer kit (docs/guides/sinks/checkpoints.md "One writer per file"): :class:`WriterKit`,
   :class:`BackgroundWriter`, :class:`OwnThreadWriter`, :class:`OutputLock`, :class:`FlushDeadline`,
   :func:`write_atomically`, :func:`check_writable_dir` and their errors and stats;
 - the rules sinks share: :func:`better_direction` (which way is better for a metric),

@@ -80,7 +80,9 @@ class CSVSink(Sink):
             epoch has no value, as it writes); no eval file.
             ``keys`` then names ``epoch/`` keys (default ``None``: all). Without it, ``epoch/``
             keys are not written.
-        priority, on_error, name: See :class:`hookbus.sink_api.Sink` (default ``on_error="isolate"``).
+        priority: Order among subscribers, lower first (see :class:`hookbus.sink_api.Sink`).
+        on_error: ``"raise"``, ``"isolate"`` (default) or ``"disable"``.
+        name: Shown in reports (default the class name).
         runs_on: Multi-worker training: ``"chief"`` (default), ``"all"`` or ``"each"`` (every
             worker writes ``<stem>.worker-<i><suffix>``). Rows are keyed by ``event.step``, the
             shared global step.

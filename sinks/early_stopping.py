@@ -126,7 +126,8 @@ class EarlyStoppingSink(Sink):
             else from a checkpoint of the best step that a checkpoint sink still keeps (read
             weights only; the Keras callback's checkpoints); without one a warning says so and
             the last weights stay (default ``False``).
-        every_n_steps, every_n_secs: The schedule for training keys (default every step).
+        every_n_steps: The schedule for training keys (default every step).
+        every_n_secs: With ``every_n_steps``, above.
         name: Name in reports and in checkpoint state (default the class name).
 
     Raises:

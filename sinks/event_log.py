@@ -43,7 +43,7 @@ HParamValue = bool | int | float | str
 
 
 class EventLogSink(Sink):
-    """Records the run's events as one JSON object per line (see examples/README.md "Record and
+    """Records the run's events as one JSON object per line (see docs/guides/watching-and-replay.md "Record and
     replay" for the format); ``hookbus.replay`` and ``hookbus replay`` read it back.
 
     Passive (:attr:`hookbus.sink_api.Sink.passive`): it receives every step event published for the other
@@ -106,7 +106,9 @@ class EventLogSink(Sink):
         flush_deadline: Seconds a flush (the checkpoint barrier, a session's end) may wait for
             the disk (default 30.0); past it the sink is reported with its path and the records
             it could not write, and disabled, and training and the checkpoint go on.
-        priority, on_error, name: See :class:`hookbus.sink_api.Sink` (default ``on_error="isolate"``).
+        priority: Order among subscribers, lower first (see :class:`hookbus.sink_api.Sink`).
+        on_error: ``"raise"``, ``"isolate"`` (default) or ``"disable"``.
+        name: Shown in reports (default the class name).
         runs_on: Multi-worker training: ``"chief"`` (default), ``"all"`` or ``"each"`` (every
             worker writes ``<stem>.worker-<i><suffix>``).
 

@@ -129,9 +129,10 @@ class ExportSink(Sink):
         mode: ``"auto"`` (default, as Keras's), ``"min"`` or ``"max"`` for ``monitor``.
         keep: How many exports to keep, the newest (default 5, the Estimator exporters'
             ``exports_to_keep``); ``None``: every one (needed with ``filename``).
-        every_n_steps, every_n_secs: When a training key ``monitor`` is compared (default: under
+        every_n_steps: When a training key ``monitor`` is compared (default: under
             ``fit`` each epoch end; elsewhere a training key needs one of them); with ``filename``
             and no ``monitor``, when the model is exported.
+        every_n_secs: With ``every_n_steps``, above.
         name: Name in reports and in checkpoint state (default the class name).
         filename: A Keras ``ModelCheckpoint`` file name template under ``directory`` (default
             ``None``: ``<step>.keras``, TF Serving's numbered versions). Under ``fit`` only.

@@ -167,7 +167,9 @@ class TensorBoardSink(Sink):
             never).
         update_freq: ``layout="keras"`` only, Keras's meaning: ``"epoch"`` (default: epoch values
             only), ``"batch"`` or a number of batches (also ``batch_<name>`` every that many steps).
-        priority, on_error, name: See :class:`hookbus.sink_api.Sink` (default ``on_error="isolate"``).
+        priority: Order among subscribers, lower first (see :class:`hookbus.sink_api.Sink`).
+        on_error: ``"raise"``, ``"isolate"`` (default) or ``"disable"``.
+        name: Shown in reports (default the class name).
         runs_on: Multi-worker training: ``"chief"`` (default), ``"all"`` or ``"each"`` (every
             worker writes its runs under ``logdir/worker-<i>``: ``worker-<i>/train`` and
             ``worker-<i>/eval``). Summaries are keyed by ``event.step``, the shared global step.

@@ -40,9 +40,10 @@ class TimelineSink(Sink):
 
     Args:
         output_dir: Where the timelines and the event file go (made if missing).
-        every_n_steps, every_n_secs: The schedule (default: every 1000 steps). A session's
+        every_n_steps: The schedule (default: every 1000 steps). A session's
             first run is never traced (it builds and loads, as ``ProfilerHook`` knows): a step due
             then writes nothing.
+        every_n_secs: With ``every_n_steps``, above.
         show_dataflow: Flow events between the producers and consumers of tensors (default
             ``True``, as the hook).
         show_memory: Tensors' sizes and lifetimes (default ``False``, as the hook).

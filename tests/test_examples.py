@@ -60,7 +60,8 @@ def test_custom_loop_trains_and_resumes(
 def test_a_publisher_for_another_loop_is_one_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """examples/README.md "Writing a publisher": a NumPy loop drives CSV, NaN guard, early stopping, stop-at-step."""
+    """docs/guides/writing-a-publisher.md "Writing a publisher": a NumPy loop drives CSV, NaN guard, early
+    stopping, stop-at-step."""
     with pytest.raises(SystemExit, match="0"):
         run_example("custom_publisher.py", monkeypatch, "--steps", "3000", "--dir", str(tmp_path))
     out = capsys.readouterr().out
@@ -129,12 +130,15 @@ def test_every_docstring_command_runs_as_written_from_a_fresh_clone(name: str, t
             assert second in outputs[1], outputs[1][-2000:]
 
 
-GUIDES = ("README.md", "examples/README.md")
+#: The front page and the site's pages (docs/, the guides; the reference pages hold no prose).
+GUIDES = ("README.md", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md")))
 
 
 def test_every_example_command_the_guides_give_is_one_its_docstring_runs() -> None:
-    """The README and examples/README.md give only commands the docstring test runs; every example has its guide."""
-    guide = (ROOT / "examples" / "README.md").read_text()
+    """The README and the guides give only commands the docstring test runs; every example is in the
+    examples' table (docs/guides/index.md), and a guide names it."""
+    table = (ROOT / "docs" / "guides" / "index.md").read_text()
+    guide = "\n".join((ROOT / name).read_text() for name in GUIDES)
     for name in GUIDES:
         for command in re.findall(r"(\.venv/bin/python examples/[^`\n]*)", (ROOT / name).read_text()):
             command = command.strip()
@@ -143,8 +147,8 @@ def test_every_example_command_the_guides_give_is_one_its_docstring_runs() -> No
             example = command.split()[1].removeprefix("examples/")
             assert command in docstring_commands(example), f"{name}: {command!r} is not a command {example} gives"
     for path in EXAMPLES.glob("*.py"):
-        assert f"`{path.name}`" in guide, f"examples/README.md's table lacks {path.name}"
-        assert f"examples/{path.name}" in guide, f"no guide in examples/README.md names examples/{path.name}"
+        assert f"`{path.name}`" in table, f"docs/guides/index.md's table lacks {path.name}"
+        assert f"examples/{path.name}" in guide, f"no guide in docs/ names examples/{path.name}"
 
 
 def test_the_webhook_notifier_delivers_every_epoch_off_the_training_thread(

@@ -579,13 +579,38 @@ def test_readme_commands_are_the_ones_ci_runs() -> None:
 
 # -- the README and the guides: every command they give, every link, every test they name --------
 
-#: The front page and the guides beside what they describe (README "Guides and reference").
-GUIDES = ("README.md", "examples/README.md", "bench/README.md", "tests/reliability/README.md")
+#: The front page, the site's pages (docs/: the guides; README "Guides and reference") and the two guides kept
+#: beside what they describe (the site includes them whole, with pymdownx.snippets).
+GUIDES = (
+    "README.md",
+    *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md") if "reference" not in p.parts),
+    "bench/README.md",
+    "tests/reliability/README.md",
+)
+
+#: A line of a page that includes another file, or one section of it (pymdownx.snippets, mkdocs.yml).
+SNIPPET = re.compile(r'^--8<-- "([^":]+)(?::([\w-]+))?"$', re.MULTILINE)
+
+
+def page_text(path: Path) -> str:
+    """The markdown of ``path`` as the site builds it: each snippet line replaced by what it includes."""
+
+    def include(match: re.Match[str]) -> str:
+        text = (ROOT / match.group(1)).read_text()
+        if match.group(2):
+            start = f"<!-- --8<-- [start:{match.group(2)}] -->\n"
+            end = f"<!-- --8<-- [end:{match.group(2)}] -->"
+            assert start in text, f"{path.name}: {match.group(0)}: no such section"
+            assert end in text, f"{path.name}: {match.group(0)}: the section does not end"
+            text = text.split(start, 1)[1].split(end, 1)[0]
+        return text
+
+    return SNIPPET.sub(include, path.read_text())
 
 
 def guide_commands(name: str) -> list[str]:
     """The commands ``name`` gives: each line of its ``bash`` blocks, and inline ``.venv/bin/...`` spans."""
-    text = (ROOT / name).read_text()
+    text = page_text(ROOT / name)
     found = [
         line.strip()
         for block in re.findall(r"^```bash\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
@@ -648,6 +673,9 @@ def check_guide_command(command: str) -> None:
             parsed = _parser().parse_args(args)  # argparse exits (status 2) on what it refuses
             if getattr(parsed, "early_stopping", None):
                 EarlyStoppingSink(**_spec(parsed.early_stopping))
+        elif program == ".venv/bin/mkdocs":
+            assert args in (["serve"], ["build", "--strict"]), command
+            assert (ROOT / "mkdocs.yml").is_file(), command
         elif program == ".venv/bin/tensorboard":
             assert (VENV_BIN / "tensorboard").is_file(), "tensorboard is a dependency: its script is in the venv"
             assert args[0] == "--logdir", command
@@ -661,7 +689,7 @@ VENV_BIN = Path(sys.executable).parent
 @pytest.mark.parametrize("name", GUIDES)
 def test_every_command_the_readme_and_the_guides_give_runs_as_written(name: str) -> None:
     commands = guide_commands(name)
-    if name != "tests/reliability/README.md":
+    if name in ("README.md", "bench/README.md", "docs/getting-started.md"):  # a page of the site may give none
         assert commands, f"{name} gives no command"
     for command in commands:
         check_guide_command(command)
@@ -676,9 +704,10 @@ def github_anchor(heading: str) -> str:
 @pytest.mark.parametrize("name", GUIDES)
 def test_every_relative_link_in_the_readme_and_the_guides_resolves(name: str) -> None:
     path = ROOT / name
-    text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.MULTILINE | re.DOTALL)
+    text = re.sub(r"^```.*?^```", "", page_text(path), flags=re.MULTILINE | re.DOTALL)
     links = re.findall(r"\]\(([^)\s]+)\)", text)
-    assert links, f"{name} links nowhere"
+    if not name.startswith("docs/guides/"):  # a guide may stand alone, but the site's pages link
+        assert links, f"{name} links nowhere"
     for link in links:
         if re.match(r"[a-z]+:", link):
             continue  # https:, mailto:
@@ -687,9 +716,23 @@ def test_every_relative_link_in_the_readme_and_the_guides_resolves(name: str) ->
         assert file.exists(), f"{name}: {link} points to {file}, which does not exist"
         assert file.is_relative_to(ROOT), f"{name}: {link} leaves the repository"
         if anchor:
-            prose = re.sub(r"^```.*?^```", "", file.read_text(), flags=re.MULTILINE | re.DOTALL)
+            prose = re.sub(r"^```.*?^```", "", page_text(file), flags=re.MULTILINE | re.DOTALL)
             headings = re.findall(r"^#+ (.+)$", prose, re.MULTILINE)
             assert anchor in {github_anchor(h) for h in headings}, f"{name}: {link}: no heading with that anchor"
+
+
+def test_the_readme_links_only_to_itself_or_to_absolute_addresses() -> None:
+    """The README is the wheel's long description (pyproject ``readme``) and the site's home page
+    (``docs/index.md`` includes it): a relative link would lead nowhere on PyPI. It names the
+    site's pages instead (``docs/...``, checked by the front-page test) and links only to its own
+    headings or to absolute addresses."""
+    text = re.sub(r"^```.*?^```", "", (ROOT / "README.md").read_text(), flags=re.MULTILINE | re.DOTALL)
+    headings = {github_anchor(h) for h in re.findall(r"^#+ (.+)$", text, re.MULTILINE)}
+    for link in re.findall(r"\]\(([^)\s]+)\)", text):
+        if link.startswith("#"):
+            assert link[1:] in headings, f"README: {link}: no heading with that anchor"
+        else:
+            assert re.match(r"https?://", link), f"README: {link} is relative: it leads nowhere on PyPI"
 
 
 def test_every_test_the_guarantees_name_exists() -> None:
@@ -714,13 +757,15 @@ def test_every_test_the_guarantees_name_exists() -> None:
 
 
 def test_every_readme_section_the_code_cites_exists() -> None:
-    """Code cites a section as ``README "<heading>"`` or ``examples/README.md "<heading>"``: it exists."""
-    cite = re.compile(r"\b((?:examples/|bench/|tests/reliability/)?README)(?:\.md)?(?:'s)?[\s#]+\"([^\"\n<][^\"\n]*)\"")
+    """Code cites a section as ``README "<heading>"`` or ``docs/guides/<page>.md "<heading>"``: it exists."""
+    cite = re.compile(
+        r"\b((?:bench/|tests/reliability/)?README|docs/[\w/-]+)(?:\.md)?(?:'s)?[\s#]+\"([^\"\n<][^\"\n]*)\""
+    )
     cited = 0
     code = ("hookbus/**/*.py", "sinks/**/*.py", "tests/**/*.py", "bench/*.py", "examples/*.py", ".ci/run")
     for path in (p for pattern in code for p in ROOT.glob(pattern)):
         for guide, section in cite.findall(path.read_text()):
-            prose = re.sub(r"^```.*?^```", "", (ROOT / f"{guide}.md").read_text(), flags=re.MULTILINE | re.DOTALL)
+            prose = re.sub(r"^```.*?^```", "", page_text(ROOT / f"{guide}.md"), flags=re.MULTILINE | re.DOTALL)
             headings = [h.lower() for h in re.findall(r"^#+ (.+)$", prose, re.MULTILINE)]
             found = any(h.startswith(section.lower()) for h in headings)
             assert found, f'{path.name}: {guide} has no section "{section}"'
@@ -733,7 +778,7 @@ def test_every_readme_section_the_code_cites_exists() -> None:
 def test_the_readme_is_a_front_page_its_guarantees_a_bullet_per_theme() -> None:
     """The README stays a front page, pinned by what it must hold, not by a line count (issue 46:
     the cap became a budget). Its guarantees are a bullet per theme of
-    tests/reliability/README.md, in its order, linking to the theme's heading and naming each of its
+    tests/reliability/README.md, in its order, named by the theme's heading and naming each of its
     promises by its title; a promise's full text and its tests are there, under that heading."""
     readme = (ROOT / "README.md").read_text()
     section = readme.split("\n## Guarantees\n", 1)[1].split("\n## ", 1)[0]
@@ -749,17 +794,20 @@ def test_the_readme_is_a_front_page_its_guarantees_a_bullet_per_theme() -> None:
     assert not re.search(r"^- \*\*", intro, re.MULTILINE), "every guarantee sits under a theme's heading"
     themes = list(zip(parts[::2], parts[1::2], strict=True))
     assert len(bullets) == len(themes), [b[:60] for b in bullets]
-    link = re.compile(r"- \*\*\[(.+?)\]\(tests/reliability/README\.md#([\w-]+)\)\.\*\* ")
+    # No link: the README is the wheel's long description, where a relative link leads nowhere.
+    named = re.compile(r"- \*\*(.+?)\.\*\* ")
     for bullet, (theme, body) in zip(bullets, themes, strict=True):
-        found = link.match(bullet)
-        assert found, f"README's Guarantees: {bullet[:60]!r} does not begin with its theme's link"
-        assert found.groups() == (theme, github_anchor(theme)), (found.groups(), theme)
+        found = named.match(bullet)
+        assert found, f"README's Guarantees: {bullet[:60]!r} does not begin with its theme's name"
+        assert found.group(1) == theme, (found.group(1), theme)
         titles = re.findall(r"^- \*\*(.+?)\*\*", body, re.MULTILINE)
         assert titles, f"tests/reliability/README.md: the theme {theme!r} holds no guarantee"
         for title in titles:  # each promise is named in its theme's bullet, by its title
             assert title.rstrip(".").split(" (")[0] in bullet, f"README's {theme!r} lacks {title!r}"
     for path in re.findall(r"\b((?:hookbus|sinks|tests|examples|bench)/[\w/]+\.py)\b", readme):
         assert (ROOT / path).is_file(), f"the README names {path}, which does not exist"
+    for page in re.findall(r"`(docs/[\w/.-]+)`", readme):  # the site's pages, named, not linked
+        assert (ROOT / page).exists(), f"the README names {page}, which does not exist"
 
 
 def test_pyproject_lists_every_package_folder() -> None:
@@ -865,3 +913,30 @@ def test_ci_tests_the_lowest_tensorflow_the_project_claims() -> None:
     assert [p for p in paths if not (ROOT / p).exists()] == []
     for publisher in ("tests/_tf/hook/test_hook.py", "tests/_tf/keras", "tests/_tf/loop/test_loop.py"):
         assert publisher in paths
+
+
+def test_the_reference_has_a_page_per_sink_and_per_publisher_and_ci_builds_it_strictly() -> None:
+    """The site's reference (docs/reference/, generated by mkdocstrings) has a page for each sink
+    ``hookbus.sinks`` exports and each publisher, in the site's navigation: a new sink without its
+    page fails here, not in a reader's search. .ci/run builds the site strictly, with the docs extra."""
+    import tomllib
+
+    import hookbus.sinks
+    from hookbus.sink_api import Sink
+
+    mkdocs = (ROOT / "mkdocs.yml").read_text()
+    sinks = [n for n in hookbus.sinks.__all__ if isinstance(getattr(hookbus.sinks, n), type)]
+    sinks = [n for n in sinks if issubclass(getattr(hookbus.sinks, n), Sink)]
+    assert len(sinks) >= 15, sinks
+    pages = [("sinks", n, f"hookbus.sinks.{n}") for n in sinks]
+    pages += [("publishers", n, f"hookbus.{n}") for n in ("EventBusHook", "EventBusCallback", "LoopPublisher")]
+    for folder, name, path in pages:
+        page = ROOT / "docs" / "reference" / folder / f"{name}.md"
+        assert page.is_file(), f"{path} has no reference page ({page.relative_to(ROOT)})"
+        assert f"::: {path}\n" in page.read_text(), page
+        assert f"{name}: reference/{folder}/{name}.md" in mkdocs, f"mkdocs.yml's nav lacks {name}"
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(r.startswith("mkdocstrings-python==") for r in extras["docs"]), extras["docs"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "install_in_background docs .venv-docs -e '.[docs]'" in ci
+    assert "\nNO_MKDOCS_2_WARNING=1 .venv-docs/bin/mkdocs build --strict\n" in ci

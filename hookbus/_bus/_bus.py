@@ -419,7 +419,10 @@ class EventBus:
         Args:
             signal: One of the bus's signal names.
             fn: The function; omit it to use ``on`` as a decorator.
-            every_n_steps, every_n_secs, at_begin, at_end: The schedule (:class:`Schedule`).
+            every_n_steps: The schedule (:class:`Schedule`).
+            every_n_secs: With ``every_n_steps``, above.
+            at_begin: With ``every_n_steps``, above.
+            at_end: With ``every_n_steps``, above.
             keys: Keys the function needs (default ``None``: every key).
             priority: Lower runs first (default 100, after control sinks and checkpoints).
             on_error: ``"raise"`` (default), ``"isolate"`` or ``"disable"``.

@@ -50,6 +50,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"hookbus {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.add_parser(
+        "docs",
+        help="say where the guides and the reference are, and how to read the site locally",
+        description="The guides and the API reference are a documentation site (MkDocs) built from a "
+        "checkout's docs/ and mkdocs.yml: this says how to serve or build it, and where a build is.",
+    )
     demo = commands.add_parser(
         "demo",
         help="train the seed's linear regression on built-in synthetic data with every sink attached",
@@ -187,6 +193,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    if args.command == "docs":
+        from hookbus._cli._docs import docs_text
+
+        print(docs_text(), end="")
+        return 0
     if args.command == "replay":
         return replay_command(args)
     if args.command == "watch":

@@ -256,7 +256,7 @@ def read_event_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
     A last line without its newline (being written, or torn by a kill) is not data and is left
     out. Step and system records have their values gathered in a ``values`` dict (NaN and infinities as
-    floats); every other field is as written (see examples/README.md "Record and replay").
+    floats); every other field is as written (see docs/guides/watching-and-replay.md "Record and replay").
 
     Raises:
         ValueError: naming the line, when a complete line is not a record, or when the log was

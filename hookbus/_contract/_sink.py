@@ -164,8 +164,11 @@ class Sink:
             (stop at a step, save a checkpoint) may set ``self.keys = frozenset()`` after this
             ``__init__``: it adds no key to any fetch and receives its due steps' events with
             whatever was fetched for the others.
-        every_n_steps, every_n_secs, at_begin, at_end: The schedule (see :class:`Schedule`).
+        every_n_steps: The schedule (see :class:`Schedule`).
             When none is given the class's ``default_schedule`` applies.
+        every_n_secs: With ``every_n_steps``, above.
+        at_begin: With ``every_n_steps``, above.
+        at_end: With ``every_n_steps``, above.
         priority: Order among subscribers, lower first (default: the class's ``priority``).
         on_error: ``"raise"``, ``"isolate"`` or ``"disable"`` (default: the class's).
         name: Shown in reports (default: the class name).

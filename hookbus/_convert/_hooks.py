@@ -1,6 +1,7 @@
 """``from_hooks``: a ``basic_session_run_hooks`` list as one :class:`~hookbus.EventBusHook` and its sinks.
 
-The README's migration table (README "From `basic_session_run_hooks`"), as code: each of TensorFlow's hooks that
+The migration table (docs/guides/migrating.md "From `basic_session_run_hooks`"), as code: each of TensorFlow's
+hooks that
 hookbus has an equivalent for becomes a sink built from the hook's own arguments (read from the
 hook), writing the same files at the same paths; the tensors the hooks fetched become the
 publisher's fetches. Every other hook (a subclass too: it may behave differently) passes through

@@ -59,7 +59,8 @@ class PublisherCore:
     :meth:`session_created`, then for each training step :meth:`plan` — ``None`` when nothing
     is due (then :meth:`advance`), else a :class:`Plan` whose ``keys`` it fetches and hands back
     with :meth:`publish_step` — and :meth:`should_stop`; at the end :meth:`final_plan` / :meth:`publish_final`
-    and :meth:`end`. Only the core moves the bus's step. Guide: examples/README.md "Writing a publisher";
+    and :meth:`end`. Only the core moves the bus's step. Guide:
+    docs/guides/writing-a-publisher.md "Writing a publisher";
     every name a publisher needs (this class, :class:`Plan`, the model view, the backends and the
     checkpoint store its ``offer_*`` methods take, the key prefixes) is in :mod:`hookbus.publisher_api`.
 
@@ -366,7 +367,7 @@ class PublisherCore:
     def quiet(self, step: int) -> bool:
         """Whether nothing can be due at the coming training step ``step``: no subscriber (:meth:`plan`'s
         first test, the subscribers unchanged since the last plan), no profile window, and no stop watcher
-        (:attr:`hookbus.publisher_api.Stops.watch_at`); for a publisher's fast path: comparisons, and one clock
+        (``hookbus.publisher_api.Stops.watch_at``); for a publisher's fast path: comparisons, and one clock
         read while a time rule or a watcher is timed. ``False`` says only that :meth:`plan` must decide (and,
         after the step, :meth:`should_stop` check for stops)."""
         if step < self._next_step and step < self._profiling.first and self._version == self._roster.version:

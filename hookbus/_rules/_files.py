@@ -45,7 +45,7 @@ def make_writable_dir(directory: str | os.PathLike[str]) -> None:
 def write_atomically(target: str | os.PathLike[str], text: str) -> None:
     """Replace ``target`` with ``text`` all at once: a crash leaves the old file or the new one.
 
-    A temporary file in the same directory, then ``os.replace``. No fsync (examples/README.md
+    A temporary file in the same directory, then ``os.replace``. No fsync (docs/guides/sinks/checkpoints.md
     "Checkpoints, resume and the barrier"): the promise is against process crashes (kill, OOM, preemption), where the OS
     keeps what was written; after a power loss it is as durable as TensorFlow's own checkpoint
     files and pointer, which are not fsynced either.

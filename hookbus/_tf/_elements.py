@@ -53,7 +53,7 @@ def op_of(element: Any) -> Any:
 
 
 def step_after(tf: Any, graph: Any, train_op: Any, global_step: Any, previous: Any) -> Any:
-    """A read of ``global_step`` ordered after ``train_op``: the only exact step (examples/README.md
+    """A read of ``global_step`` ordered after ``train_op``: the only exact step (docs/guides/contract.md
     "How it works", Steps). ``previous`` when it was made in ``graph`` already: the graph is
     finalized after the first session, and a train/evaluate loop begins again on it.
 

@@ -45,7 +45,7 @@ class CheckpointSink(Sink):
     """Saves checkpoints on a schedule, at the end and on a stop request (``CheckpointSaverHook``).
 
     This sink decides when to save and what to keep; the bus runs the checkpoint barrier
-    (examples/README.md "Checkpoints, resume and the barrier"): control sinks may veto, every
+    (docs/guides/sinks/checkpoints.md "Checkpoints, resume and the barrier"): control sinks may veto, every
     live sink is flushed (a writer that cannot flush and isolates its errors is disabled, not
     fatal) and its ``state_dict()`` collected; the
     publisher's backend writes the model and the states go beside it (``<prefix>.hookbus.json``,

@@ -100,8 +100,10 @@ class ConsoleSink(Sink):
             for keys naming acc, auc, precision, recall, f1, iou or map and not loss or error,
             ``min`` otherwise; an ``eval/`` prefix is ignored).
         keys: Keys to show (default ``None``: every scalar key).
-        every_n_steps, every_n_secs, at_end: The schedule (default:
+        every_n_steps: The schedule (default:
             ``every_n_secs=1 / refresh_per_second, at_end=True``).
+        every_n_secs: With ``every_n_steps``, above.
+        at_end: With ``every_n_steps``, above.
         on_error: Error policy (default ``"isolate"``).
         name: Shown in reports (default ``"ConsoleSink"``).
 

@@ -73,7 +73,8 @@ class ReduceLROnPlateauSink(_RateSink):
             nothing is ever reduced: a warning says so, once a run. Rates and ``min_lr`` are
             compared at float32, the rate variable's precision (a rate at ``min_lr`` is at it,
             not below it, though the float32 rate read back is a little less than ``min_lr``).
-        every_n_steps, every_n_secs: The schedule for a training key (default every step).
+        every_n_steps: The schedule for a training key (default every step).
+        every_n_secs: With ``every_n_steps``, above.
         name: Name in reports and in checkpoint state (default the class name).
         runs_on: Where it runs in multi-worker training (default ``"chief"``: the chief decides,
             and its decision is applied on every worker at one agreed step; parameter-server

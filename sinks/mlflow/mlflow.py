@@ -173,7 +173,9 @@ class MLflowSink(Sink):
             ``flush_deadline`` if that is longer); what has not shipped by then waits in the spool
             for the next start.
         flush_deadline: Seconds a flush of the spool may take (default 30.0).
-        priority, on_error, name: See :class:`hookbus.sink_api.Sink` (default ``on_error="isolate"``).
+        priority: Order among subscribers, lower first (see :class:`hookbus.sink_api.Sink`).
+        on_error: ``"raise"``, ``"isolate"`` (default) or ``"disable"``.
+        name: Shown in reports (default the class name).
         runs_on: ``"chief"`` (default: one run, from the chief) or ``"each"`` (one run per worker,
             tagged ``hookbus.task``); ``"all"`` is refused (every worker in one run).
         run_id: Log into this existing run instead of one the sink creates (default ``None``): its

@@ -136,8 +136,8 @@ def test_checkpoint_files(runs: dict[str, tuple[Path, EventBus]], publisher: str
     names = {n for n in os.listdir(ckpt) if not n.endswith(".meta")}  # .meta: TF1 only (module doc)
     assert names == {
         "checkpoint",
-        ".checkpoint.lock",  # one writer per directory (examples/README.md "One writer per file")
-        "ended.hookbus.json",  # the run's end, for an evaluator task (examples/README.md "An evaluator task")
+        ".checkpoint.lock",  # one writer per directory (docs/guides/sinks/checkpoints.md "One writer per file")
+        "ended.hookbus.json",  # the run's end, for an evaluator task (docs/guides/clusters.md "An evaluator task")
         *(f"model.ckpt-{s}{suffix}" for s in (5, 10) for suffix in (".index", ".data-00000-of-00001", ".hookbus.json")),
     }
     assert json.loads((ckpt / "ended.hookbus.json").read_text())["step"] == 10

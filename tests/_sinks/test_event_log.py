@@ -364,7 +364,7 @@ def test_what_is_published_for_nobody_is_not_recorded(tmp_path: Path) -> None:
 
 def test_the_guides_pandas_call_reads_floats_and_wall_time_in_seconds_without_a_warning(tmp_path: Path) -> None:
     pandas = pytest.importorskip("pandas")  # in the dev extra: this runs in CI
-    readme = (Path(__file__).resolve().parents[2] / "examples" / "README.md").read_text()  # "Record and replay"
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "watching-and-replay.md").read_text()
     calls = re.findall(r"`(pandas\.read_json\(path, lines=True[^`]*\))`", " ".join(readme.split()))
     call = calls[0] if int(pandas.__version__.split(".")[0]) >= 3 else calls[1]  # pandas 3's, then pandas 2's
     path = tmp_path / "events.jsonl"

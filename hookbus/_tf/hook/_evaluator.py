@@ -80,8 +80,10 @@ def evaluate_checkpoints(
         poll_secs: Seconds between looks for a new checkpoint (default 1).
         timeout_secs: Return after this long without a new checkpoint (default ``None``: wait
             until training ends).
-        scaffold, config: Passed to each evaluation session.
-        wall_clock, sleep: Injected for tests (default :func:`time.time`, :func:`time.sleep`).
+        scaffold: Passed to each evaluation session.
+        config: With ``scaffold``, above.
+        wall_clock: Injected for tests (default :func:`time.time`, :func:`time.sleep`).
+        sleep: With ``wall_clock``, above.
 
     Returns:
         The number of checkpoints evaluated.

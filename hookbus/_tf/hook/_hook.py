@@ -129,11 +129,12 @@ class EventBusHook:
         feed_fn: ``FeedFnHook``'s job: a function called before every run this hook sees, returning
             a ``feed_dict`` (placeholders to values) the run gets beside this hook's fetches.
             Default ``None``: no feeds (and no cost).
-        serving_inputs, serving_outputs: Train mode: ``{name: tensor | tensor name}`` of the
+        serving_inputs: Train mode: ``{name: tensor | tensor name}`` of the
             model's inputs (placeholders, or any tensor a feed may replace) and of its
             predictions, both or neither: the ``serving_default`` signature of the SavedModel
             :class:`~hookbus.sinks.ExportSink` writes from the live session (the graph's
             variables as the session holds them). Default ``None``: the hook offers no export.
+        serving_outputs: With ``serving_inputs``, above.
         checkpoint_listeners: Train mode: ``tf.compat.v1.train.CheckpointSaverListener``\\ s,
             called as ``CheckpointSaverHook`` calls its listeners, around every save of the
             :class:`~hookbus.sinks.CheckpointSink` on this bus, with this hook's session:
@@ -143,8 +144,9 @@ class EventBusHook:
             after the final save. Default: none.
 
     Raises:
-        ValueError, TypeError: at construction for malformed arguments; in ``begin()``, before
+        ValueError: at construction for malformed arguments; in ``begin()``, before
             the first step, for names not in the graph or elements of another graph.
+        TypeError: Likewise, for an argument of the wrong type.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> EventBusHook:
@@ -406,7 +408,7 @@ class EventBusHook:
 
     def _plan(self, coming: int, *, learn: bool) -> Any:
         """The fetches of a training run planned for step ``coming`` (``learn``: as if all were due)."""
-        if coming >= self._profiling.first:  # in a profile window only (examples/README.md "Profiling")
+        if coming >= self._profiling.first:  # in a profile window only (docs/guides/sinks/profiling.md "Profiling")
             self._profiling.step_begins(coming)
         plan = self._planned = self._core.plan(_ANY_STEP if learn else coming)
         if plan is None:

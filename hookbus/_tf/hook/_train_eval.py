@@ -63,7 +63,8 @@ def train_and_evaluate(
         evaluate_after_stop: When a stop is requested during training (stop-at-step, a NaN
             guard, SIGTERM), still evaluate the checkpoint training ended with (default ``True``;
             pass ``False`` where a preempted machine has no time for it).
-        scaffold, config: Passed to both kinds of session.
+        scaffold: Passed to both kinds of session.
+        config: With ``scaffold``, above.
 
     Returns:
         The number of evaluations run.

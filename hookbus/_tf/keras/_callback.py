@@ -322,7 +322,7 @@ class EventBusCallback:
     def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
         self._held.release()  # Keras moved on: the last batch's save (if any) runs, before this one trains
         coming = self._epoch_start + batch + self._per_execution
-        if coming >= self._profiling.first:  # in a profile window only (examples/README.md "Profiling")
+        if coming >= self._profiling.first:  # in a profile window only (docs/guides/sinks/profiling.md "Profiling")
             self._profiling.step_begins(coming)
 
     def on_train_batch_end(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:

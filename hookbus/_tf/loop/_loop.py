@@ -274,7 +274,8 @@ class LoopPublisher:
             collective.agree(self._core, self._step)
         self._stopped = stopping if collective is None else collective.agreed
         coming = self._step + self._increment
-        if coming >= profiling.first and not self._stopped:  # in a profile window only (examples/README.md "Profiling")
+        # in a profile window only (docs/guides/sinks/profiling.md "Profiling")
+        if coming >= profiling.first and not self._stopped:
             profiling.step_begins(coming)  # the next step runs until the next call
         return self._stopped
 

@@ -139,7 +139,8 @@ def test_stop_at_step_stops_where_tensorflows_stop_at_step_hook_stops(
     assert bus.step >= goal > bus.step - k
     # StopAtStepHook reads the step again only once its read of the step in the run, plus one,
     # reaches the target (it assumes one step per run); that read races the train op (old or new
-    # value, examples/README.md "How it works", Steps), so with more steps per run it stops on the same run or one later
+    # value, docs/guides/contract.md "How it works", Steps), so with more steps per run it stops on the same run
+    # or one later
     # (16, not 12, at k=4). hookbus is never later, and the same at k=1.
     assert our_runs == next(r for r in range(1, 100) if start + k * r >= goal)
     assert tf_runs in ((our_runs,) if k == 1 else (our_runs, our_runs + 1))
@@ -312,7 +313,7 @@ def test_step_schedules_fire_as_often_as_step_counter_hook(
 
 def test_a_schedule_between_multiples_of_the_run_fires_where_the_step_crosses_it(tf_graph: Any) -> None:
     """3 steps per run, ``every_n_steps=10``: due at 12, 21 and 30, where ``step // 10`` grows
-    (examples/README.md "How it works", Schedules). TensorFlow's timer, counting from its last
+    (docs/guides/contract.md "How it works", Schedules). TensorFlow's timer, counting from its last
     trigger, would fire at 12, 24 (not a
     difference to port: the two rules differ by design when k does not divide n)."""
     m = Model(3)

@@ -1,7 +1,7 @@
 """A custom loop resumed after its stop trains no step, as the Keras callback trains no batch.
 
 The same model, data and sinks (early stopping with restore-best, checkpoints every epoch)
-behind the loop publisher, written as examples/README.md and ``examples/custom_loop.py`` show, and
+behind the loop publisher, written as docs/guides/keras-and-loops.md and ``examples/custom_loop.py`` show, and
 behind ``EventBusCallback`` in ``fit``: stopped early, then restarted twice from the same
 directory.
 """
@@ -59,7 +59,7 @@ Loop = Callable[[LoopPublisher, Any, Callable[[Any, Any], Any], Callable[[], Any
 
 
 def documented(loop: LoopPublisher, batches: Any, train_step: Callable[[Any, Any], Any], evaluate: Any) -> None:
-    """The loop as examples/README.md "Keras and custom loops" and examples/custom_loop.py write it."""
+    """The loop as docs/guides/keras-and-loops.md "Keras and custom loops" and examples/custom_loop.py write it."""
     for xb, yb in batches:
         if loop.should_stop:
             break
