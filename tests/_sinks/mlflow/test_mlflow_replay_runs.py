@@ -84,12 +84,28 @@ def test_a_directory_of_runs_ships_one_mlflow_run_per_run_each_point_once(
     assert not (tmp_path / "mlruns").exists()  # the uploads' spools lived in a temporary directory
 
 
+def shipped_half(runs: Path, name: str, tmp_path: Path, uri: str, experiment: str) -> None:
+    """``name``'s run as an upload cut at step 15 leaves it: its log's first half (the same first record,
+    so the same run) uploaded on its own, as a replay of the run while it was still training ships it."""
+    half = tmp_path / "half" / "events.jsonl"
+    half.parent.mkdir()
+    lines = []
+    for line in chief_log(runs, name).read_text().splitlines(keepends=True):
+        if '"record":"step"' in line and '"step":16,' in line:
+            break
+        lines.append(line)
+    half.write_text("".join(lines))
+    argv = ["replay", str(half), "--mlflow", uri, "--mlflow-experiment", experiment, "--mlflow-run-name", name]
+    assert main(argv) == 0
+
+
 def test_a_replay_killed_after_its_first_run_shipped_then_run_again_ships_each_point_once(
     tmp_path: Path, mlflow_server: MlflowServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
     client = mlflow_server.client()
     runs = sweep(tmp_path)
+    shipped_half(runs, "lr-0.3", tmp_path, mlflow_server.uri, "killed")  # a run the tracker holds in part
     argv = ["replay", str(runs), "--mlflow", mlflow_server.uri, "--mlflow-experiment", "killed"]
     spools = tmp_path / "spools"  # the killed process's temporary spools, kept out of the machine's /tmp
     spools.mkdir()
@@ -102,7 +118,7 @@ def test_a_replay_killed_after_its_first_run_shipped_then_run_again_ships_each_p
             said.append(line)
             if line.startswith("cluster: MLflow run "):
                 break
-        child.kill()  # SIGKILL: no close, no cleanup, the second run's upload cut wherever it was
+        child.kill()  # SIGKILL: no close, no cleanup, the next run's upload cut wherever it was
         _, err = child.communicate(timeout=60)
     assert child.returncode == -signal.SIGKILL, (said, err)
     assert said, err
@@ -110,10 +126,10 @@ def test_a_replay_killed_after_its_first_run_shipped_then_run_again_ships_each_p
     assert not any(line.startswith("replayed ") for line in said)
     before = uploaded(client, "killed")
     assert before["cluster"]["status"] == "FINISHED"
-    cut = {name: (run["status"], len(run["metrics"].get("loss", []))) for name, run in before.items()}
-    print("what the kill left:", cut)
+    assert [step for step, _, _ in before["lr-0.3"]["metrics"]["loss"]] == list(range(1, 16))
     assert main(argv) == 0
     assert f"replayed {len(RUNS)} runs of {runs}" in capsys.readouterr().out
     after = uploaded(client, "killed")
-    assert_each_point_once(runs, after)
-    assert after["cluster"] == before["cluster"]  # the run shipped before the kill: nothing added
+    cut = {name: (run["status"], len(run["metrics"].get("loss", []))) for name, run in before.items()}
+    assert_each_point_once(runs, after)  # lr-0.3 continued, not a second run: each run's name once
+    assert after["cluster"] == before["cluster"], cut  # the run shipped before the kill: nothing added
