@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from _mlflow_server import MlflowServer, metric_history, require_mlflow
-from _sweep_runs import RUNS, chief_log, points, sweep
+from _sweep_runs import LAST, RUNS, chief_log, points, sweep
 
 from hookbus._cli._cli import main
 
@@ -133,3 +133,49 @@ def test_a_replay_killed_after_its_first_run_shipped_then_run_again_ships_each_p
     cut = {name: (run["status"], len(run["metrics"].get("loss", []))) for name, run in before.items()}
     assert_each_point_once(runs, after)  # lr-0.3 continued, not a second run: each run's name once
     assert after["cluster"] == before["cluster"], cut  # the run shipped before the kill: nothing added
+
+
+def tf1_training(run: Path) -> None:
+    """A real TF1 training (the seed's linear regression, :data:`LAST` steps under
+    ``MonitoredTrainingSession``) recorded in ``run / "events.jsonl"``."""
+    tf = pytest.importorskip("tensorflow")
+    import hookbus
+    from hookbus._cli._demo import build_linear_regression
+    from hookbus.sinks import EventLogSink, StopAtStepSink
+
+    with tf.Graph().as_default():
+        model = build_linear_regression(learning_rate=0.05)
+        bus = hookbus.EventBus(handle_signals=False)
+        bus.attach(EventLogSink(run / "events.jsonl", hparams={"lr": 0.05, "optimizer": "sgd", "workers": 1}))
+        bus.attach(StopAtStepSink(last_step=LAST))
+        bus.on("after_run", lambda event: None)  # due at every step: the log records each
+        train = hookbus.EventBusHook(bus, {"loss": model.loss, "accuracy": model.accuracy}, train_op=model.train_op)
+        with bus, hookbus.monitored_training_session(hooks=[train]) as session:
+            while not session.should_stop():
+                session.run(model.train_op)
+
+
+@pytest.mark.tf
+def test_a_real_tf1_training_among_the_runs_ships_as_its_log_holds(
+    tmp_path: Path, mlflow_server: MlflowServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    client = mlflow_server.client()
+    runs = sweep(tmp_path)
+    tf1_training(runs / "tf1")
+    log = points(runs / "tf1" / "events.jsonl")
+    assert [step for step, _ in log["loss"]] == list(range(1, LAST + 1))
+    argv = ["replay", str(runs), "--mlflow", mlflow_server.uri, "--mlflow-experiment", "with-tf1"]
+    first = None
+    for upload in (1, 2):
+        assert main(argv) == 0, upload
+        assert f"replayed {len(RUNS) + 1} runs of {runs}" in capsys.readouterr().out
+        shipped = uploaded(client, "with-tf1")
+        assert sorted(shipped) == sorted([*RUNS, "tf1"])
+        tf1 = shipped["tf1"]
+        assert tf1["params"] == {"lr": "0.05", "optimizer": "sgd", "workers": "1"}
+        assert set(tf1["metrics"]) == {"loss", "accuracy", "steps/sec"}
+        for key in ("loss", "accuracy"):
+            assert [(step, value) for step, value, _ in tf1["metrics"][key]] == log[key], key
+        first = first or shipped
+        assert shipped == first, upload  # the second replay added nothing anywhere
