@@ -312,6 +312,7 @@ def _replay_runs(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     spool = _spool(args, stack)
     rows = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hookbus-replay-csv-"))) if args.csv else None
     written: list[tuple[str, Path]] = []
+    done = 0
     for index, (name, log) in enumerate(runs):
         try:
             records = hookbus.read_event_log(log)
@@ -331,6 +332,7 @@ def _replay_runs(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         except (OSError, ValueError, TypeError, ImportError) as error:
             print(f"hookbus replay: {name}: {error}", file=sys.stderr)
             return 2
+        done += 1
         if per_run is not None:
             written.append((name, per_run))
         result = replayed.result
@@ -347,7 +349,8 @@ def _replay_runs(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     if args.csv is not None:
         for path in _merge_rows(args.csv, written):
             print(f"rows of {len(written)} runs: {path}")
-    print(f"replayed {len(runs)} runs of {root}")
+    skipped = f" ({len(runs) - done} skipped)" if done < len(runs) else ""
+    print(f"replayed {done} runs of {root}{skipped}")
     return 0
 
 

@@ -111,3 +111,17 @@ def test_a_directory_of_runs_refuses_one_run_name_and_says_what_it_holds(
     assert printed == ""
     assert f"nothing asked for; {runs} holds 3 runs (cluster, lr-0.1, lr-0.3)" in err, err
     assert "--mlflow URI" in err
+
+
+def test_a_run_whose_log_holds_no_record_yet_is_skipped_saying_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = sweep(tmp_path)
+    (runs / "starting").mkdir()
+    (runs / "starting" / "events.jsonl").touch()  # a run whose writer has not flushed yet
+    out = tmp_path / "out" / "all.csv"
+    assert main(["replay", str(runs), "--csv", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"starting: skipped, {runs / 'starting' / 'events.jsonl'} holds no record yet" in printed, printed
+    assert f"replayed {len(RUNS)} runs of {runs} (1 skipped)" in printed, printed
+    assert sorted({row["run"] for row in rows(out)[1]}) == sorted(RUNS)
