@@ -125,3 +125,19 @@ def test_a_run_whose_log_holds_no_record_yet_is_skipped_saying_so(
     assert f"starting: skipped, {runs / 'starting' / 'events.jsonl'} holds no record yet" in printed, printed
     assert f"replayed {len(RUNS)} runs of {runs} (1 skipped)" in printed, printed
     assert sorted({row["run"] for row in rows(out)[1]}) == sorted(RUNS)
+
+
+def test_a_stop_rule_tried_on_each_run_says_what_it_says_on_that_runs_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = sweep(tmp_path)
+    rule = ["--early-stopping", "monitor=loss,patience=2,min_delta=0.05"]
+    alone = {}
+    for name in RUNS:
+        assert main(["replay", str(chief_log(runs, name)), *rule]) == 0
+        alone[name] = capsys.readouterr().out.splitlines()[-1]
+    assert main(["replay", str(runs), *rule]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    for name, line in alone.items():
+        assert f"{name}: {line}" in printed, (name, printed)
+    assert any("would have stopped at step" in line for line in alone.values()), alone  # the rule bites somewhere
