@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["add_replay", "replay_command"]
 
 _CSV_KINDS = ("", ".eval", ".test")  # CSVSink's train file, and its <stem>.eval.csv and <stem>.test.csv
+_RUN_COLUMN = "run"  # the merged CSV's first column: the run's name
 
 
 def add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -253,23 +254,24 @@ def _replay_one(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
 
 
 # -- a directory of runs ----------------------------------------------------------------------------
-def _runs(root: Path) -> list[tuple[str, Path]]:
-    """Each run under ``root`` (its name, its chief's log), every log's first record checked, so a
-    file that is not a log fails before any run is replayed."""
+def _runs(root: Path) -> list[tuple[str, Path, set[str]]]:
+    """Each run under ``root``: its name, its chief's log and the keys that log's first record
+    declares. Every log's first record is read, so a file that is not a log fails before any run
+    is replayed."""
     from hookbus._contract._event_log import iter_event_log
     from hookbus._watch._sweep import find_runs, run_logs, run_name
 
     found = []
     for run in find_runs(root):
         logs = run_logs(run)
-        for log in logs:
-            next(iter_event_log(log), None)  # a file that is not a log raises here, naming its line
-        found.append((run_name(root, run), logs[0]))
+        firsts = [next(iter_event_log(log), None) for log in logs]  # not a log: raises, naming its line
+        keys = set((firsts[0] or {}).get("keys") or ())
+        found.append((run_name(root, run), logs[0], keys))
     return found
 
 
-def _refused(args: argparse.Namespace) -> str | None:
-    """Why these options cannot replay a directory of runs, or ``None``."""
+def _refused(args: argparse.Namespace, runs: list[tuple[str, Path, set[str]]]) -> str | None:
+    """Why these options cannot replay these runs, or ``None``."""
     if args.mlflow_run_name is not None:
         return (
             f"--mlflow-run-name {args.mlflow_run_name!r} names one run; a directory of runs names each MLflow "
@@ -277,7 +279,19 @@ def _refused(args: argparse.Namespace) -> str | None:
         )
     if args.csv is not None and args.csv.is_dir():
         return f"--csv {args.csv} is a directory; give the file to write all runs' rows to"
+    # CSVSink's columns: train keys as they are, eval and test keys without their prefix.
+    taken = {_RUN_COLUMN, f"eval/{_RUN_COLUMN}", f"test/{_RUN_COLUMN}"}
+    clash = next((log for _, log, keys in runs if keys & taken), None)
+    if args.csv is not None and clash is not None:
+        return _run_column_taken(str(clash))
     return None
+
+
+def _run_column_taken(where: str) -> str:
+    return (
+        f"--csv: {where} has a key named {_RUN_COLUMN!r}, the column that names each run in the one file; "
+        "replay that run's log on its own"
+    )
 
 
 def _replay_runs(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
@@ -298,14 +312,14 @@ def _replay_runs(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         )
         return 2
     if not _asked(args):
-        names = ", ".join(name for name, _ in runs[:10]) + (", ..." if len(runs) > 10 else "")
+        names = ", ".join(name for name, _, _ in runs[:10]) + (", ..." if len(runs) > 10 else "")
         print(
             f"hookbus replay: nothing asked for; {root} holds {len(runs)} runs ({names}). Give one or more of:\n"
             + _OPTIONS,
             file=sys.stderr,
         )
         return 2
-    refused = _refused(args)
+    refused = _refused(args, runs)
     if refused is not None:
         print(f"hookbus replay: {refused}", file=sys.stderr)
         return 2
@@ -313,7 +327,7 @@ def _replay_runs(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     rows = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="hookbus-replay-csv-"))) if args.csv else None
     written: list[tuple[str, Path]] = []
     done = 0
-    for index, (name, log) in enumerate(runs):
+    for index, (name, log, _) in enumerate(runs):
         try:
             records = hookbus.read_event_log(log)
             if not records:
@@ -347,7 +361,12 @@ def _replay_runs(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
             print(f"{name}: {_stop_line(replayed)}")
         sys.stdout.flush()  # each run's lines as it is done: a run shipped is a run said
     if args.csv is not None:
-        for path in _merge_rows(args.csv, written):
+        try:
+            merged = _merge_rows(args.csv, written)
+        except (OSError, ValueError) as error:
+            print(f"hookbus replay: {error}", file=sys.stderr)
+            return 2
+        for path in merged:
             print(f"rows of {len(written)} runs: {path}")
     skipped = f" ({len(runs) - done} skipped)" if done < len(runs) else ""
     print(f"replayed {done} runs of {root}{skipped}")
@@ -365,20 +384,23 @@ def _merge_rows(target: Path, written: list[tuple[str, Path]]) -> list[Path]:
         if not parts:
             continue
         columns: dict[str, None] = {}
-        for _, path in parts:
+        for name, path in parts:
             with path.open(newline="") as f:
-                columns.update(dict.fromkeys(next(csv.reader(f), [])))
+                header = next(csv.reader(f), [])
+            if _RUN_COLUMN in header:  # a key first seen after the log's first record
+                raise ValueError(_run_column_taken(f"the run {name!r}"))
+            columns.update(dict.fromkeys(header))
         out = target.with_name(target.stem + kind + ".csv")
         out.parent.mkdir(parents=True, exist_ok=True)
         fd, temporary = tempfile.mkstemp(prefix=out.name, suffix=".tmp", dir=out.parent)
         try:
             with os.fdopen(fd, "w", newline="") as f:
-                writer = csv.DictWriter(f, ["run", *columns], restval="")
+                writer = csv.DictWriter(f, [_RUN_COLUMN, *columns], restval="")
                 writer.writeheader()
                 for name, path in parts:
                     with path.open(newline="") as rows:
                         for row in csv.DictReader(rows):
-                            writer.writerow({"run": name, **row})
+                            writer.writerow({_RUN_COLUMN: name, **row})
             os.replace(temporary, out)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):

@@ -141,3 +141,29 @@ def test_a_stop_rule_tried_on_each_run_says_what_it_says_on_that_runs_log(
     for name, line in alone.items():
         assert f"{name}: {line}" in printed, (name, printed)
     assert any("would have stopped at step" in line for line in alone.values()), alone  # the rule bites somewhere
+
+
+def test_a_key_named_run_is_refused_for_the_one_csv_file_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import hookbus
+    from hookbus.sinks import EventLogSink
+    from hookbus.testing import ScriptedPublisher
+
+    runs = sweep(tmp_path)
+    log = runs / "lr-0.5" / "events.jsonl"
+    bus = hookbus.EventBus(handle_signals=False)
+    bus.attach(EventLogSink(log))
+    bus.on("after_run", lambda event: None)
+    pub = ScriptedPublisher(bus, keys=["loss", "run"])  # "run": the merged file's first column
+    with bus:
+        pub.begin()
+        pub.session(0)
+        pub.advance({"loss": 1.0, "run": 3.0})
+        pub.end()
+    out = tmp_path / "out" / "all.csv"
+    assert main(["replay", str(runs), "--csv", str(out)]) == 2
+    printed, err = capsys.readouterr()
+    assert printed == ""
+    assert f"--csv: {log} has a key named 'run', the column that names each run in the one file" in err, err
+    assert not out.parent.exists()
