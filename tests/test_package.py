@@ -98,6 +98,7 @@ def test_the_seams_hold() -> None:
     applications = [m for m in into_sinks if not m.startswith("hookbus.sinks")]
     assert applications == [
         "hookbus._cli._cli",
+        "hookbus._cli._replay",
         "hookbus._convert._hooks",
         "hookbus._convert._keras",
         "hookbus._watch._command",
@@ -641,7 +642,8 @@ def check_guide_command(command: str) -> None:
     """Fail unless ``command`` runs as written, as far as can be told without running it."""
     import tomllib
 
-    from hookbus._cli._cli import _parser, _spec
+    from hookbus._cli._cli import _parser
+    from hookbus._cli._replay import _spec
     from hookbus.sinks import EarlyStoppingSink
 
     line = command.split(" # ")[0].split(" | ")[0].strip()

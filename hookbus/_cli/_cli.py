@@ -7,30 +7,21 @@ other missing argument; ``hookbus --help`` prints it on stdout and exits 0.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib.util
 import os
 import shlex
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+from hookbus._cli._arguments import positive_int
+from hookbus._cli._replay import add_replay, replay_command
 from hookbus._cli._startup_notices import held_startup_notices
 from hookbus._rules._files import make_writable_dir
 from hookbus._rules._validate import non_negative_seconds
 from hookbus._tf._import import require_tensorflow
 
 __all__ = ["main"]
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive int (got {text})")
-    return value
 
 
 def _non_negative_float(text: str) -> float:
@@ -66,8 +57,8 @@ def _parser() -> argparse.ArgumentParser:
         "it stops improving. Run it again with the same --logdir to resume.",
     )
     demo.add_argument("--logdir", type=Path, default=None, help="output folder (default: runs/demo-<time>)")
-    demo.add_argument("--steps", type=_positive_int, default=4000, help="last step at the latest (default 4000)")
-    demo.add_argument("--eval-every", type=_positive_int, default=200, help="steps between evaluations (default 200)")
+    demo.add_argument("--steps", type=positive_int, default=4000, help="last step at the latest (default 4000)")
+    demo.add_argument("--eval-every", type=positive_int, default=200, help="steps between evaluations (default 200)")
     demo.add_argument("--patience", type=int, default=3, help="early-stopping patience on eval/loss (default 3)")
     demo.add_argument(
         "--reduce-lr",
@@ -80,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--delay", type=_non_negative_float, default=0.004, help="sleep per step, to watch it (default 0.004 s)"
     )
-    _add_replay(commands)
+    add_replay(commands)
     from hookbus._watch._command import add_watch  # it wires the console sink: loaded with the command
 
     add_watch(commands)
@@ -223,151 +214,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 130
     return 2
-
-
-def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    replay = commands.add_parser(
-        "replay",
-        help="rebuild outputs from a run recorded by EventLogSink, or try a stop rule on it",
-        description="Feed a recorded run (an EventLogSink log) to new sinks with the schedules given "
-        "here: --csv and --tensorboard rebuild those outputs; --early-stopping prints where that rule "
-        "would have stopped the run. Only steps the log holds can be replayed.",
-    )
-    replay.add_argument("log", type=Path, help="the event log (EventLogSink's file)")
-    replay.add_argument("--csv", type=Path, default=None, help="write CSVSink's files here")
-    replay.add_argument(
-        "--csv-every-n-steps", type=_positive_int, default=10, help="CSV rows every n steps (default 10, as CSVSink)"
-    )
-    replay.add_argument("--tensorboard", type=Path, default=None, help="write TensorBoardSink's event files here")
-    replay.add_argument(
-        "--tensorboard-every-n-steps",
-        type=_positive_int,
-        default=100,
-        help="TensorBoard summaries every n steps (default 100, as TensorBoardSink)",
-    )
-    replay.add_argument(
-        "--early-stopping",
-        metavar="SPEC",
-        default=None,
-        help='EarlyStoppingSink arguments, e.g. "monitor=eval/loss,patience=5,min_delta=0.001"',
-    )
-    replay.add_argument(
-        "--mlflow",
-        metavar="URI",
-        default=None,
-        help="upload the run to this MLflow tracking URI (http://host:5000, sqlite:///mlflow.db) with its "
-        "names, steps and wall times; a second upload of the same log continues the same run and adds nothing",
-    )
-    replay.add_argument("--mlflow-experiment", default="hookbus", help="its MLflow experiment (default hookbus)")
-    replay.add_argument("--mlflow-run-name", default=None, help="its MLflow run name (default: MLflow picks one)")
-
-
-def _spec(text: str) -> dict[str, Any]:
-    """``"monitor=eval/loss,patience=5"`` as keyword arguments (ints, floats, true/false, strings)."""
-    found: dict[str, Any] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        name, sep, raw = item.partition("=")
-        if not sep or not name.strip():
-            raise ValueError(f"expected name=value pairs separated by commas (got {item!r})")
-        value: object = raw.strip()
-        for convert in (int, float):
-            try:
-                value = convert(raw)
-                break
-            except ValueError:
-                continue
-        if raw.strip().lower() in ("true", "false"):
-            value = raw.strip().lower() == "true"
-        found[name.strip()] = value
-    return found
-
-
-def _nothing_to_do(log: Path, records: list[dict[str, Any]]) -> str:
-    """What ``hookbus replay LOG`` without an output option prints: what the log holds, what to ask."""
-    steps = [r["step"] for r in records if r["record"] == "step"]
-    keys = sorted({k for r in records if r["record"] == "begin" for k in r.get("keys", ())})
-    held = f"{len(steps)} step records" + (f" up to step {max(steps)}" if steps else "")
-    if keys:
-        held += f" (keys: {', '.join(keys)})"
-    return (
-        f"hookbus replay: nothing asked for; {log} holds {held}. Give one or more of:\n"
-        "  --csv FILE             rebuild CSVSink's files (FILE and its .eval.csv)\n"
-        "  --tensorboard DIR      rebuild TensorBoardSink's event files in DIR\n"
-        '  --early-stopping SPEC  say where a stop rule would have stopped it, e.g. "monitor=eval/loss,patience=5"\n'
-        "  --mlflow URI           upload it to an MLflow tracking server or store (once, however often run)"
-    )
-
-
-def replay_command(args: argparse.Namespace) -> int:
-    """``hookbus replay``: returns the process exit status."""
-    with contextlib.ExitStack() as stack:  # what the upload needs until it is done
-        return _replay(args, stack)
-
-
-def _replay(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
-    import hookbus
-
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    with held_startup_notices():
-        if args.tensorboard is not None and importlib.util.find_spec("tensorflow") is not None:
-            require_tensorflow("hookbus replay")  # TensorBoard's writer imports it: its notices are held here
-        from hookbus.sinks import CSVSink, EarlyStoppingSink, TensorBoardSink
-    try:
-        records = hookbus.read_event_log(args.log)
-        if args.csv is None and args.tensorboard is None and args.early_stopping is None and args.mlflow is None:
-            print(_nothing_to_do(args.log, records), file=sys.stderr)
-            return 2
-        hparams = next((r["hparams"] for r in records if r["record"] == "begin" and r.get("hparams")), None)
-        bus = hookbus.EventBus()
-        if args.csv is not None:
-            bus.attach(CSVSink(args.csv, every_n_steps=args.csv_every_n_steps))
-        if args.tensorboard is not None:
-            bus.attach(TensorBoardSink(args.tensorboard, every_n_steps=args.tensorboard_every_n_steps, hparams=hparams))
-        tracker = None
-        if args.mlflow is not None:
-            # The sink's own files (its spool, its run's id) live for this upload only: the log is
-            # the source, and an upload run again adds only what the run lacks (continue_ended).
-            spool = stack.enter_context(tempfile.TemporaryDirectory(prefix="hookbus-replay-"))
-            from hookbus._publishing._replay import recorded_run_key
-            from hookbus.sinks import MLflowSink
-
-            tracker = bus.attach(
-                MLflowSink(
-                    args.mlflow,
-                    experiment=args.mlflow_experiment,
-                    run_name=args.mlflow_run_name,
-                    hparams=hparams,
-                    every_n_steps=1,
-                    run_key=recorded_run_key(records),
-                    continue_ended=True,
-                    directory=spool,
-                )
-            )
-        early = None
-        if args.early_stopping is not None:
-            early = bus.attach(EarlyStoppingSink(**_spec(args.early_stopping)))
-        result = hookbus.replay(args.log, bus)
-    except (OSError, ValueError, TypeError, ImportError) as error:
-        print(f"hookbus replay: {error}", file=sys.stderr)
-        return 2
-    print(f"replayed {result.steps} step records of {args.log} (last step {result.last_step})")
-    shipped = tracker.writer_stats() if tracker is not None else None
-    if shipped is not None and shipped.unreachable is not None:
-        print(
-            f"hookbus replay: the MLflow upload did not complete: {shipped.unreachable}; run it again once MLflow "
-            "answers (it adds only what the run lacks)",
-            file=sys.stderr,
-        )
-        return 1
-    if tracker is not None:
-        run_id = tracker.run.run_id if tracker.run is not None else None
-        print(f"MLflow run {run_id} in experiment {args.mlflow_experiment!r} at {args.mlflow}")
-    if early is not None:
-        if result.stopped:
-            print(f"{early.name} would have stopped at step {result.stop_step}: {result.stop_reason}")
-        else:
-            print(f"{early.name} would not have stopped: the log ends at step {result.last_step} ({early.status()})")
-    return 0
 
 
 if __name__ == "__main__":

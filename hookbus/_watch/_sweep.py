@@ -37,7 +37,20 @@ from hookbus._watch._alerts import Alerter
 from hookbus._watch._run import EXIT_STATUS, LIVE, STALE, WAITING, overall
 from hookbus._watch._watch import log_name
 
-__all__ = ["FORMATS", "RunRow", "Sweep", "SweepOptions", "find_runs", "follow", "is_sweep", "once", "render", "select"]
+__all__ = [
+    "FORMATS",
+    "RunRow",
+    "Sweep",
+    "SweepOptions",
+    "find_runs",
+    "follow",
+    "is_sweep",
+    "once",
+    "render",
+    "run_logs",
+    "run_name",
+    "select",
+]
 
 FORMATS = ("table", "csv", "json")
 _FLUSH_SECS = 5.0  # EventLogSink's default flush interval, for summaries that do not say theirs
@@ -60,6 +73,17 @@ def find_runs(root: Path) -> list[Path]:
             found.append(here)
             subdirectories.clear()
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+def run_logs(run: Path) -> list[Path]:
+    """A run's event logs, the chief's first: a lone log or a chief job's (``events.chief-0.jsonl``)
+    before the workers' (``events.worker-<i>.jsonl``) by index."""
+    return sorted(run.glob("*.jsonl"), key=lambda p: (log_name(p)[0], p.name))
+
+
+def run_name(root: Path, run: Path) -> str:
+    """A run's name: its directory under ``root`` (``root``'s own name when it is the one run)."""
+    return run.relative_to(root).as_posix() if run != root else run.name
 
 
 def is_sweep(path: Path) -> bool:
@@ -154,8 +178,7 @@ class Sweep:
         now = self.clock()
         rows = []
         for run in find_runs(self.root):
-            logs = sorted(run.glob("*.jsonl"), key=lambda p: (log_name(p)[0], p.name))
-            read = [found for log in logs if (found := self._summary(log)) is not None]
+            read = [found for log in run_logs(run) if (found := self._summary(log)) is not None]
             if not read:
                 continue
             states = [_state(s, max(now - mtime, 0.0), self.stale_after, self.dead_after) for s, mtime in read]
@@ -164,7 +187,7 @@ class Sweep:
             errors = [summary.error for summary, _ in read if summary.error]
             rows.append(
                 RunRow(
-                    name=run.relative_to(self.root).as_posix() if run != self.root else run.name,
+                    name=run_name(self.root, run),
                     state=overall(states),
                     step=max(steps, default=None),
                     rate=chief.rate,
