@@ -247,6 +247,12 @@ def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="upload the run to this MLflow tracking URI (http://host:5000, sqlite:///mlflow.db) with its "
         "names, steps and wall times; a second upload of the same log continues the same run and adds nothing",
     )
+    replay.add_argument(
+        "--system",
+        action="store_true",
+        help="also write the machine's samples the log holds (its system records), as the sinks' system=True "
+        "writes them live: <stem>.system.csv, the TensorBoard run system, MLflow's system metrics (each once)",
+    )
     replay.add_argument("--mlflow-experiment", default="hookbus", help="its MLflow experiment (default hookbus)")
     replay.add_argument("--mlflow-run-name", default=None, help="its MLflow run name (default: MLflow picks one)")
 
@@ -309,9 +315,16 @@ def _replay(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         hparams = next((r["hparams"] for r in records if r["record"] == "begin" and r.get("hparams")), None)
         bus = hookbus.EventBus()
         if args.csv is not None:
-            bus.attach(CSVSink(args.csv, every_n_steps=args.csv_every_n_steps))
+            bus.attach(CSVSink(args.csv, every_n_steps=args.csv_every_n_steps, system=args.system))
         if args.tensorboard is not None:
-            bus.attach(TensorBoardSink(args.tensorboard, every_n_steps=args.tensorboard_every_n_steps, hparams=hparams))
+            bus.attach(
+                TensorBoardSink(
+                    args.tensorboard,
+                    every_n_steps=args.tensorboard_every_n_steps,
+                    hparams=hparams,
+                    system=args.system,
+                )
+            )
         tracker = None
         if args.mlflow is not None:
             # The sink's own files (its spool, its run's id) live for this upload only: the log is
@@ -330,6 +343,7 @@ def _replay(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
                     run_key=recorded_run_key(records),
                     continue_ended=True,
                     directory=spool,
+                    system=args.system,
                 )
             )
         early = None
