@@ -15,6 +15,7 @@ from _watch_pty import PtySession
 
 import hookbus
 from hookbus._watch._run import RunLog
+from hookbus.sink_api import run_summary_path
 from hookbus.sinks import EventLogSink
 from hookbus.testing import FakeClock, ScriptedPublisher
 
@@ -139,3 +140,37 @@ def test_a_cluster_watched_in_a_terminal_shows_a_machine_row_per_worker(
     rows = re.findall(r"^(node-\w) +worker (\d) +(worker:\d) +\d+% +[\d.]+ GB ", screen, re.M)
     assert rows == [("node-a", "0", "worker:0"), ("node-a", "1", "worker:1"), ("node-b", "2", "worker:2")], screen
     assert re.findall(r"^host (node-\w): CPU", screen, re.M) == ["node-a", "node-b"], screen
+
+
+def test_a_sweeps_rows_carry_each_runs_newest_machine_figures_from_its_summaries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from hookbus._cli._cli import main
+
+    runs = tmp_path / "runs"
+    _cluster(runs / "cluster", monkeypatch)
+    _worker(runs / "single", 0, "node-c", monkeypatch)
+    for log in (runs / "cluster").glob("*.jsonl"):  # the rows are read from the summaries, not the logs
+        assert json.loads(run_summary_path(log).read_text())["machine"]
+    assert main(["watch", "--once", "--format", "json", str(runs)]) == 0
+    rows = {r["run"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    for name in ("cluster", "single"):
+        newest = [
+            [r for r in hookbus.read_event_log(log) if r["record"] == "system"][-1]["values"]
+            for log in sorted((runs / name).glob("*.jsonl"))
+        ]
+        machine = rows[name]["machine"]
+        assert machine["cpu_percent"] == pytest.approx(
+            sum(v["system/process_cpu_utilization_percentage"] for v in newest)
+        )
+        assert machine["memory_megabytes"] == pytest.approx(
+            sum(v["system/process_memory_rss_megabytes"] for v in newest)
+        )
+        assert machine["gpu_percent"] is None  # no GPU here
+    monkeypatch.setenv("COLUMNS", "160")  # the column where it fits
+    assert main(["watch", "--once", str(runs)]) == 0
+    table = capsys.readouterr().out
+    assert re.search(r"^ *run +state +step +steps/s +.*machine", table, re.M), table
+    assert re.search(r"^ *cluster ×3 +finished .* CPU \d+% [\d.]+ GB", table, re.M), table
