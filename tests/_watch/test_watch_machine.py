@@ -174,3 +174,49 @@ def test_a_sweeps_rows_carry_each_runs_newest_machine_figures_from_its_summaries
     table = capsys.readouterr().out
     assert re.search(r"^ *run +state +step +steps/s +.*machine", table, re.M), table
     assert re.search(r"^ *cluster ×3 +finished .* CPU \d+% [\d.]+ GB", table, re.M), table
+
+
+def test_each_workers_gpus_are_in_its_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Samples as a GPU host's sampler publishes them (its values given: this machine has no GPU),
+    through the bus to EventLogSink; the row names each GPU with its utilization and memory."""
+    import hookbus.sinks.event_log as event_log
+
+    for index, gpus in enumerate(((88.0, 9800.0), (41.0, 1200.0))):
+        monkeypatch.setattr(event_log, "_HOST", "gpu-host")
+        bus = hookbus.EventBus(system_metrics=False)
+        bus.attach(EventLogSink(tmp_path / "events.jsonl", runs_on="each"))
+        pub = ScriptedPublisher(bus, ["loss"], task=hookbus.Task("worker", index))
+        values = {
+            "system/cpu_utilization_percentage": 50.0,
+            "system/system_memory_usage_megabytes": 64000.0,
+            "system/process_cpu_utilization_percentage": 120.0,
+            "system/process_memory_rss_megabytes": 3000.0,
+            "system/gpu_0_utilization_percentage": gpus[0],
+            "system/gpu_0_memory_usage_megabytes": gpus[1],
+        }
+        with bus:
+            pub.run([{"loss": 1.0}])
+            pub.core.publish_system(1, values)
+    status, out = _once(capsys, tmp_path)
+    assert status == 0, out
+    assert "worker 0 machine: task worker:0 | host gpu-host | CPU 120% | memory 3.0 GB | GPU0 88% 9.8 GB |" in out
+    assert "worker 1 machine: task worker:1 | host gpu-host | CPU 120% | memory 3.0 GB | GPU0 41% 1.2 GB |" in out
+    assert re.findall(r"^host (\S+): CPU 50% · memory 64.0 GB", out, re.M) == ["gpu-host"]
+
+
+def test_a_single_run_watched_in_a_terminal_shows_its_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = _worker(tmp_path, 0, "node-a", monkeypatch)
+    single = tmp_path / "run" / "events.jsonl"
+    single.parent.mkdir()
+    log.rename(single)
+    command = [sys.executable, "-m", "hookbus._cli._cli", "watch", str(single), "--interval", "0.1"]
+    watcher = PtySession(command, cols=120, rows=30)
+    try:
+        watcher.finish(deadline=60)
+        screen = watcher.text
+    finally:
+        watcher.close()
+    assert re.search(r"machine: CPU \d+% \(this process \d+%\) · memory", screen), screen
+    assert re.search(r"^finished · newest record \S+ ago · machine sampled \S+ ago", screen, re.M), screen
