@@ -32,7 +32,9 @@ def _record_live(directory: Path, server: MlflowServer) -> tuple[Path, str]:
     bus.attach(CSVSink(directory / "live.csv", every_n_steps=1, system=True))
     bus.attach(TensorBoardSink(directory / "live-tb", every_n_steps=1, system=True))
     live = bus.attach(
-        MLflowSink(server.uri, experiment="live", every_n_steps=1, directory=directory / "live-mlflow", system=True)
+        MLflowSink(
+            server.uri, experiment="live-system", every_n_steps=1, directory=directory / "live-mlflow", system=True
+        )
     )
     train = ScriptedPublisher(bus, keys=["loss"])
     with bus:
@@ -66,12 +68,12 @@ def test_a_replay_with_system_writes_the_samples_as_the_live_sinks_did_each_once
     assert len(samples) == 4  # steps 2, 4, 5, and the run's last as it closed
     live = _system_metrics(client, live_id)
     assert sorted(step for step, _, _ in live[CPU]) == [0, 1, 2, 3]
-    argv = ["replay", str(log), "--system", "--mlflow", mlflow_server.uri, "--mlflow-experiment", "replayed"]
+    argv = ["replay", str(log), "--system", "--mlflow", mlflow_server.uri, "--mlflow-experiment", "replayed-system"]
     for upload in (1, 2):
         out = tmp_path / f"upload-{upload}"
         assert main([*argv, "--csv", str(out / "m.csv"), "--tensorboard", str(out / "tb")]) == 0, upload
         capsys.readouterr()
-        experiment = client.get_experiment_by_name("replayed")
+        experiment = client.get_experiment_by_name("replayed-system")
         assert experiment is not None
         (run,) = client.search_runs([experiment.experiment_id])
         assert _system_metrics(client, run.info.run_id) == live, upload  # names, steps, values, times: once
@@ -89,10 +91,10 @@ def test_a_replay_without_system_writes_no_samples(
     monkeypatch.chdir(tmp_path)
     client = mlflow_server.client()
     log, _ = _record_live(tmp_path, mlflow_server)
-    argv = ["replay", str(log), "--mlflow", mlflow_server.uri, "--mlflow-experiment", "plain"]
+    argv = ["replay", str(log), "--mlflow", mlflow_server.uri, "--mlflow-experiment", "replayed-without-system"]
     assert main([*argv, "--csv", str(tmp_path / "m.csv"), "--tensorboard", str(tmp_path / "tb")]) == 0
     capsys.readouterr()
-    experiment = client.get_experiment_by_name("plain")
+    experiment = client.get_experiment_by_name("replayed-without-system")
     assert experiment is not None
     (run,) = client.search_runs([experiment.experiment_id])
     assert _system_metrics(client, run.info.run_id) == {}
