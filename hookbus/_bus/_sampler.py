@@ -236,16 +236,17 @@ class SystemMetrics:
             )
         self.sampler.sample_now()
 
-    def publish(self, values: dict[str, Any]) -> None:
+    def publish(self, values: dict[str, Any], step: int | None = None) -> None:
         """Deliver one sample to the ``system`` subscribers here, then to raw receivers (on the
-        sampler's thread; see the module's docstring for why)."""
+        sampler's thread; see the module's docstring for why). ``step``: the step it carries
+        (a replayed sample's recorded one; default the latest the run reached)."""
         state, task = self._state, self._roster.task
         fields: dict[str, Any] = {}
         if task is not None:
             fields.update(task_type=task.type, task_index=task.index, local_step=state.local_step)
         event = Event(
             SYSTEM_SIGNAL,
-            state.step,
+            state.step if step is None else step,
             SYSTEM_MODE,
             MappingProxyType(values),
             self._wall_clock(),

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["add_replay", "replay_command"]
 
-_CSV_KINDS = ("", ".eval", ".test")  # CSVSink's train file, and its <stem>.eval.csv and <stem>.test.csv
+# CSVSink's train file, its <stem>.eval.csv and <stem>.test.csv, and with --system its <stem>.system.csv
+_CSV_KINDS = ("", ".eval", ".test", ".system")
 _RUN_COLUMN = "run"  # the merged CSV's first column: the run's name
 
 
@@ -73,6 +74,12 @@ def add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=None,
         help="upload the run to this MLflow tracking URI (http://host:5000, sqlite:///mlflow.db) with its "
         "names, steps and wall times; a second upload of the same log continues the same run and adds nothing",
+    )
+    replay.add_argument(
+        "--system",
+        action="store_true",
+        help="also write the machine's samples the log holds (its system records), as the sinks' system=True "
+        "writes them live: <stem>.system.csv, the TensorBoard run system, MLflow's system metrics (each once)",
     )
     replay.add_argument("--mlflow-experiment", default="hookbus", help="its MLflow experiment (default hookbus)")
     replay.add_argument(
@@ -173,9 +180,13 @@ def _replay_log(
     hparams = next((r["hparams"] for r in records if r["record"] == "begin" and r.get("hparams")), None)
     bus = hookbus.EventBus()
     if csv_path is not None:
-        bus.attach(CSVSink(csv_path, every_n_steps=args.csv_every_n_steps))
+        bus.attach(CSVSink(csv_path, every_n_steps=args.csv_every_n_steps, system=args.system))
     if tensorboard is not None:
-        bus.attach(TensorBoardSink(tensorboard, every_n_steps=args.tensorboard_every_n_steps, hparams=hparams))
+        bus.attach(
+            TensorBoardSink(
+                tensorboard, every_n_steps=args.tensorboard_every_n_steps, hparams=hparams, system=args.system
+            )
+        )
     tracker = None
     if args.mlflow is not None:
         from hookbus.sinks import MLflowSink
@@ -193,6 +204,7 @@ def _replay_log(
                 run_key=recorded_run_key(records),
                 continue_ended=True,
                 directory=spool,
+                system=args.system,
             )
         )
     early = bus.attach(EarlyStoppingSink(**_spec(args.early_stopping))) if args.early_stopping is not None else None
@@ -374,7 +386,7 @@ def _replay_runs(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
 
 
 def _merge_rows(target: Path, written: list[tuple[str, Path]]) -> list[Path]:
-    """Each of CSVSink's files (train, ``.eval``, ``.test``) the runs wrote, as one file at
+    """Each of CSVSink's files (train, ``.eval``, ``.test``, ``.system``) the runs wrote, as one file at
     ``target``'s name with a ``run`` column first and the union of the runs' columns (first seen
     first), replaced atomically; the files written."""
     done = []

@@ -15,7 +15,8 @@ multi-worker training, ``host`` (the name of the machine sampled: workers that s
 it each, and a cluster view counts its host figures once), and its values as top-level fields
 named ``system/...`` (MLflow's system metric names; see :mod:`hookbus.sink_api`'s ``SYSTEM_*``);
 the first one of a run where no GPU is sampled carries ``notice``, the sentence that says why. A
-replay skips them (the machine is not replayed); ``pandas.read_json`` gives them their own
+replay publishes them, as recorded, on its bus's ``system`` signal (it samples no machine of its
+own); ``pandas.read_json`` gives them their own
 columns, and ``record == "system"`` selects them.
 
 The ``close`` record (the run closed) carries ``ended``: how the run ended in one word,

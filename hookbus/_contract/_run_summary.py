@@ -14,7 +14,8 @@ wall time between the first and the newest train record), how the run ended in o
 (:mod:`hookbus._contract._ending`; ``None`` while it has not), its first stop and its last error,
 and for each scalar key as the log records it (``loss``, ``eval/loss``, ``test/accuracy``, ...)
 the latest value and the best with their steps (best by :func:`~hookbus._rules._direction.better_direction`;
-non-finite values are latest but never best, and counted).
+non-finite values are latest but never best, and counted), and the newest sample of the machine
+(a ``system`` record's values and its host).
 
 The log is the truth: the summary is folded from the same records, in the same order, and a cut
 (a resume) rewrites both.
@@ -32,6 +33,7 @@ from typing import Any
 from hookbus._contract._ending import how_ended
 from hookbus._contract._event_log import STEP_FIELDS
 from hookbus._contract._events import StopRequest
+from hookbus._contract._system import SYSTEM_PREFIX
 from hookbus._rules._direction import better_direction
 
 __all__ = ["SUMMARY_VERSION", "KeySummary", "RunSummary", "read_run_summary", "run_summary_path"]
@@ -107,6 +109,8 @@ class RunSummary:
         self.stop: dict[str, Any] | None = None  # the first stop request: step, reason, source
         self.error: str | None = None
         self.keys: dict[str, KeySummary] = {}
+        self.machine: dict[str, float] | None = None  # the newest sample's values (system/... keys)
+        self.host: str | None = None  # the host it was taken on
         self._said_ended = False  # the close record said how it ended (else: read from the records)
 
     @property
@@ -139,6 +143,11 @@ class RunSummary:
                 self.ended, self.stop, self.error, self._said_ended = None, None, None, False
         elif kind == "step" and isinstance(step, int):
             self._step_values(record, step)
+        elif kind == "system":
+            nested = record.get("values")
+            values = nested.items() if isinstance(nested, Mapping) else record.items()
+            self.machine = {k: float(v) for k, v in values if k.startswith(SYSTEM_PREFIX) and type(v) is float}
+            self.host = None if record.get("host") is None else str(record.get("host"))
         elif kind == "stop_requested" and self.stop is None:
             self.stop = {"step": step, "reason": record.get("reason"), "source": record.get("source")}
         elif kind == "exception":
@@ -200,6 +209,8 @@ class RunSummary:
             "stop": self.stop,
             "error": self.error,
             "keys": {name: key.as_dict() for name, key in self.keys.items()},
+            "machine": self.machine,
+            "host": self.host,
         }
 
     @classmethod
@@ -217,6 +228,8 @@ class RunSummary:
             "ended",
             "stop",
             "error",
+            "machine",
+            "host",
         ):
             setattr(summary, name, data.get(name, getattr(summary, name)))
         for name in ("train_first", "train_last"):

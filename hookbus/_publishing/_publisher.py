@@ -259,6 +259,12 @@ class PublisherCore:
         """
         self._port.system.sample_now()
 
+    def publish_system(self, step: int, values: Mapping[str, Any]) -> None:
+        """Publish a recorded sample of the machine (a replay's ``system`` record) on the
+        ``system`` signal, at its recorded ``step``, as the sampler published it live: the
+        sinks that keep samples (``system=True``) keep it."""
+        self._port.system.publish(dict(values), step=step)
+
     def without_sampling(self) -> contextlib.AbstractContextManager[None]:
         """A context in which runs of the bus sample no machine (a replay: the bus runs on a log's
         recorded time, and the replaying process's machine is not the one that trained)."""

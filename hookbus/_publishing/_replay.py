@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from hookbus._contract._event_log import iter_event_log, iter_event_log_shapes
 from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX, TEST_PREFIX
+from hookbus._contract._system import SYSTEM_NOTICE_KEY
 from hookbus._publishing._publisher import PublisherCore
 
 if TYPE_CHECKING:
@@ -65,7 +66,8 @@ def _recorded_time(core: PublisherCore, clock: _RecordedClock | None = None) -> 
     bus.clock = bus.wall_clock = clock
     try:
         # A run on recorded time samples no machine: the log's own samples are of the machine that
-        # trained; this one's (the replaying process's, at replay time) would be false. Not replayed.
+        # trained (they are replayed, as recorded); this one's (the replaying process's, at replay
+        # time) would be false.
         with core.without_sampling():
             yield clock
     finally:
@@ -170,6 +172,11 @@ class _Replayer:
             )
         elif kind == "step" and isinstance(step, int) and self._step(record, mode, step):
             return self._stop()
+        elif kind == "system" and isinstance(step, int) and self.begun:
+            values: dict[str, Any] = {k: v for k, v in record["values"].items() if isinstance(v, float)}
+            if isinstance(record.get("notice"), str):
+                values[SYSTEM_NOTICE_KEY] = record["notice"]
+            self.train.publish_system(step, values)
         elif kind == "end" and isinstance(step, int):
             if mode == "train" and self.in_session:
                 self._end(step)
@@ -232,7 +239,8 @@ def replay(path: str | os.PathLike[str], bus: EventBus) -> ReplayResult:
     Runs one run of ``bus`` (``with bus:``): ``begin``, ``session_created``, a worker's start
     gate (``waiting_for_step``, as recorded), the train steps the
     log holds (planned against each subscriber's schedule and keys, as live), evaluations,
-    epoch events, the at-end values and ``end`` — until the log ends or a subscriber asks to
+    epoch events, the machine's samples (on the ``system`` signal, at their recorded steps and
+    times), the at-end values and ``end`` — until the log ends or a subscriber asks to
     stop (then the run ends there, as live training would). The bus's clocks read the recorded
     times meanwhile (restored afterwards). Checkpoints, stops, errors and exceptions recorded in
     the log are not replayed: the bus's own subscribers decide anew. A sink that needs a model

@@ -10,7 +10,9 @@ needs to show what the full log would show:
   dashboard's "best", whichever its direction), the first of equal ones;
 - the run's structure: its first ``begin`` (the run's start, its keys and total), the last
   begins, sessions, ends and start gates, the last checkpoints, the first stops and
-  exceptions, each subscriber's last error.
+  exceptions, each subscriber's last error;
+- the machine: the newest sample (``system`` record), and the first that said why no GPU is
+  sampled (its ``notice``).
 
 A cut (a train session created at step S behind the steps recorded: a resume, a rewind) drops
 everything after S and must still know each key's best up to S. So each checkpoint record keeps
@@ -129,6 +131,8 @@ class KeptRecords:
         self._stops: list[Kept] = []
         self._exceptions: list[Kept] = []
         self._errors: dict[str, Kept] = {}
+        self._system: deque[Kept] = deque(maxlen=1)  # the newest sample of the machine
+        self._notice: Kept | None = None  # the sample that said why no GPU is sampled
         self.bests: dict[str, Best] = {}
 
     def __len__(self) -> int:
@@ -158,6 +162,10 @@ class KeptRecords:
                 self._exceptions.append(kept)
         elif kind == "subscriber_error":
             self._errors[str(record.get("subscriber"))] = kept
+        elif kind == "system":
+            self._system.append(kept)
+            if self._notice is None and "notice" in record:
+                self._notice = kept
         # status records (the other sinks' status lines) are not drawn by the watcher
 
     def keep_step(self, seq: int, line: str, record: dict[str, Any], step: Any, mode: Any) -> None:
@@ -237,7 +245,7 @@ class KeptRecords:
 
     def cut(self, step: int) -> None:
         """Drop every record after ``step`` but the begins (a session created at ``step``)."""
-        for group in (self._begins, self._events, self._train, self._evals, self._epochs, self._finals):
+        for group in (self._begins, self._events, self._train, self._evals, self._epochs, self._finals, self._system):
             survivors = [k for k in group if k[1] <= step]
             group.clear()
             group.extend(survivors)
@@ -245,6 +253,8 @@ class KeptRecords:
         self._stops = [k for k in self._stops if k[1] <= step]
         self._exceptions = [k for k in self._exceptions if k[1] <= step]
         self._errors = {name: k for name, k in self._errors.items() if k[1] <= step}
+        if self._notice is not None and self._notice[1] > step:
+            self._notice = None
         base = self._checkpoints[-1][1] if self._checkpoints else {}
         lost = {key for key, best in self.bests.items() if best[2] > step or best[6] > step}
         for key in lost:
@@ -276,7 +286,7 @@ class KeptRecords:
 
     def _all(self) -> dict[int, str]:
         lines: dict[int, str] = {}
-        singles = [self._first_begin] if self._first_begin is not None else []
+        singles = [kept for kept in (self._first_begin, self._notice) if kept is not None]
         for group in (
             singles,
             self._begins,
@@ -290,6 +300,7 @@ class KeptRecords:
             self._stops,
             self._exceptions,
             self._errors.values(),
+            self._system,
         ):
             for seq, _, line in group:
                 lines[seq] = line

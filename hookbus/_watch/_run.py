@@ -28,7 +28,7 @@ import builtins
 import json
 import statistics
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -36,6 +36,7 @@ from typing import Any
 from hookbus._contract._ending import CRASHED, DEAD, ENDINGS, FINISHED, STOPPED, how_ended
 from hookbus._contract._ending import EXIT_STATUS as ENDED_STATUS
 from hookbus._contract._events import StopRequest
+from hookbus._contract._system import SYSTEM_PREFIX
 from hookbus._watch._kept import WINDOW, KeptRecords
 
 __all__ = [
@@ -79,6 +80,12 @@ class WorkerStatus:
         stop: Who asked it to stop and why (``None`` when nobody did).
         error: Its last error: a sink's error or the exception it crashed with.
         straggler: Live, yet at under half the fastest live worker's recent rate.
+        host: The host its newest sample of the machine was taken on (``None`` before one).
+        task: Its task in multi-worker training as that sample says it (``worker:1``).
+        machine: That sample's values (``system/...`` keys; ``None`` before one).
+        notice: Why no GPU is sampled, as the run's first sample said it.
+        sample_age: Seconds since that sample was taken, by the watcher's clock and the log's
+            own times (the newest record's age, plus how far that record is after the sample).
     """
 
     name: str
@@ -91,6 +98,11 @@ class WorkerStatus:
     stop: str | None = None
     error: str | None = None
     straggler: bool = False
+    host: str | None = None
+    task: str | None = None
+    machine: Mapping[str, float] | None = None
+    notice: str | None = None
+    sample_age: float | None = None
 
 
 def overall(states: Iterable[str]) -> str:
@@ -149,6 +161,11 @@ class RunLog:
         self._points: deque[tuple[float, int]] = deque(maxlen=_RATE_WINDOW)  # (wall time, own step)
         self._gaps: deque[float] = deque(maxlen=_RATE_WINDOW)
         self._last_time: float | None = None
+        self.sample: dict[str, float] | None = None  # the newest sample of the machine's values
+        self.host: str | None = None
+        self.task: str | None = None
+        self.notice: str | None = None
+        self._sample_time: float | None = None
 
     def clear(self) -> None:
         """Forget everything (the file is read again from the start)."""
@@ -310,6 +327,14 @@ class RunLog:
         elif kind == "end" and record.get("mode", "train") == "train" and isinstance(step, int):
             if self._own is not None and not self._local:
                 self._own = max(self._own, step)  # the step training ended at (a sampled log: after the last record)
+        elif kind == "system":
+            self.sample = {k: v for k, v in record.items() if k.startswith(SYSTEM_PREFIX) and type(v) is float}
+            host, task, notice = record.get("host"), record.get("task"), record.get("notice")
+            self.host = None if host is None else str(host)
+            self.task = None if task is None else str(task)
+            if isinstance(notice, str):
+                self.notice = notice
+            self._sample_time = float(when) if isinstance(when, int | float) else None
         elif kind == "close":
             self.closed = True
             ended = record.get("ended")
@@ -328,6 +353,14 @@ class RunLog:
         if self.closed or self._exception is not None:
             return how_ended(self._first_stop, self._exception)
         return None
+
+    @property
+    def sample_behind(self) -> float | None:
+        """Seconds the newest sample of the machine was taken before the newest record (the
+        log's own times; ``None`` before a sample)."""
+        if self._sample_time is None or self._last_time is None:
+            return None
+        return max(0.0, self._last_time - self._sample_time)
 
     @property
     def average(self) -> float | None:

@@ -9,8 +9,10 @@ quiet runs costs a ``stat`` each.
 
 A row: the run's name (its directory under DIR), its state word (how it ended, or live, stale,
 presumed dead from the time since its newest write), its step and rate, the latest and best of the
-metrics shown, and the hyper-parameters that differ between runs (those all runs share are shown
-once above the table). Sorted by any column, filtered by state and name.
+metrics shown, its machine (its processes' CPU and memory, summed over a cluster's workers, and
+its GPUs' mean utilization, from each log's newest sample as its summary keeps it), and the
+hyper-parameters that differ between runs (those all runs share are shown once above the table).
+Sorted by any column, filtered by state and name.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,9 @@ from rich.table import Table
 
 from hookbus._contract._ending import DEAD
 from hookbus._contract._run_summary import KeySummary, RunSummary, read_run_summary
+from hookbus._contract._system import PROCESS_CPU as _PROCESS_CPU
+from hookbus._contract._system import PROCESS_MEMORY as _PROCESS_MEMORY
+from hookbus._contract._system import system_gpu_of
 from hookbus._watch._alerts import Alerter
 from hookbus._watch._run import EXIT_STATUS, LIVE, STALE, WAITING, overall
 from hookbus._watch._watch import log_name
@@ -106,6 +111,10 @@ class RunRow:
         keys: Each key's latest and best (the chief's log's).
         error: The exception it crashed with, if any.
         last_train: The wall time of its newest training step's record (the chief's log).
+        cpu: Its processes' CPU in percent of one core, summed over its logs' newest samples
+            (``None`` before a sample).
+        memory: Their resident memory in megabytes, summed likewise.
+        gpu: The mean utilization of the GPUs those samples name (``None``: none).
     """
 
     name: str
@@ -118,6 +127,23 @@ class RunRow:
     keys: dict[str, KeySummary] = field(default_factory=dict)
     error: str | None = None
     last_train: float | None = None
+    cpu: float | None = None
+    memory: float | None = None
+    gpu: float | None = None
+
+
+def _machine(samples: Sequence[Mapping[str, float]]) -> dict[str, float | None]:
+    """A run's machine from its logs' newest samples: processes summed, GPUs averaged."""
+    cpu = [s[_PROCESS_CPU] for s in samples if _PROCESS_CPU in s]
+    memory = [s[_PROCESS_MEMORY] for s in samples if _PROCESS_MEMORY in s]
+    gpus = [
+        v for s in samples for k, v in s.items() if (found := system_gpu_of(k)) and found[1] == "utilization_percentage"
+    ]
+    return {
+        "cpu": sum(cpu) if cpu else None,
+        "memory": sum(memory) if memory else None,
+        "gpu": sum(gpus) / len(gpus) if gpus else None,
+    }
 
 
 def _state(summary: RunSummary, age: float, stale_after: float | None, dead_after: float) -> str:
@@ -197,6 +223,7 @@ class Sweep:
                     keys=dict(chief.keys),
                     error=errors[-1] if errors else None,
                     last_train=None if chief.train_last is None else chief.train_last[1],
+                    **_machine([summary.machine for summary, _ in read if summary.machine]),
                 )
             )
         return rows
@@ -248,11 +275,26 @@ def _rate(value: float | None) -> str:
     return f"{value:.3g}"
 
 
-def fitting_metrics(metrics: Sequence[str], rows: Sequence[RunRow], width: int) -> list[str]:
-    """As many of ``metrics`` (at least one) as fit ``width`` beside the other columns."""
+_MACHINE_WIDTH = 24  # "CPU 400% 12.3 GB GPU 88%" and its padding
+
+
+def _fixed_width(rows: Sequence[RunRow]) -> int:
+    """The table's width without its metrics: run, state, step, rate, the differing hyper-parameters."""
     _, differing = shared_hparams(rows)
     names = max((len(r.name) + (3 if r.workers > 1 else 0) for r in rows), default=3)
-    fixed = min(names, 28) + 14 + 8 + 8 + sum(max(len(n), 6) + 2 for n in differing)
+    return min(names, 28) + 14 + 8 + 8 + sum(max(len(n), 6) + 2 for n in differing)
+
+
+def _machine_fits(rows: Sequence[RunRow], metrics: Sequence[str], width: int) -> bool:
+    return _fixed_width(rows) + 24 * len(metrics) + _MACHINE_WIDTH <= width
+
+
+def fitting_metrics(metrics: Sequence[str], rows: Sequence[RunRow], width: int) -> list[str]:
+    """As many of ``metrics`` (at least one) as fit ``width`` beside the other columns (the
+    machine's too, where it fits beside one metric)."""
+    fixed = _fixed_width(rows)
+    if any(row.cpu is not None for row in rows) and _machine_fits(rows, metrics[:1], width):
+        fixed += _MACHINE_WIDTH
     room = max(width - fixed, 0) // 24
     return list(metrics[: max(room, 1)])
 
@@ -261,6 +303,18 @@ def _best(key: KeySummary | None) -> str:
     if key is None or key.best is None:
         return "-"
     return f"{_number(key.best)} @{key.best_step}"
+
+
+def _machine_cell(row: RunRow) -> str:
+    """``CPU 97% 1.1 GB GPU 88%``: its processes' CPU and memory, its GPUs' mean utilization."""
+    if row.cpu is None and row.memory is None:
+        return "-"
+    parts = [f"CPU {row.cpu:.0f}%" if row.cpu is not None else "CPU -"]
+    if row.memory is not None:
+        parts.append(f"{row.memory / 1000:.1f} GB")
+    if row.gpu is not None:
+        parts.append(f"GPU {row.gpu:.0f}%")
+    return " ".join(parts)
 
 
 def _hparam(value: Any) -> str:
@@ -336,8 +390,11 @@ def select(
     return shown
 
 
-def table(rows: Sequence[RunRow], every: Sequence[RunRow], metrics: Sequence[str], title: str) -> Table:
-    """The rich table of ``rows``; ``every`` row decides which hyper-parameters are shared."""
+def table(
+    rows: Sequence[RunRow], every: Sequence[RunRow], metrics: Sequence[str], title: str, width: int | None = None
+) -> Table:
+    """The rich table of ``rows``; ``every`` row decides which hyper-parameters are shared. The
+    machine column where a run has a sample and it fits ``width`` beside the rest."""
     shared, differing = shared_hparams(every)
     caption = "shared: " + "  ".join(f"{k}={_hparam(v)}" for k, v in shared.items()) if shared else None
     grid = Table(
@@ -350,6 +407,9 @@ def table(rows: Sequence[RunRow], every: Sequence[RunRow], metrics: Sequence[str
     for metric in metrics:
         grid.add_column(metric, justify="right")
         grid.add_column(f"best {metric}", justify="right")
+    machine = any(row.cpu is not None for row in every) and (width is None or _machine_fits(every, metrics, width))
+    if machine:
+        grid.add_column("machine", no_wrap=True)
     for name in differing:
         grid.add_column(name, justify="right")
     for row in rows:
@@ -358,6 +418,8 @@ def table(rows: Sequence[RunRow], every: Sequence[RunRow], metrics: Sequence[str
         for metric in metrics:
             key = row.keys.get(metric)
             cells += [_number(key.latest if key is not None else None), _best(key)]
+        if machine:
+            cells.append(_machine_cell(row))
         cells += [_hparam(row.hparams.get(name)) for name in differing]
         grid.add_row(*cells)
     return grid
@@ -380,6 +442,7 @@ def render(
                 "error": r.error,
                 "hparams": r.hparams,
                 "metrics": {m: r.keys[m].as_dict() for m in metrics if m in r.keys},
+                "machine": {"cpu_percent": r.cpu, "memory_megabytes": r.memory, "gpu_percent": r.gpu},
             }
             for r in rows
         ]
@@ -390,16 +453,18 @@ def render(
         head = ["run", "state", "step", "rate", "workers"]
         for metric in metrics:
             head += [metric, f"{metric} best", f"{metric} best step"]
+        head += ["cpu percent", "memory megabytes", "gpu percent"]
         writer.writerow(head + [f"hp.{name}" for name in [*shared, *differing]])
         for r in rows:
             line: list[Any] = [r.name, r.state, r.step, r.rate, r.workers]
             for metric in metrics:
                 key = r.keys.get(metric)
                 line += [None, None, None] if key is None else [key.latest, key.best, key.best_step]
+            line += [r.cpu, r.memory, r.gpu]
             writer.writerow(line + [r.hparams.get(name) for name in [*shared, *differing]])
         return out.getvalue()
     console = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False, highlight=False)
-    console.print(table(rows, every, metrics, title))
+    console.print(table(rows, every, metrics, title, width))
     text: str = console.file.getvalue()  # type: ignore[attr-defined]
     return text
 
@@ -474,7 +539,7 @@ def follow(
         shown = rows
         if alerter is not None:
             alerter.observe(every)
-        return table(rows, every, metrics, f"{len(rows)} of {len(every)} runs in {sweep.root}")
+        return table(rows, every, metrics, f"{len(rows)} of {len(every)} runs in {sweep.root}", console.width)
 
     def done() -> bool:
         return not keep_following and bool(shown) and all(r.state in _ENDED for r in shown)
@@ -496,5 +561,5 @@ def follow(
                 break
             time.sleep(interval)
         every, rows, metrics = shown_rows(sweep, options, console.width)
-        console.print(table(rows, every, metrics, f"{len(rows)} of {len(every)} runs in {sweep.root}"))
+        console.print(table(rows, every, metrics, f"{len(rows)} of {len(every)} runs in {sweep.root}", console.width))
     return EXIT_STATUS[worst(shown)] if shown else EXIT_STATUS[WAITING]

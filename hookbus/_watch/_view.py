@@ -34,7 +34,8 @@ __all__ = ["Gate", "LogView", "MakeSink", "NotAnEventLogError"]
 
 #: Makes the dashboard's sink: (console for its plain lines, the recorded clock, a run name).
 MakeSink = Callable[[Console, Callable[[], float], str], Sink]
-_PUBLISHED = frozenset({"begin", "session_created", "step", "end"})
+# The machine's samples too: the replay publishes them on the system signal (the machine line).
+_PUBLISHED = frozenset({"begin", "session_created", "step", "end", "system"})
 # New train steps a poll puts on the dashboard one by one (tens of microseconds each); of more
 # (a fast run recorded every step), the last ones and each key's extremes among them.
 _ONE_BY_ONE = 256
@@ -193,6 +194,7 @@ class LogView:
         """This log's state now (``stale_after=None``: a few of its expected intervals)."""
         age = self.age()
         threshold = self.run.stale_after() if stale_after is None else stale_after
+        behind = self.run.sample_behind
         return WorkerStatus(
             name=self.name,
             state=self.run.state(age, threshold, dead_after),
@@ -202,6 +204,11 @@ class LogView:
             age=age,
             stop=self.run.stop,
             error=self.run.error,
+            host=self.run.host,
+            task=self.run.task,
+            machine=self.run.sample,
+            notice=self.run.notice,
+            sample_age=None if age is None or behind is None else age + behind,
         )
 
     def close(self) -> bool:

@@ -1,5 +1,5 @@
 """The machine's samples in every view (no TensorFlow): the event log, TensorBoard's ``system`` run,
-``CSVSink(system=True)``'s file and the dashboard's machine line; a replay skips them.
+``CSVSink(system=True)``'s file and the dashboard's machine line; a replay carries them.
 
 A stall is scripted: two samples published while the step stays at 3 (``sample_system``, on the
 test's thread: no sleeps), then the run's last sample as it closes.
@@ -130,14 +130,23 @@ def _stalled_run_off(tmp_path: Path) -> tuple[hookbus.EventBus, io.StringIO]:
     return bus, screen
 
 
-def test_a_replay_skips_the_samples_and_samples_nothing_itself(tmp_path: Path) -> None:
+def test_a_replay_carries_the_recorded_samples_and_samples_nothing_itself(tmp_path: Path) -> None:
     _stalled_run(tmp_path)
-    bus = hookbus.EventBus()  # sampling on: the replay's run must still sample nothing
+    bus = hookbus.EventBus()  # sampling on: the replay's run must still sample nothing of its own
     bus.attach(CSVSink(tmp_path / "replayed.csv", every_n_steps=1, system=True))
     bus.attach(EventLogSink(tmp_path / "replayed.jsonl"))
+    bus.attach(TensorBoardSink(tmp_path / "replayed-tb", every_n_steps=1, system=True))
     result = hookbus.replay(tmp_path / "events.jsonl", bus)
     assert result.last_step == 3
     strip = [line.split(",", 2)[::2] for line in (tmp_path / "replayed.csv").read_text().splitlines()]
     assert strip == [line.split(",", 2)[::2] for line in (tmp_path / "metrics.csv").read_text().splitlines()]
-    assert all(r["record"] != "system" for r in hookbus.read_event_log(tmp_path / "replayed.jsonl"))
-    assert not (tmp_path / "replayed.system.csv").exists() or not (tmp_path / "replayed.system.csv").read_text()
+    # The samples as the live sinks wrote them: the same rows, steps, times and values, no more.
+    assert (tmp_path / "replayed.system.csv").read_text() == (tmp_path / "metrics.system.csv").read_text()
+
+    def samples(path: Path) -> list[tuple[Any, ...]]:
+        found = [r for r in hookbus.read_event_log(path) if r["record"] == "system"]
+        return [(r["step"], r["wall_time"], r.get("notice"), r["values"]) for r in found]
+
+    assert len(samples(tmp_path / "replayed.jsonl")) == 3
+    assert samples(tmp_path / "replayed.jsonl") == samples(tmp_path / "events.jsonl")
+    assert runs(tmp_path / "replayed-tb")["system"] == runs(tmp_path / "tb")["system"]

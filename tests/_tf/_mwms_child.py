@@ -39,7 +39,7 @@ def main(config: dict[str, Any]) -> None:
     import tensorflow as tf
 
     import hookbus
-    from hookbus.sinks import CheckpointSink, CSVSink, NanGuardSink, TensorBoardSink
+    from hookbus.sinks import CheckpointSink, CSVSink, EventLogSink, NanGuardSink, TensorBoardSink
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     if scenario == "one-worker":
@@ -58,6 +58,7 @@ def main(config: dict[str, Any]) -> None:
     bus.attach(TensorBoardSink(out / "tb", every_n_steps=5))
     bus.attach(CheckpointSink(out / "ckpt", every_n_steps=10, every_n_secs=None, keep=2))
     bus.attach(CSVSink(out / "each.csv", every_n_steps=5, runs_on="each"))
+    bus.attach(EventLogSink(out / "events.jsonl", runs_on="each"))  # what `hookbus watch` reads (each machine)
     seen: dict[str, Any] = {"steps": []}
     steer = bus.attach(_steer(index == 1, int(config.get("rate_at", 0))))
 

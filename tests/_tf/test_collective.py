@@ -8,6 +8,8 @@ module; every process is killed at the end.
 from __future__ import annotations
 
 import json
+import re
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -205,6 +207,26 @@ def test_a_learning_rate_one_worker_asks_for_is_applied_by_every_worker_at_one_s
     assert [c[:3] for c in other["changes"]] == [[20, old, new]]
     assert other["changes"][0][3:] == ["Steer", f"worker 1 at step {RATE_AT}"]
     assert chief["weights"] == other["weights"]
+
+
+@pytest.mark.subprocess
+@pytest.mark.distributed
+@pytest.mark.timeout(150)
+def test_hookbus_watch_shows_a_machine_row_per_collective_worker_and_their_host_once(
+    clusters: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 48: each worker's log holds its own samples of the machine (the run's last one at
+    least, taken as it closes); the cluster view has a row per worker and the one host's figures
+    once, though both workers sampled it."""
+    from hookbus._cli._cli import main
+
+    out: Path = clusters["loop"]["out"]
+    main(["watch", "--once", str(out)])
+    text = capsys.readouterr().out
+    rows = re.findall(r"^worker (\d) machine: task worker:(\d) \| host (\S+) \| CPU \d+% \| memory", text, re.M)
+    assert [(name, task) for name, task, _ in rows] == [("0", "0"), ("1", "1")], text
+    assert {host for *_, host in rows} == {socket.gethostname()}, text
+    assert re.findall(r"^host (\S+): CPU \d+%", text, re.M) == [socket.gethostname()], text
 
 
 def _run_example(directory: Path, steps: int) -> str:

@@ -58,7 +58,7 @@ def cluster(config: dict[str, Any]) -> None:
     import hookbus
     from hookbus.sinks import EventLogSink
 
-    bus = hookbus.EventBus()
+    bus = hookbus.EventBus(system_metrics=float(config.get("system_metrics", 10.0)))
     bus.attach(EventLogSink(out / "events.jsonl", runs_on="each", flush_secs=0.1))
     bus.on("after_run", every_n_steps=1)(lambda event: None)  # every step is due: every step is recorded
     hook = hookbus.EventBusHook(bus, {"loss": loss}, train_op=train_op)

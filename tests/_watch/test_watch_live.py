@@ -14,6 +14,7 @@ import io
 import json
 import re
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -150,7 +151,7 @@ def test_a_parameter_server_cluster_watched_as_one(tmp_path: Path) -> None:
     shows as finished while worker 0 trains on."""
     ps, w0, w1 = free_ports(3)
     spec = {"ps": [f"127.0.0.1:{ps}"], "worker": [f"127.0.0.1:{w0}", f"127.0.0.1:{w1}"]}
-    base = {"out": str(tmp_path), "cluster": spec, "delay": 0.03}
+    base = {"out": str(tmp_path), "cluster": spec, "delay": 0.03, "system_metrics": 0.5}
     tasks = [
         _start({**base, "type": "ps", "index": 0}, "ps0"),
         _start({**base, "type": "worker", "index": 0}, "worker0"),
@@ -170,6 +171,13 @@ def test_a_parameter_server_cluster_watched_as_one(tmp_path: Path) -> None:
         rows = {line.split()[1]: line.split() for line in dead.splitlines() if re.match(r"worker \d", line)}
         assert float(rows["0"][4]) > 0  # worker 0's own rate, from its records' wall times
         assert int(rows["1"][6]) > 0  # the dead worker's lag behind the furthest step grows
+        # The machine: a row per worker (both on this host), the host's own figures once.
+        host = re.escape(socket.gethostname()[:12])
+        machine = re.findall(rf"^{host}\S* +worker (\d) +worker:(\d) +\d+% +[\d.]+ GB .* (\S+) ago$", dead, re.M)
+        assert [(name, task) for name, task, _ in machine] == [("0", "0"), ("1", "1")], dead
+        assert len(re.findall(r"^host \S+: CPU \d+% · memory", dead, re.M)) == 1, dead
+        age = machine[1][2]  # worker 1's samples stopped with it: its newest is seconds old and ageing
+        assert "m" in age or float(age.rstrip("s")) > 1.0, dead
         (tmp_path / "frame.txt").write_text(dead)
         tasks.append(_start({**base, "type": "worker", "index": 1, "local_steps": 40}, "worker1-again"))
         watcher.wait_for(lambda text: _states(text) == {"0": "live", "1": "live"}, deadline=150)
