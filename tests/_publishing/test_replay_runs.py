@@ -167,3 +167,25 @@ def test_a_key_named_run_is_refused_for_the_one_csv_file_before_any_work(
     assert printed == ""
     assert f"--csv: {log} has a key named 'run', the column that names each run in the one file" in err, err
     assert not out.parent.exists()
+
+
+def test_a_directory_of_runs_with_system_is_one_system_csv_with_a_run_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Each run's bus sampled the machine (its last sample as it closed): with --system, each run's
+    # <stem>.system.csv rows, as that run's own replay writes them, land in one file with the run first.
+    runs = sweep(tmp_path)
+    expected = []
+    for name in sorted(RUNS):
+        alone = tmp_path / "alone" / name / "m.csv"
+        assert main(["replay", str(chief_log(runs, name)), "--csv", str(alone), "--system"]) == 0
+        read = rows(alone.with_name("m.system.csv"))[1]
+        assert read, name
+        expected.extend({"run": name, **row} for row in read)
+    out = tmp_path / "out" / "all.csv"
+    assert main(["replay", str(runs), "--csv", str(out), "--system"]) == 0
+    capsys.readouterr()
+    columns, read = rows(out.with_name("all.system.csv"))
+    assert columns[0] == "run", columns
+    assert read == expected
+    assert {row["run"] for row in read} == set(RUNS)
