@@ -34,7 +34,7 @@ from rich.table import Table
 from hookbus._contract._ending import DEAD
 from hookbus._contract._run_summary import KeySummary, RunSummary, read_run_summary
 from hookbus._watch._alerts import Alerter
-from hookbus._watch._run import EXIT_STATUS, LIVE, STALE, WAITING, overall
+from hookbus._watch._run import EXIT_STATUS, LIVE, STALE, WAITING, WORST_FIRST, overall
 from hookbus._watch._watch import log_name
 
 __all__ = ["FORMATS", "RunRow", "Sweep", "SweepOptions", "find_runs", "follow", "is_sweep", "once", "render", "select"]
@@ -254,7 +254,7 @@ def _sort_key(column: str) -> Callable[[RunRow], Any]:
     if column in ("run", "name"):
         return lambda row: row.name
     if column == "state":
-        return lambda row: (EXIT_STATUS.get(row.state, 99), row.name)
+        return lambda row: (WORST_FIRST.index(row.state) if row.state in WORST_FIRST else 99, row.name)
     if column in ("step", "rate", "age", "workers"):
         return lambda row: missing_last(getattr(row, column))
     metric = column[:-7] if column.endswith(" latest") else column

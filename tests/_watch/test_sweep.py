@@ -230,3 +230,14 @@ def test_a_sort_or_state_that_names_nothing_fails_saying_what_there_is(runs: Pat
     result = watch(str(runs), "--once", "--state", "done")
     assert result.returncode == 2
     assert "invalid choice: 'done'" in result.stderr
+
+
+def test_sorted_by_state_the_worst_comes_first(runs: Path) -> None:
+    worst_first = ["crashed", "presumed dead", "stale", "live", "waiting", "stopped", "finished"]
+    result = watch(str(runs), "--once", "--format", "csv", "--sort", "state")
+    states = [row["state"] for row in csv.DictReader(io.StringIO(result.stdout))]
+    assert states[:2] == ["crashed", "presumed dead"]
+    assert states[-1] == "finished"
+    assert states == sorted(states, key=worst_first.index)
+    result = watch(str(runs), "--once", "--format", "csv", "--sort", "state", "--reverse")
+    assert [row["state"] for row in csv.DictReader(io.StringIO(result.stdout))] == states[::-1]
