@@ -10,7 +10,8 @@ quiet runs costs a ``stat`` each.
 A row: the run's name (its directory under DIR), its state word (how it ended, or live, stale,
 presumed dead from the time since its newest write), its step and rate, the latest and best of the
 metrics shown, and the hyper-parameters that differ between runs (those all runs share are shown
-once above the table). Sorted by any column, filtered by state and name.
+once above the table). Sorted by any column, filtered by state and name. In a terminal the table
+is driven by keys (:mod:`hookbus._watch._browse`); here, what it shows and its plain forms.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ FORMATS = ("table", "csv", "json")
 _FLUSH_SECS = 5.0  # EventLogSink's default flush interval, for summaries that do not say theirs
 _STALE_INTERVALS = 3  # as the single-run view: no write for this many flush intervals is stale
 _MAX_METRICS = 4  # metrics shown by default
+_HPARAM_WIDTH = 14  # a hyper-parameter's column on one line: a longer value is cut short
 Stat = tuple[int, int, int]  # size, mtime in ns, inode
 
 
@@ -313,30 +315,50 @@ def select(
     return shown
 
 
-def table(rows: Sequence[RunRow], every: Sequence[RunRow], metrics: Sequence[str], title: str) -> Table:
-    """The rich table of ``rows``; ``every`` row decides which hyper-parameters are shared."""
+def table(
+    rows: Sequence[RunRow],
+    every: Sequence[RunRow],
+    metrics: Sequence[str],
+    title: str,
+    *,
+    selected: str | None = None,
+    one_line: bool = False,
+    hparams: Sequence[str] | None = None,
+) -> Table:
+    """The rich table of ``rows``; ``every`` row decides which hyper-parameters are shared.
+
+    ``one_line``: each row on one line (cells cut short rather than wrapped), so that a screen's
+    height holds a known number of rows; ``selected``: the run marked ``>`` (and in reverse video;
+    ``""``: none, every name indented as if one were); ``hparams``: the differing hyper-parameters
+    given a column (default: all of them).
+    """
     shared, differing = shared_hparams(every)
+    if hparams is not None:
+        differing = [name for name in differing if name in hparams]
     caption = "shared: " + "  ".join(f"{k}={_hparam(v)}" for k, v in shared.items()) if shared else None
     grid = Table(
         title=title, caption=caption, caption_justify="left", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
     )
-    grid.add_column("run", overflow="fold", max_width=28)
+    grid.add_column("run", overflow="ellipsis" if one_line else "fold", max_width=28, no_wrap=one_line)
     grid.add_column("state", no_wrap=True)
-    grid.add_column("step", justify="right")
-    grid.add_column("steps/s", justify="right")
+    grid.add_column("step", justify="right", no_wrap=one_line)
+    grid.add_column("steps/s", justify="right", no_wrap=one_line)
     for metric in metrics:
-        grid.add_column(metric, justify="right")
-        grid.add_column(f"best {metric}", justify="right")
+        grid.add_column(metric, justify="right", no_wrap=one_line)
+        grid.add_column(f"best {metric}", justify="right", no_wrap=one_line)
     for name in differing:
-        grid.add_column(name, justify="right")
+        grid.add_column(name, justify="right", no_wrap=one_line, max_width=_HPARAM_WIDTH if one_line else None)
     for row in rows:
-        cells = [row.name + (f" ×{row.workers}" if row.workers > 1 else ""), row.state]
+        name = row.name + (f" ×{row.workers}" if row.workers > 1 else "")
+        if selected is not None:
+            name = ("> " if row.name == selected else "  ") + name
+        cells = [name, row.state]
         cells += [_hparam(row.step), _rate(row.rate)]
         for metric in metrics:
             key = row.keys.get(metric)
             cells += [_number(key.latest if key is not None else None), _best(key)]
         cells += [_hparam(row.hparams.get(name)) for name in differing]
-        grid.add_row(*cells)
+        grid.add_row(*cells, style="reverse" if selected is not None and row.name == selected else None)
     return grid
 
 
@@ -433,45 +455,36 @@ def follow(
     options: SweepOptions,
     console: Console,
     *,
-    live: bool,
     interval: float,
     keep_following: bool,
     alerter: Alerter | None = None,
 ) -> int:
-    """Redraw the table every ``interval`` (a terminal) or print each run's state changes (plain),
-    until every run shown has ended (unless ``keep_following``); the exit status of the worst state."""
-    from rich.live import Live
-
+    """Off a terminal: print each run's state changes, then the table, once every run shown has
+    ended (unless ``keep_following``); the exit status of the worst state. (In a terminal the
+    table is live and driven by keys: :func:`hookbus._watch._browse.browse`.)"""
     said: dict[str, str] = {}
     shown: list[RunRow] = []
 
-    def frame() -> Table:
-        every, rows, metrics = shown_rows(sweep, options, console.width)
+    def look() -> None:
+        every, rows, _ = shown_rows(sweep, options, console.width)
         nonlocal shown
         shown = rows
         if alerter is not None:
             alerter.observe(every)
-        return table(rows, every, metrics, f"{len(rows)} of {len(every)} runs in {sweep.root}")
 
     def done() -> bool:
         return not keep_following and bool(shown) and all(r.state in _ENDED for r in shown)
 
-    if live:
-        with Live(frame(), console=console, auto_refresh=False, transient=False) as display:
-            while not done():
-                time.sleep(interval)
-                display.update(frame(), refresh=True)
-    else:
-        while True:
-            frame()
-            for row in shown:
-                text = row.state + (f": {row.error}" if row.error and row.state in ("crashed", DEAD) else "")
-                if said.get(row.name) != text:
-                    said[row.name] = text
-                    console.print(f"{row.name}: {text}", highlight=False, soft_wrap=True)
-            if done():
-                break
-            time.sleep(interval)
-        every, rows, metrics = shown_rows(sweep, options, console.width)
-        console.print(table(rows, every, metrics, f"{len(rows)} of {len(every)} runs in {sweep.root}"))
+    while True:
+        look()
+        for row in shown:
+            text = row.state + (f": {row.error}" if row.error and row.state in ("crashed", DEAD) else "")
+            if said.get(row.name) != text:
+                said[row.name] = text
+                console.print(f"{row.name}: {text}", highlight=False, soft_wrap=True)
+        if done():
+            break
+        time.sleep(interval)
+    every, rows, metrics = shown_rows(sweep, options, console.width)
+    console.print(table(rows, every, metrics, f"{len(rows)} of {len(every)} runs in {sweep.root}"))
     return EXIT_STATUS[worst(shown)] if shown else EXIT_STATUS[WAITING]
