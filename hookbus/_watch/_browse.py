@@ -40,6 +40,7 @@ from hookbus._watch._sweep import (
     check_sort,
     default_metrics,
     fitting_metrics,
+    one_line_width,
     select,
     shared_hparams,
     table,
@@ -218,12 +219,7 @@ def browse(
         if key not in fitted:
             fitted.clear()
             shown, hparams = list(metrics), shared_hparams(every)[1]
-            unbounded = console.options.update_width(1_000_000)  # a table measures within the width given
-            while True:
-                grid = table(every, every, shown, "", selected="", one_line=True, hparams=hparams)
-                fits = console.measure(grid, options=unbounded).maximum <= console.width
-                if fits or (len(shown) <= 1 and not hparams):
-                    break
+            while one_line_width(every, shown, hparams) > console.width and (len(shown) > 1 or hparams):
                 if len(shown) > 1:
                     shown.pop()
                 else:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
@@ -38,7 +39,19 @@ from hookbus._watch._alerts import Alerter
 from hookbus._watch._run import EXIT_STATUS, LIVE, STALE, WAITING, WORST_FIRST, overall
 from hookbus._watch._watch import log_name
 
-__all__ = ["FORMATS", "RunRow", "Sweep", "SweepOptions", "find_runs", "follow", "is_sweep", "once", "render", "select"]
+__all__ = [
+    "FORMATS",
+    "RunRow",
+    "Sweep",
+    "SweepOptions",
+    "find_runs",
+    "follow",
+    "is_sweep",
+    "once",
+    "one_line_width",
+    "render",
+    "select",
+]
 
 FORMATS = ("table", "csv", "json")
 _FLUSH_SECS = 5.0  # EventLogSink's default flush interval, for summaries that do not say theirs
@@ -182,13 +195,24 @@ class Sweep:
 
 
 # -- what is shown --------------------------------------------------------------------------------
+def _same(value: Any) -> tuple[str, Any]:
+    """What decides whether two hyper-parameters' values are one (1, 1.0 and True are three): a
+    scalar by its type and value, anything else by its JSON (json.dumps for every value of a
+    thousand runs took most of a frame)."""
+    if isinstance(value, float):
+        return "float", repr(value)  # NaN is one value, as its JSON is
+    if value is None or isinstance(value, (bool, int, str)):
+        return type(value).__name__, value
+    return "json", json.dumps(value, sort_keys=True)
+
+
 def shared_hparams(rows: Sequence[RunRow]) -> tuple[dict[str, Any], list[str]]:
     """The hyper-parameters every run has with one value, and the names of those that differ."""
     names = sorted({name for row in rows for name in row.hparams})
     shared: dict[str, Any] = {}
     differing: list[str] = []
     for name in names:
-        values = {json.dumps(row.hparams.get(name), sort_keys=True) for row in rows}
+        values = {_same(row.hparams.get(name)) for row in rows}
         if len(values) == 1 and all(name in row.hparams for row in rows):
             shared[name] = rows[0].hparams[name]
         else:
@@ -309,8 +333,7 @@ def select(
     wanted = set(states)
     shown = [r for r in rows if (not wanted or r.state in wanted) and (name is None or fnmatch.fnmatch(r.name, name))]
     if sort is not None:
-        _, differing = shared_hparams(rows)
-        column = f"hp:{sort}" if sort in differing or sort in {n for r in rows for n in r.hparams} else sort
+        column = f"hp:{sort}" if sort in {n for r in rows for n in r.hparams} else sort
         shown.sort(key=_sort_key(column), reverse=reverse)
     return shown
 
@@ -349,17 +372,36 @@ def table(
     for name in differing:
         grid.add_column(name, justify="right", no_wrap=one_line, max_width=_HPARAM_WIDTH if one_line else None)
     for row in rows:
-        name = row.name + (f" ×{row.workers}" if row.workers > 1 else "")
-        if selected is not None:
-            name = ("> " if row.name == selected else "  ") + name
-        cells = [name, row.state]
-        cells += [_hparam(row.step), _rate(row.rate)]
-        for metric in metrics:
-            key = row.keys.get(metric)
-            cells += [_number(key.latest if key is not None else None), _best(key)]
-        cells += [_hparam(row.hparams.get(name)) for name in differing]
+        cells = _cells(row, metrics, differing, selected)
         grid.add_row(*cells, style="reverse" if selected is not None and row.name == selected else None)
     return grid
+
+
+def _cells(row: RunRow, metrics: Sequence[str], differing: Sequence[str], selected: str | None) -> list[str]:
+    """A row's cells as :func:`table` shows them."""
+    name = row.name + (f" ×{row.workers}" if row.workers > 1 else "")
+    if selected is not None:
+        name = ("> " if row.name == selected else "  ") + name
+    cells = [name, row.state, _hparam(row.step), _rate(row.rate)]
+    for metric in metrics:
+        key = row.keys.get(metric)
+        cells += [_number(key.latest if key is not None else None), _best(key)]
+    return cells + [_hparam(row.hparams.get(name)) for name in differing]
+
+
+def one_line_width(rows: Sequence[RunRow], metrics: Sequence[str], hparams: Sequence[str]) -> int:
+    """The width :func:`table` needs to show ``rows`` with ``one_line`` and a selection, its cells
+    uncut: counted from the cells' text (measuring the rich table of a thousand rows would take
+    most of a second)."""
+    headers = ["run", "state", "step", "steps/s"] + [h for m in metrics for h in (m, f"best {m}")] + list(hparams)
+    widths = [cell_len(header) for header in headers]
+    for row in rows:
+        for index, cell in enumerate(_cells(row, metrics, hparams, "")):
+            widths[index] = max(widths[index], cell_len(cell))
+    widths[0] = min(widths[0], 28)
+    widths[4 + 2 * len(metrics) :] = [min(w, _HPARAM_WIDTH) for w in widths[4 + 2 * len(metrics) :]]
+    # A space each side of each column but the outer sides, a separator between columns, the two edges.
+    return sum(widths) + 3 * len(widths) - 1
 
 
 def render(

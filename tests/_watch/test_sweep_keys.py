@@ -128,23 +128,26 @@ def test_more_runs_than_the_screen_holds_scroll_with_the_selection(tmp_path: Pat
         train(root / f"run-{index:02d}", round(0.1 + index / 100, 2), last=10 + index)
     session = watch(root)
     try:
-        screen = session.wait_for(lambda text: "q quit" in text)
+        screen = session.wait_for(lambda text: "q quit" in text)  # the frame's last line: drawn whole
         shown = rows(screen)
-        assert shown[0] == "run-00"
-        assert 5 < len(shown) < 24
-        assert f"rows 1-{len(shown)} of 40" in screen
-        assert screen.splitlines()[-1] == "" or "q quit" in screen.splitlines()[-1]  # nothing cut at the bottom
+        page = len(shown)
+        assert shown == [f"run-{index:02d}" for index in range(page)]
+        assert 5 < page < 24
+        assert f"rows 1-{page} of 40" in screen
+        assert screen.splitlines()[0].startswith("40 of 40 runs")  # the frame fits: nothing scrolled off the top
         session.type(KEY_END)
-        screen = session.wait_for(lambda text: "run-39" in rows(text))
+        # The status line is drawn after the rows: once it says so, the rows above are that frame's.
+        screen = session.wait_for(lambda text: f"rows {41 - page}-40 of 40" in text)
         assert selected(screen) == "run-39"
-        assert rows(screen)[-1] == "run-39"
-        assert f"rows {41 - len(shown)}-40 of 40" in screen
-        session.type(ARROW_UP * (len(shown) + 2))  # up past the window's top: it scrolls up with it
-        target = f"run-{39 - len(shown) - 2:02d}"
-        screen = session.wait_for(lambda text: selected(text) == target)
+        assert rows(screen) == [f"run-{index:02d}" for index in range(40 - page, 40)]
+        session.type(ARROW_UP * (page + 2))  # up past the window's top: it scrolls up with it
+        first = 39 - page - 2
+        screen = session.wait_for(lambda text: f"rows {first + 1}-{first + page} of 40" in text)
+        target = f"run-{first:02d}"
+        assert selected(screen) == target
         assert rows(screen)[0] == target
         session.type("\r")  # the selected run, opened: its own last step
-        session.wait_for(lambda text: f"{target}  ·  esc back" in text and f"step {10 + 39 - len(shown) - 2}" in text)
+        session.wait_for(lambda text: f"{target}  ·  esc back" in text and f"step {10 + first}" in text)
         session.type("q")  # q quits from the run's view too
         status = session.finish()
         after = session.modes()  # read from the pty once the command has exited
