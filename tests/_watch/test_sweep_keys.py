@@ -205,3 +205,50 @@ def test_what_a_terminal_sends_is_read_as_keys(typed: str, keys: list[str]) -> N
     from hookbus._watch._keys import decode
 
     assert decode(typed) == keys
+
+
+def test_the_table_state_follows_keys_through_edges(runs: Path) -> None:
+    """Without a terminal: a filter that hides every run, a name typed then dropped, the state
+    filter and the sort columns going round, a selection that stays on its run when re-sorted."""
+    from hookbus._watch._browse import Browse, sort_columns
+    from hookbus._watch._sweep import Sweep
+
+    every = Sweep(runs).rows()
+    metrics = ["eval/loss", "loss"]
+    state = Browse()
+    for key in "/zzz":
+        state.press(key, every, metrics, page=10)
+    assert state.shown(every) == []
+    assert state.selected is None
+    assert state.press("down", every, metrics, page=10) is None  # nothing to move to, nothing breaks
+    assert state.press("enter", every, metrics, page=10) is None  # typing: Enter keeps the filter
+    assert state.press("enter", every, metrics, page=10) is None  # nothing to open
+    state.press("/", every, metrics, page=10)
+    for key in ("0", ".", "3", "escape"):  # typed, then dropped: the filter before it comes back
+        state.press(key, every, metrics, page=10)
+    assert state.name == "*zzz*"
+    state.press("escape", every, metrics, page=10)
+    assert len(state.shown(every)) == 5
+
+    seen = []
+    for _ in range(4):  # crashed, stopped, finished, then all again
+        state.press("f", every, metrics, page=10)
+        seen.append(state.states)
+    assert seen == [("crashed",), ("stopped",), ("finished",), ()]
+    state.press("F", every, metrics, page=10)
+    assert state.states == ("finished",)
+    state.press("escape", every, metrics, page=10)
+
+    columns = sort_columns(every, metrics)
+    assert columns == ["run", "state", "step", "rate", "eval/loss", "loss", "lr", "seed"]
+    state.press("S", every, metrics, page=10)  # backwards from run: round to the last column
+    assert state.sort == "seed"
+    for _ in range(3):  # round again: run, state, step
+        state.press("s", every, metrics, page=10)
+    assert state.sort == "step"
+    state.press("end", every, metrics, page=10)
+    last = state.selected
+    state.press("r", every, metrics, page=10)
+    assert state.shown(every)[0].name == last  # re-sorted, the selection kept on its run
+    assert state.selected == last
+    assert state.index == 0
