@@ -47,7 +47,7 @@ from hookbus._watch._sweep import (
     worst,
 )
 
-__all__ = ["KEYS_HELP", "RUN_KEYS_HELP", "Browse", "OpenRun", "browse", "sort_columns"]
+__all__ = ["KEYS_HELP", "RUN_KEYS_HELP", "Browse", "OpenRun", "TableScreen", "browse", "sort_columns"]
 
 #: The table's last line: its keys.
 KEYS_HELP = "↑↓ select  enter open  s sort  r reverse  f state  / name  esc clear  q quit"
@@ -182,6 +182,100 @@ class Browse:
         return "  ·  ".join(parts)
 
 
+class TableScreen:
+    """The table of runs as a terminal of ``console``'s size shows it: the rows read last, the
+    columns that fit, the window of rows on the screen, the status and keys lines.
+
+    Args:
+        sweep: The runs.
+        options: What the command line asked for (the first sort and filters, the metrics named).
+        console: The terminal (its width and height decide the columns and the rows shown).
+        keys_line: Whether to draw the keys' line (keys are read).
+        alerter: Looks at every row at each read (the alerts).
+    """
+
+    def __init__(
+        self,
+        sweep: Sweep,
+        options: SweepOptions,
+        console: Console,
+        *,
+        keys_line: bool,
+        alerter: Alerter | None = None,
+    ) -> None:
+        self.sweep = sweep
+        self.options = options
+        self.console = console
+        self.keys_line = keys_line
+        self.alerter = alerter
+        self.state = Browse(sort=options.sort, reverse=options.reverse, states=options.states, name=options.name)
+        self.every: list[RunRow] = []
+        self.metrics: list[str] = []
+        self._fitted: dict[tuple[int, int], tuple[list[str], list[str]]] = {}
+
+    def read(self) -> None:
+        """Read every run's row again (a ``stat`` for each quiet run) and let the alerts look."""
+        self.every = every = self.sweep.rows()
+        sort = self.state.sort
+        if sort is not None and sort == self.options.sort:  # the command line's, checked as --once does
+            check_sort(sort, every)
+        self.metrics = list(self.options.metrics) or fitting_metrics(default_metrics(every), every, self.console.width)
+        if self.alerter is not None:
+            self.alerter.observe(every)
+
+    def press(self, key: str, page: int) -> str | None:
+        """One key (see :meth:`Browse.press`)."""
+        return self.state.press(key, self.every, self.metrics, page)
+
+    def columns(self) -> tuple[list[str], list[str]]:
+        """The metrics and differing hyper-parameters whose columns fit the width beside each
+        other on every run's line (rich would squeeze every column, names and states included):
+        the metrics after the first go first, then the hyper-parameters from the right."""
+        every, width = self.every, self.console.width
+        key = (id(every), width)
+        if key not in self._fitted:
+            self._fitted.clear()
+            shown, hparams = list(self.metrics), shared_hparams(every)[1]
+            while one_line_width(every, shown, hparams) > width and (len(shown) > 1 or hparams):
+                if len(shown) > 1:
+                    shown.pop()
+                else:
+                    hparams.pop()
+            self._fitted[key] = shown, hparams
+        return self._fitted[key]
+
+    def frame(self, final: bool = False) -> tuple[RenderableType, int]:
+        """The frame, and the rows a page holds; ``final``: the table alone, nothing marked."""
+        state, every, console = self.state, self.every, self.console
+        rows = state.shown(every)
+        metrics, hparams = self.columns()
+        title = f"{len(rows)} of {len(every)} runs in {self.sweep.root}"
+        bare = table([], every, metrics, title, one_line=True, hparams=hparams)
+        overhead = len(console.render_lines(bare, console.options, pad=False)) + (0 if final else 2)
+        page = max(console.height - overhead, 1)
+        first, last = state.window(len(rows), page)
+        selected = None if final else state.selected or ""
+        shown = table(rows[first:last], every, metrics, title, selected=selected, one_line=True, hparams=hparams)
+        if final:
+            return shown, page
+        status = state.status(len(rows), len(every), first, last, self.ended())
+        hidden = [name for name in shared_hparams(every)[1] if name not in hparams]
+        if hidden:  # a differing hyper-parameter is never dropped silently
+            status += "  ·  too wide: " + ", ".join(hidden)
+        lines = [status] + ([KEYS_HELP] if self.keys_line else [])
+        return Group(shown, *(Text(line, no_wrap=True, overflow="ellipsis") for line in lines)), page
+
+    def ended(self) -> bool:
+        """Whether every run shown has ended (and one is shown)."""
+        rows = self.state.shown(self.every)
+        return bool(rows) and all(r.state in _ENDED for r in rows)
+
+    def status(self) -> int:
+        """The exit status of the worst state among the runs shown."""
+        rows = self.state.shown(self.every)
+        return EXIT_STATUS[worst(rows)] if rows else EXIT_STATUS[WAITING]
+
+
 def browse(
     sweep: Sweep,
     options: SweepOptions,
@@ -196,92 +290,29 @@ def browse(
 ) -> int:
     """The live table on ``console``, driven by ``keys`` (see the module's docstring); the exit
     status: 0 after ``q``, else the worst state's when every run shown has ended (no keys read)."""
-    state = Browse(sort=options.sort, reverse=options.reverse, states=options.states, name=options.name)
-    every: list[RunRow] = []
-    metrics: list[str] = []
-
-    def read() -> None:
-        nonlocal every, metrics
-        every = sweep.rows()
-        if state.sort is not None and state.sort == options.sort:  # the command line's, checked as --once does
-            check_sort(state.sort, every)
-        metrics = list(options.metrics) or fitting_metrics(default_metrics(every), every, console.width)
-        if alerter is not None:
-            alerter.observe(every)
-
-    fitted: dict[tuple[int, int], tuple[list[str], list[str]]] = {}
-
-    def columns() -> tuple[list[str], list[str]]:
-        """The metrics and differing hyper-parameters whose columns fit the width beside each
-        other on every run's line (rich would squeeze every column, names and states included):
-        the metrics after the first go first, then the hyper-parameters from the right."""
-        key = (id(every), console.width)
-        if key not in fitted:
-            fitted.clear()
-            shown, hparams = list(metrics), shared_hparams(every)[1]
-            while one_line_width(every, shown, hparams) > console.width and (len(shown) > 1 or hparams):
-                if len(shown) > 1:
-                    shown.pop()
-                else:
-                    hparams.pop()
-            fitted[key] = shown, hparams
-        return fitted[key]
-
-    def title(rows: Sequence[RunRow]) -> str:
-        return f"{len(rows)} of {len(every)} runs in {sweep.root}"
-
-    def draw(final: bool = False) -> tuple[RenderableType, int]:
-        """The frame (and the rows a page holds); ``final``: the table alone, nothing marked."""
-        rows = state.shown(every)
-        shown_metrics, hparams = columns()
-        bare = table([], every, shown_metrics, title(rows), one_line=True, hparams=hparams)
-        overhead = len(console.render_lines(bare, console.options, pad=False)) + (0 if final else 2)
-        page = max(console.height - overhead, 1)
-        first, last = state.window(len(rows), page)
-        shown = table(
-            rows[first:last],
-            every,
-            shown_metrics,
-            title(rows),
-            selected=None if final else state.selected or "",
-            one_line=True,
-            hparams=hparams,
-        )
-        if final:
-            return shown, page
-        ended = bool(rows) and all(r.state in _ENDED for r in rows)
-        status = state.status(len(rows), len(every), first, last, ended)
-        hidden = [name for name in shared_hparams(every)[1] if name not in hparams]
-        if hidden:  # a differing hyper-parameter is never dropped silently
-            status += "  ·  too wide: " + ", ".join(hidden)
-        lines = [status] + ([KEYS_HELP] if keys.active else [])
-        return Group(shown, *(Text(line, no_wrap=True, overflow="ellipsis") for line in lines)), page
-
-    def done() -> bool:
-        rows = state.shown(every)
-        return not keys.active and not keep_following and bool(rows) and all(r.state in _ENDED for r in rows)
-
-    read()
+    screen = TableScreen(sweep, options, console, keys_line=keys.active, alerter=alerter)
+    screen.read()
     status: int | None = None
     display = Live(console=console, auto_refresh=False, transient=False)
     display.start()
     try:
         due = clock() + interval
         while status is None:
-            frame, page = draw()
+            frame, page = screen.frame()
             display.update(frame, refresh=True)
-            if done():
+            if not keys.active and not keep_following and screen.ended():
                 break
             for key in keys.read(max(0.0, due - clock())):
-                action = state.press(key, every, metrics, page)
+                action = screen.press(key, page)
                 if action == "quit":
                     status = 0
                     break
-                if action == "open" and state.selected is not None:
+                selected = screen.state.selected
+                if action == "open" and selected is not None:
                     display.stop()
                     console.clear()
                     try:
-                        quit_ = open_run(sweep.root / state.selected, keys)
+                        quit_ = open_run(sweep.root / selected, keys)
                     finally:
                         console.clear()
                         display = Live(console=console, auto_refresh=False, transient=False)
@@ -291,12 +322,9 @@ def browse(
                         break
                     due = clock()  # back at the table: read what changed meanwhile
             if clock() >= due:
-                read()
+                screen.read()
                 due = clock() + interval
     finally:
-        display.update(draw(final=True)[0], refresh=True)
+        display.update(screen.frame(final=True)[0], refresh=True)
         display.stop()
-    if status is not None:
-        return status
-    rows = state.shown(every)
-    return EXIT_STATUS[worst(rows)] if rows else EXIT_STATUS[WAITING]
+    return screen.status() if status is None else status
