@@ -11,7 +11,10 @@ CPU time and peak RSS):
 - ``long run``: the same over one run whose log has ``--long`` steps (its row from the summary),
   beside ``read_event_log`` of that log, for scale;
 - ``following``: ``hookbus watch DIR`` (plain, polling every 0.5 s) over the 100 runs for
-  ``--follow-secs``: its CPU time over that wall time, as a share of one core.
+  ``--follow-secs``: its CPU time over that wall time, as a share of one core;
+- ``live table``: the table a terminal of 80x24 shows over the most runs, in this process: a read
+  of every row (a ``stat`` each, the summaries already read once), and the frame drawn after a key
+  (sorting by the next column, moving the selection), median of 20 keys.
 
 Targets (issue 49): 100 runs ≤ 1 s, 1,000 runs ≤ 5 s and ≤ 200 MiB; a 10^6-step run's row ≤ 0.1 s
 (of the table's process, beyond its start-up); following 100 live runs ≤ 5 % of one core.
@@ -33,6 +36,34 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def live_table(root: Path) -> dict[str, Any]:
+    """The live table's costs over the runs in ``root``, drawn on an 80x24 console in memory."""
+    import io
+    import statistics
+
+    from rich.console import Console
+
+    from hookbus._watch._browse import TableScreen
+    from hookbus._watch._sweep import Sweep, SweepOptions
+
+    console = Console(file=io.StringIO(), width=80, height=24, color_system=None, force_terminal=True)
+    screen = TableScreen(Sweep(root), SweepOptions(), console, keys_line=True)
+    screen.read()  # the first read takes in every summary; the next ones a stat each
+    t0 = time.perf_counter()
+    screen.read()
+    read = time.perf_counter() - t0
+    _, page = screen.frame()
+    frames = []
+    for key in ["s", "down"] * 10:
+        t0 = time.perf_counter()
+        screen.press(key, page)
+        frame, page = screen.frame()
+        console.print(frame)
+        frames.append(time.perf_counter() - t0)
+        console.file = io.StringIO()
+    return {"runs": len(screen.every), "read_s": read, "key_frame_s": statistics.median(frames), "keys": len(frames)}
 
 
 def make_runs(root: Path, count: int, steps: int) -> None:
@@ -164,6 +195,11 @@ def main() -> None:
     print(
         f"following {follow_count} runs for {args.follow_secs:.0f} s: {row['cpu_s']:.2f} s CPU "
         f"({100 * row['core_share']:.1f} % of a core beyond start-up)"
+    )
+    result["live_table"] = row = live_table(scratch / f"sweep-{args.steps}-{max(args.runs)}")
+    print(
+        f"live table, {row['runs']} runs at 80x24: a read {1000 * row['read_s']:.0f} ms, "
+        f"a key's frame {1000 * row['key_frame_s']:.0f} ms (median of {row['keys']})"
     )
     print("targets: 100 runs <= 1 s, 1000 runs <= 5 s and <= 200 MiB, a long run's row <= 0.1 s, following <= 5 %")
     if args.json is not None:

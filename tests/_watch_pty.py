@@ -30,18 +30,39 @@ class PtySession:
         argv: The command.
         cols, rows: The terminal's size.
         env: Extra environment variables (terminal-detection overrides are cleared, as in _pty).
+        own_terminal: Run the command in its own session with the pty as its controlling terminal,
+            so that a typed Ctrl-C (:meth:`type`) interrupts it as a terminal does.
     """
 
     def __init__(
-        self, argv: Sequence[str], *, cols: int = 80, rows: int = 24, env: dict[str, str] | None = None
+        self,
+        argv: Sequence[str],
+        *,
+        cols: int = 80,
+        rows: int = 24,
+        env: dict[str, str] | None = None,
+        own_terminal: bool = False,
     ) -> None:
         environ = {k: v for k, v in os.environ.items() if k not in _CLEARED}
         environ.update({"TERM": "xterm-256color", "PYTHONUNBUFFERED": "1", **(env or {})})
         self._master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        #: The terminal's modes before the command started (see :meth:`modes`).
+        self.modes_before = termios.tcgetattr(slave)
+
+        def controlling_terminal() -> None:  # in the child: its own session, the pty its terminal
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
         try:
             self.process = subprocess.Popen(
-                list(argv), stdin=slave, stdout=slave, stderr=slave, env=environ, close_fds=True
+                list(argv),
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                env=environ,
+                close_fds=True,
+                preexec_fn=controlling_terminal if own_terminal else None,
             )
         finally:
             os.close(slave)
@@ -54,6 +75,16 @@ class PtySession:
     def text(self) -> str:
         """The screen now, one row per line (trailing blanks removed)."""
         return "\n".join(line.rstrip() for line in self.screen.display)
+
+    def type(self, keys: str | bytes) -> None:
+        """Type ``keys`` at the terminal (``"\\x1b[B"`` is the down arrow, ``"\\x03"`` Ctrl-C)."""
+        os.write(self._master, keys.encode() if isinstance(keys, str) else keys)
+
+    def modes(self) -> list[object]:
+        """The terminal's modes now (``termios.tcgetattr``: the line discipline's, read from the
+        master side, so they can be read after the command has exited)."""
+        modes: list[object] = termios.tcgetattr(self._master)
+        return modes
 
     def pump(self, wait: float = 0.05) -> None:
         """Read what the command wrote (waiting at most ``wait`` seconds for it)."""

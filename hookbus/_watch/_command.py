@@ -19,6 +19,8 @@ from rich.console import Console, RenderableType
 from hookbus._contract._sink import Sink
 from hookbus._rules._validate import seconds
 from hookbus._watch._alerts import STATE_FILE, Alerter, Delivery
+from hookbus._watch._browse import RUN_KEYS_HELP, OpenRun, browse
+from hookbus._watch._keys import BACKSPACE, ESCAPE, LEFT, Keys
 from hookbus._watch._run import EXIT_STATUS, WorkerStatus
 from hookbus._watch._sweep import FORMATS, Sweep, SweepOptions, is_sweep
 from hookbus._watch._sweep import follow as follow_sweep
@@ -32,6 +34,8 @@ from hookbus.sinks.console._terminal import TerminalDisplay, wants_live
 
 __all__ = ["STATUS_HELP", "add_watch", "watch_command"]
 
+# The keys that leave a run opened from the table of runs (q quits the watcher as well).
+_LEAVE = frozenset({ESCAPE, LEFT, BACKSPACE, "h", "q"})
 #: The exit statuses, as ``hookbus watch --help`` lists them.
 STATUS_HELP = ", ".join(f"{status} {state}" for state, status in sorted(EXIT_STATUS.items(), key=lambda kv: kv[1]))
 
@@ -62,7 +66,8 @@ def add_watch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "of runs (no log of its own; runs in its subdirectories, e.g. a sweep's runs/lr-0.1/, runs/lr-0.3/) "
         "is a table of runs: one row each, read from the summaries beside their logs, with the "
         "hyper-parameters that differ; --sort, --state, --name and --metric shape it, --once --format "
-        "prints it for scripts.",
+        "prints it for scripts. In a terminal its keys sort (s, r), filter (f, /), select (arrows) and open "
+        "a run (Enter; Esc comes back); it stays up until q.",
         epilog=f"Exit statuses (--once, or when the run ends): {STATUS_HELP}; 2 a file that is not an event "
         "log or a bad option; 130 interrupted.",
     )
@@ -218,6 +223,34 @@ def _alerter(args: argparse.Namespace) -> Alerter | None:
     return Alerter(Delivery(args.alert_command, args.alert_webhook), state, stalled_after=args.stalled_after)
 
 
+def _opener(args: argparse.Namespace, console: Console, sweep: Sweep, alerter: Alerter | None) -> OpenRun:
+    """Opens one run of the table in the single-run view, until a key leaves it (the alerts go on
+    looking at every run meanwhile); whether that key was ``q``."""
+
+    def open_run(path: Path, keys: Keys) -> bool:
+        pressed: list[str] = []
+
+        def leave(timeout: float) -> bool:
+            pressed.extend(k for k in keys.read(timeout) if k in _LEAVE)
+            return bool(pressed)
+
+        Watch(
+            path,
+            RENDERING,
+            live=True,
+            console=console,
+            stale_after=args.stale_after,
+            dead_after=args.dead_after,
+            interval=args.interval,
+            on_poll=None if alerter is None else lambda: alerter.observe(sweep.rows()),
+            leave=leave,
+            footer=f"{path.relative_to(sweep.root).as_posix()}  ·  {RUN_KEYS_HELP}",
+        ).run()
+        return "q" in pressed
+
+    return open_run
+
+
 def _watch(args: argparse.Namespace, console: Console, alerter: Alerter | None) -> int:
     if is_sweep(args.path):
         sweep = Sweep(args.path, stale_after=args.stale_after, dead_after=args.dead_after)
@@ -232,10 +265,21 @@ def _watch(args: argparse.Namespace, console: Console, alerter: Alerter | None) 
         try:
             if args.once:
                 return sweep_once(sweep, options, sys.stdout, console.width, alerter)
-            live = wants_live(console)
-            return follow_sweep(
-                sweep, options, console, live=live, interval=args.interval, keep_following=args.follow, alerter=alerter
-            )
+            if not wants_live(console):
+                return follow_sweep(
+                    sweep, options, console, interval=args.interval, keep_following=args.follow, alerter=alerter
+                )
+            with Keys(sys.stdin) as keys:  # the terminal's own mode back on any way out
+                return browse(
+                    sweep,
+                    options,
+                    console,
+                    keys=keys,
+                    interval=args.interval,
+                    keep_following=args.follow,
+                    open_run=_opener(args, console, sweep, alerter),
+                    alerter=alerter,
+                )
         except KeyboardInterrupt:
             return 130
         except ValueError as error:  # an option that names nothing in these runs

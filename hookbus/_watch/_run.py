@@ -44,6 +44,7 @@ __all__ = [
     "LIVE",
     "STALE",
     "WAITING",
+    "WORST_FIRST",
     "RunLog",
     "WorkerStatus",
     "overall",
@@ -56,8 +57,9 @@ WAITING = "waiting"
 #: an ended run's from the one table (:data:`hookbus._contract._ending.EXIT_STATUS`), then the
 #: watcher's own states.
 EXIT_STATUS = {**ENDED_STATUS, LIVE: 4, STALE: 5, DEAD: 6, WAITING: 7}
-# Which state a cluster is in: the first of these any of its logs is in.
-_PRECEDENCE = (CRASHED, DEAD, STALE, LIVE, WAITING, STOPPED, FINISHED)
+#: The states, the worst first: a cluster is in the first of these any of its logs is in, and a
+#: table of runs sorted by state lists them in this order.
+WORST_FIRST = (CRASHED, DEAD, STALE, LIVE, WAITING, STOPPED, FINISHED)
 _FLUSH_SECS = 5.0  # EventLogSink's default flush interval, for logs whose begin does not say
 _STALE_INTERVALS = 3  # no record for this many expected intervals: stale
 _RATE_WINDOW = 20  # step records the rate is measured over
@@ -109,7 +111,7 @@ def overall(states: Iterable[str]) -> str:
     """The state of a run made of logs in ``states`` (the first of crashed, presumed dead,
     stale, live, waiting, stopped, finished among them; ``waiting`` for none)."""
     found = set(states)
-    return next((state for state in _PRECEDENCE if state in found), WAITING)
+    return next((state for state in WORST_FIRST if state in found), WAITING)
 
 
 def recorded_error(text: str) -> BaseException:

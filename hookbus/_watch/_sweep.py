@@ -10,9 +10,10 @@ quiet runs costs a ``stat`` each.
 A row: the run's name (its directory under DIR), its state word (how it ended, or live, stale,
 presumed dead from the time since its newest write), its step and rate, the latest and best of the
 metrics shown, its machine (its processes' CPU and memory, summed over a cluster's workers, and
-its GPUs' mean utilization, from each log's newest sample as its summary keeps it), and the
-hyper-parameters that differ between runs (those all runs share are shown once above the table).
-Sorted by any column, filtered by state and name.
+its GPUs' mean utilization, from each log's newest sample as its summary keeps it, where it fits),
+and the hyper-parameters that differ between runs (those all runs share are shown once above the
+table). Sorted by any column, filtered by state and name. In a terminal the table is driven by keys
+(:mod:`hookbus._watch._browse`); here, what it shows and its plain forms.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
@@ -39,7 +41,7 @@ from hookbus._contract._system import PROCESS_CPU as _PROCESS_CPU
 from hookbus._contract._system import PROCESS_MEMORY as _PROCESS_MEMORY
 from hookbus._contract._system import system_gpu_of
 from hookbus._watch._alerts import Alerter
-from hookbus._watch._run import EXIT_STATUS, LIVE, STALE, WAITING, overall
+from hookbus._watch._run import EXIT_STATUS, LIVE, STALE, WAITING, WORST_FIRST, overall
 from hookbus._watch._watch import log_name
 
 __all__ = [
@@ -51,6 +53,7 @@ __all__ = [
     "follow",
     "is_sweep",
     "once",
+    "one_line_width",
     "render",
     "run_logs",
     "run_name",
@@ -61,6 +64,7 @@ FORMATS = ("table", "csv", "json")
 _FLUSH_SECS = 5.0  # EventLogSink's default flush interval, for summaries that do not say theirs
 _STALE_INTERVALS = 3  # as the single-run view: no write for this many flush intervals is stale
 _MAX_METRICS = 4  # metrics shown by default
+_HPARAM_WIDTH = 14  # a hyper-parameter's column on one line: a longer value is cut short
 Stat = tuple[int, int, int]  # size, mtime in ns, inode
 
 
@@ -230,13 +234,24 @@ class Sweep:
 
 
 # -- what is shown --------------------------------------------------------------------------------
+def _same(value: Any) -> tuple[str, Any]:
+    """What decides whether two hyper-parameters' values are one (1, 1.0 and True are three): a
+    scalar by its type and value, anything else by its JSON (json.dumps for every value of a
+    thousand runs took most of a frame)."""
+    if isinstance(value, float):
+        return "float", repr(value)  # NaN is one value, as its JSON is
+    if value is None or isinstance(value, (bool, int, str)):
+        return type(value).__name__, value
+    return "json", json.dumps(value, sort_keys=True)
+
+
 def shared_hparams(rows: Sequence[RunRow]) -> tuple[dict[str, Any], list[str]]:
     """The hyper-parameters every run has with one value, and the names of those that differ."""
     names = sorted({name for row in rows for name in row.hparams})
     shared: dict[str, Any] = {}
     differing: list[str] = []
     for name in names:
-        values = {json.dumps(row.hparams.get(name), sort_keys=True) for row in rows}
+        values = {_same(row.hparams.get(name)) for row in rows}
         if len(values) == 1 and all(name in row.hparams for row in rows):
             shared[name] = rows[0].hparams[name]
         else:
@@ -331,7 +346,7 @@ def _sort_key(column: str) -> Callable[[RunRow], Any]:
     if column in ("run", "name"):
         return lambda row: row.name
     if column == "state":
-        return lambda row: (EXIT_STATUS.get(row.state, 99), row.name)
+        return lambda row: (WORST_FIRST.index(row.state) if row.state in WORST_FIRST else 99, row.name)
     if column in ("step", "rate", "age", "workers"):
         return lambda row: missing_last(getattr(row, column))
     metric = column[:-7] if column.endswith(" latest") else column
@@ -384,45 +399,90 @@ def select(
     wanted = set(states)
     shown = [r for r in rows if (not wanted or r.state in wanted) and (name is None or fnmatch.fnmatch(r.name, name))]
     if sort is not None:
-        _, differing = shared_hparams(rows)
-        column = f"hp:{sort}" if sort in differing or sort in {n for r in rows for n in r.hparams} else sort
+        column = f"hp:{sort}" if sort in {n for r in rows for n in r.hparams} else sort
         shown.sort(key=_sort_key(column), reverse=reverse)
     return shown
 
 
 def table(
-    rows: Sequence[RunRow], every: Sequence[RunRow], metrics: Sequence[str], title: str, width: int | None = None
+    rows: Sequence[RunRow],
+    every: Sequence[RunRow],
+    metrics: Sequence[str],
+    title: str,
+    *,
+    selected: str | None = None,
+    one_line: bool = False,
+    hparams: Sequence[str] | None = None,
+    machine: bool | None = None,
+    width: int | None = None,
 ) -> Table:
-    """The rich table of ``rows``; ``every`` row decides which hyper-parameters are shared. The
-    machine column where a run has a sample and it fits ``width`` beside the rest."""
+    """The rich table of ``rows``; ``every`` row decides which hyper-parameters are shared.
+
+    ``one_line``: each row on one line (cells cut short rather than wrapped), so that a screen's
+    height holds a known number of rows; ``selected``: the run marked ``>`` (and in reverse video;
+    ``""``: none, every name indented as if one were); ``hparams``: the differing hyper-parameters
+    given a column (default: all of them); ``machine``: whether the machine column is shown
+    (default: where a run has a sample and it fits ``width`` beside the rest).
+    """
     shared, differing = shared_hparams(every)
+    if hparams is not None:
+        differing = [name for name in differing if name in hparams]
     caption = "shared: " + "  ".join(f"{k}={_hparam(v)}" for k, v in shared.items()) if shared else None
     grid = Table(
         title=title, caption=caption, caption_justify="left", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
     )
-    grid.add_column("run", overflow="fold", max_width=28)
+    grid.add_column("run", overflow="ellipsis" if one_line else "fold", max_width=28, no_wrap=one_line)
     grid.add_column("state", no_wrap=True)
-    grid.add_column("step", justify="right")
-    grid.add_column("steps/s", justify="right")
+    grid.add_column("step", justify="right", no_wrap=one_line)
+    grid.add_column("steps/s", justify="right", no_wrap=one_line)
     for metric in metrics:
-        grid.add_column(metric, justify="right")
-        grid.add_column(f"best {metric}", justify="right")
-    machine = any(row.cpu is not None for row in every) and (width is None or _machine_fits(every, metrics, width))
+        grid.add_column(metric, justify="right", no_wrap=one_line)
+        grid.add_column(f"best {metric}", justify="right", no_wrap=one_line)
+    if machine is None:
+        machine = any(row.cpu is not None for row in every) and (width is None or _machine_fits(every, metrics, width))
     if machine:
         grid.add_column("machine", no_wrap=True)
     for name in differing:
-        grid.add_column(name, justify="right")
+        grid.add_column(name, justify="right", no_wrap=one_line, max_width=_HPARAM_WIDTH if one_line else None)
     for row in rows:
-        cells = [row.name + (f" ×{row.workers}" if row.workers > 1 else ""), row.state]
-        cells += [_hparam(row.step), _rate(row.rate)]
-        for metric in metrics:
-            key = row.keys.get(metric)
-            cells += [_number(key.latest if key is not None else None), _best(key)]
-        if machine:
-            cells.append(_machine_cell(row))
-        cells += [_hparam(row.hparams.get(name)) for name in differing]
-        grid.add_row(*cells)
+        cells = _cells(row, metrics, differing, selected, machine=machine)
+        grid.add_row(*cells, style="reverse" if selected is not None and row.name == selected else None)
     return grid
+
+
+def _cells(
+    row: RunRow, metrics: Sequence[str], differing: Sequence[str], selected: str | None, *, machine: bool = False
+) -> list[str]:
+    """A row's cells as :func:`table` shows them (``machine``: with the machine column)."""
+    name = row.name + (f" ×{row.workers}" if row.workers > 1 else "")
+    if selected is not None:
+        name = ("> " if row.name == selected else "  ") + name
+    cells = [name, row.state, _hparam(row.step), _rate(row.rate)]
+    for metric in metrics:
+        key = row.keys.get(metric)
+        cells += [_number(key.latest if key is not None else None), _best(key)]
+    if machine:
+        cells.append(_machine_cell(row))
+    return cells + [_hparam(row.hparams.get(name)) for name in differing]
+
+
+def one_line_width(
+    rows: Sequence[RunRow], metrics: Sequence[str], hparams: Sequence[str], *, machine: bool = False
+) -> int:
+    """The width :func:`table` needs to show ``rows`` with ``one_line`` and a selection, its cells
+    uncut: counted from the cells' text (measuring the rich table of a thousand rows would take
+    most of a second)."""
+    headers = ["run", "state", "step", "steps/s"] + [h for m in metrics for h in (m, f"best {m}")]
+    headers += ["machine"] * machine + list(hparams)
+    widths = [cell_len(header) for header in headers]
+    for row in rows:
+        for index, cell in enumerate(_cells(row, metrics, hparams, "", machine=machine)):
+            widths[index] = max(widths[index], cell_len(cell))
+    widths[0] = min(widths[0], 28)
+    first = 4 + 2 * len(metrics) + machine  # the hyper-parameters' columns, each cut at _HPARAM_WIDTH
+    widths[first:] = [min(w, _HPARAM_WIDTH) for w in widths[first:]]
+    # A space each side of each column but the outer sides, a separator between columns, the two edges.
+    return sum(widths) + 3 * len(widths) - 1
 
 
 def render(
@@ -464,7 +524,7 @@ def render(
             writer.writerow(line + [r.hparams.get(name) for name in [*shared, *differing]])
         return out.getvalue()
     console = Console(file=io.StringIO(), width=width, color_system=None, force_terminal=False, highlight=False)
-    console.print(table(rows, every, metrics, title, width))
+    console.print(table(rows, every, metrics, title, width=width))
     text: str = console.file.getvalue()  # type: ignore[attr-defined]
     return text
 
@@ -521,45 +581,36 @@ def follow(
     options: SweepOptions,
     console: Console,
     *,
-    live: bool,
     interval: float,
     keep_following: bool,
     alerter: Alerter | None = None,
 ) -> int:
-    """Redraw the table every ``interval`` (a terminal) or print each run's state changes (plain),
-    until every run shown has ended (unless ``keep_following``); the exit status of the worst state."""
-    from rich.live import Live
-
+    """Off a terminal: print each run's state changes, then the table, once every run shown has
+    ended (unless ``keep_following``); the exit status of the worst state. (In a terminal the
+    table is live and driven by keys: :func:`hookbus._watch._browse.browse`.)"""
     said: dict[str, str] = {}
     shown: list[RunRow] = []
 
-    def frame() -> Table:
-        every, rows, metrics = shown_rows(sweep, options, console.width)
+    def look() -> None:
+        every, rows, _ = shown_rows(sweep, options, console.width)
         nonlocal shown
         shown = rows
         if alerter is not None:
             alerter.observe(every)
-        return table(rows, every, metrics, f"{len(rows)} of {len(every)} runs in {sweep.root}", console.width)
 
     def done() -> bool:
         return not keep_following and bool(shown) and all(r.state in _ENDED for r in shown)
 
-    if live:
-        with Live(frame(), console=console, auto_refresh=False, transient=False) as display:
-            while not done():
-                time.sleep(interval)
-                display.update(frame(), refresh=True)
-    else:
-        while True:
-            frame()
-            for row in shown:
-                text = row.state + (f": {row.error}" if row.error and row.state in ("crashed", DEAD) else "")
-                if said.get(row.name) != text:
-                    said[row.name] = text
-                    console.print(f"{row.name}: {text}", highlight=False, soft_wrap=True)
-            if done():
-                break
-            time.sleep(interval)
-        every, rows, metrics = shown_rows(sweep, options, console.width)
-        console.print(table(rows, every, metrics, f"{len(rows)} of {len(every)} runs in {sweep.root}", console.width))
+    while True:
+        look()
+        for row in shown:
+            text = row.state + (f": {row.error}" if row.error and row.state in ("crashed", DEAD) else "")
+            if said.get(row.name) != text:
+                said[row.name] = text
+                console.print(f"{row.name}: {text}", highlight=False, soft_wrap=True)
+        if done():
+            break
+        time.sleep(interval)
+    every, rows, metrics = shown_rows(sweep, options, console.width)
+    console.print(table(rows, every, metrics, f"{len(rows)} of {len(every)} runs in {sweep.root}", width=console.width))
     return EXIT_STATUS[worst(shown)] if shown else EXIT_STATUS[WAITING]

@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Protocol
 
-from rich.console import Console, RenderableType
+from rich.console import Console, Group, RenderableType
+from rich.text import Text
 
 from hookbus._contract._ending import CRASHED, DEAD, FINISHED, STOPPED
 from hookbus._contract._sink import Sink
@@ -81,6 +82,10 @@ class Watch:
         follow: After the run ends, keep waiting for a next run in the same place.
         clock: The watcher's monotonic clock.
         on_poll: Called after each poll (the alerts' look at the run).
+        leave: In place of the wait between polls (a terminal only): waits at most the given
+            seconds for the user's keys and says whether they asked to leave. With it, the view
+            stays up after the run has ended, until they do (a run opened from the table of runs).
+        footer: A line drawn under each live frame (the keys that leave).
     """
 
     def __init__(
@@ -96,6 +101,8 @@ class Watch:
         follow: bool = False,
         clock: Callable[[], float] = time.monotonic,
         on_poll: Callable[[], object] | None = None,
+        leave: Callable[[float], bool] | None = None,
+        footer: str | None = None,
     ) -> None:
         self.path = path
         self.rendering = rendering
@@ -107,6 +114,8 @@ class Watch:
         self.follow = follow
         self.clock = clock
         self.on_poll = on_poll
+        self.leave = leave
+        self.footer = footer
         self.views: list[LogView] = []
         self.statuses: Statuses = ()
         self._stream: IO[str] = console.file
@@ -203,7 +212,14 @@ class Watch:
                 ended = self._ended()
                 self._close_ended()  # an ended run's dashboard says how it ended (a next one is shown anew)
                 chief = self.chief
-                self._frame = self.rendering.frame(chief.sink if chief else None, self.statuses, self.cluster)
+                frame = self.rendering.frame(chief.sink if chief else None, self.statuses, self.cluster)
+                if self.footer is not None:
+                    frame = Group(frame, Text(self.footer, no_wrap=True, overflow="ellipsis"))
+                self._frame = frame
+                if self.leave is not None:
+                    if self.leave(self.interval):
+                        break
+                    continue
                 if ended:
                     break
                 time.sleep(self.interval)

@@ -175,7 +175,7 @@ def test_a_directory_of_runs_with_system_is_one_system_csv_with_a_run_column(
     # Each run's bus sampled the machine (its last sample as it closed): with --system, each run's
     # <stem>.system.csv rows, as that run's own replay writes them, land in one file with the run first.
     runs = sweep(tmp_path)
-    expected = []
+    expected: list[dict[str, str]] = []
     for name in sorted(RUNS):
         alone = tmp_path / "alone" / name / "m.csv"
         assert main(["replay", str(chief_log(runs, name)), "--csv", str(alone), "--system"]) == 0

@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -187,7 +188,7 @@ def test_a_directory_of_one_run_is_still_the_single_run_view(runs: Path) -> None
 
 def test_the_live_table_in_a_terminal_follows_the_runs_until_they_have_ended(tmp_path: Path) -> None:
     """80x24, no colour: a run is live (its process holds it open, written just now); the table
-    shows it live; the run then finishes, and the watcher draws it finished and exits with 0."""
+    shows it live; the run then finishes, the watcher draws it finished, and q exits with 0."""
     from _watch_pty import PtySession
 
     root = tmp_path / "runs"
@@ -212,6 +213,9 @@ def test_the_live_table_in_a_terminal_follows_the_runs_until_they_have_ended(tmp
             for step in range(8, 13):
                 pub.advance({"loss": 1.0 / step})
             pub.end()
+        # Both ended; in a terminal the table stays up (its keys may open a run) until q.
+        session.wait_for(lambda text: "all ended" in text and re.search(r"lr-0\.2 +finished", text) is not None)
+        session.type("q")
         status = session.finish()
         screen = session.text
     finally:
@@ -230,3 +234,14 @@ def test_a_sort_or_state_that_names_nothing_fails_saying_what_there_is(runs: Pat
     result = watch(str(runs), "--once", "--state", "done")
     assert result.returncode == 2
     assert "invalid choice: 'done'" in result.stderr
+
+
+def test_sorted_by_state_the_worst_comes_first(runs: Path) -> None:
+    worst_first = ["crashed", "presumed dead", "stale", "live", "waiting", "stopped", "finished"]
+    result = watch(str(runs), "--once", "--format", "csv", "--sort", "state")
+    states = [row["state"] for row in csv.DictReader(io.StringIO(result.stdout))]
+    assert states[:2] == ["crashed", "presumed dead"]
+    assert states[-1] == "finished"
+    assert states == sorted(states, key=worst_first.index)
+    result = watch(str(runs), "--once", "--format", "csv", "--sort", "state", "--reverse")
+    assert [row["state"] for row in csv.DictReader(io.StringIO(result.stdout))] == states[::-1]
