@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +23,7 @@ from hookbus._watch._alerts import STATE_FILE, Alerter, Delivery
 from hookbus._watch._browse import RUN_KEYS_HELP, OpenRun, browse
 from hookbus._watch._keys import BACKSPACE, ESCAPE, LEFT, Keys
 from hookbus._watch._run import EXIT_STATUS, WorkerStatus
-from hookbus._watch._sweep import FORMATS, Sweep, SweepOptions, is_sweep
+from hookbus._watch._sweep import FORMATS, Sweep, SweepOptions, find_runs, is_sweep
 from hookbus._watch._sweep import follow as follow_sweep
 from hookbus._watch._sweep import once as sweep_once
 from hookbus._watch._view import NotAnEventLogError
@@ -251,7 +252,27 @@ def _opener(args: argparse.Namespace, console: Console, sweep: Sweep, alerter: A
     return open_run
 
 
+def _first_logs(path: Path, console: Console, interval: float) -> None:
+    """Until the directory ``path`` holds a log of its own or a run under it: watched before its
+    training started (a sweep launched a moment ago, or not yet), it is a run or a directory of
+    runs by what appears first."""
+    if any(path.glob("*.jsonl")) or (path.is_dir() and find_runs(path)):
+        return
+    console.print(
+        f"waiting for {path} (no event log there yet: a run's own, or one in a run under it)",
+        highlight=False,
+        soft_wrap=True,
+    )
+    while not (any(path.glob("*.jsonl")) or (path.is_dir() and find_runs(path))):
+        time.sleep(interval)
+
+
 def _watch(args: argparse.Namespace, console: Console, alerter: Alerter | None) -> int:
+    if not args.once and (args.path.is_dir() or not args.path.suffix):
+        try:
+            _first_logs(args.path, console, args.interval)
+        except KeyboardInterrupt:
+            return 130
     if is_sweep(args.path):
         sweep = Sweep(args.path, stale_after=args.stale_after, dead_after=args.dead_after)
         options = SweepOptions(

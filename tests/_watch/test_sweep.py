@@ -245,3 +245,30 @@ def test_sorted_by_state_the_worst_comes_first(runs: Path) -> None:
     assert states == sorted(states, key=worst_first.index)
     result = watch(str(runs), "--once", "--format", "csv", "--sort", "state", "--reverse")
     assert [row["state"] for row in csv.DictReader(io.StringIO(result.stdout))] == states[::-1]
+
+
+def test_a_directory_watched_before_its_runs_exist_becomes_the_table_when_they_appear(tmp_path: Path) -> None:
+    # A user's order: `hookbus watch runs` in one terminal, the sweep's shell loop in another. Before,
+    # a directory with no log yet was taken for one run's, and the watcher waited for runs/events.jsonl
+    # while the runs wrote under runs/<name>/.
+    watched = tmp_path / "runs"
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "PYTHONUNBUFFERED": "1"}
+    argv = [sys.executable, "-m", "hookbus", "watch", str(watched), "--interval", "0.2"]
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        assert child.stdout is not None
+        first = child.stdout.readline()
+        assert first.startswith(f"waiting for {watched} (no event log there yet"), first
+        staged = tmp_path / "staged"
+        train(staged / "sweep" / "lr-0.1", 0.1)
+        train(staged / "sweep" / "lr-0.3", 0.3)
+        os.rename(staged, watched)  # both runs appear at once: the watcher's table then holds both
+        out, _ = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0, out
+    assert "2 of 2 runs in" in out, out
+    assert "sweep/lr-0.1" in out, out
+    assert "sweep/lr-0.3" in out, out
