@@ -203,3 +203,32 @@ def test_loop_bad_batch_size_fails_at_construction() -> None:
     with pytest.raises(ValueError, match=r"batch_size must be a positive int or None \(got 2.5\)"):
         hookbus.LoopPublisher(EventBus(), keys=["loss"], batch_size=2.5)  # type: ignore[arg-type]
 
+
+# -- the views --------------------------------------------------------------------------------------
+def test_tensorboard_writes_examples_per_second_that_add_up_to_the_data_set(tmp_path: Any) -> None:
+    # A Keras fit over 100 examples (batches of 32, a last one of 4), 3 epochs, TensorBoard every 2 steps:
+    # each point's examples/sec times the wall seconds since the one before is the examples trained between
+    # them, 2 batches' worth (a last batch counted as its 4); all of them together, 300 less the first span's.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from hookbus.sinks import TensorBoardSink
+
+    bus = EventBus(system_metrics=False)
+    events = recorder(bus, every_n_steps=2)
+    bus.attach(TensorBoardSink(str(tmp_path), every_n_steps=2))
+    with bus:
+        small_model().fit(*xy(100), batch_size=32, epochs=3, verbose=0, callbacks=[hookbus.EventBusCallback(bus)])
+    accumulator = EventAccumulator(str(tmp_path / "train"))
+    accumulator.Reload()
+    assert {"examples/sec", "outside_secs/step", "steps/sec"} <= set(accumulator.Tags()["scalars"])
+    walls = {e.step: e.wall_time for e in events}
+    examples = {e.step: e.examples for e in events}
+    rates = [(e.step, e.value) for e in accumulator.Scalars("examples/sec")]
+    assert [step for step, _ in rates] == [2, 4, 6, 8, 10, 12]  # the first from the session's start at 0
+    previous_step, previous_examples = 0, 0
+    for step, rate in rates:
+        span = walls[step] - (walls[previous_step] if previous_step else accumulator.FirstEventTimestamp())
+        if previous_step:
+            assert rate * span == pytest.approx(examples[step] - previous_examples, rel=1e-3)
+        previous_step, previous_examples = step, examples[step]
+    assert [examples[s] for s in (2, 4, 6, 8, 10, 12)] == [64, 100, 164, 200, 264, 300]
