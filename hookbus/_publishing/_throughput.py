@@ -45,6 +45,8 @@ class Throughput:
         origin: The step the session began at (the last resume point): a counter's zero.
         gap_open: Whether the last due step's gap waits for the next step's start to be read.
         outside: Seconds outside the steps since the session began, up to the last due step's start.
+        recorded: The figures of the step being replayed from a log (examples, seconds outside), which
+            :meth:`due` returns as they were recorded, measuring nothing; ``None`` (default): measure.
     """
 
     __slots__ = (
@@ -58,6 +60,7 @@ class Throughput:
         "gap_open",
         "origin",
         "outside",
+        "recorded",
         "sees_start",
     )
 
@@ -65,6 +68,7 @@ class Throughput:
         self.clock = clock
         self.counter: ExampleCounter | None = None
         self.sees_start = False
+        self.recorded: tuple[int | None, float | None] | None = None
         self.reset()
 
     def reset(self, origin: int = 0) -> None:
@@ -87,9 +91,11 @@ class Throughput:
         loop = self._loop
         self._loop = sample if loop is None else loop + _LOOP_WEIGHT * (sample - loop)
 
-    def due(self, step: int) -> tuple[int | None, float]:
+    def due(self, step: int) -> tuple[int | None, float | None]:
         """A due step's framework step ended at ``step``, before its subscribers run: its examples
         (the counter's) and the seconds outside the steps up to its start."""
+        if self.recorded is not None:
+            return self.recorded
         now = self.clock()
         last = self._last_due
         if last is not None and step > last:
@@ -105,5 +111,7 @@ class Throughput:
 
     def dispatched(self) -> None:
         """The due step's subscribers returned: their time is known; the gap after it opens."""
+        if self.recorded is not None:
+            return
         self._dispatch = self.clock() - self._ended
         self.gap_open = self.sees_start

@@ -222,7 +222,7 @@ def test_tensorboard_writes_examples_per_second_that_add_up_to_the_data_set(tmp_
     accumulator.Reload()
     assert {"examples/sec", "outside_secs/step", "steps/sec"} <= set(accumulator.Tags()["scalars"])
     walls = {e.step: e.wall_time for e in events}
-    examples = {e.step: e.examples for e in events}
+    examples = {e.step: e.examples or 0 for e in events}
     rates = [(e.step, e.value) for e in accumulator.Scalars("examples/sec")]
     assert [step for step, _ in rates] == [2, 4, 6, 8, 10, 12]  # the first from the session's start at 0
     previous_step, previous_examples = 0, 0
@@ -232,3 +232,34 @@ def test_tensorboard_writes_examples_per_second_that_add_up_to_the_data_set(tmp_
             assert rate * span == pytest.approx(examples[step] - previous_examples, rel=1e-3)
         previous_step, previous_examples = step, examples[step]
     assert [examples[s] for s in (2, 4, 6, 8, 10, 12)] == [64, 100, 164, 200, 264, 300]
+
+
+def test_the_event_log_keeps_the_figures_and_a_replay_publishes_them_as_recorded(tmp_path: Any) -> None:
+    # What hookbus watch's dashboard shows is a replay of the log through a ConsoleSink: the replayed events
+    # carry the figures the training measured, not the replaying process's clock.
+    import io
+
+    from rich.console import Console
+
+    from hookbus.sinks import ConsoleSink, EventLogSink
+
+    bus = EventBus(system_metrics=False)
+    events = recorder(bus, every_n_steps=1)
+    sleeper(bus)
+    bus.attach(EventLogSink(tmp_path / "run.jsonl", every_n_steps=1))
+    with bus:
+        small_model().fit(*xy(100), batch_size=32, epochs=2, verbose=0, callbacks=[hookbus.EventBusCallback(bus)])
+    steps = [r for r in hookbus.read_event_log(tmp_path / "run.jsonl") if r["record"] == "step"]
+    recorded = [(r["step"], r.get("trained_examples"), r.get("outside_secs")) for r in steps]
+    assert recorded == [(e.step, e.examples, e.outside_secs) for e in events]
+    assert [examples for _, examples, _ in recorded] == [32, 64, 96, 100, 132, 164, 196, 200]
+    assert all("trained_examples" not in r["values"] for r in steps)  # fields, not values
+
+    again = EventBus(system_metrics=False)
+    replayed = recorder(again, every_n_steps=1)
+    console = Console(file=io.StringIO(), width=200)
+    again.attach(ConsoleSink(console, live=False, every_n_steps=1, plain_every_n_secs=0))
+    hookbus.replay(tmp_path / "run.jsonl", again)
+    assert [(e.step, e.examples, e.outside_secs) for e in replayed] == recorded
+    lines = console.file.getvalue().splitlines()  # type: ignore[attr-defined]
+    assert any(" examples/s | outside " in line for line in lines)
