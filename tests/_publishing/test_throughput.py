@@ -69,11 +69,19 @@ def test_keras_counts_a_short_last_batch_by_what_it_holds(batch_size: int | None
 
 def test_keras_counts_examples_on_due_steps_only() -> None:
     # Published every 5 steps across epochs of 4 batches: the count is right at every due step, the
-    # epochs' short last batches counted between them.
+    # epochs' short last batches counted between them; the validation's 20 examples (which Keras's loss
+    # tracker counts after the epoch's) are no training.
     bus = EventBus(system_metrics=False)
     events = recorder(bus, every_n_steps=5)
     with bus:
-        small_model().fit(*xy(100), batch_size=32, epochs=5, verbose=0, callbacks=[hookbus.EventBusCallback(bus)])
+        small_model().fit(
+            *xy(100),
+            batch_size=32,
+            epochs=5,
+            verbose=0,
+            validation_data=xy(20),
+            callbacks=[hookbus.EventBusCallback(bus)],
+        )
     assert [(e.step, e.examples) for e in events] == [(5, 132), (10, 264), (15, 396), (20, 500)]
 
 

@@ -484,7 +484,10 @@ class EventBusCallback:
     # -- evaluate -----------------------------------------------------------------------------
     def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
         if self._in_fit:
-            return  # fit's validation: published once, from on_epoch_end's val_* values
+            # fit's validation (published once, from on_epoch_end's val_* values) resets Keras's loss
+            # tracker next: the epoch's examples are counted now, before it does.
+            self._examples.epoch_ends(self._step)
+            return
         # A test evaluation of the model as it is now: the step its training reached (0 untrained).
         optimizer = getattr(self.model, "optimizer", None)  # type: ignore[attr-defined]
         self._iterations = getattr(optimizer, "iterations", None)

@@ -17,7 +17,9 @@ class KerasExamples:
     start): its ``count`` is the examples trained this epoch. The batch size is the one declared, else
     the model's input's static batch dimension, else learned from the tracker at the first due batch
     that is not an epoch's last (its count over the batches trained). All of it is read on due steps
-    and at epoch ends only.
+    and at epoch ends only (the end being the start of ``fit``'s validation, where there is one: it
+    resets the tracker and counts its own batches in it; with an input of unknown length, every due
+    batch may be the last, and the tracker is read at each).
 
     Attributes:
         batch: The examples in a full batch (``None``: not known yet).
