@@ -236,8 +236,9 @@ def _step(step: int | None) -> str:
 
 
 def _header(snap: Snapshot, now: float, width: int) -> Text:
-    """Mode, epoch, step, rate and elapsed time on one line of ``width`` cells: the gaps between
-    them narrow (three spaces, two, one) before the line would wrap."""
+    """Mode, epoch, step, rate (examples/s and the time outside beside it) and elapsed time on one line
+    of ``width`` cells: the gaps between them narrow (three spaces, two, one) before the line would wrap,
+    and then the time outside, then examples/s, are left out (the plain lines keep them)."""
     mode = Text(snap.mode, style="bold cyan")
     if snap.phase != "running":
         mode.append(f" ({snap.phase})", style="bold red" if snap.phase == "crashed" else "yellow")
@@ -254,11 +255,18 @@ def _header(snap: Snapshot, now: float, width: int) -> Text:
     # While running the rate is recent; once over, the run's average (as the summary's).
     rate = f"recent {format_rate(snap.rate)}" if snap.running else f"average {format_rate(snap.average)}"
     rate += " steps/s"
-    parts += [step, Text(rate), *map(Text, throughput_parts(snap))]
-    parts.append(Text(f"elapsed {format_duration(snap.elapsed_at(now))}"))
-    length = sum(part.cell_len for part in parts)
-    gap = next((g for g in (3, 2) if length + g * (len(parts) - 1) <= width), 1)
-    return Text(" " * gap).join(parts)
+    parts += [step, Text(rate)]
+    elapsed = Text(f"elapsed {format_duration(snap.elapsed_at(now))}")
+    extra = [Text(part) for part in throughput_parts(snap)]
+    while True:
+        line = [*parts, *extra, elapsed]
+        length = sum(part.cell_len for part in line) + len(line) - 1
+        if length <= width or not extra:
+            break
+        extra.pop()  # the least needed first: the time outside, then examples/s
+    length -= len(line) - 1
+    gap = next((g for g in (3, 2) if length + g * (len(line) - 1) <= width), 1)
+    return Text(" " * gap).join(line)
 
 
 def _progress(snap: Snapshot) -> Table | None:

@@ -162,8 +162,12 @@ def test_header_and_plain_line_show_examples_per_second_and_time_outside(clock: 
             clock.advance(0.1)
             pub.advance({"loss": 0.5})
         text = text_of(sink)
+        narrow = text_of(sink, width=70)
         line = console.file.getvalue().splitlines()[-1]  # type: ignore[attr-defined]
     assert "recent 6.7 steps/s   213 examples/s   outside 50.0 ms/step" in text
+    # A header that would wrap leaves the time outside out first (the plain lines keep it).
+    assert "recent 6.7 steps/s 213 examples/s elapsed" in " ".join(narrow.split())
+    assert "outside" not in narrow
     assert line == "step 40 | loss 0.5 | recent 6.7 steps/s | 213 examples/s | outside 50.0 ms/step"
 
 
