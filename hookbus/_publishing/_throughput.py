@@ -8,15 +8,18 @@ A :class:`Throughput` belongs to one training publisher's core. It measures noth
   is called on due steps only, and its count rides on the step's event (``Event.examples``).
 - **Time outside the step** is measured on a sampled subset of steps: each due step and the step
   after it. A due step's end (before its subscribers run) and its subscribers' end are read from
-  the clock, where the core already reads it for the event; a publisher that sees the framework's
+  the clock, on the due step where the core reads it for the event anyway (two reads more: about
+  0.6 us a due step, bench/README.md); a publisher that sees the framework's
   step begin (the TF1 hook's ``before_run``, Keras's ``on_train_batch_begin``) reads it once more at
   the start of the next step, while :attr:`gap_open` says a gap is being measured. That gap is the
   time outside after a due step (its subscribers and the loop around the step); the gap less the
   subscribers' time is a sample of the loop's own time between two steps, which stands for each
   quiet step's gap until the next sample (a moving average of the samples). A publisher that does
-  not see the step begin (the loop publisher: its step is the user's own code) counts the
-  subscribers' time alone. The running total rides on each due step's event (``Event.outside_secs``);
-  over a span, its difference over the steps between is the time outside per step.
+  not see the step begin (the loop publisher, whose step is the user's own code, unless the loop calls
+  ``step_begins()``) counts the subscribers' time alone. A replay publishes the figures its log
+  recorded (:attr:`Throughput.recorded`), measuring nothing. The running total rides on each due
+  step's event (``Event.outside_secs``); over a span, its difference over the steps between is the
+  time outside per step.
 """
 
 from __future__ import annotations
