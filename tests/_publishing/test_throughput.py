@@ -271,3 +271,19 @@ def test_the_event_log_keeps_the_figures_and_a_replay_publishes_them_as_recorded
     assert [(e.step, e.examples, e.outside_secs) for e in replayed] == recorded
     lines = console.file.getvalue().splitlines()  # type: ignore[attr-defined]
     assert any(" examples/s | outside " in line for line in lines)
+
+
+def test_a_slow_loop_shows_outside_the_steps_on_quiet_steps_too() -> None:
+    # The loop takes 20 ms of its own between two steps; the subscriber is due every 5th step only, so 4
+    # steps in 5 are quiet and read no clock: their time outside is the sample taken after each due step.
+    bus = EventBus(system_metrics=False)
+    events = recorder(bus, every_n_steps=5)
+    loop = hookbus.LoopPublisher(bus, keys=["loss"], batch_size=4)
+    with bus, loop:
+        for _ in range(30):
+            time.sleep(0.02)  # the loop's own work: preparing the next batch
+            loop.step_begins()
+            loop.step({"loss": 1.0})
+    assert [e.step for e in events] == [5, 10, 15, 20, 25, 30]
+    assert [e.examples for e in events] == [20, 40, 60, 80, 100, 120]
+    assert outside_per_step(events[1:]) >= 0.8 * 0.02
