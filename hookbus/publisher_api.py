@@ -38,6 +38,7 @@ from hookbus._contract._publisher_keys import EPOCH_PREFIX, EVAL_PREFIX, RESERVE
 from hookbus._contract._system import MachineOffer
 from hookbus._publishing._planner import Plan
 from hookbus._publishing._publisher import PublisherCore
+from hookbus._publishing._throughput import ExampleCounter, Throughput
 from hookbus._rules._home import show_home
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "CheckpointBackend",
     "CheckpointStore",
     "EpochProgress",
+    "ExampleCounter",
     "FileCheckpointStore",
     "MachineOffer",
     "ModelExport",
@@ -64,6 +66,7 @@ __all__ = [
     "RunTrace",
     "Stops",
     "Task",
+    "Throughput",
     "WeightsBackend",
 ]
 

@@ -54,6 +54,8 @@ HParamValue = bool | int | float | str
 LAYOUTS = ("default", "keras")
 _VAL = "val_"
 _OLD_LAYOUT = re.compile(r"^events\.out\.tfevents\..*\.hookbus$")  # hookbus's own training files
+EXAMPLES_TAG = "examples/sec"  # beside the rate: examples per second, where the publisher counts them
+OUTSIDE_TAG = "outside_secs/step"  # and the training thread's seconds outside the steps, per step
 _SESSION = "."  # the HParams session's run: the logdir's root
 SYSTEM_RUN = "system"  # the machine's samples: a run of their own, on a time axis
 
@@ -65,18 +67,19 @@ class TensorBoardSink(Sink):
     The default layout: float values become scalars, numpy arrays histograms, ``bytes`` values
     (serialized ``Summary`` protos, e.g. ``tf.summary.merge_all()``) are written as they are, and
     every train firing adds ``steps/sec`` (steps since the previous firing or session start, over
-    the wall seconds between them). Eval values (``eval/<key>``) go to the ``eval`` run without
-    the prefix, so TensorBoard overlays ``train`` and ``eval``. A test evaluation (``test/<key>``:
-    ``model.evaluate`` outside ``fit``) goes to its own ``test`` run, without the prefix, at the
-    training step it evaluated; that run never gets a session marker (an evaluation is no restart,
-    and a test curve is no training curve to cut back), so every test evaluation stays. A logdir
-    whose root already holds hookbus's own training event files (``*.hookbus``, written before the
-    training run had its own directory) goes on at its root, so a resumed run stays one run;
-    anybody else's event files there (a ``tf.summary`` writer of the user's,
-    ``hp.KerasCallback``'s) change nothing. ``histogram_freq=N``: the histograms of the model's variables
-    (what the training publisher offers: a Keras model's weights, the TF1 graph's trainable
-    variables, a loop's ``weights=``) at the first write at or past every N-th step, tagged
-    ``<variable>/histogram`` as Keras tags them.
+    the wall seconds between them), and over the same span ``examples/sec`` (where the publisher
+    counts examples) and ``outside_secs/step`` (the training thread's time outside the steps). Eval
+    values (``eval/<key>``) go to the ``eval`` run without the prefix, so TensorBoard overlays
+    ``train`` and ``eval``. A test evaluation (``test/<key>``: ``model.evaluate`` outside ``fit``)
+    goes to its own ``test`` run, without the prefix, at the training step it evaluated; that run
+    never gets a session marker (an evaluation is no restart, and a test curve is no training curve
+    to cut back), so every test evaluation stays. A logdir whose root already holds hookbus's own
+    training event files (``*.hookbus``, written before the training run had its own directory) goes
+    on at its root, so a resumed run stays one run; anybody else's event files there (a
+    ``tf.summary`` writer of the user's, ``hp.KerasCallback``'s) change nothing.
+    ``histogram_freq=N``: the histograms of the model's variables (what the training publisher
+    offers: a Keras model's weights, the TF1 graph's trainable variables, a loop's ``weights=``) at
+    the first write at or past every N-th step, tagged ``<variable>/histogram`` as Keras tags them.
 
     ``layout="keras"`` (under Keras ``fit``) writes the runs, tags, steps and values of Keras's
     ``TensorBoard(log_dir, histogram_freq, update_freq)``: ``train/`` and ``validation/`` with
@@ -181,6 +184,11 @@ class TensorBoardSink(Sink):
             schedule counted from its last firing (``Schedule(steps_from_last_firing=True)``, as
             :func:`hookbus.from_hooks` sets), the rate is measured between firings only, so a
             session's first firing writes none, as ``StepCounterHook``'s first does not.
+        throughput: Beside the rate, over the same span, also write ``examples/sec`` (where the
+            publisher counts examples: ``Event.examples``) and ``outside_secs/step`` (the training
+            thread's seconds outside the steps per step, ``Event.outside_secs``) (default ``True``;
+            :func:`hookbus.from_hooks` turns it off: ``StepCounterHook`` writes its rate alone).
+            Nothing without ``rate_tag``.
         system: Also write the machine's samples to the run ``logdir/system`` (default ``False``;
             see above).
     """
@@ -211,8 +219,10 @@ class TensorBoardSink(Sink):
         train_run: str = "train",
         rate_tag: str | None = "steps/sec",
         system: bool = False,
+        throughput: bool = True,
     ) -> None:
         flag("system", system)
+        flag("throughput", throughput)
         if not isinstance(train_run, str) or os.path.isabs(train_run) or ".." in train_run.split(os.sep):
             raise ValueError(f"train_run must be a directory under logdir, or '' for logdir itself (got {train_run!r})")
         if rate_tag is not None and (not isinstance(rate_tag, str) or not rate_tag):
@@ -276,12 +286,13 @@ class TensorBoardSink(Sink):
         self._writers: dict[str, EventFileWriter] = {}
         self._write_lock = threading.RLock()
         self._session_step = 0
-        self._rate_from: tuple[int, float] | None = None
+        self._rate_from: tuple[int, float, int | None, float | None] | None = None
         self._graph_written = False
         self._first_stop: StopRequest | None = None
         self._error: BaseException | None = None
         self.train_run = train_run
         self.rate_tag = rate_tag
+        self.throughput = throughput
 
     @property
     def receives_epochs(self) -> bool:
@@ -387,7 +398,7 @@ class TensorBoardSink(Sink):
             return  # an eval session evaluates a checkpoint; it is no restart
         self._session_step = event.step
         # Counted from the last firing (TensorFlow's timers): the first firing only starts the clock.
-        self._rate_from = None if self.schedule.steps_from_last_firing else (event.step, event.wall_time)
+        self._rate_from = None if self.schedule.steps_from_last_firing else (event.step, event.wall_time, 0, None)
         # A copy: the sampler's thread may add the system run meanwhile. The system run is on a time
         # axis that never goes back: no marker (one at S+1 would purge every sample after it).
         for run, writer in tuple(self._writers.items()) if self.layout == "default" else ():  # Keras writes none
@@ -444,10 +455,12 @@ class TensorBoardSink(Sink):
             elif isinstance(value, bytes):
                 raw.append(Summary.FromString(value))  # a malformed proto raises (isolated by the bus)
         if not eval_mode and self.rate_tag is not None:
-            last, self._rate_from = self._rate_from, (event.step, event.wall_time)
+            last, self._rate_from = self._rate_from, (event.step, event.wall_time, event.examples, event.outside_secs)
             if last is not None and event.step > last[0] and event.wall_time > last[1]:
                 rate = (event.step - last[0]) / (event.wall_time - last[1])
                 values.append(Summary.Value(tag=self.rate_tag, simple_value=rate))
+                if self.throughput:
+                    values.extend(_throughput(last, event))
         if not eval_mode and self.histogram_freq and event.step // self.histogram_freq > self._histogram_block:
             self._histogram_block = event.step // self.histogram_freq
             for name, array in self._variables():
@@ -557,3 +570,18 @@ class TensorBoardSink(Sink):
                 self.output.close()
             finally:
                 self._writers = {}  # the closed run's stay with the kit's closing thread
+
+
+def _throughput(last: tuple[int, float, int | None, float | None], event: Event) -> list[Summary.Value]:
+    """``examples/sec`` and ``outside_secs/step`` over the span from ``last`` (step, wall time, examples,
+    seconds outside; at the session's start no example yet, and no time outside measured) to ``event``,
+    where both ends have them."""
+    step, wall_time, examples, outside = last
+    found = []
+    if event.examples is not None and examples is not None and event.examples >= examples:
+        rate = (event.examples - examples) / (event.wall_time - wall_time)
+        found.append(Summary.Value(tag=EXAMPLES_TAG, simple_value=rate))
+    if event.outside_secs is not None and outside is not None:
+        per_step = max(0.0, event.outside_secs - outside) / (event.step - step)
+        found.append(Summary.Value(tag=OUTSIDE_TAG, simple_value=per_step))
+    return found

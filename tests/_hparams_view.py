@@ -100,7 +100,10 @@ def sessions(groups: Any) -> list[Session]:
     for group in (groups or {}).get("sessionGroups", []):
         for session in group.get("sessions", []):
             metrics = {
-                (m["name"].get("group", ""), m["name"]["tag"]): (int(m.get("trainingStep", 0)), float(m["value"]))
+                (m["name"].get("group", ""), m["name"]["tag"]): (
+                    int(m.get("trainingStep", 0)),
+                    float(m.get("value", 0.0)),
+                )
                 for m in session.get("metricValues", [])
             }
             status = session.get("status", "STATUS_UNKNOWN")

@@ -384,6 +384,7 @@ def test_the_publisher_authors_surface_is_pinned() -> None:
         "EPOCH_PREFIX",
         "EVAL_PREFIX",
         "EpochProgress",
+        "ExampleCounter",
         "FileCheckpointStore",
         "MachineOffer",
         "ModelExport",
@@ -402,6 +403,7 @@ def test_the_publisher_authors_surface_is_pinned() -> None:
         "Stops",
         "TEST_PREFIX",
         "Task",
+        "Throughput",
         "WeightsBackend",
     ]
     for name in hookbus.publisher_api.__all__:

@@ -78,6 +78,7 @@ RECORDS = (
 STEP_FIELDS = frozenset(
     {"v", "record", "step", "wall_time", "elapsed", "mode", "final", "task", "local_step"}
     | {"arrays", "skipped", "values"}
+    | {"trained_examples", "outside_secs"}  # a train step's Event.examples and Event.outside_secs, where known
 )
 Payload = Event | CheckpointSaved | StopRequest | SubscriberError | ExceptionRaised | WaitForStep
 
@@ -107,6 +108,10 @@ def _step_record(event: Event) -> dict[str, Any]:
     if event.task_type is not None:
         record["task"] = f"{event.task_type}:{event.task_index}"
         record["local_step"] = event.local_step
+    if event.examples is not None:
+        record["trained_examples"] = event.examples
+    if event.outside_secs is not None:
+        record["outside_secs"] = event.outside_secs
     nested: dict[str, float] = {}
     arrays: dict[str, Any] = {}
     skipped: list[str] = []

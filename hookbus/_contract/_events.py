@@ -80,6 +80,17 @@ class Event:
         local_step: In multi-worker training, the training runs this worker made in this run.
             ``step`` stays the shared global step (all workers advance it; every sink keys its
             rows, summaries and checkpoints by ``step``). ``None`` (default) on one machine.
+        examples: On a training step's ``after_run``: the examples this publisher trained since its
+            session began, through this step (``None``: the batch size is not known; see each
+            publisher's ``batch_size``). Examples per second over a span are the difference of two
+            events' counts over the time between them, as steps per second are of their steps: a
+            short last batch counts what it holds.
+        outside_secs: On a training step's ``after_run``: the seconds this publisher's training
+            thread spent outside the framework's steps since its session began, up to this step's
+            start (the loop around the step, other callbacks, hookbus's subscribers); over a span,
+            its difference over the steps between is the time outside per step. Measured where the
+            publisher already reads the clock, on due steps (see
+            :class:`hookbus.publisher_api.PublisherCore`'s ``throughput``); ``None`` elsewhere.
 
     An event is data: it does not carry the bus. The bus that makes it gives it the one thing
     :meth:`request_stop` needs.
@@ -97,6 +108,8 @@ class Event:
     task_type: str | None = None
     task_index: int | None = None
     local_step: int | None = None
+    examples: int | None = None
+    outside_secs: float | None = None
     _stop: Callable[[str, int], None] | None = field(default=None, repr=False, compare=False)
 
     def __init__(
@@ -113,6 +126,8 @@ class Event:
         task_type: str | None = None,
         task_index: int | None = None,
         local_step: int | None = None,
+        examples: int | None = None,
+        outside_secs: float | None = None,
         _stop: Callable[[str, int], None] | None = None,
     ) -> None:
         # One per due step: the fields in one write, where a frozen dataclass's own __init__ makes
@@ -133,6 +148,8 @@ class Event:
                 "task_type": task_type,
                 "task_index": task_index,
                 "local_step": local_step,
+                "examples": examples,
+                "outside_secs": outside_secs,
                 "_stop": _stop,
             },
         )

@@ -239,6 +239,7 @@ def _summaries(hook: Any, fetches: _Fetches, done: _Converted) -> None:
         keys=keys,
         train_run="",
         rate_tag=None,
+        throughput=False,  # StepCounterHook, if one joins, writes its rate alone
         name=f"SummarySaverHook {directory}",
     )
     done.summaries[directory] = (sink, (steps, secs))

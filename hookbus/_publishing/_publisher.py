@@ -31,6 +31,7 @@ from hookbus._contract._publisher_keys import (
     check_mode,
 )
 from hookbus._publishing._planner import Plan, Planner, planned
+from hookbus._publishing._throughput import Throughput
 from hookbus._publishing._unscheduled import eval_wanted, publish_epoch, publish_eval, publish_test, test_wanted
 from hookbus._rules._validate import flag
 from hookbus._rules._values import publishable_values
@@ -110,6 +111,12 @@ class PublisherCore:
         self._last: tuple[int, Mapping[str, Any]] | None = None  # the last values published, and their step
         self.sessions, self._run = 0, 0  # sessions in the bus's run number _run
         self._rate: LearningRate | None = None
+        #: A training publisher's examples and time outside its steps (:class:`hookbus.publisher_api.Throughput`):
+        #: it sets ``throughput.counter`` (the examples trained since its session began, a function of the step)
+        #: where it knows the batch size, and, where it sees a framework step begin, ``throughput.sees_start``
+        #: and calls ``throughput.step_starts()`` at a step's start while ``throughput.gap_open``. The core
+        #: measures the rest on due steps, and each due step's event carries the figures.
+        self.throughput = Throughput(bus.clock)
         port.keys.register(self)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -191,6 +198,7 @@ class PublisherCore:
             self._state.step = step
             scope.evaluated.resume(step)  # evaluations of later steps count again
             now = self.bus.clock()
+            self.throughput.reset(step)  # examples and time outside count from the resume point
             planner = self._planner
             self._version = self._roster.version
             planner.refresh(self._roster.here)
@@ -456,7 +464,10 @@ class PublisherCore:
         self._state.step = step
         if not due:
             return
-        self._publish_values(step, raw, due, final=False)
+        throughput = self.throughput
+        examples, outside = throughput.due(step)
+        self._publish_values(step, raw, due, final=False, examples=examples, outside=outside)
+        throughput.dispatched()
 
     def final_plan(self, step: int) -> Plan | None:
         """What the ``at_end`` subscribers still owed a final event at ``step`` need, or ``None``."""
@@ -485,7 +496,16 @@ class PublisherCore:
             record.timer.fire(plan.step, now)
         self._publish_values(plan.step if step is None else step, raw, plan._due, final=True)
 
-    def _publish_values(self, step: int, raw: Mapping[str, Any], due: list[Subscriber], *, final: bool) -> None:
+    def _publish_values(
+        self,
+        step: int,
+        raw: Mapping[str, Any],
+        due: list[Subscriber],
+        *,
+        final: bool,
+        examples: int | None = None,
+        outside: float | None = None,
+    ) -> None:
         values = publishable_values(raw, step)
         if not final:
             self._last = (step, values)
@@ -497,7 +517,15 @@ class PublisherCore:
         observers = self._planner.observers
         if observers and targets:  # they see what the due subscribers were sent, in dispatch order
             targets = sorted([*targets, *observers], key=_dispatch_order)
-        event = self._port.event("after_run", step=step, mode=self.mode, values=MappingProxyType(values), final=final)
+        event = self._port.event(
+            "after_run",
+            step=step,
+            mode=self.mode,
+            values=MappingProxyType(values),
+            final=final,
+            examples=examples,
+            outside_secs=outside,
+        )
         self._dispatcher.publish("after_run", event, targets)
 
     # -- evaluation and epochs (:mod:`hookbus._publishing._unscheduled`) -------------------------------------

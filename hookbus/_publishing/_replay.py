@@ -214,6 +214,11 @@ class _Replayer:
         if plan is None:
             self.train.advance(step)
         else:
+            examples, outside = record.get("trained_examples"), record.get("outside_secs")
+            self.train.throughput.recorded = (
+                examples if isinstance(examples, int) else None,
+                float(outside) if isinstance(outside, int | float) else None,
+            )  # as the training measured them; the replay's clock is the records'
             self.train.publish_step(plan, step, {k: values[k] for k in plan.keys if k in values})
         return self.train.should_stop()
 

@@ -77,6 +77,10 @@ class WorkerStatus:
         rate: The run's average: its own steps (local steps in multi-worker training) per
             second of wall time from its first record to its newest (the records' times).
         recent: Its own steps per second over its last records (``None`` before two).
+        examples_rate: Its examples per second over its last records that count them (``None``
+            before two, or where its publisher counts no examples).
+        outside: Its training thread's seconds outside the steps per step, over its last records
+            (``None`` before two).
         lag: Steps its newest record is behind the furthest log's (``None`` alone).
         age: Seconds since its newest record reached the watcher (``None`` before one).
         stop: Who asked it to stop and why (``None`` when nobody did).
@@ -95,6 +99,8 @@ class WorkerStatus:
     step: int | None = None
     rate: float | None = None
     recent: float | None = None
+    examples_rate: float | None = None
+    outside: float | None = None
     lag: int | None = None
     age: float | None = None
     stop: str | None = None
@@ -161,6 +167,8 @@ class RunLog:
         self._local = False  # whether own steps are a worker's local steps
         self.flush_secs = _FLUSH_SECS
         self._points: deque[tuple[float, int]] = deque(maxlen=_RATE_WINDOW)  # (wall time, own step)
+        # (wall time, own step, examples, seconds outside) of the last train records that carry either
+        self._figures: deque[tuple[float, int, int | None, float | None]] = deque(maxlen=_RATE_WINDOW)
         self._gaps: deque[float] = deque(maxlen=_RATE_WINDOW)
         self._last_time: float | None = None
         self.sample: dict[str, float] | None = None  # the newest sample of the machine's values
@@ -265,6 +273,10 @@ class RunLog:
             self._session_from = 0
         self._local, self._own = False, steps[-1]
         self._points.extend(zip(whens[-_RATE_WINDOW:], steps[-_RATE_WINDOW:], strict=True))
+        for record, when, step in zip(
+            records[-_RATE_WINDOW:], whens[-_RATE_WINDOW:], steps[-_RATE_WINDOW:], strict=True
+        ):
+            self._note_figures(record, when, step)
         newest = max(steps)
         if self.step is None or newest > self.step:
             self.step = newest
@@ -291,8 +303,20 @@ class RunLog:
             self._own = own
             if isinstance(when, int | float):
                 self._points.append((float(when), own))
+                self._note_figures(record, float(when), own)
         if self.step is None or step > self.step:
             self.step = step
+
+    def _note_figures(self, record: dict[str, Any], when: float, own: int) -> None:
+        """A train step record's examples and time outside the steps (the fields ``trained_examples`` and
+        ``outside_secs``), where it has them."""
+        examples, outside = record.get("trained_examples"), record.get("outside_secs")
+        if type(examples) is not int:
+            examples = None
+        if not isinstance(outside, int | float):
+            outside = None
+        if examples is not None or outside is not None:
+            self._figures.append((when, own, examples, None if outside is None else float(outside)))
 
     def _note_time(self, when: float) -> None:
         if self._first_time is None:
@@ -315,6 +339,7 @@ class RunLog:
                 self.flush_secs = float(flush)
         elif kind == "session_created" and record.get("mode", "train") == "train":
             self._points.clear()  # a resume point: the rate starts anew
+            self._figures.clear()
             self._end_session()
             self._session_from, self._own = (step if isinstance(step, int) else 0), None
         elif kind == "stop_requested" and self.stop is None:
@@ -381,6 +406,25 @@ class RunLog:
             return None
         (t0, s0), (t1, s1) = self._points[0], self._points[-1]
         return (s1 - s0) / (t1 - t0) if t1 > t0 and s1 >= s0 else None
+
+    @property
+    def examples_rate(self) -> float | None:
+        """Recent: examples per second over the last train records that count them, if two or more."""
+        counted = [(t, e) for t, _, e, _ in self._figures if e is not None]
+        if len(counted) < 2:
+            return None
+        (t0, e0), (t1, e1) = counted[0], counted[-1]
+        return (e1 - e0) / (t1 - t0) if t1 > t0 and e1 >= e0 else None
+
+    @property
+    def outside(self) -> float | None:
+        """Recent: the training thread's seconds outside the steps per own step, over the last train
+        records that carry it, if two or more."""
+        measured = [(s, o) for _, s, _, o in self._figures if o is not None]
+        if len(measured) < 2:
+            return None
+        (s0, o0), (s1, o1) = measured[0], measured[-1]
+        return max(0.0, o1 - o0) / (s1 - s0) if s1 > s0 else None
 
     def stale_after(self) -> float:
         """Seconds without a new record after which the log is stale: a few expected intervals

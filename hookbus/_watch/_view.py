@@ -201,6 +201,8 @@ class LogView:
             step=self.run.step,
             rate=self.run.average,
             recent=self.run.rate,
+            examples_rate=self.run.examples_rate,
+            outside=self.run.outside,
             age=age,
             stop=self.run.stop,
             error=self.run.error,

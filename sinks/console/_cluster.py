@@ -48,6 +48,10 @@ class Worker(Protocol):
     @property
     def rate(self) -> float | None: ...
     @property
+    def examples_rate(self) -> float | None: ...
+    @property
+    def outside(self) -> float | None: ...
+    @property
     def lag(self) -> int | None: ...
     @property
     def age(self) -> float | None: ...
@@ -108,15 +112,23 @@ def _table(workers: Sequence[Worker]) -> Table:
     table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, header_style="bold")
     table.add_column("worker", no_wrap=True)
     table.add_column("state", no_wrap=True)
-    for heading in ("step", "steps/s", "lag", "newest"):
+    # Examples per second and the time outside the steps where any worker's records carry them.
+    examples = any(w.examples_rate is not None for w in workers)
+    outside = any(w.outside is not None for w in workers)
+    headings = ["step", "steps/s", *(["examples/s"] if examples else []), *(["outside ms"] if outside else [])]
+    for heading in (*headings, "lag", "newest"):
         table.add_column(heading, justify="right", no_wrap=True)
     table.add_column("stop / last error", overflow="ellipsis", no_wrap=True, ratio=1)
     for w in workers:
+        figures = [format_rate(w.examples_rate)] if examples else []
+        if outside:
+            figures.append("-" if w.outside is None else f"{w.outside * 1000:.1f}")
         table.add_row(
             Text(w.name),
             Text(_state(w), style=_STYLES.get(w.state, "")),
             "-" if w.step is None else f"{w.step:,}",
             format_rate(w.rate),
+            *figures,
             "-" if w.lag is None else f"{w.lag:,}",
             format_age(w.age),
             Text(_note(w)),
@@ -181,6 +193,17 @@ def machine_lines(workers: Sequence[Worker]) -> list[str]:
     return lines
 
 
+def _throughput(worker: Worker) -> list[str]:
+    """``1,234 examples/s`` and ``outside 12.3 ms/step`` where the worker's records carry them."""
+    parts = []
+    if worker.examples_rate is not None:
+        rate = worker.examples_rate
+        parts.append(f"{rate:,.0f} examples/s" if rate >= 100 else f"{rate:.1f} examples/s")
+    if worker.outside is not None:
+        parts.append(f"outside {worker.outside * 1000:.1f} ms/step")
+    return parts
+
+
 def _global(workers: Sequence[Worker]) -> str:
     steps = [w.step for w in workers if w.step is not None]
     return f"cluster: global step {max(steps):,}" if steps else "cluster: no step yet"
@@ -207,12 +230,14 @@ def watch_frame(snapshot: Snapshot | None, workers: Sequence[Worker], cluster: b
 
 
 def cluster_lines(workers: Sequence[Worker], sampled: bool = False) -> list[str]:
-    """One plain line per worker: ``worker 1: live | step 1,200 | 31.0 steps/s | lag 3 | newest 0.4s``
-    (``sampled``: and how long ago its machine was sampled, where a sample came)."""
+    """One plain line per worker: ``worker 1: live | step 1,200 | 31.0 steps/s | lag 3 | newest 0.4s``, with
+    ``992 examples/s | outside 1.2 ms/step`` after the rate where its records carry them (``sampled``:
+    and how long ago its machine was sampled, where a sample came)."""
     lines = []
     for w in workers:
         step = "-" if w.step is None else str(w.step)
         parts = [f"{w.name}: {_state(w)}", f"step {step}", f"{format_rate(w.rate)} steps/s"]
+        parts += _throughput(w)
         if w.lag is not None:
             parts.append(f"lag {w.lag}")
         parts.append(f"newest record {format_age(w.age)} ago")

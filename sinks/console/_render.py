@@ -124,6 +124,8 @@ class Snapshot:
     epoch: int | None = None  # under fit: the epoch being trained, from 1, of ``epochs``
     epochs: int | None = None
     rate: float | None = None
+    examples_rate: float | None = None  # recent examples per second, where the publisher counts examples
+    outside: float | None = None  # recent seconds per step the training thread spent outside the steps
     average: float | None = None
     elapsed: float = 0.0
     taken_at: float = 0.0
@@ -196,6 +198,17 @@ def format_rate(rate: float | None) -> str:
     return "-" if rate is None else f"{rate:.1f}"
 
 
+def throughput_parts(snap: Snapshot) -> list[str]:
+    """``1,234 examples/s`` and ``outside 12.3 ms/step``, the recent figures a snapshot has (while running)."""
+    parts = []
+    if snap.running and snap.examples_rate is not None:
+        rate = snap.examples_rate
+        parts.append(f"{rate:,.0f} examples/s" if rate >= 100 else f"{rate:.1f} examples/s")
+    if snap.running and snap.outside is not None:
+        parts.append(f"outside {snap.outside * 1000:.1f} ms/step")
+    return parts
+
+
 def sparkline(values: tuple[float, ...], *, ascii_only: bool = False) -> str:
     """One character per value, scaled between the finite minimum and maximum.
 
@@ -223,8 +236,9 @@ def _step(step: int | None) -> str:
 
 
 def _header(snap: Snapshot, now: float, width: int) -> Text:
-    """Mode, epoch, step, rate and elapsed time on one line of ``width`` cells: the gaps between
-    them narrow (three spaces, two, one) before the line would wrap."""
+    """Mode, epoch, step, rate (examples/s and the time outside beside it) and elapsed time on one line
+    of ``width`` cells: the gaps between them narrow (three spaces, two, one) before the line would wrap,
+    and then the time outside, then examples/s, are left out (the plain lines keep them)."""
     mode = Text(snap.mode, style="bold cyan")
     if snap.phase != "running":
         mode.append(f" ({snap.phase})", style="bold red" if snap.phase == "crashed" else "yellow")
@@ -241,10 +255,18 @@ def _header(snap: Snapshot, now: float, width: int) -> Text:
     # While running the rate is recent; once over, the run's average (as the summary's).
     rate = f"recent {format_rate(snap.rate)}" if snap.running else f"average {format_rate(snap.average)}"
     rate += " steps/s"
-    parts += [step, Text(rate), Text(f"elapsed {format_duration(snap.elapsed_at(now))}")]
-    length = sum(part.cell_len for part in parts)
-    gap = next((g for g in (3, 2) if length + g * (len(parts) - 1) <= width), 1)
-    return Text(" " * gap).join(parts)
+    parts += [step, Text(rate)]
+    elapsed = Text(f"elapsed {format_duration(snap.elapsed_at(now))}")
+    extra = [Text(part) for part in throughput_parts(snap)]
+    while True:
+        line = [*parts, *extra, elapsed]
+        length = sum(part.cell_len for part in line) + len(line) - 1
+        if length <= width or not extra:
+            break
+        extra.pop()  # the least needed first: the time outside, then examples/s
+    length -= len(line) - 1
+    gap = next((g for g in (3, 2) if length + g * (len(line) - 1) <= width), 1)
+    return Text(" " * gap).join(line)
 
 
 def _progress(snap: Snapshot) -> Table | None:
@@ -371,13 +393,15 @@ def _epoch(snap: Snapshot) -> str:
 
 
 def plain_line(snap: Snapshot) -> str:
-    """``step 100/2000 | loss 0.123 | accuracy 0.97 | recent 52.3 steps/s | ETA 0:00:36``; under fit
+    """``step 100/2000 | loss 0.123 | accuracy 0.97 | recent 52.3 steps/s | 1,674 examples/s | outside 1.2
+    ms/step | ETA 0:00:36`` (examples where counted, the time outside where measured); under fit
     ``epoch 3/12 | step 100/2000 | ...``."""
     parts = [] if snap.epoch is None else [_epoch(snap)]
     parts.append(f"step {snap.step}" + (f"/{snap.total}" if snap.total is not None else ""))
     if snap.train:
         parts.append(_pairs(snap.train))
     parts.append(f"recent {format_rate(snap.rate)} steps/s")
+    parts.extend(throughput_parts(snap))
     if snap.eta is not None:
         parts.append(f"ETA {format_duration(snap.eta)}")
     return " | ".join(parts)

@@ -57,18 +57,20 @@ class ConsoleSink(Sink):
 
     On an interactive terminal a rich ``Live`` display, redrawn ``refresh_per_second`` times a
     second on rich's own thread, shows: the run name, mode, elapsed time, step, steps/second
-    (smoothed) and, when an attached sink knows the last step (``total_steps``, e.g. a
-    stop-at-step sink, or a Keras ``fit`` of known length: ``epochs × steps_per_epoch``), a
-    progress bar with ETA, and under ``fit`` the epoch (``epoch 3/12``, as Keras's progress
-    bar); a table of every scalar key with its last value, best value (minimum, maximum for
-    accuracy-like keys) and its step, and a sparkline of recent values — for training values
-    the best of those the dashboard was sent on its schedule, not of every step, headed
-    ``best seen``; an evaluation table once ``eval/*`` values arrive; and a status line with the last
-    checkpoint, the stop reason, the ``status()`` of every other attached sink and subscriber
-    errors. The training thread only updates a small state object and publishes an immutable
-    snapshot; a slow terminal drops frames, it never slows training. While the dashboard runs,
-    ``print`` and logging handlers that write to stdout/stderr (TensorFlow's and absl's
-    included) go through the console above it; they are restored exactly on close.
+    (smoothed; beside it examples/second where the publisher counts examples, and the training
+    thread's time outside the steps per step: ``Event.examples``, ``Event.outside_secs``) and, when
+    an attached sink knows the last step (``total_steps``, e.g. a stop-at-step sink, or a Keras
+    ``fit`` of known length: ``epochs × steps_per_epoch``), a progress bar with ETA, and under
+    ``fit`` the epoch (``epoch 3/12``, as Keras's progress bar); a table of every scalar key with
+    its last value, best value (minimum, maximum for accuracy-like keys) and its step, and a
+    sparkline of recent values — for training values the best of those the dashboard was sent on its
+    schedule, not of every step, headed ``best seen``; an evaluation table once ``eval/*`` values
+    arrive; and a status line with the last checkpoint, the stop reason, the ``status()`` of every
+    other attached sink and subscriber errors. The training thread only updates a small state object
+    and publishes an immutable snapshot; a slow terminal drops frames, it never slows training.
+    While the dashboard runs, ``print`` and logging handlers that write to stdout/stderr
+    (TensorFlow's and absl's included) go through the console above it; they are restored exactly on
+    close.
 
     In a Jupyter notebook the dashboard is one output, redrawn in place at the same rate (an
     IPython display updated by id, not rich's ``Live``): the saved notebook holds the frame the
@@ -177,7 +179,9 @@ class ConsoleSink(Sink):
         self._mode = "train"
         self._phase = "starting"
         self._rate: float | None = None  # recent: a moving average over about _RATE_SECS
-        self._last_rate_point: tuple[int, float] | None = None
+        self._examples_rate: float | None = None  # the same for examples per second, where counted
+        self._outside: float | None = None  # and for seconds outside the steps per step
+        self._last_rate_point: tuple[int, float, int | None, float | None] | None = None
         self._trained = 0  # steps trained in this run's earlier sessions (for the run's average)
         self._session_start: int | None = None  # the step the current train session began at
         self._train: dict[str, MetricTracker] = {}
@@ -240,6 +244,8 @@ class ConsoleSink(Sink):
             epoch=progress.epoch if progress is not None else None,
             epochs=progress.epochs if progress is not None else None,
             rate=self._rate,
+            examples_rate=self._examples_rate,
+            outside=self._outside,
             average=self._average(now),
             elapsed=now - self._start,
             taken_at=now,
@@ -284,17 +290,22 @@ class ConsoleSink(Sink):
             return None
         return (self._trained + max(0, self._step - self._session_start)) / elapsed
 
-    def _measure_rate(self, step: int) -> None:
-        now = self.clock()
+    def _measure_rate(self, event: Event) -> None:
+        """Steps, examples (where the publisher counts them) per second, and the time outside the steps per
+        step, over the span since the last train event: moving averages over about ``_RATE_SECS``."""
+        now, step, examples, outside = self.clock(), event.step, event.examples, event.outside_secs
         if self._last_rate_point is not None:
-            last_step, last_time = self._last_rate_point
+            last_step, last_time, last_examples, last_outside = self._last_rate_point
             dt = now - last_time
             if dt <= 0 or step < last_step:
                 return
-            rate = (step - last_step) / dt
             weight = 1.0 - math.exp(-dt / _RATE_SECS)
-            self._rate = rate if self._rate is None else self._rate + weight * (rate - self._rate)
-        self._last_rate_point = (step, now)
+            self._rate = _moved(self._rate, (step - last_step) / dt, weight)
+            if examples is not None and last_examples is not None and examples >= last_examples:
+                self._examples_rate = _moved(self._examples_rate, (examples - last_examples) / dt, weight)
+            if outside is not None and last_outside is not None and step > last_step:
+                self._outside = _moved(self._outside, max(0.0, outside - last_outside) / (step - last_step), weight)
+        self._last_rate_point = (step, now, examples, outside)
 
     # -- signals -----------------------------------------------------------------------------
     def on_begin(self, event: Event) -> None:
@@ -320,6 +331,7 @@ class ConsoleSink(Sink):
         self._session_start = event.step
         self._activity = None
         self._last_rate_point, self._rate = None, None  # a resume point: the rate starts anew
+        self._examples_rate = self._outside = None
         # Say "resumed" only for what a user did or must know: a run that starts from an earlier
         # run's checkpoint, or a session re-created behind the step reached (a recoverable error).
         # Training rounds that continue where this run was (train_and_evaluate) are not resumes.
@@ -356,7 +368,7 @@ class ConsoleSink(Sink):
             snap = self._publish()
             self._plain(plain_eval_line(snap))
             return
-        self._measure_rate(event.step)
+        self._measure_rate(event)
         self._step = event.step
         for key, value in event.values.items():
             if isinstance(value, float):
@@ -462,3 +474,8 @@ class ConsoleSink(Sink):
 
 def _stop_line(stop: StopRequest) -> str:
     return f"stop at step {stop.step:,}: {stop.reason} ({stop.source})"
+
+
+def _moved(average: float | None, value: float, weight: float) -> float:
+    """``average`` moved ``weight`` of the way to ``value`` (``value`` itself when there is none yet)."""
+    return value if average is None else average + weight * (value - average)

@@ -52,6 +52,9 @@ logger = logging.getLogger("hookbus")
 
 HParamValue = bool | int | float | str
 RATE_NAME = "steps/sec"
+EXAMPLES_NAME = "examples/sec"  # beside the rate, where the publisher counts examples (Event.examples)
+OUTSIDE_NAME = "outside_secs/step"  # the training thread's seconds outside the steps, per step
+_OWN_NAMES = (RATE_NAME, EXAMPLES_NAME, OUTSIDE_NAME)  # what the sink logs itself
 MODEL_SUMMARY = "model_summary.txt"  # the artifact MLflow's Keras callback writes
 _RUN_KEY = re.compile(r"^[\w.\-:/]{1,250}$")
 
@@ -67,19 +70,21 @@ MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param's value
 class MLflowSink(Sink):
     """Logs the run to MLflow: params, metrics by step, the stop reason and how the run ended.
 
-    What goes where: ``hparams`` as params; train values as metrics at their step; evaluations
-    under their ``eval/`` names at the training step evaluated; Keras epoch values under
-    ``epoch/`` names at the step the epoch ended, but for the validation's (``val_*``), logged once,
-    as the evaluation's ``eval/`` names at that step (unless ``keys`` names them); a test
-    evaluation (``model.evaluate`` outside ``fit``) under its ``test/`` names at the training step
-    it evaluated, once per step (the first; an ``evaluate`` after ``with bus:`` is a run of its own,
-    a new MLflow run unless ``continue_ended=True`` adds it to the training's); ``steps/sec``
-    between due train steps; the machine's samples (the bus's ``system`` signal) under their
-    ``system/`` names, MLflow's own system-metric names, so its System metrics tab shows them,
-    sample n at step n as MLflow's monitor numbers them (going on after a resume), logged whatever
-    ``keys`` says; each point timestamped with its event's own wall time. Keys become MLflow names by
-    :func:`mlflow_name` (one rule; a collision fails at begin naming both keys; the run's tag
-    ``hookbus.names`` records every changed name). Scalars only (arrays and bytes are not logged).
+    What goes where: ``hparams`` as params; train values as metrics at their step; evaluations under
+    their ``eval/`` names at the training step evaluated; Keras epoch values under ``epoch/`` names
+    at the step the epoch ended, but for the validation's (``val_*``), logged once, as the
+    evaluation's ``eval/`` names at that step (unless ``keys`` names them); a test evaluation
+    (``model.evaluate`` outside ``fit``) under its ``test/`` names at the training step it
+    evaluated, once per step (the first; an ``evaluate`` after ``with bus:`` is a run of its own, a
+    new MLflow run unless ``continue_ended=True`` adds it to the training's); ``steps/sec`` between
+    due train steps, and over the same span ``examples/sec`` (where the publisher counts examples)
+    and ``outside_secs/step`` (the training thread's seconds outside the steps per step); the
+    machine's samples (the bus's ``system`` signal) under their ``system/`` names, MLflow's own
+    system-metric names, so its System metrics tab shows them, sample n at step n as MLflow's
+    monitor numbers them (going on after a resume), logged whatever ``keys`` says; each point
+    timestamped with its event's own wall time. Keys become MLflow names by :func:`mlflow_name` (one
+    rule; a collision fails at begin naming both keys; the run's tag ``hookbus.names`` records every
+    changed name). Scalars only (arrays and bytes are not logged).
 
     Never waits for the network: each point goes first to a local spool in ``directory`` (JSON
     lines, written by the background writer and flushed to the OS at the checkpoint barrier like
@@ -339,7 +344,8 @@ class MLflowSink(Sink):
         self._wall_ms: int | None = None  # the newest event's wall time: the run's start, then its end
         self._stop: StopRequest | None = None
         self._error: BaseException | None = None
-        self._last_rate: tuple[int, float] | None = None  # (step, clock) of the last train point
+        # (step, clock, examples, seconds outside) of the last train point
+        self._last_rate: tuple[int, float, int | None, float | None] | None = None
         self._exported = 0  # exports staged to ship in this run (log_model=True)
         self._existing: str | None = None  # run_id=: the user's run, resolved at begin
         self._samples_open = False  # the writer's thread only: samples spool between open and end
@@ -368,11 +374,10 @@ class MLflowSink(Sink):
             return  # a second publisher (eval) began in the same run
         known = sorted(k for k in self.context.known_keys if self.keys is None or k in self.keys)
         if self.layout == "hookbus":
-            if RATE_NAME in known:
-                raise ValueError(
-                    f"{self.name} logs {RATE_NAME!r} itself; a publisher's key of that name collides with it"
-                )
-            self._names = check_names([*known, RATE_NAME])
+            own = [name for name in _OWN_NAMES if name in known]
+            if own:
+                raise ValueError(f"{self.name} logs {own[0]!r} itself; a publisher's key of that name collides with it")
+            self._names = check_names([*known, *_OWN_NAMES])
             self._owners = {n: k for k, n in self._names.items()}
         self._existing = self._given_run()
         self.output.prepare(self.directory, "its MLflow spool")
@@ -518,9 +523,14 @@ class MLflowSink(Sink):
                 values[name] = value
         if mode == "train" and not event.final:
             now = self.context.clock()
-            last, self._last_rate = self._last_rate, (event.step, now)
+            last, self._last_rate = self._last_rate, (event.step, now, event.examples, event.outside_secs)
             if last is not None and event.step > last[0] and now > last[1]:
                 values[RATE_NAME] = (event.step - last[0]) / (now - last[1])
+                examples, outside = last[2], last[3]
+                if event.examples is not None and examples is not None and event.examples >= examples:
+                    values[EXAMPLES_NAME] = (event.examples - examples) / (now - last[1])
+                if event.outside_secs is not None and outside is not None:
+                    values[OUTSIDE_NAME] = max(0.0, event.outside_secs - outside) / (event.step - last[0])
         if values:
             tags = names_tags(self._names) if new_names else {}
             self.output.put(Point(mode, event.step, stamp, values, tags))

@@ -55,6 +55,8 @@ def test_an_event_is_frozen_compares_by_its_fields_and_replace_keeps_the_rest() 
         None,
         None,
         3,
+        None,
+        None,
         stop,
     ]
     with pytest.raises(dataclasses.FrozenInstanceError):

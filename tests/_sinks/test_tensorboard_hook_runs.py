@@ -33,12 +33,13 @@ def _scalars(directory: Path) -> dict[str, list[int]]:
 
 def test_train_run_empty_writes_into_the_logdir_itself(tmp_path: Path) -> None:
     _train(TensorBoardSink(tmp_path, every_n_steps=2, train_run=""), 4)
-    assert _scalars(tmp_path) == {"loss": [2, 4], "steps/sec": [2, 4]}
+    # The time outside the steps beside the rate, from the second firing (none is measured before the first).
+    assert _scalars(tmp_path) == {"loss": [2, 4], "steps/sec": [2, 4], "outside_secs/step": [4]}
     assert not (tmp_path / "train").exists()
 
 
 def test_rate_tag_renames_or_drops_the_rate(tmp_path: Path) -> None:
-    _train(TensorBoardSink(tmp_path / "named", every_n_steps=2, rate_tag="global_step/sec"), 4)
+    _train(TensorBoardSink(tmp_path / "named", every_n_steps=2, rate_tag="global_step/sec", throughput=False), 4)
     assert _scalars(tmp_path / "named" / "train") == {"loss": [2, 4], "global_step/sec": [2, 4]}
     _train(TensorBoardSink(tmp_path / "none", every_n_steps=2, rate_tag=None), 4)
     assert _scalars(tmp_path / "none" / "train") == {"loss": [2, 4]}
@@ -46,7 +47,7 @@ def test_rate_tag_renames_or_drops_the_rate(tmp_path: Path) -> None:
 
 def test_counted_from_its_last_firing_the_first_firing_writes_no_rate(tmp_path: Path) -> None:
     """StepCounterHook's first firing only starts its clock: a rate from the second on."""
-    sink = TensorBoardSink(tmp_path, every_n_steps=5, train_run="", rate_tag="global_step/sec")
+    sink = TensorBoardSink(tmp_path, every_n_steps=5, train_run="", rate_tag="global_step/sec", throughput=False)
     sink.schedule = dataclasses.replace(sink.schedule, steps_from_last_firing=True)
     _train(sink, 12)
     assert _scalars(tmp_path) == {"loss": [1, 6, 11], "global_step/sec": [6, 11]}
@@ -58,6 +59,7 @@ def test_counted_from_its_last_firing_the_first_firing_writes_no_rate(tmp_path: 
         ({"train_run": "/abs"}, "train_run must be a directory under logdir"),
         ({"train_run": "../up"}, "train_run must be a directory under logdir"),
         ({"rate_tag": ""}, "rate_tag must be a non-empty tag or None"),
+        ({"throughput": 1}, "throughput must be True or False"),
     ],
 )
 def test_bad_runs_and_tags_fail_at_construction(tmp_path: Path, kwargs: dict[str, object], message: str) -> None:

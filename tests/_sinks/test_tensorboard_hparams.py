@@ -111,7 +111,9 @@ def test_the_default_layouts_session_has_training_and_evaluation_columns_with_ke
         ("eval", "accuracy"),
         ("eval", "loss"),
         ("train", "accuracy"),
+        ("train", "examples/sec"),  # beside the rate: fit's examples, and the time outside the steps
         ("train", "loss"),
+        ("train", "outside_secs/step"),
         ("train", "steps/sec"),
     ]
     (ours,) = sessions(groups)
@@ -358,6 +360,7 @@ def test_a_loop_publishers_training_with_evaluations_is_one_session(tmp_path: Pa
         ("train", "loss"): (4, 4.0),
         ("eval", "loss"): (4, 0.5),
         ("train", "steps/sec"): (4, session.metrics[("train", "steps/sec")][1]),
+        ("train", "outside_secs/step"): (4, session.metrics[("train", "outside_secs/step")][1]),
     }
 
 

@@ -468,3 +468,25 @@ def test_a_bad_option_fails_naming_it_and_its_value(
     err = capsys.readouterr().err
     assert f"argument {option}: must be" in err
     assert f"(got {value})" in err
+
+
+def test_each_workers_row_shows_its_examples_per_second_and_time_outside(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 48 item 3: a worker's step records carry the examples it trained (32 a step) and its seconds
+    outside the steps (10 ms a step); its row shows both over its last records, beside its own rate. A
+    worker whose records carry neither shows its rate alone."""
+    _worker_log(tmp_path / "events.worker-0.jsonl", rate=20.0, steps=40, closed=False, start=1000.0)
+    _worker_log(tmp_path / "events.worker-1.jsonl", rate=5.0, steps=10, closed=False, start=1000.0)
+    log = tmp_path / "events.worker-0.jsonl"
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    for record in records:
+        if record["record"] == "step":
+            record.update(trained_examples=record["local_step"] * 32, outside_secs=record["local_step"] * 0.01)
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    _, out, _ = _once(capsys, str(tmp_path), "--stale-after", "60")
+    lines = {line.split(":")[0]: line for line in out.splitlines() if line.startswith("worker ")}
+    assert lines["worker 0"].startswith(
+        "worker 0: live | step 80 | 20.0 steps/s | 640 examples/s | outside 10.0 ms/step | lag 0 |"
+    )
+    assert lines["worker 1"].startswith("worker 1: live, straggler | step 21 | 5.0 steps/s | lag 59 |")

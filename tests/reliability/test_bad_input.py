@@ -124,6 +124,19 @@ def _nested_run(tmp: Path, run: Run) -> None:
 
 
 CASES: list[Case] = [
+    # -- a publisher's batch size (examples per second) ---------------------------------------
+    (
+        "LoopPublisher batch_size=0",
+        lambda t, r: hookbus.LoopPublisher(hookbus.EventBus(), ["loss"], batch_size=0),
+        ValueError,
+        r"batch_size must be a positive int or None \(got 0\)",
+    ),
+    (
+        "LoopPublisher batch_size=True",
+        lambda t, r: hookbus.LoopPublisher(hookbus.EventBus(), ["loss"], batch_size=True),
+        ValueError,
+        r"batch_size must be a positive int or None \(got True\)",
+    ),
     # -- schedules ----------------------------------------------------------------------------
     (
         "every_n_steps=0",
@@ -626,7 +639,8 @@ _NOT_DURATIONS = {"secs_from_session_start", "on_timeout"}
 #: What the bus reports, not what a user passes: its stats, and the start gate's wait (the event,
 #: and the publisher's call that publishes it, with the measured wait).
 _START_GATE_REPORTS = {"WaitForStep", "PublisherCore.publish_waiting"}
-_REPORTS = {"BusStats", "SubscriberStats", "WriterStats"} | _START_GATE_REPORTS
+#: An event reports what its publisher measured (``Event.outside_secs``): no user passes it.
+_REPORTS = {"BusStats", "SubscriberStats", "WriterStats", "Event"} | _START_GATE_REPORTS
 
 
 #: On the authors' faces, not yet checked: a publisher's stop transport's polling interval (issue 46
@@ -792,6 +806,7 @@ FLAG_ARGUMENTS: list[tuple[str, str, Callable[[Path, Any], Any], str]] = [
     ("CSVSink", "append", lambda t, v: CSVSink(t / "m.csv", append=v), FLAG),
     ("CSVSink", "system", lambda t, v: CSVSink(t / "m.csv", system=v), FLAG),
     ("TensorBoardSink", "system", lambda t, v: TensorBoardSink(t / "tb", system=v), FLAG),
+    ("TensorBoardSink", "throughput", lambda t, v: TensorBoardSink(t / "tb", throughput=v), FLAG),
     ("ExportSink", "every_epoch", lambda t, v: ExportSink(t / "x", every_epoch=v), FLAG),
     ("ExportSink", "weights_only", lambda t, v: ExportSink(t / "x", weights_only=v), FLAG),
     ("CheckpointSink", "delete_at_end", lambda t, v: CheckpointSink(t / "c", delete_at_end=v), FLAG),

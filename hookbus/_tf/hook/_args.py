@@ -58,9 +58,9 @@ def check_run_arguments(
     ``fetches``; ``train_op`` and ``batch_size`` are checked only against the mode here.
 
     Raises:
-        ValueError: an argument of the other mode, a ``steps_per_run`` not a positive int, a final
-            fetch not in ``fetches``.
-        TypeError: a ``batch_size`` not a tensor or tensor name.
+        ValueError: an argument of the other mode, a ``steps_per_run`` or train-mode ``batch_size``
+            not a positive int, a final fetch not in ``fetches``.
+        TypeError: an eval ``batch_size`` not a tensor or tensor name.
     """
     if mode == "eval" and train_op is not None:
         raise ValueError("an eval EventBusHook takes no train_op: evaluation runs are not training steps")
@@ -69,8 +69,13 @@ def check_run_arguments(
         if mode == "eval":
             raise ValueError("steps_per_run counts training steps: it takes mode='train'")
     if batch_size is not None and mode != "eval":
-        raise ValueError("batch_size weights evaluation means: it takes mode='eval'")
-    if batch_size is not None and not isinstance(batch_size, str | tf.Tensor | tf.Variable):
+        if isinstance(batch_size, str | tf.Tensor | tf.Variable):
+            raise ValueError(
+                f"a train-mode batch_size is the examples each training step takes, an int (got {batch_size!r}): a "
+                "tensor would be read at every step; batch_size weights evaluation means as a tensor in mode='eval'"
+            )
+        positive_int("batch_size", batch_size)
+    elif batch_size is not None and not isinstance(batch_size, str | tf.Tensor | tf.Variable):
         raise TypeError(f"batch_size must be a tensor or a tensor name (got {batch_size!r})")
     final = (final_fetches,) if isinstance(final_fetches, str) else tuple(final_fetches)
     unknown = [k for k in final if k not in fetches]
@@ -91,3 +96,21 @@ def check_task(task: object) -> Task | None:
     if not isinstance(task, Task):
         raise TypeError(f"task must be a hookbus.Task or None (got {task!r})")
     return task
+
+
+def static_batch_size(tf: Any, graph: Any) -> int | None:
+    """The examples each training step takes, where the graph says so: the static first dimension
+    shared by every output of its one input iterator's ``IteratorGetNext`` (a ``tf.data`` input batched
+    with ``drop_remainder=True``, whose every batch is that size); ``None`` where there is not exactly one
+    such op, or its outputs' first dimension is unknown (a last batch may be short) or differs."""
+    ops = [op for op in graph.get_operations() if op.type in ("IteratorGetNext", "IteratorGetNextSync")]
+    if len(ops) != 1:
+        return None
+    sizes = set()
+    for output in ops[0].outputs:
+        shape = output.shape
+        if shape.rank is None or shape.rank == 0:
+            return None
+        sizes.add(shape[0])
+    size = sizes.pop() if len(sizes) == 1 else None
+    return size if isinstance(size, int) and size > 0 else None

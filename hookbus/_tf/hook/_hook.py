@@ -18,7 +18,7 @@ from hookbus._tf._import import require_tensorflow, with_framework_base
 from hookbus._tf._learning_rate_tf import HookRate
 from hookbus._tf._machine_tf import tensorflow_machine
 from hookbus._tf._profiler_tf import RunMetadataTrace, TFProfiler
-from hookbus._tf.hook._args import check_fetches, check_run_arguments, check_task
+from hookbus._tf.hook._args import check_fetches, check_run_arguments, check_task, static_batch_size
 from hookbus._tf.hook._eval import EvalRuns
 from hookbus._tf.hook._eval_mean import check_aggregate
 from hookbus._tf.hook._fetch import TrainFetches, key_sets
@@ -97,7 +97,12 @@ class EventBusHook:
             name, e.g. ``tf.shape(labels)[0]``); ``"mean"`` values are then weighted by it, as
             TensorFlow's streaming metrics and Keras's ``evaluate`` are, so a short last batch
             does not count as a full one. Default ``None``: every batch counts equally (exact
-            only when all batches have the same size).
+            only when all batches have the same size). Train mode: the examples each training
+            step takes, a positive int, for examples per second (``Event.examples``: the steps
+            since the session began times it; a short last batch counts as a full one). Default
+            ``None``: the static batch dimension of the graph's one input iterator
+            (``IteratorGetNext``) where it is known (``tf.data`` batched with
+            ``drop_remainder=True``), else examples are not counted.
         final_fetches: Keys of ``fetches`` to read once more at the end for the ``at_end``
             subscribers (``FinalOpsHook``'s job: a streaming metric's result), declared safe to
             run then — they must not pull from the input pipeline. Default: none; the ``at_end``
@@ -209,13 +214,19 @@ class EventBusHook:
         if final_feed_dict is not None and not self._final_fetches:
             raise ValueError("final_feed_dict feeds the read of final_fetches at the end: give final_fetches too")
         self._final_feed = dict(final_feed_dict) if final_feed_dict is not None else None
+        # A train hook's examples per step: declared, else the graph's input iterator's static batch (in begin).
+        self._declared_batch: int | None = batch_size if self._core.mode == "train" else None
+        self._batch: int | None = None
+        self._throughput = self._core.throughput
+        self._throughput.sees_start = self._core.mode == "train"  # before_run: a training step's start
         self._estimate = StepEstimate(steps_per_run)
         self._exact = False  # whether the last training run read the step
         self._resumed_at: int | None = None  # a restore mark's step read before the step went back
         self._session: Any = None
         self._step_args: Any = None  # a read of the step alone: learns the increment per run
         self._train_op_arg = train_op
-        self._evals = EvalRuns(check_aggregate(aggregate, self._fetches), batch_size)  # an eval hook's runs
+        eval_batch = batch_size if self._core.mode == "eval" else None  # a train hook's counts examples
+        self._evals = EvalRuns(check_aggregate(aggregate, self._fetches), eval_batch)  # an eval hook's runs
         self.bus = bus
         self._planned: Plan | None = None
         self._traced = False  # whether the run in progress is traced in full (Profiling.trace_run)
@@ -320,10 +331,24 @@ class EventBusHook:
         if self.task is not None:
             self._core.set_task(self.task)
         if self._core.mode == "train":
+            self._batch = self._declared_batch or static_batch_size(tf, graph)
+            self._throughput.counter = self._count_examples if self._batch is not None else None
             core, stop = self._core, self._shared_stop.read if self._shared_stop is not None else None
             wanted = key_sets(core.local_subscribers(), core.keys, core.bus_keys)
             self._train_fetches.build(tf, graph, self._elements, wanted, core.keys, self._step_after, stop)
         self._core.begin()
+
+    def _count_examples(self, step: int) -> int | None:
+        """The examples this hook trained since its session began, through ``step``: the batch size times
+        the steps since the resume point (under parameter servers, where the other workers move the step
+        too, times this worker's own runs)."""
+        batch = self._batch
+        if batch is None:
+            return None
+        stop = self._shared_stop
+        if stop is not None:
+            return stop.local_step * batch * (self._estimate.per_run or 1)
+        return max(0, step - self._throughput.origin) * batch
 
     def _live_session(self) -> Any:
         """The open session, ``None`` outside one: what the model view and its export read."""
@@ -371,6 +396,8 @@ class EventBusHook:
         return any(f in self._train_ops for f in tf.nest.flatten(fetches))
 
     def before_run(self, run_context: Any) -> Any:
+        if self._throughput.gap_open:  # the step after a due one: the time outside it ends here
+            self._throughput.step_starts()
         if run_context.original_args.fetches is self._quiet_fetch:  # the train op alone, known increment
             coming = self._estimate.coming
             if self._core.quiet(coming):

@@ -12,7 +12,7 @@ from hookbus._contract._learning_rate import LEARNING_RATE_KEY
 from hookbus._contract._model import EpochProgress
 from hookbus._contract._publisher_keys import check_fetch_keys
 from hookbus._publishing._publisher import PublisherCore
-from hookbus._rules._validate import flag, positive_int
+from hookbus._rules._validate import flag, optional_positive_int, positive_int
 from hookbus._tf._checkpoint_tf1 import TENSORFLOW
 from hookbus._tf._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
 from hookbus._tf._collective import CollectiveStop, task_of_strategy
@@ -20,6 +20,7 @@ from hookbus._tf._import import require_keras, require_tensorflow, with_framewor
 from hookbus._tf._learning_rate_tf import OptimizerRate
 from hookbus._tf._machine_tf import tensorflow_machine
 from hookbus._tf._profiler_tf import TFProfiler
+from hookbus._tf.keras._examples import KerasExamples
 from hookbus._tf.keras._hold import HeldWork
 from hookbus._tf.keras._logs import EpochKeys, LogChecks, TestKeys, epoch_values, finite_logs, validation_values
 from hookbus._tf.keras._model_view import KerasModelView
@@ -141,6 +142,13 @@ class EventBusCallback:
             kept for later fits of the same model and optimizer).
         check_stop_every_n_steps: Under a multi-worker strategy, agree on stopping each time the
             step crosses a multiple of n (default 10).
+        batch_size: The examples in each batch, for examples per second (``Event.examples``; default
+            ``None``: the model's input's static batch dimension where it has one, else learned from
+            Keras's loss tracker at the first due batch). A short last batch of an epoch is counted by
+            what it holds: at that batch, and at each epoch's end, the callback reads how many examples
+            Keras's loss tracker (the ``loss`` entry of ``model.metrics``, which Keras weights by each
+            batch's size) counted this epoch; a model whose training step updates no loss tracker counts
+            every batch as full.
         close_bus: Close ``bus`` (``bus.close()``) when each ``fit`` and standalone ``evaluate``
             ends, so its files are closed and its outputs free for the next: for a bus nothing
             else publishes on and no ``with bus:`` holds, the one :func:`hookbus.from_keras` makes
@@ -166,8 +174,10 @@ class EventBusCallback:
         checkpoint: Any = None,
         check_stop_every_n_steps: int = 10,
         close_bus: bool = False,
+        batch_size: int | None = None,
     ) -> None:
         require_keras("EventBusCallback").callbacks.Callback.__init__(self)
+        self._declared_batch = optional_positive_int("batch_size", batch_size)
         self.every_n_epochs = positive_int("every_n_epochs", every_n_epochs)
         self._check_every = positive_int("check_stop_every_n_steps", check_stop_every_n_steps)
         self._collective: CollectiveStop | None = None
@@ -210,6 +220,10 @@ class EventBusCallback:
         self._iterations: Any = None
         self._profiling = self._core.profiling  # batches in a profile window carry a step marker
         self._per_execution = 1  # steps one batch call trains (compile's steps_per_execution)
+        self._throughput = self._core.throughput
+        self._throughput.sees_start = True  # on_train_batch_begin: a training step's start
+        self._throughput.counter = self._count_examples
+        self._examples = KerasExamples()
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -268,6 +282,7 @@ class EventBusCallback:
         self._deferred = unbuilt and self.restored_from is not None  # checked after the first trained batch
         self._step = self._epoch_start = self._read_step()
         self._core.count_local_step(0)
+        self._examples.start(model, self._declared_batch)
         self._core.session_created(self._step, True if self.restored_from else None, in_memory=True)
         if self._collective is not None:
             self._collective.reset(self._step)
@@ -303,6 +318,15 @@ class EventBusCallback:
         if stopping if collective is None else collective.agreed:
             self.model.stop_training = True  # type: ignore[attr-defined]
 
+    def _count_examples(self, step: int) -> int | None:
+        """The examples this ``fit`` trained through ``step`` (:class:`KerasExamples`)."""
+        return self._examples.count(step)
+
+    def _last_batch(self, batch: int) -> bool:
+        """Whether ``batch`` (0-based, the last of its execution) is its epoch's last: it may be short."""
+        steps = (self.params or {}).get("steps")  # type: ignore[attr-defined]
+        return not isinstance(steps, int) or batch + 1 >= steps
+
     def _progress(self) -> EpochProgress | None:
         """The epoch ``fit`` is in, what dashboards show as Keras's progress bar does."""
         params = self.params or {}  # type: ignore[attr-defined]
@@ -318,8 +342,11 @@ class EventBusCallback:
         self._epoch_start, self._resume_batch = self._step - self._resume_batch, 0
         self._batches = 0
         self._epoch = epoch
+        self._examples.epoch_begins(self._step)
 
     def on_train_batch_begin(self, batch: int, logs: Mapping[str, Any] | None = None) -> None:
+        if self._throughput.gap_open:  # the batch after a due one: the time outside the step ends here
+            self._throughput.step_starts()
         self._held.release()  # Keras moved on: the last batch's save (if any) runs, before this one trains
         coming = self._epoch_start + batch + self._per_execution
         if coming >= self._profiling.first:  # in a profile window only (docs/guides/sinks/profiling.md "Profiling")
@@ -357,6 +384,7 @@ class EventBusCallback:
             # next batch, or past the epoch's end, whose validation and epoch record belong to
             # this step; the save's barrier then covers them.
             self._held.hold()
+            self._examples.last_batch = self._last_batch(batch)
             self._core.publish_step(plan, real, self._values(plan.keys, logs))
         self._logs = logs or self._logs
         self._stop_if_agreed()
@@ -367,6 +395,7 @@ class EventBusCallback:
         if real != self._step:  # advances iterations without a batch: the epoch ends at what it holds
             self._step = real
             self._core.advance(real)
+        self._examples.epoch_ends(self._step)
         try:
             steered = self._core.learning_rate
             if self._rate is not None and steered is not None and steered.steered and isinstance(logs, dict):
@@ -455,7 +484,10 @@ class EventBusCallback:
     # -- evaluate -----------------------------------------------------------------------------
     def on_test_begin(self, logs: Mapping[str, Any] | None = None) -> None:
         if self._in_fit:
-            return  # fit's validation: published once, from on_epoch_end's val_* values
+            # fit's validation (published once, from on_epoch_end's val_* values) resets Keras's loss
+            # tracker next: the epoch's examples are counted now, before it does.
+            self._examples.epoch_ends(self._step)
+            return
         # A test evaluation of the model as it is now: the step its training reached (0 untrained).
         optimizer = getattr(self.model, "optimizer", None)  # type: ignore[attr-defined]
         self._iterations = getattr(optimizer, "iterations", None)

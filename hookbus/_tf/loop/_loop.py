@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from hookbus._contract._learning_rate import LEARNING_RATE_KEY
 from hookbus._contract._publisher_keys import check_fetch_keys
 from hookbus._publishing._publisher import PublisherCore
-from hookbus._rules._validate import positive_int
+from hookbus._rules._validate import optional_positive_int, positive_int
 from hookbus._tf._checkpoint_tf1 import TENSORFLOW
 from hookbus._tf._checkpoint_tf2 import Restore, TF2CheckpointBackend, check_checkpoint, check_restore, restore_latest
 from hookbus._tf._collective import CollectiveStop, task_of_strategy
@@ -97,6 +97,9 @@ class LoopPublisher:
             ``learning_rate`` (read on due steps; the values passed to :meth:`step` need not hold it).
         optimizer: The loop's Keras optimizer (default ``None``), instead of ``learning_rate``:
             its rate, or its ``LearningRateSchedule`` times hookbus's multiplier.
+        batch_size: The examples each training step takes, for examples per second
+            (``Event.examples``; default ``None``: not counted); a call that trained fewer (a short
+            last batch) says so with ``step(values, examples=n)``.
         serving: The model to export for serving, offered to :class:`~hookbus.sinks.ExportSink`
             (default ``None``: none): a Keras model (a ``.keras`` file, ``model.save``) or a
             ``tf.Module`` with exactly one ``tf.function`` that has an ``input_signature`` (a
@@ -122,7 +125,9 @@ class LoopPublisher:
         learning_rate: Any = None,
         optimizer: Any = None,
         serving: Any = None,
+        batch_size: int | None = None,
     ) -> None:
+        self._batch = optional_positive_int("batch_size", batch_size)
         if learning_rate is not None and optimizer is not None:
             raise ValueError("pass learning_rate= (a tf.Variable) or optimizer=, not both")
         if optimizer is not None and not hasattr(optimizer, "iterations"):
@@ -166,6 +171,9 @@ class LoopPublisher:
         self._stopped = False  # whether the loop was told it stops: no step may be counted after
         self._profiling = self._core.profiling  # steps in a profile window carry a step marker
         self._increment = 1  # steps the last call advanced: the next call's marker is for step + this
+        self._short = 0  # examples short of full batches since the loop began (step(examples=...))
+        if self._batch is not None:
+            self._core.throughput.counter = self._count_examples
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -224,6 +232,7 @@ class LoopPublisher:
             counted = (step_of(self.restored_from) or 0) if self.restored_from else 0
         self._step = counted
         self._last = None
+        self._short = 0
         self._core.count_local_step(0)
         self._core.session_created(self._step, True if self.restored_from else None, in_memory=True)
         if self._collective is not None:
@@ -231,12 +240,14 @@ class LoopPublisher:
             self._collective.agree(self._core, self._step, plan=True)  # a worker may begin stopped
         self._stopped = self.should_stop
 
-    def step(self, values: StepValues) -> bool:
+    def step(self, values: StepValues, examples: int | None = None) -> bool:
         """One training step ran: publish it to the due subscribers; returns :attr:`should_stop`.
 
         Args:
             values: ``{key: tensor | number}`` for the keys, or a function returning it (called
                 only on due steps).
+            examples: The examples this call trained, where they differ from ``batch_size`` per step
+                (a short last batch; default ``None``: ``batch_size`` per step). Needs ``batch_size``.
 
         Raises:
             KeyError: on a due step, when ``values`` lacks a key a due subscriber needs.
@@ -257,6 +268,8 @@ class LoopPublisher:
         if profiling.marking:  # the step ran between the last call and this one
             profiling.step_ended(step)
         self._increment = max(step - self._step, 1)
+        if examples is not None:  # a short batch: what it lacks of full ones
+            self._count_short(examples, step)
         plan = self._core.plan(step)
         bus = self.bus
         self._core.count_local_step(bus.local_step + 1)
@@ -278,6 +291,34 @@ class LoopPublisher:
         if coming >= profiling.first and not self._stopped:
             profiling.step_begins(coming)  # the next step runs until the next call
         return self._stopped
+
+    def step_begins(self) -> None:
+        """Optional: a training step begins now (call it just before the step's own code). Without it the
+        time outside the steps (``Event.outside_secs``) counts hookbus's subscribers alone, since the loop's
+        step is your own code; with it, also your loop's time between two steps (the batch's preparation,
+        logging of your own): read after each due step, the step after it, and no other."""
+        throughput = self._core.throughput
+        if throughput.gap_open:
+            throughput.step_starts()
+        elif not throughput.sees_start:
+            throughput.sees_start = True
+
+    def _count_short(self, examples: int, step: int) -> None:
+        batch = self._batch
+        if batch is None:
+            raise ValueError(
+                f"step(examples={examples!r}) counts a short batch against LoopPublisher(batch_size=...): give the "
+                "loop's batch size"
+            )
+        if not _is_count(examples):
+            raise ValueError(f"examples must be an int >= 0 (got {examples!r})")
+        self._short += batch * max(step - self._step, 1) - examples
+
+    def _count_examples(self, step: int) -> int | None:
+        """The examples trained since the loop began, through ``step``: ``batch_size`` per step, less what
+        short batches lacked."""
+        assert self._batch is not None
+        return max(0, step - self._core.throughput.origin) * self._batch - self._short
 
     def _pick(self, raw: Mapping[str, Any], keys: Iterable[str], step: int) -> dict[str, Any]:
         rate = self._rate
@@ -336,3 +377,7 @@ class LoopPublisher:
     ) -> None:
         if exc is None:
             self.end()
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -148,6 +148,44 @@ def test_header_shows_step_rate_total_progress_and_eta(clock: FakeClock) -> None
     assert "elapsed 0:00:10" in text
 
 
+def test_header_and_plain_line_show_examples_per_second_and_time_outside(clock: FakeClock) -> None:
+    # 32 examples a step; a subscriber that takes 50 ms at each step (on this bus's clock), 100 ms a
+    # step in the framework: 1 step per 0.15 s, 213 examples/s, 50 ms/step outside the steps.
+    bus, sink, console = make(clock, every_n_steps=1, plain_every_n_secs=0)
+    bus.on("after_run", lambda event: clock.advance(0.05), keys="loss", every_n_steps=1)
+    pub = ScriptedPublisher(bus, ["loss"])
+    pub.core.throughput.counter = lambda step: (step - pub.core.throughput.origin) * 32
+    with bus:
+        pub.begin()
+        pub.session(0)
+        for _ in range(40):
+            clock.advance(0.1)
+            pub.advance({"loss": 0.5})
+        text = text_of(sink)
+        narrow = text_of(sink, width=70)
+        line = console.file.getvalue().splitlines()[-1]  # type: ignore[attr-defined]
+    assert "recent 6.7 steps/s   213 examples/s   outside 50.0 ms/step" in text
+    # A header that would wrap leaves the time outside out first (the plain lines keep it).
+    assert "recent 6.7 steps/s 213 examples/s elapsed" in " ".join(narrow.split())
+    assert "outside" not in narrow
+    assert line == "step 40 | loss 0.5 | recent 6.7 steps/s | 213 examples/s | outside 50.0 ms/step"
+
+
+def test_without_examples_or_time_outside_the_rate_stands_alone(clock: FakeClock) -> None:
+    # A publisher that counts no examples (no batch size) shows steps/s alone; a scripted publisher's
+    # quick steps take no time on this clock, so the time outside is 0.
+    bus, sink, console = make(clock, every_n_steps=1, plain_every_n_secs=0)
+    pub = ScriptedPublisher(bus, ["loss"])
+    with bus:
+        pub.begin()
+        pub.session(0)
+        for _ in range(10):
+            clock.advance(0.1)
+            pub.advance({"loss": 0.5})
+        line = console.file.getvalue().splitlines()[-1]  # type: ignore[attr-defined]
+    assert line == "step 10 | loss 0.5 | recent 10.0 steps/s | outside 0.0 ms/step"
+
+
 def test_header_without_a_known_total_has_no_progress_bar(clock: FakeClock) -> None:
     bus, sink, _ = make(clock, every_n_steps=1)
     pub = ScriptedPublisher(bus, ["loss"])
@@ -453,7 +491,8 @@ def test_plain_mode_prints_periodic_lines_without_cursor_codes(clock: FakeClock)
     # one line at the first step, then at most one per 10 s of (fake) time: 100 s -> 10 more
     assert progress[0] == "step 1/100 | loss 1 | accuracy 0.01 | recent - steps/s"
     assert len(progress) == 10
-    assert "step 11/100 | loss 0.09091 | accuracy 0.11 | recent 1.0 steps/s | ETA 0:01:29" in progress
+    expected = "step 11/100 | loss 0.09091 | accuracy 0.11 | recent 1.0 steps/s | outside 0.0 ms/step | ETA 0:01:29"
+    assert expected in progress
     assert "eval at step 50 | eval/loss 0.123" in lines
     assert "checkpoint step 50: ckpt/model-50" in lines
     assert "stop at step 100: reached step 100 (StopAt)" in lines

@@ -122,7 +122,9 @@ def test_epoch_and_validation_metrics_are_mlflow_callbacks_values_at_training_st
     (replayed,) = client.search_runs([experiment.experiment_id])
     live = client.get_run(ours).data.metrics
     assert set(replayed.data.metrics) == set(live)
-    for key in set(live) - {"steps/sec"}:  # live, the rate counts monotonic seconds; replayed, wall seconds
+    assert {"steps/sec", "examples/sec", "outside_secs/step"} <= set(live)  # under fit, examples are counted
+    # Live, the rates count monotonic seconds; replayed, wall seconds. The time outside per step is as recorded.
+    for key in set(live) - {"steps/sec", "examples/sec"}:
         assert metric_history(client, replayed.info.run_id, key) == metric_history(client, ours, key), key
 
 

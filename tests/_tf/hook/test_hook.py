@@ -695,5 +695,5 @@ def test_evaluation_means_weighted_by_batch_size_equal_tensorflow_streaming_mean
 def test_batch_size_is_for_evaluation_only() -> None:
     with tf.Graph().as_default():
         loss = tf.constant(1.0)
-        with pytest.raises(ValueError, match="batch_size weights evaluation means: it takes mode='eval'"):
+        with pytest.raises(ValueError, match="a train-mode batch_size is the examples each training step takes"):
             hookbus.EventBusHook(hookbus.EventBus(), {"loss": loss}, batch_size=tf.constant(4))

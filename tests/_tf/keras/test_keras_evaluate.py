@@ -439,7 +439,8 @@ def _outputs(root: Path) -> dict[str, Any]:
         found[path.name] = [{k: v for k, v in r.items() if k != "wall_time"} for r in rows(path)]
     for run in ("tb/train", "tb/eval", "tb-keras/train", "tb-keras/validation"):
         points = tensors(root / run) if run.startswith("tb-keras") else scalars(root / run)
-        found[run] = {tag: p for tag, p in points.items() if tag != "steps/sec"}  # timed: differs between runs
+        timed = ("steps/sec", "examples/sec", "outside_secs/step")  # timed: they differ between runs
+        found[run] = {tag: p for tag, p in points.items() if tag not in timed}
     found["latest"] = Path(tf.train.latest_checkpoint(str(root / "ckpt"))).name
     found["checkpoints"] = sorted(p.name for p in (root / "ckpt").glob("*.index"))
     found["runs"] = sorted(p.name for p in (root / "tb").iterdir())
