@@ -133,8 +133,11 @@ def demo(logdir: Path, *, steps: int, eval_every: int, patience: int, delay: flo
     with tf.Graph().as_default():
         model = build_demo_regression(rate_variable=reduce_lr > 0)
         bus = hookbus.EventBus()
+        # The options that shape the training, as its hyper-parameters: runs of a sweep launched with
+        # different ones differ by them in `hookbus watch DIR` and TensorBoard's HParams dashboard.
+        hparams = {"steps": steps, "eval_every": eval_every, "patience": patience, "reduce_lr": reduce_lr}
         bus.attach(ConsoleSink(run_name=f"demo · {logdir}"))
-        bus.attach(TensorBoardSink(str(logdir / "tb"), every_n_steps=50))
+        bus.attach(TensorBoardSink(str(logdir / "tb"), every_n_steps=50, hparams=hparams))
         bus.attach(CSVSink(str(logdir / "metrics.csv"), every_n_steps=10))
         bus.attach(CheckpointSink(ckpt, every_n_steps=eval_every, keep=3))
         # The evaluation loss flattens near 0.02 (the label noise): improvements under 0.001 are noise.
@@ -143,7 +146,7 @@ def demo(logdir: Path, *, steps: int, eval_every: int, patience: int, delay: flo
             bus.attach(ReduceLROnPlateauSink(monitor="eval/loss", factor=0.5, patience=reduce_lr, min_delta=1e-3))
         bus.attach(NanGuardSink("loss"))
         bus.attach(StopAtStepSink(last_step=steps))
-        bus.attach(EventLogSink(str(logdir / "events.jsonl")))  # what `hookbus replay` reads
+        bus.attach(EventLogSink(str(logdir / "events.jsonl"), hparams=hparams))  # what `hookbus replay` reads
         train = hookbus.EventBusHook(
             bus,
             fetches={"loss": model.loss, "accuracy": "accuracy:0"},

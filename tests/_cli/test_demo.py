@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from _pty import run_in_pty
 
+import hookbus
+
 pytestmark = pytest.mark.subprocess
 
 # The console script is a thin entry point to hookbus._cli._cli:main; run it the same way.
@@ -99,6 +101,9 @@ def test_plain_output_says_what_happens_and_a_second_run_resumes(tmp_path: Path)
     assert "eval at step 200" in "\n".join(lines)
     assert not [line for line in lines if "resumed" in line]  # the evaluation rounds resume nothing
     assert any(line.startswith("  sinks: 8 ok | ") and "CSVSink 42 rows" in line for line in lines)  # 40 + 2 eval
+    # Its options are the run's hyper-parameters: a sweep of demos differs by them (hookbus watch DIR).
+    begin = next(r for r in hookbus.read_event_log(logdir / "events.jsonl") if r["record"] == "begin")
+    assert begin["hparams"] == {"steps": 400, "eval_every": 200, "patience": 3, "reduce_lr": 0}
     # The demo records its event log, and `hookbus replay` rebuilds the CSV from it as written live.
     replayed = tmp_path / "replayed" / "metrics.csv"
     rebuilt = subprocess.run(
