@@ -131,7 +131,8 @@ def hookbus_hook(
         schedule = {"every_n_steps": 1}
     # plain_every_n_secs=0: a line each time it is due, the work LoggingTensorHook does.
     bus.attach(ConsoleSink(console, live=False, plain_every_n_secs=0, **schedule))
-    bus.attach(TensorBoardSink(os.path.join(directory, "tb"), every_n_steps=steps(cadence["tb"])))
+    # throughput=False: steps/sec alone, the scalars SummarySaverHook and StepCounterHook write
+    bus.attach(TensorBoardSink(os.path.join(directory, "tb"), every_n_steps=steps(cadence["tb"]), throughput=False))
     bus.attach(CSVSink(os.path.join(directory, "metrics.csv"), every_n_steps=steps(cadence["csv"])))
     bus.attach(CheckpointSink(os.path.join(directory, "ckpt"), every_n_steps=steps(cadence["ckpt"]), every_n_secs=None))
     bus.attach(NanGuardSink("loss", every_n_steps=steps(cadence["nan"])))

@@ -129,7 +129,8 @@ def hookbus_callback(directory: str, steps: int, sink_file: Any, stack: contextl
     """The EventBusCallback and its sinks; ``steps`` per epoch."""
     bus = hookbus.EventBus()
     bus.attach(ConsoleSink(Console(file=sink_file, force_terminal=False, width=120), live=False))
-    bus.attach(TensorBoardSink(os.path.join(directory, "tb"), every_n_steps=TB_EVERY))
+    # throughput=False: steps/sec alone beside the values, the scalars Keras's TensorBoard writes
+    bus.attach(TensorBoardSink(os.path.join(directory, "tb"), every_n_steps=TB_EVERY, throughput=False))
     bus.attach(CSVSink(os.path.join(directory, "epochs.csv"), epochs=True))
     bus.attach(EarlyStoppingSink(monitor="loss", patience=PATIENCE, every_n_steps=steps))
     bus.attach(CheckpointSink(os.path.join(directory, "ckpt"), every_n_steps=steps, every_n_secs=None))
