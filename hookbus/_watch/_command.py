@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import cast
 
 from rich.console import Console, RenderableType
+from rich.live import Live
+from rich.text import Text
 
 from hookbus._contract._sink import Sink
 from hookbus._rules._validate import seconds
@@ -256,15 +258,22 @@ def _first_logs(path: Path, console: Console, interval: float) -> None:
     """Until the directory ``path`` holds a log of its own or a run under it: watched before its
     training started (a sweep launched a moment ago, or not yet), it is a run or a directory of
     runs by what appears first."""
-    if any(path.glob("*.jsonl")) or (path.is_dir() and find_runs(path)):
+
+    def found() -> bool:
+        return any(path.glob("*.jsonl")) or (path.is_dir() and bool(find_runs(path)))
+
+    if found():
         return
-    console.print(
-        f"waiting for {path} (no event log there yet: a run's own, or one in a run under it)",
-        highlight=False,
-        soft_wrap=True,
-    )
-    while not (any(path.glob("*.jsonl")) or (path.is_dir() and find_runs(path))):
-        time.sleep(interval)
+    said = f"waiting for {path} (no event log there yet: a run's own, or one in a run under it)"
+    if not wants_live(console):  # a line, as the views off a terminal say what they wait for
+        console.print(said, highlight=False, soft_wrap=True)
+        while not found():
+            time.sleep(interval)
+        return
+    # In a terminal the line goes once a log is there: the view that follows has the whole screen.
+    with Live(Text(said, no_wrap=True, overflow="ellipsis"), console=console, transient=True, auto_refresh=False):
+        while not found():
+            time.sleep(interval)
 
 
 def _watch(args: argparse.Namespace, console: Console, alerter: Alerter | None) -> int:

@@ -21,6 +21,9 @@ from hookbus._cli._cli import main
 require_mlflow()
 
 ROOT = Path(__file__).resolve().parents[3]
+# Experiments of this module's own: the MLflow server is shared by the tests of one worker, and
+# another module's experiment of the same name (a "killed" one) would add its runs to these.
+SWEEP, KILLED, WITH_TF1 = "replay-runs-sweep", "replay-runs-killed", "replay-runs-with-tf1"
 
 
 def uploaded(client: Any, experiment: str) -> dict[str, dict[str, Any]]:
@@ -70,18 +73,21 @@ def test_a_directory_of_runs_ships_one_mlflow_run_per_run_each_point_once(
     monkeypatch.chdir(tmp_path)
     client = mlflow_server.client()
     runs = sweep(tmp_path)
-    argv = ["replay", str(runs), "--mlflow", mlflow_server.uri, "--mlflow-experiment", "sweep"]
+    argv = ["replay", str(runs), "--mlflow", mlflow_server.uri, "--mlflow-experiment", SWEEP]
     for upload in (1, 2):
         assert main(argv) == 0, upload
         printed = capsys.readouterr().out
         assert f"replayed {len(RUNS)} runs of {runs}" in printed, printed
-        shipped = uploaded(client, "sweep")
+        shipped = uploaded(client, SWEEP)
         assert_each_point_once(runs, shipped)
     # Each run as its own log's upload ships it (wall times as timestamps, steps/sec included).
     for name in RUNS:
-        alone = ["replay", str(chief_log(runs, name)), "--mlflow", mlflow_server.uri, "--mlflow-experiment", name]
+        alone = [
+            *("replay", str(chief_log(runs, name)), "--mlflow", mlflow_server.uri),
+            *("--mlflow-experiment", f"replay-runs-{name}"),
+        ]
         assert main([*alone, "--mlflow-run-name", name]) == 0
-        assert uploaded(client, name) == {name: shipped[name]}, name
+        assert uploaded(client, f"replay-runs-{name}") == {name: shipped[name]}, name
     assert not (tmp_path / "mlruns").exists()  # the uploads' spools lived in a temporary directory
 
 
@@ -106,8 +112,8 @@ def test_a_replay_killed_after_its_first_run_shipped_then_run_again_ships_each_p
     monkeypatch.chdir(tmp_path)
     client = mlflow_server.client()
     runs = sweep(tmp_path)
-    shipped_half(runs, "lr-0.3", tmp_path, mlflow_server.uri, "killed")  # a run the tracker holds in part
-    argv = ["replay", str(runs), "--mlflow", mlflow_server.uri, "--mlflow-experiment", "killed"]
+    shipped_half(runs, "lr-0.3", tmp_path, mlflow_server.uri, KILLED)  # a run the tracker holds in part
+    argv = ["replay", str(runs), "--mlflow", mlflow_server.uri, "--mlflow-experiment", KILLED]
     spools = tmp_path / "spools"  # the killed process's temporary spools, kept out of the machine's /tmp
     spools.mkdir()
     env = {**os.environ, "TMPDIR": str(spools), "PYTHONPATH": str(ROOT)}
@@ -125,12 +131,12 @@ def test_a_replay_killed_after_its_first_run_shipped_then_run_again_ships_each_p
     assert said, err
     assert said[-1].startswith("cluster: MLflow run "), (said, err)
     assert not any(line.startswith("replayed ") for line in said)
-    before = uploaded(client, "killed")
+    before = uploaded(client, KILLED)
     assert before["cluster"]["status"] == "FINISHED"
     assert [step for step, _, _ in before["lr-0.3"]["metrics"]["loss"]] == list(range(1, 16))
     assert main(argv) == 0
     assert f"replayed {len(RUNS)} runs of {runs}" in capsys.readouterr().out
-    after = uploaded(client, "killed")
+    after = uploaded(client, KILLED)
     cut = {name: (run["status"], len(run["metrics"].get("loss", []))) for name, run in before.items()}
     assert_each_point_once(runs, after)  # lr-0.3 continued, not a second run: each run's name once
     assert after["cluster"] == before["cluster"], cut  # the run shipped before the kill: nothing added
@@ -166,12 +172,12 @@ def test_a_real_tf1_training_among_the_runs_ships_as_its_log_holds(
     tf1_training(runs / "tf1")
     log = points(runs / "tf1" / "events.jsonl")
     assert [step for step, _ in log["loss"]] == list(range(1, LAST + 1))
-    argv = ["replay", str(runs), "--mlflow", mlflow_server.uri, "--mlflow-experiment", "with-tf1"]
+    argv = ["replay", str(runs), "--mlflow", mlflow_server.uri, "--mlflow-experiment", WITH_TF1]
     first = None
     for upload in (1, 2):
         assert main(argv) == 0, upload
         assert f"replayed {len(RUNS) + 1} runs of {runs}" in capsys.readouterr().out
-        shipped = uploaded(client, "with-tf1")
+        shipped = uploaded(client, WITH_TF1)
         assert sorted(shipped) == sorted([*RUNS, "tf1"])
         tf1 = shipped["tf1"]
         assert tf1["params"] == {"lr": "0.05", "optimizer": "sgd", "workers": "1"}
