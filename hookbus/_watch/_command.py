@@ -259,8 +259,8 @@ def _first_logs(path: Path, console: Console, interval: float) -> None:
     training started (a sweep launched a moment ago, or not yet), it is a run or a directory of
     runs by what appears first."""
 
-    def found() -> bool:
-        return any(path.glob("*.jsonl")) or (path.is_dir() and bool(find_runs(path)))
+    def found() -> bool:  # a log of its own (path the one run), or runs under it
+        return bool(find_runs(path))
 
     if found():
         return
