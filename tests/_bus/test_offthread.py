@@ -213,13 +213,14 @@ def test_isolated_errors_are_counted_reported_and_the_function_goes_on(caplog: p
     bus.on("subscriber_error", reports.append, name="watcher")
     pub = ScriptedPublisher(bus, ["loss"])
     with caplog.at_level(logging.ERROR, logger="hookbus"), bus:
-        # Step 4 waits until the thread has handled step 3 (and failed at 2): its call reports it.
-        pub.run(_written(bus, "notify", 3) if s == 4 else {"loss": 1.0} for s in range(1, 7))
+        # Step 3 waits until the thread has handled step 2 (and failed): its call reports it. Without
+        # that barrier the report would fall on step 3's or step 4's call, as the machine's pace has it.
+        pub.run(_written(bus, "notify", 2) if s == 3 else {"loss": 1.0} for s in range(1, 7))
     assert seen == [1, 2, 3, 4, 5, 6]  # every event, also after the errors
     notify = bus.stats()["notify"]
     assert (notify.errors, notify.disabled, notify.failed) == (2, False, True)
     assert [(r.subscriber, r.signal, r.step, str(r.error)) for r in reports] == [
-        ("notify", "after_run", 4, "webhook refused step 2"),  # reported on the training thread at its next call
+        ("notify", "after_run", 3, "webhook refused step 2"),  # reported on the training thread at its next call
         ("notify", "close", 6, "webhook refused step 6"),  # raised after its last call: reported at close
     ]
     assert "raised on the own thread of subscriber 'notify' while handling the event of step 2" in (
@@ -234,14 +235,14 @@ def test_raise_ends_training_at_the_next_call_with_the_functions_own_error() -> 
     bus.on("after_run", _failing_at({3}, seen), name="notify", background=True)  # on_error="raise"
     pub = ScriptedPublisher(bus, ["loss"])
     with pytest.raises(ConnectionError, match="webhook refused step 3") as raised, bus:
-        pub.run(_written(bus, "notify", 3) if s == 5 else {"loss": 1.0} for s in range(1, 11))
-    assert bus.step == 5  # the step whose call found the error: training ended there
+        pub.run(_written(bus, "notify", 3) if s == 4 else {"loss": 1.0} for s in range(1, 11))
+    assert bus.step == 4  # the step whose call found the error: training ended there
     assert seen == [1, 2, 3]  # not called again after its error
     assert "while handling the event of step 3" in raised.value.__notes__[0]
     notify = bus.stats()["notify"]
     assert notify.errors == 1
     assert notify.writer is not None
-    assert notify.writer.lost == 2
+    assert notify.writer.lost == 1  # step 4's event, handed over by the call that raised
 
 
 def test_raise_after_the_last_call_is_raised_by_the_close() -> None:
@@ -258,28 +259,34 @@ def test_disable_stops_calling_the_function_after_its_error() -> None:
     bus.on("after_run", _failing_at({2}, seen), name="notify", background=True, on_error="disable")
     with bus:
         ScriptedPublisher(bus, ["loss"]).run(
-            _written(bus, "notify", 2) if s == 4 else {"loss": 1.0} for s in range(1, 9)
+            _written(bus, "notify", 2) if s == 3 else {"loss": 1.0} for s in range(1, 9)
         )
     notify = bus.stats()["notify"]
     assert seen == [1, 2]
-    assert (notify.errors, notify.disabled, notify.step_calls) == (1, True, 4)  # disabled at step 4's call
+    assert (notify.errors, notify.disabled, notify.step_calls) == (1, True, 3)  # disabled at step 3's call
     assert notify.writer is not None
-    assert (notify.writer.written, notify.writer.lost) == (2, 2)
+    assert (notify.writer.written, notify.writer.lost) == (2, 1)  # step 3's event was passed over
 
 
 def test_a_stop_requested_on_the_thread_is_acted_on_by_the_training_thread() -> None:
     bus = hookbus.EventBus()
     stops: list[tuple[int, str]] = []
+    asked = threading.Event()  # set once step 2 has run: the stop cannot be seen before step 3
 
     def notify(event: Event) -> None:
         if event.step == 2:
+            assert asked.wait(_WAIT)
             event.request_stop("the on-call engineer said stop")
+
+    def step_3(step: int) -> dict[str, float]:
+        asked.set()
+        return _written(bus, "notify", 2)(step)
 
     bus.on("after_run", notify, name="notify", background=True)
     bus.on("stop_requested", lambda stop: stops.append((threading.get_ident(), stop.source)), name="seen")
     pub = ScriptedPublisher(bus, ["loss"])
     with bus:
-        pub.run(_written(bus, "notify", 2) if s == 3 else {"loss": 1.0} for s in range(1, 11))
+        pub.run(step_3 if s == 3 else {"loss": 1.0} for s in range(1, 11))
     assert pub.step == 3  # recorded on the thread; the training thread stopped at its next step
     assert bus.stop_reason == "the on-call engineer said stop"
     assert [who for who, _ in stops] == [threading.get_ident()]  # published on the training thread
