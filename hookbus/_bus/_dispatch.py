@@ -43,6 +43,9 @@ class Dispatcher:
         depth: Nesting of dispatches in progress (0: none).
         current: The subscriber being called, if any.
         due_steps: ``after_run`` events published in this run (what ``bus.stats()`` divides by).
+        step_began: When the last ``after_run`` dispatch began (:func:`time.perf_counter`).
+        step_ended: When its last subscriber returned: with :attr:`step_began`, the readings a
+            publisher's :class:`~hookbus.publisher_api.Throughput` takes instead of its own.
     """
 
     def __init__(
@@ -65,6 +68,7 @@ class Dispatcher:
         self.depth = 0
         self.current: Subscriber | None = None
         self.due_steps = 0
+        self.step_began = self.step_ended = 0.0
         self._deferred: list[Callable[[], None]] = []
 
     def current_name(self) -> str | None:
@@ -94,7 +98,7 @@ class Dispatcher:
         self.depth += 1
         # Timed only here, on dispatches: a quiet step never reaches this loop. One clock read
         # per call: each handler's time runs from the previous reading to the one after it.
-        clock = perf_counter()
+        began = clock = perf_counter()
         try:
             for record in targets:
                 handler = record.handlers.get(signal)
@@ -119,6 +123,8 @@ class Dispatcher:
                         usage.other_seconds += spent
                     if spent > usage.max_seconds:
                         usage.max_seconds = spent
+            if step_signal:  # the step's subscribers, start to end: the publisher's time outside
+                self.step_began, self.step_ended = began, clock
             raw = self._signals[signal]
             if raw.receivers:
                 raw.send(self._sender, event=payload)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from operator import attrgetter
 from types import MappingProxyType
@@ -116,7 +117,7 @@ class PublisherCore:
         #: where it knows the batch size, and, where it sees a framework step begin, ``throughput.sees_start``
         #: and calls ``throughput.step_starts()`` at a step's start while ``throughput.gap_open``. The core
         #: measures the rest on due steps, and each due step's event carries the figures.
-        self.throughput = Throughput(bus.clock)
+        self.throughput = Throughput(None if bus.clock is time.monotonic else bus.clock)
         port.keys.register(self)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -467,7 +468,8 @@ class PublisherCore:
         throughput = self.throughput
         examples, outside = throughput.due(step)
         self._publish_values(step, raw, due, final=False, examples=examples, outside=outside)
-        throughput.dispatched()
+        dispatcher = self._dispatcher  # its readings of the dispatch's start and end, no more clock reads
+        throughput.dispatched(dispatcher.step_began, dispatcher.step_ended)
 
     def final_plan(self, step: int) -> Plan | None:
         """What the ``at_end`` subscribers still owed a final event at ``step`` need, or ``None``."""

@@ -7,10 +7,11 @@ A :class:`Throughput` belongs to one training publisher's core. It measures noth
   the steps, a short last batch counted by what the framework knows of it; see each publisher). It
   is called on due steps only, and its count rides on the step's event (``Event.examples``).
 - **Time outside the step** is measured on a sampled subset of steps: each due step and the step
-  after it. A due step's end (before its subscribers run) and its subscribers' end are read from
-  the clock, on the due step where the core reads it for the event anyway (two reads more: about
-  0.6 us a due step, bench/README.md); a publisher that sees the framework's
-  step begin (the TF1 hook's ``before_run``, Keras's ``on_train_batch_begin``) reads it once more at
+  after it. A due step's subscribers' start and end are the readings the dispatcher takes anyway to
+  time each call (no clock read of its own on a due step; the values' conversion just before the
+  dispatch, a microsecond or two, counts as the step's), or, on a bus that runs on a clock of its
+  own (``EventBus(clock=...)``, a test's), two readings of that clock; a publisher that sees the framework's
+  step begin (the TF1 hook's ``before_run``, Keras's ``on_train_batch_begin``) reads the clock once at
   the start of the next step, while :attr:`gap_open` says a gap is being measured. That gap is the
   time outside after a due step (its subscribers and the loop around the step); the gap less the
   subscribers' time is a sample of the loop's own time between two steps, which stands for each
@@ -25,6 +26,7 @@ A :class:`Throughput` belongs to one training publisher's core. It measures noth
 from __future__ import annotations
 
 from collections.abc import Callable
+from time import perf_counter
 
 __all__ = ["ExampleCounter", "Throughput"]
 
@@ -39,7 +41,10 @@ class Throughput:
     """One training publisher's examples and time outside its steps (see the module).
 
     Args:
-        clock: The monotonic clock the bus reads (``EventBus(clock=...)``).
+        clock: ``None`` (a bus on its default clock): measure on :func:`time.perf_counter`, with the
+            dispatcher's readings of each due step's subscribers (:meth:`dispatched`'s arguments).
+            A clock (a bus's ``EventBus(clock=...)``): read it around the subscribers instead,
+            since the dispatcher's readings are not on it.
 
     Attributes:
         counter: The publisher's example counter, or ``None``: examples not known.
@@ -58,6 +63,7 @@ class Throughput:
         "_gap",
         "_last_due",
         "_loop",
+        "_reads",
         "clock",
         "counter",
         "gap_open",
@@ -67,8 +73,9 @@ class Throughput:
         "sees_start",
     )
 
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self.clock = clock
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+        self._reads = clock is not None  # the dispatcher's readings are on another clock
+        self.clock: Callable[[], float] = perf_counter if clock is None else clock
         self.counter: ExampleCounter | None = None
         self.sees_start = False
         self.recorded: tuple[int | None, float | None] | None = None
@@ -80,7 +87,7 @@ class Throughput:
         self.outside = 0.0
         self.gap_open = False
         self._last_due: int | None = None  # the last due step (None: none yet in this session)
-        self._ended = 0.0  # when that step's framework step ended (its subscribers began)
+        self._ended = 0.0  # when that step's subscribers began (its framework step had ended)
         self._dispatch = 0.0  # how long its subscribers took
         self._gap: float | None = None  # the time outside after it, once the next step began
         self._loop: float | None = None  # the loop's own time between two steps (moving average)
@@ -97,24 +104,30 @@ class Throughput:
     def due(self, step: int) -> tuple[int | None, float | None]:
         """A due step's framework step ended at ``step``, before its subscribers run: its examples
         (the counter's) and the seconds outside the steps up to its start."""
-        if self.recorded is not None:
-            return self.recorded
-        now = self.clock()
-        last = self._last_due
+        recorded = self.recorded
+        if recorded is not None:
+            return recorded
+        last, self._last_due = self._last_due, step
         if last is not None and step > last:
-            loop = self._loop or 0.0
-            gap = self._gap
+            loop, gap = self._loop, self._gap
             if gap is None:  # the next step's start was not seen: its subscribers, and the loop's estimate
-                gap = self._dispatch + loop
-            self.outside += gap + (step - last - 1) * loop
-        self._last_due, self._ended, self._gap = step, now, None
+                gap = self._dispatch if loop is None else self._dispatch + loop
+            self.outside += gap if loop is None or step == last + 1 else gap + (step - last - 1) * loop
+        self._gap = None
         self.gap_open = False
+        if self._reads:
+            self._ended = self.clock()
         counter = self.counter
         return (None if counter is None else counter(step)), self.outside
 
-    def dispatched(self) -> None:
-        """The due step's subscribers returned: their time is known; the gap after it opens."""
+    def dispatched(self, began: float, ended: float) -> None:
+        """The due step's subscribers, which began at ``began`` and returned at ``ended`` (the
+        dispatcher's :func:`time.perf_counter` readings), have run: their time is known; the gap
+        after them opens."""
         if self.recorded is not None:
             return
-        self._dispatch = self.clock() - self._ended
+        if self._reads:
+            self._dispatch = self.clock() - self._ended
+        else:
+            self._ended, self._dispatch = began, ended - began
         self.gap_open = self.sees_start
