@@ -341,13 +341,14 @@ class EventBusHook:
     def _count_examples(self, step: int) -> int | None:
         """The examples this hook trained since its session began, through ``step``: the batch size times
         the steps since the resume point (under parameter servers, where the other workers move the step
-        too, times this worker's own runs)."""
+        too, times this worker's own runs, each ``steps_per_run`` batches as declared, else one: the
+        increment the hook learns from the shared step counts the other workers' runs too)."""
         batch = self._batch
         if batch is None:
             return None
         stop = self._shared_stop
         if stop is not None:
-            return stop.local_step * batch * (self._estimate.per_run or 1)
+            return stop.local_step * batch * (self._estimate.declared or 1)
         return max(0, step - self._throughput.origin) * batch
 
     def _live_session(self) -> Any:

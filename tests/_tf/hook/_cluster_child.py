@@ -21,6 +21,8 @@ from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+BATCH = 8  # the batch size each worker declares: its examples are its own runs times it
+
 
 def main(config: dict[str, Any]) -> None:
     # If the test is about to kill a hung worker, say where it hung.
@@ -84,14 +86,21 @@ def main(config: dict[str, Any]) -> None:
 
     @bus.on("after_run")
     def record(event: Any) -> None:
-        seen.update(task=[event.task_type, event.task_index], step=event.step, local_step=event.local_step)
+        seen.update(
+            task=[event.task_type, event.task_index],
+            step=event.step,
+            local_step=event.local_step,
+            examples=event.examples,
+        )
 
     @bus.on("stop_requested")
     def stopped(request: Any) -> None:
         seen.setdefault("stop_source", request.source)
         seen.setdefault("stop_local_step", bus.local_step)
 
-    hook = hookbus.EventBusHook(bus, {"loss": loss + poison, "flat": flat}, train_op=train_op, learning_rate=rate)
+    hook = hookbus.EventBusHook(
+        bus, {"loss": loss + poison, "flat": flat}, train_op=train_op, learning_rate=rate, batch_size=BATCH
+    )
     session_config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{index}"])
     ready = out / "chief-ready"
     if not is_chief:

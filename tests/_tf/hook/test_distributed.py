@@ -146,6 +146,10 @@ def test_only_the_chief_writes_and_stop_at_step_on_the_chief_stops_both(clusters
     assert other["stop_reason"].startswith("worker-0: reached step")
     assert (chief["task"], other["task"]) == (["worker", 0], ["worker", 1])
     assert other["local_step"] <= other["step"]  # its own steps, and the shared global step
+    # Examples count each worker's own runs (the other worker moves the shared step too): issue 48 item 3.
+    for worker in (chief, other):
+        assert worker["examples"] == worker["local_step"] * 8, worker
+    assert chief["examples"] < chief["step"] * 8  # not the shared step's count
     # Chief-only sinks: files under w0 only.
     assert (out / "w0" / "metrics.csv").exists()
     assert list((out / "w0" / "tb" / "train").glob("events.out.tfevents.*"))
