@@ -115,46 +115,53 @@ class BusPort:
         mode: str = "train",
         values: Mapping[str, Any] = _EMPTY,
         final: bool = False,
-        examples: int | None = None,
-        outside_secs: float | None = None,
         **fields: Any,
     ) -> Event:
         """An :class:`Event` stamped with the bus's clocks (and the task, in multi-worker training)."""
         task = self.roster.task
         wall_time, elapsed = self._wall_clock(), self.state.elapsed(self._clock())
-        if task is None and not fields:  # a due step's: every field by position, no keywords packed (-0.3 us)
+        if task is None and not fields:  # a due step's before_run: no keywords packed
             stop = self._stop_at
             return Event(
-                signal,
-                step,
-                mode,
-                values,
-                wall_time,
-                elapsed,
-                False,
-                False,
-                final,
-                None,
-                None,
-                None,
-                examples,
-                outside_secs,
-                stop,
+                signal, step, mode, values, wall_time, elapsed, False, False, final, None, None, None, None, None, stop
             )
         if task is not None:
             fields.update(task_type=task.type, task_index=task.index, local_step=self.state.local_step)
+        return Event(signal, step, mode, values, wall_time, elapsed, final=final, _stop=self._stop_at, **fields)
+
+    def step_event(
+        self,
+        step: int,
+        mode: str,
+        values: Mapping[str, Any],
+        final: bool,
+        examples: int | None,
+        outside_secs: float | None,
+    ) -> Event:
+        """A training step's ``after_run`` :class:`Event`, as :meth:`event` stamps it: the due step's
+        path, every argument and field by position (keywords cost a due step about 0.3 us)."""
+        task = self.roster.task
+        wall_time, elapsed = self._wall_clock(), self.state.elapsed(self._clock())
+        if task is None:
+            task_type = task_index = local_step = None
+        else:
+            task_type, task_index, local_step = task.type, task.index, self.state.local_step
         return Event(
-            signal,
+            "after_run",
             step,
             mode,
             values,
             wall_time,
             elapsed,
-            final=final,
-            examples=examples,
-            outside_secs=outside_secs,
-            _stop=self._stop_at,
-            **fields,
+            False,
+            False,
+            final,
+            task_type,
+            task_index,
+            local_step,
+            examples,
+            outside_secs,
+            self._stop_at,
         )
 
     def _stop_at(self, reason: str, step: int) -> None:

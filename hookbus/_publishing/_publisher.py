@@ -467,7 +467,7 @@ class PublisherCore:
             return
         throughput = self.throughput
         examples, outside = throughput.due(step)
-        self._publish_values(step, raw, due, final=False, examples=examples, outside=outside)
+        self._publish_values(step, raw, due, False, examples, outside)
         dispatcher = self._dispatcher  # its readings of the dispatch's start and end, no more clock reads
         throughput.dispatched(dispatcher.step_began, dispatcher.step_ended)
 
@@ -496,14 +496,13 @@ class PublisherCore:
         now = self.bus.clock()
         for record in plan._due:
             record.timer.fire(plan.step, now)
-        self._publish_values(plan.step if step is None else step, raw, plan._due, final=True)
+        self._publish_values(plan.step if step is None else step, raw, plan._due, True)
 
     def _publish_values(
         self,
         step: int,
         raw: Mapping[str, Any],
         due: list[Subscriber],
-        *,
         final: bool,
         examples: int | None = None,
         outside: float | None = None,
@@ -519,15 +518,7 @@ class PublisherCore:
         observers = self._planner.observers
         if observers and targets:  # they see what the due subscribers were sent, in dispatch order
             targets = sorted([*targets, *observers], key=_dispatch_order)
-        event = self._port.event(
-            "after_run",
-            step=step,
-            mode=self.mode,
-            values=MappingProxyType(values),
-            final=final,
-            examples=examples,
-            outside_secs=outside,
-        )
+        event = self._port.step_event(step, self.mode, MappingProxyType(values), final, examples, outside)
         self._dispatcher.publish("after_run", event, targets)
 
     # -- evaluation and epochs (:mod:`hookbus._publishing._unscheduled`) -------------------------------------
