@@ -113,7 +113,7 @@ def demo(logdir: Path, *, steps: int, eval_every: int, patience: int, delay: flo
         tf = require_tensorflow("hookbus demo")
 
     import hookbus
-    from hookbus._cli._demo import build_demo_regression
+    from hookbus._cli._demo import DEMO_BATCH, build_demo_regression
     from hookbus.sinks import (
         CheckpointSink,
         ConsoleSink,
@@ -152,6 +152,7 @@ def demo(logdir: Path, *, steps: int, eval_every: int, patience: int, delay: flo
             fetches={"loss": model.loss, "accuracy": "accuracy:0"},
             train_op=model.train_op,
             learning_rate=model.learning_rate,
+            batch_size=DEMO_BATCH,  # drawn anew each step, not from an input pipeline whose shape says it
         )
         evaluate = hookbus.EventBusHook(
             bus, fetches={"loss": model.eval_loss, "accuracy": model.eval_accuracy}, mode="eval"

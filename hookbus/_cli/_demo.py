@@ -102,6 +102,10 @@ def build_linear_regression(
     return LinearRegression(global_step, loss, accuracy, train_op, eval_loss, eval_accuracy, weights, bias, rate)
 
 
+#: The demo's training batch: what its hook declares (``batch_size=``), so its views show examples/s.
+DEMO_BATCH = 32
+
+
 def build_demo_regression(*, seed: int = 0, rate_variable: bool = False) -> LinearRegression:
     """The demo's problem: the seed's regression, ill-conditioned so learning shows for the whole run.
 
@@ -114,6 +118,7 @@ def build_demo_regression(*, seed: int = 0, rate_variable: bool = False) -> Line
 
     return build_linear_regression(
         features=6,
+        batch_size=DEMO_BATCH,
         learning_rate=0.2,
         noise=0.15,
         seed=seed,
