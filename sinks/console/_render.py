@@ -112,7 +112,9 @@ class Snapshot:
     ``elapsed`` and ``rate`` are measured at ``taken_at`` (the sink's clock); while ``running``,
     the drawing adds the time since then to ``elapsed``. ``rate`` is recent (a moving average
     over a few seconds, shown "recent" while running); ``average`` is the run's (the steps its
-    train sessions trained over ``elapsed``), shown once the run is over and in the summary.
+    train sessions trained over ``elapsed``), shown once the run is over and in the summary, as are
+    ``average_examples`` (its examples per second) and ``average_outside`` (its seconds outside the
+    steps per step trained) in place of the recent ``examples_rate`` and ``outside``.
     """
 
     run_name: str
@@ -127,6 +129,8 @@ class Snapshot:
     examples_rate: float | None = None  # recent examples per second, where the publisher counts examples
     outside: float | None = None  # recent seconds per step the training thread spent outside the steps
     average: float | None = None
+    average_examples: float | None = None
+    average_outside: float | None = None
     elapsed: float = 0.0
     taken_at: float = 0.0
     train: tuple[MetricRow, ...] = ()
@@ -199,13 +203,15 @@ def format_rate(rate: float | None) -> str:
 
 
 def throughput_parts(snap: Snapshot) -> list[str]:
-    """``1,234 examples/s`` and ``outside 12.3 ms/step``, the recent figures a snapshot has (while running)."""
+    """``1,234 examples/s`` and ``outside 12.3 ms/step``, where the snapshot has them: the recent figures
+    while running, the run's averages once it is over (beside the average steps/s)."""
     parts = []
-    if snap.running and snap.examples_rate is not None:
-        rate = snap.examples_rate
+    rate = snap.examples_rate if snap.running else snap.average_examples
+    if rate is not None:
         parts.append(f"{rate:,.0f} examples/s" if rate >= 100 else f"{rate:.1f} examples/s")
-    if snap.running and snap.outside is not None:
-        parts.append(f"outside {snap.outside * 1000:.1f} ms/step")
+    outside = snap.outside if snap.running else snap.average_outside
+    if outside is not None:
+        parts.append(f"outside {outside * 1000:.1f} ms/step")
     return parts
 
 
@@ -401,7 +407,8 @@ def plain_line(snap: Snapshot) -> str:
     if snap.train:
         parts.append(_pairs(snap.train))
     parts.append(f"recent {format_rate(snap.rate)} steps/s")
-    parts.extend(throughput_parts(snap))
+    if snap.running:  # the recent figures beside the recent rate (the summary has the run's averages)
+        parts.extend(throughput_parts(snap))
     if snap.eta is not None:
         parts.append(f"ETA {format_duration(snap.eta)}")
     return " | ".join(parts)
@@ -418,7 +425,7 @@ def plain_summary(snap: Snapshot) -> list[str]:
     epoch = "" if snap.epoch is None else f" ({_epoch(snap)})"
     lines = [
         f"{snap.run_name}: {snap.phase} at step {snap.step}{epoch} after {format_duration(snap.elapsed)}"
-        f" ({format_rate(snap.average)} steps/s)"
+        f" ({', '.join([f'{format_rate(snap.average)} steps/s', *throughput_parts(snap)])})"
     ]
     for rows, best in ((snap.train, "best seen"), (snap.evals, "best")):
         for row in rows:

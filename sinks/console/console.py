@@ -184,6 +184,10 @@ class ConsoleSink(Sink):
         self._last_rate_point: tuple[int, float, int | None, float | None] | None = None
         self._trained = 0  # steps trained in this run's earlier sessions (for the run's average)
         self._session_start: int | None = None  # the step the current train session began at
+        # Examples and seconds outside the steps, per step over the spans the events counted (the
+        # run's averages; each event counts from its session's start)
+        self._examples_tally = _Tally()
+        self._outside_tally = _Tally()
         self._train: dict[str, MetricTracker] = {}
         self._evals: dict[str, MetricTracker] = {}
         self._eval_step: int | None = None
@@ -247,6 +251,8 @@ class ConsoleSink(Sink):
             examples_rate=self._examples_rate,
             outside=self._outside,
             average=self._average(now),
+            average_examples=self._average_examples(now),
+            average_outside=self._outside_tally.per_step(self._session_start),
             elapsed=now - self._start,
             taken_at=now,
             train=tuple(m.row() for m in self._train.values()),
@@ -288,12 +294,32 @@ class ConsoleSink(Sink):
         elapsed = now - self._start
         if self._session_start is None or elapsed <= 0:
             return None
-        return (self._trained + max(0, self._step - self._session_start)) / elapsed
+        return self._steps_trained() / elapsed
+
+    def _steps_trained(self) -> int:
+        """The steps the run's train sessions trained (its earlier sessions' and the current one's)."""
+        if self._session_start is None:
+            return 0
+        return self._trained + max(0, self._step - self._session_start)
+
+    def _average_examples(self, now: float) -> float | None:
+        """The run's examples per second, where its publisher counts examples: the examples per step its
+        events counted, times the steps its train sessions trained, over the run's elapsed time (as
+        :meth:`_average` for steps; the dashboard may not be due at a session's last step)."""
+        elapsed = now - self._start
+        per_step = self._examples_tally.per_step(self._session_start)
+        if elapsed <= 0 or per_step is None:
+            return None
+        return per_step * self._steps_trained() / elapsed
 
     def _measure_rate(self, event: Event) -> None:
         """Steps, examples (where the publisher counts them) per second, and the time outside the steps per
         step, over the span since the last train event: moving averages over about ``_RATE_SECS``."""
         now, step, examples, outside = self.clock(), event.step, event.examples, event.outside_secs
+        if examples is not None:
+            self._examples_tally.seen(examples, step)
+        if outside is not None:
+            self._outside_tally.seen(outside, step)
         if self._last_rate_point is not None:
             last_step, last_time, last_examples, last_outside = self._last_rate_point
             dt = now - last_time
@@ -328,6 +354,8 @@ class ConsoleSink(Sink):
         self._sessions += 1
         if self._session_start is not None:  # what the session before this one trained
             self._trained += max(0, self._step - self._session_start)
+            self._examples_tally.session_ended(self._session_start)
+            self._outside_tally.session_ended(self._session_start)
         self._session_start = event.step
         self._activity = None
         self._last_rate_point, self._rate = None, None  # a resume point: the rate starts anew
@@ -474,6 +502,36 @@ class ConsoleSink(Sink):
 
 def _stop_line(stop: StopRequest) -> str:
     return f"stop at step {stop.step:,}: {stop.reason} ({stop.source})"
+
+
+class _Tally:
+    """A running total that each event gives since its session began (examples trained, seconds outside
+    the steps), summed over a run's sessions with the steps it covers: per step over what was counted."""
+
+    __slots__ = ("_last", "_last_step", "_steps", "_total")
+
+    def __init__(self) -> None:
+        self._total, self._steps = 0.0, 0  # the ended sessions'
+        self._last: float | None = None  # the current session's last total, and the step it was given at
+        self._last_step = 0
+
+    def seen(self, total: float, step: int) -> None:
+        self._last, self._last_step = total, step
+
+    def session_ended(self, start: int) -> None:
+        """The session that began at ``start`` ended: its last total counts, over the steps it covered."""
+        if self._last is not None and self._last_step > start:
+            self._total += self._last
+            self._steps += self._last_step - start
+        self._last = None
+
+    def per_step(self, start: int | None) -> float | None:
+        """Per step over every session's counted steps (the current one began at ``start``); ``None``
+        where nothing was counted."""
+        total, steps = self._total, self._steps
+        if self._last is not None and start is not None and self._last_step > start:
+            total, steps = total + self._last, steps + self._last_step - start
+        return total / steps if steps > 0 else None
 
 
 def _moved(average: float | None, value: float, weight: float) -> float:

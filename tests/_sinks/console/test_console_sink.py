@@ -125,7 +125,8 @@ def test_the_summary_says_how_the_run_ended_in_one_word_at_the_runs_average_rate
         pub.end()
     (summary,) = [line for line in console.file.getvalue().splitlines() if line.startswith("exp-1: ")]  # type: ignore[attr-defined]
     # 200 steps in 10 + 1 + 10 s: 9.5 steps/s on average (the recent rate is about 10).
-    assert summary == f"exp-1: {word} at step 200 after 0:00:21 (9.5 steps/s)"
+    # The time outside the steps beside it: none on this clock (the publisher measures it; no examples counted).
+    assert summary == f"exp-1: {word} at step 200 after 0:00:21 (9.5 steps/s, outside 0.0 ms/step)"
 
 
 def test_header_shows_step_rate_total_progress_and_eta(clock: FakeClock) -> None:
@@ -169,6 +170,29 @@ def test_header_and_plain_line_show_examples_per_second_and_time_outside(clock: 
     assert "recent 6.7 steps/s 213 examples/s elapsed" in " ".join(narrow.split())
     assert "outside" not in narrow
     assert line == "step 40 | loss 0.5 | recent 6.7 steps/s | 213 examples/s | outside 50.0 ms/step"
+
+
+def test_the_end_shows_the_runs_average_examples_per_second_and_time_outside(clock: FakeClock) -> None:
+    # Two train sessions in one run (a train_and_evaluate round, say), each counting its examples from
+    # its own start: 20 steps each of 0.1 s in the framework and 0.05 s in a subscriber, 32 examples a
+    # step. The run: 40 steps, 1,280 examples over 6 s: 6.7 steps/s, 213 examples/s; outside, 50 ms after
+    # each step but a session's last (whose subscriber runs after that session's last event): 47.5 ms/step.
+    bus, sink, console = make(clock, every_n_steps=1, plain_every_n_secs=0)
+    bus.on("after_run", lambda event: clock.advance(0.05), keys="loss", every_n_steps=1)
+    pub = ScriptedPublisher(bus, ["loss"])
+    pub.core.throughput.counter = lambda step: (step - pub.core.throughput.origin) * 32
+    with bus:
+        pub.begin()
+        for start in (0, 20):
+            pub.session(start)
+            for _ in range(20):
+                clock.advance(0.1)
+                pub.advance({"loss": 0.5})
+        pub.end()
+    text = text_of(sink)
+    assert "average 6.7 steps/s   213 examples/s   outside 47.5 ms/step" in text
+    printed = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "exp-1: finished at step 40 after 0:00:05 (6.7 steps/s, 213 examples/s, outside 47.5 ms/step)" in printed
 
 
 def test_without_examples_or_time_outside_the_rate_stands_alone(clock: FakeClock) -> None:
@@ -497,7 +521,7 @@ def test_plain_mode_prints_periodic_lines_without_cursor_codes(clock: FakeClock)
     assert "checkpoint step 50: ckpt/model-50" in lines
     assert "stop at step 100: reached step 100 (StopAt)" in lines
     # StopAt (a sink) stopped it at the step it was asked to: finished, at the run's average rate.
-    assert "exp-1: finished at step 100 after 0:01:40 (1.0 steps/s)" in lines
+    assert "exp-1: finished at step 100 after 0:01:40 (1.0 steps/s, outside 0.0 ms/step)" in lines
     assert "  loss: last 0.01, best seen (min) 0.01 at step 100" in lines  # over the steps it was sent
     assert "  eval/loss: last 0.123, best (min) 0.123 at step 50" in lines
 
