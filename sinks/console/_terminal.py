@@ -6,15 +6,25 @@ redirect of ``print``; and the terminal echoes what is typed (``^C``, Enter) at 
 ``Live`` keeps at the end of its frame: one echoed line break and every later frame is drawn a
 line lower, under a stale copy of its top border. So the live display turns the echo of typed
 input off while it runs (Ctrl-C still interrupts) and back on as it stops.
+
+A fourth: rich's ``Live`` draws its frame on a thread of its own, and a line printed or logged on
+any other thread (TensorFlow's, the machine sampler's, the training thread's own ``print``) places
+itself above the frame by a cursor move computed from the frame's last height, then draws the frame
+again, outside the lock the refresh holds: a refresh in between changes the height, and the frame
+is drawn under a stale copy of itself. So the streams and the logging handlers are routed through
+proxies whose writes hold the ``Live``'s lock, set up before its first frame and undone after its
+last.
 """
 
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import IO, TYPE_CHECKING, Any
 
@@ -33,9 +43,61 @@ from ._notebook import NotebookDisplay
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-__all__ = ["TerminalDisplay", "restore_logging", "route_logging", "wants_live"]
+__all__ = ["SerialProxy", "TerminalDisplay", "redirect_output", "restore_logging", "route_logging", "wants_live"]
 
 Routed = list[tuple["logging.StreamHandler[Any]", IO[str]]]
+
+
+class SerialProxy(FileProxy):
+    """rich's :class:`~rich.file_proxy.FileProxy` (a stream's lines printed through a console), whose
+    writes hold ``lock``: the ``Live``'s, so a line never lands while its frame is being drawn."""
+
+    def __init__(self, console: Console, file: IO[str], lock: Any) -> None:
+        super().__init__(console, file)
+        self._serial = lock
+
+    def write(self, text: str) -> int:
+        with self._serial:
+            return super().write(text)
+
+    def flush(self) -> None:
+        with self._serial:
+            super().flush()
+
+
+def live_lock(live: Live) -> Any:
+    """The lock ``live``'s refreshes hold (rich's ``Live._lock``, an ``RLock`` in every rich hookbus
+    supports); a lock of its own where a rich has none (lines then print unserialized, as rich's)."""
+    lock = getattr(live, "_lock", None)
+    return lock if hasattr(lock, "__enter__") else threading.RLock()
+
+
+#: The proxies the last dashboards redirected the streams through (see :func:`redirect_output`).
+_RETIRED: collections.deque[SerialProxy] = collections.deque(maxlen=16)
+
+
+def redirect_output(console: Console, lock: Any) -> Callable[[], None]:
+    """Point ``sys.stdout`` and ``sys.stderr`` at ``console`` through :class:`SerialProxy` (as
+    ``Live(redirect_stdout=True, redirect_stderr=True)`` does with rich's own proxies); returns what
+    restores them, flushing what they hold."""
+    saved = sys.stdout, sys.stderr
+    proxies = []
+    if not isinstance(sys.stdout, FileProxy):
+        sys.stdout = SerialProxy(console, sys.stdout, lock)
+        proxies.append(sys.stdout)
+    if not isinstance(sys.stderr, FileProxy):
+        sys.stderr = SerialProxy(console, sys.stderr, lock)
+        proxies.append(sys.stderr)
+
+    def restore() -> None:
+        for proxy in proxies:
+            proxy.flush()
+        # Kept alive past the swap: CPython 3.11's print() holds sys.stdout without a reference, so
+        # a thread printing while the last one was dropped would write through a freed object.
+        _RETIRED.extend(proxies)
+        sys.stdout, sys.stderr = saved
+
+    return restore
 
 
 def wants_live(console: Console, environ: Mapping[str, str] = os.environ) -> bool:
@@ -60,8 +122,9 @@ def wants_live(console: Console, environ: Mapping[str, str] = os.environ) -> boo
     return os.isatty(fd)
 
 
-def route_logging(console: Console, streams: set[int]) -> Routed:
-    """Point every logging handler that writes to one of ``streams`` (by id) at ``console``.
+def route_logging(console: Console, streams: set[int], lock: Any) -> Routed:
+    """Point every logging handler that writes to one of ``streams`` (by id) at ``console``, through
+    a :class:`SerialProxy` holding ``lock`` (the ``Live``'s).
 
     Covers the root logger and every existing logger (TensorFlow's ``tensorflow`` included);
     absl's handler is not a stream handler but wraps one (``python_handler``). File handlers
@@ -82,7 +145,7 @@ def route_logging(console: Console, streams: set[int]) -> Routed:
                 ):
                     seen.add(id(candidate))
                     stream = candidate.stream
-                    candidate.setStream(FileProxy(console, stream))
+                    candidate.setStream(SerialProxy(console, stream, lock))
                     routed.append((candidate, stream))
     return routed
 
@@ -151,6 +214,7 @@ class TerminalDisplay:
         #: The notebook display while the dashboard runs in a Jupyter notebook (else ``None``).
         self.notebook: NotebookDisplay | None = None
         self._routed: Routed = []
+        self._restore_output: Callable[[], None] = lambda: None
         self._on_exit: Callable[[], None] | None = None
         self._restore_input: Callable[[], None] = lambda: None
 
@@ -172,18 +236,25 @@ class TerminalDisplay:
             self.notebook.start()
             return
         streams = {id(s) for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__, self.console.file)}
-        self._live = Live(
+        # The streams are redirected here, not by the Live: through proxies that hold its lock.
+        self._live = shown = Live(
             get_renderable=self._get_renderable,
             console=self.console,
             refresh_per_second=self.refresh_per_second,
-            redirect_stdout=True,
-            redirect_stderr=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
         )
         self._on_exit = on_exit
         atexit.register(on_exit)
         self._restore_input = quiet_input(sys.stdin)
-        self._live.start(refresh=True)
-        self._routed = route_logging(self.console, streams)
+        # Output first, then the frame: a record another thread logs between the two (the machine
+        # sampler's notice at a run's start) would otherwise reach the terminal past the frame, and
+        # every later frame would be drawn under a stale copy of it. Routed, it prints through the
+        # console, in plain lines until the frame is up and above it after.
+        lock = live_lock(shown)
+        self._routed = route_logging(self.console, streams, lock)
+        self._restore_output = redirect_output(self.console, lock)
+        shown.start(refresh=True)
 
     def print(self, line: str) -> None:
         """A plain line, shown literally (plain mode only: the live display has its own frame)."""
@@ -191,20 +262,26 @@ class TerminalDisplay:
             self.console.print(Text(line), highlight=False, soft_wrap=True)
 
     def stop(self, summary: Iterable[str]) -> None:
-        """Restore logging, then draw the final frame (live) or print ``summary`` (plain)."""
+        """Draw the final frame (live) or print ``summary`` (plain), then restore logging.
+
+        The frame is drawn while logging is still routed through the console (what the handlers
+        buffered first, above it): a record logged on another thread meanwhile prints above the
+        frame, never through it.
+        """
         notebook, self.notebook = self.notebook, None
         if notebook is not None:
             notebook.stop()
             return
         live, self._live = self._live, None
         routed, self._routed = self._routed, []
+        output, self._restore_output = self._restore_output, lambda: None
         try:
-            restore_logging(routed)
-        finally:
             if live is not None:
                 if self._on_exit is not None:
                     atexit.unregister(self._on_exit)
                 try:
+                    for handler, _ in routed:
+                        handler.flush()  # a partial line the proxy held: above the final frame
                     live.stop()
                 finally:
                     restore, self._restore_input = self._restore_input, lambda: None
@@ -212,3 +289,8 @@ class TerminalDisplay:
             else:
                 for line in summary:
                     self.print(line)
+        finally:
+            try:
+                output()
+            finally:
+                restore_logging(routed)

@@ -762,6 +762,61 @@ def test_dashboard_in_a_real_terminal(tmp_path: Path) -> None:
     assert "after the run" in result.lines
 
 
+_CHATTY = """
+import logging, sys, threading, time
+sys.modules["tensorflow"] = None
+import hookbus
+from hookbus.sinks import ConsoleSink
+from hookbus.testing import ScriptedPublisher
+
+logging.basicConfig(level=logging.INFO, format="%(message)s")  # on the real stderr, before the dashboard
+done = threading.Event()
+
+
+def chatter():  # another thread that logs all along, as the machine sampler's notice at a run's start
+    n = 0
+    while not done.is_set():
+        n += 1
+        if n % 2:
+            logging.getLogger("chatter").info("tick %d", n)
+        else:
+            print(f"said {{n}}")  # and prints, through the redirected stdout
+        time.sleep(0.0005)
+
+
+for attempt in range(8):  # each start and end of the dashboard is a chance for a record to slip past
+    thread = threading.Thread(target=chatter)
+    thread.start()
+    bus = hookbus.EventBus(system_metrics=False)
+    bus.attach(ConsoleSink(run_name=f"chatty-{{attempt}}", refresh_per_second=20))
+    with bus:
+        ScriptedPublisher(bus, ["loss"]).run({{"loss": 1.0}} for _ in range(3))
+    done.set()
+    thread.join()
+    done.clear()
+print("after the runs")
+"""
+
+
+@pytest.mark.subprocess
+def test_a_thread_logging_while_the_dashboard_starts_and_ends_never_splits_its_frame(tmp_path: Path) -> None:
+    # 7d6c1a0's CI: a frame drawn twice in a real terminal. The dashboard started its frame, then routed
+    # logging through the console: a record another thread logged in between reached the terminal past
+    # the frame, and the next frame was drawn under a stale copy of it (and the same at the end, where
+    # logging was restored before the final frame).
+    path = tmp_path / "chatty.py"
+    path.write_text(textwrap.dedent(_CHATTY.format()))
+    result = run_in_pty([sys.executable, str(path)], cols=100, rows=40, timeout=120)
+    assert result.returncode == 0, result.text
+    rows = result.scrolled  # everything the terminal showed, the rows scrolled off the top included
+    for attempt in range(8):
+        tops = [row for row in rows if row.startswith(f"╭─ chatty-{attempt} ")]
+        assert len(tops) == 1, "\n".join(rows)  # each run's frame drawn in place, once
+    assert any(row.startswith("tick ") for row in rows)
+    assert any(row.startswith("said ") for row in rows)
+    assert "after the runs" in result.lines
+
+
 @pytest.mark.subprocess
 def test_ctrl_c_in_a_real_terminal_stops_the_run_and_restores_it(tmp_path: Path) -> None:
     # The first Ctrl-C is a graceful stop: the dashboard ends as stopped, with the reason, and the
