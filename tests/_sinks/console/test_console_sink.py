@@ -800,10 +800,12 @@ print("after the runs")
 
 @pytest.mark.subprocess
 def test_a_thread_logging_while_the_dashboard_starts_and_ends_never_splits_its_frame(tmp_path: Path) -> None:
-    # 7d6c1a0's CI: a frame drawn twice in a real terminal. The dashboard started its frame, then routed
-    # logging through the console: a record another thread logged in between reached the terminal past
-    # the frame, and the next frame was drawn under a stale copy of it (and the same at the end, where
-    # logging was restored before the final frame).
+    # test_dashboard_in_a_real_terminal once found its frame drawn twice. The dashboard drew its frame,
+    # then routed logging through the console: a record another thread logged in between reached the
+    # terminal past the frame (the same at the end, where logging was restored before the final frame);
+    # and rich's proxy placed a line above the frame outside the lock its refresh holds. Each left the
+    # next frame drawn under a stale copy of it. Swapping sys.stdout back under a printing thread also
+    # crashed (CPython 3.11's print() holds the stream without a reference).
     path = tmp_path / "chatty.py"
     path.write_text(textwrap.dedent(_CHATTY.format()))
     result = run_in_pty([sys.executable, str(path)], cols=100, rows=40, timeout=120)
