@@ -149,13 +149,20 @@ def test_header_shows_step_rate_total_progress_and_eta(clock: FakeClock) -> None
     assert "elapsed 0:00:10" in text
 
 
-def test_header_and_plain_line_show_examples_per_second_and_time_outside(clock: FakeClock) -> None:
-    # 32 examples a step; a subscriber that takes 50 ms at each step (on this bus's clock), 100 ms a
-    # step in the framework: 1 step per 0.15 s, 213 examples/s, 50 ms/step outside the steps.
+def _counting_32(clock: FakeClock) -> tuple[hookbus.EventBus, ConsoleSink, Console, ScriptedPublisher]:
+    """A dashboard due every step, a publisher counting 32 examples a step from its session's start, and
+    a subscriber that takes 50 ms of ``clock`` at each step: time outside the framework's steps."""
     bus, sink, console = make(clock, every_n_steps=1, plain_every_n_secs=0)
     bus.on("after_run", lambda event: clock.advance(0.05), keys="loss", every_n_steps=1)
     pub = ScriptedPublisher(bus, ["loss"])
     pub.core.throughput.counter = lambda step: (step - pub.core.throughput.origin) * 32
+    return bus, sink, console, pub
+
+
+def test_header_and_plain_line_show_examples_per_second_and_time_outside(clock: FakeClock) -> None:
+    # 32 examples a step; a subscriber that takes 50 ms at each step (on this bus's clock), 100 ms a
+    # step in the framework: 1 step per 0.15 s, 213 examples/s, 50 ms/step outside the steps.
+    bus, sink, console, pub = _counting_32(clock)
     with bus:
         pub.begin()
         pub.session(0)
@@ -177,10 +184,7 @@ def test_the_end_shows_the_runs_average_examples_per_second_and_time_outside(clo
     # its own start: 20 steps each of 0.1 s in the framework and 0.05 s in a subscriber, 32 examples a
     # step. The run: 40 steps, 1,280 examples over 6 s: 6.7 steps/s, 213 examples/s; outside, 50 ms after
     # each step but a session's last (whose subscriber runs after that session's last event): 47.5 ms/step.
-    bus, sink, console = make(clock, every_n_steps=1, plain_every_n_secs=0)
-    bus.on("after_run", lambda event: clock.advance(0.05), keys="loss", every_n_steps=1)
-    pub = ScriptedPublisher(bus, ["loss"])
-    pub.core.throughput.counter = lambda step: (step - pub.core.throughput.origin) * 32
+    bus, sink, console, pub = _counting_32(clock)
     with bus:
         pub.begin()
         for start in (0, 20):
