@@ -168,13 +168,26 @@ def test_a_parameter_server_cluster_watched_as_one(tmp_path: Path) -> None:
         tasks[2].send_signal(signal.SIGKILL)
         tasks[2].wait()
         watcher.wait_for(lambda text: _states(text) == {"0": "live", "1": "stale"}, deadline=60)
-        dead = watcher.wait_for(lambda text: _states(text) == {"0": "live", "1": "presumed dead"}, deadline=60)
+        host = re.escape(socket.gethostname()[:12])
+
+        def machine_rows(text: str) -> list[tuple[str, str, str]]:
+            return re.findall(rf"^{host}\S* +worker (\d) +worker:(\d) +\d+% +[\d.]+ GB .* (\S+) ago$", text, re.M)
+
+        # A whole frame: the screen is read between writes, and a frame's rows arrive one after another
+        # (a CI run once caught the last machine row half drawn). The host's line ends the frame.
+        dead = watcher.wait_for(
+            lambda text: (
+                _states(text) == {"0": "live", "1": "presumed dead"}
+                and len(machine_rows(text)) == 2
+                and re.search(r"^host \S+: CPU \d+% · memory", text, re.M) is not None
+            ),
+            deadline=60,
+        )
         rows = {line.split()[1]: line.split() for line in dead.splitlines() if re.match(r"worker \d", line)}
         assert float(rows["0"][4]) > 0  # worker 0's own rate, from its records' wall times
         assert int(rows["1"][7]) > 0  # the dead worker's lag behind the furthest step grows
         # The machine: a row per worker (both on this host), the host's own figures once.
-        host = re.escape(socket.gethostname()[:12])
-        machine = re.findall(rf"^{host}\S* +worker (\d) +worker:(\d) +\d+% +[\d.]+ GB .* (\S+) ago$", dead, re.M)
+        machine = machine_rows(dead)
         assert [(name, task) for name, task, _ in machine] == [("0", "0"), ("1", "1")], dead
         assert len(re.findall(r"^host \S+: CPU \d+% · memory", dead, re.M)) == 1, dead
         age = machine[1][2]  # worker 1's samples stopped with it: its newest is seconds old and ageing
